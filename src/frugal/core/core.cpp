@@ -1,0 +1,50 @@
+// Implementation of the small core utilities: threads, aligned memory, RSS.
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "frugal/core/memory.h"
+#include "frugal/core/threading.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace frugal {
+
+void set_num_threads(int n) {
+  if (n <= 0) return;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+void AlignedFree::operator()(void* p) const { std::free(p); }
+
+void* aligned_zeroed_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+uint64_t peak_rss_bytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "VmHWM:", 6) == 0) {
+      kb = std::strtoull(line + 6, nullptr, 10);
+      break;
+    }
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
+}  // namespace frugal

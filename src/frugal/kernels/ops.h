@@ -1,0 +1,105 @@
+// Backend-neutral kernel declarations: the one place the model calls into compute.
+//
+// Conventions (hold for every kernel here and in ref/ and cpu/):
+// - Row-major float32 tensors; shapes in the comments use B (batch), T (time), C (channels),
+//   NH (heads), HS (head size), N = B*T (rows), OC (output channels), V (vocabulary),
+//   Vp (padded vocabulary, a multiple of 64), H (MLP hidden width).
+// - Linear weights are (OC, IC), as in PyTorch's nn.Linear: out = inp · Wᵀ + b.
+// - Parameter gradients ACCUMULATE (+=) so micro-batch gradient accumulation works.
+// - Activation gradients OVERWRITE (=), except where the input is the residual stream:
+//   layernorm_backward and residual_backward ADD into their dinp.
+// - Any gradient pointer may be null: that gradient is not computed (a frozen weight runs no
+//   weight-gradient product; the first trainable layer needs no input gradient below it).
+// - Token ids are int32; a target of -1 is ignored by the loss.
+//
+// Backend choice happens here: these functions are implemented by the optimised CPU kernels in
+// kernels/cpu/ (checked against the naive templates in kernels/ref/). A CUDA build adds a device
+// dispatch in this one place.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace frugal::kernels {
+
+enum class GateAct { Gelu, Silu };
+
+// ---- embeddings ----
+// out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T), wte (Vp,C), wpe (maxT,C)
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                     int T, int C);
+// dwte (Vp,C) +=, dwpe (maxT,C) +=; dout (B,T,C)
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                      int T, int C);
+
+// ---- LayerNorm ----
+// out (N,C), mean (N), rstd (N); inp (N,C), weight (C), bias (C) or null
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C, float eps);
+// dinp (N,C) +=, dweight (C) +=, dbias (C) +=; dout (N,C), inp (N,C)
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C);
+
+// ---- dense linear (the only BLAS call sites are in kernels/cpu/) ----
+// out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias (OC) or null
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC);
+// dinp (N,C) = (or += when accumulate_dinp) dout · weight; dweight (OC,C) += doutᵀ · inp;
+// dbias (OC) += Σ dout. dout (N,OC), inp (N,C)
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC,
+                     bool accumulate_dinp);
+
+// ---- causal self-attention (fused, tiled, online softmax) ----
+// out (B,T,C), lse (B,NH,T) log-sum-exp of each softmax row; qkv (B,T,3C) laid out [q | k | v],
+// head h at columns h*HS .. h*HS+HS of each part. Extra memory O(tile²) per thread, no (T,T) matrix.
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+// dqkv (B,T,3C) =; dout (B,T,C), qkv, out, lse from the forward
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int B, int T, int C, int NH);
+
+// ---- activations ----
+// GELU, tanh approximation. out (n) = gelu(inp)
+void gelu_forward(float* out, const float* inp, size_t n);
+// dinp (n) = dout * gelu'(inp)
+void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n);
+// out (n) = act(gate) * up  (GEGLU: act = gelu-tanh, SwiGLU: act = silu)
+void gated_forward(float* out, const float* gate, const float* up, size_t n, GateAct act);
+// dgate (n) =, dup (n) =
+void gated_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                    const float* up, size_t n, GateAct act);
+
+// ---- residual stream ----
+// out (n) = a + b
+void residual_forward(float* out, const float* a, const float* b, size_t n);
+
+// ---- dropout (mask is a pure function of (key, index): nothing stored, recomputed backward) ----
+// x (n) *= keep(key, i) / (1 - p), in place. p == 0 is a no-op.
+void dropout_apply(float* x, size_t n, float p, uint64_t key);
+
+// ---- fused LM head + softmax cross-entropy, chunked over rows (no (N,V) logits buffer) ----
+// losses (N) = -log softmax(inp · weightᵀ)[target] over the first V columns only (padding rows of
+// weight never take part); rows whose target is -1 get loss 0 and no gradient.
+// When dinp/dweight are non-null also backpropagates d(loss)/d(logit) = (p - onehot) * dloss:
+// dinp (N,C) =, dweight (Vp,C) +=. inp (N,C), weight (Vp,C), targets (N).
+void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
+                           const float* weight, const int32_t* targets, int N, int C, int V,
+                           float dloss);
+// logits (N,V) = inp (N,C) · weight[:V]ᵀ (for sampling and export checks)
+void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V);
+
+// ---- optimizer pieces ----
+struct AdamWStep {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t t;  // 1-based step count for bias correction
+};
+// Fused AdamW on n contiguous floats: p, m, v updated in place from gradient g.
+// Decoupled decay p -= lr * wd * p is applied only when `decay` is true.
+void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
+                  bool decay);
+// Σ x² in double (for the global gradient norm)
+double sum_squares(const float* x, size_t n);
+// x (n) *= s
+void scale_inplace(float* x, size_t n, float s);
+
+}  // namespace frugal::kernels
