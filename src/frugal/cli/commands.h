@@ -1,0 +1,13 @@
+// Subcommands of the `frugal` binary. Each lives in its own cmd_*.cpp and registers itself on the
+// CLI11 app; main.cpp only wires them up. Commands are thin: the work is in the library.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace frugal::cli {
+
+void add_train_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_prepare_command(CLI::App& app);
+void add_tokenize_commands(CLI::App& app);  // tokenize + detokenize
+
+}  // namespace frugal::cli

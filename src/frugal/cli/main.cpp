@@ -1,0 +1,30 @@
+// The `frugal` binary: parses the command line and runs one subcommand. Errors from the library
+// (frugal::Error) are printed as one line and give exit code 1.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "frugal/cli/commands.h"
+#include "frugal/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"frugal: cheap transformer pretraining"};
+  app.require_subcommand(1);
+  frugal::cli::add_train_command(app);
+  frugal::cli::add_bench_command(app);
+  frugal::cli::add_prepare_command(app);
+  frugal::cli::add_tokenize_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const frugal::Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

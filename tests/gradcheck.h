@@ -1,0 +1,48 @@
+// Finite-difference gradient checking in fp64, shared by the kernel and model tests.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+namespace frugal::testing {
+
+// Central-difference estimate of d loss / d x[i] for every i, where loss() reads x.
+inline std::vector<double> numeric_gradient(std::vector<double>& x,
+                                            const std::function<double()>& loss,
+                                            double h = 1e-6) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double up = loss();
+    x[i] = saved - h;
+    const double down = loss();
+    x[i] = saved;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+// Largest |a-b| / max(1, |a|, |b|): relative where values are large, absolute where small.
+inline double max_rel_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double scale = std::max({1.0, std::fabs(a[i]), std::fabs(b[i])});
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / scale);
+  }
+  return worst;
+}
+
+// Deterministic pseudo-random values in [-scale, scale) for test inputs.
+inline std::vector<double> random_vector(size_t n, unsigned seed, double scale = 1.0) {
+  std::vector<double> v(n);
+  unsigned long long s = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (auto& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = scale * (static_cast<double>(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+  }
+  return v;
+}
+
+}  // namespace frugal::testing
