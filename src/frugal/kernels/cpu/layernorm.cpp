@@ -1,0 +1,133 @@
+// LayerNorm forward/backward and the token+position embedding on CPU. Rows are independent and
+// split over threads; parameter gradients are summed per fixed row chunk and then reduced in chunk
+// order, so results are bit-identical for any thread count.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "frugal/kernels/cpu/simd_math.h"
+#include "frugal/kernels/ops.h"
+
+namespace frugal::kernels {
+namespace {
+
+using cpu::hsum256;
+
+constexpr int kRowChunk = 32;
+
+// C is a multiple of 8 (ModelConfig::validate guarantees it).
+inline float row_sum(const float* x, int C) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int c = 0; c < C; c += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + c));
+  return hsum256(acc);
+}
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) {
+    const float* x = inp + static_cast<size_t>(i) * C;
+    float* o = out + static_cast<size_t>(i) * C;
+    const float m = row_sum(x, C) / C;
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256 acc = _mm256_setzero_ps();
+    for (int c = 0; c < C; c += 8) {
+      const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + c), vm);
+      acc = _mm256_fmadd_ps(d, d, acc);
+    }
+    const float s = 1.0f / std::sqrt(hsum256(acc) / C + eps);
+    const __m256 vs = _mm256_set1_ps(s);
+    for (int c = 0; c < C; c += 8) {
+      const __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + c), vm), vs);
+      const __m256 b = bias ? _mm256_loadu_ps(bias + c) : _mm256_setzero_ps();
+      _mm256_storeu_ps(o + c, _mm256_fmadd_ps(xhat, _mm256_loadu_ps(weight + c), b));
+    }
+    mean[i] = m;
+    rstd[i] = s;
+  }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C) {
+  const int chunks = (N + kRowChunk - 1) / kRowChunk;
+  const bool param_grads = dweight || dbias;
+  std::vector<float> partial(param_grads ? static_cast<size_t>(chunks) * 2 * C : 0, 0.0f);
+#pragma omp parallel for schedule(static)
+  for (int ch = 0; ch < chunks; ++ch) {
+    float* pw = param_grads ? partial.data() + static_cast<size_t>(ch) * 2 * C : nullptr;
+    float* pb = param_grads ? pw + C : nullptr;
+    for (int i = ch * kRowChunk; i < std::min(N, (ch + 1) * kRowChunk); ++i) {
+      const float* x = inp + static_cast<size_t>(i) * C;
+      const float* d = dout + static_cast<size_t>(i) * C;
+      const __m256 vm = _mm256_set1_ps(mean[i]), vs = _mm256_set1_ps(rstd[i]);
+      __m256 a_dn = _mm256_setzero_ps(), a_dnx = _mm256_setzero_ps();
+      for (int c = 0; c < C; c += 8) {
+        const __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + c), vm), vs);
+        const __m256 dv = _mm256_loadu_ps(d + c);
+        const __m256 dn = _mm256_mul_ps(dv, _mm256_loadu_ps(weight + c));
+        a_dn = _mm256_add_ps(a_dn, dn);
+        a_dnx = _mm256_fmadd_ps(dn, xhat, a_dnx);
+        if (pw) {
+          _mm256_storeu_ps(pw + c, _mm256_fmadd_ps(dv, xhat, _mm256_loadu_ps(pw + c)));
+          _mm256_storeu_ps(pb + c, _mm256_add_ps(dv, _mm256_loadu_ps(pb + c)));
+        }
+      }
+      if (!dinp) continue;
+      const __m256 mdn = _mm256_set1_ps(hsum256(a_dn) / C);
+      const __m256 mdnx = _mm256_set1_ps(hsum256(a_dnx) / C);
+      float* di = dinp + static_cast<size_t>(i) * C;
+      for (int c = 0; c < C; c += 8) {
+        const __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + c), vm), vs);
+        const __m256 dn = _mm256_mul_ps(_mm256_loadu_ps(d + c), _mm256_loadu_ps(weight + c));
+        const __m256 g = _mm256_mul_ps(_mm256_sub_ps(_mm256_sub_ps(dn, mdn), _mm256_mul_ps(xhat, mdnx)), vs);
+        _mm256_storeu_ps(di + c, _mm256_add_ps(_mm256_loadu_ps(di + c), g));
+      }
+    }
+  }
+  if (!param_grads) return;
+  for (int ch = 0; ch < chunks; ++ch) {
+    const float* pw = partial.data() + static_cast<size_t>(ch) * 2 * C;
+    for (int c = 0; c < C; ++c) {
+      if (dweight) dweight[c] += pw[c];
+      if (dbias) dbias[c] += pw[C + c];
+    }
+  }
+}
+
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                     int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; ++bt) {
+    const float* e = wte + static_cast<size_t>(tokens[bt]) * C;
+    const float* p = wpe + static_cast<size_t>(bt % T) * C;
+    float* o = out + static_cast<size_t>(bt) * C;
+    for (int c = 0; c < C; c += 8)
+      _mm256_storeu_ps(o + c, _mm256_add_ps(_mm256_loadu_ps(e + c), _mm256_loadu_ps(p + c)));
+  }
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                      int T, int C) {
+  // Threads own disjoint channel slices, so the scatter-add into dwte has no races and a fixed order.
+  const int slices = C / 8;
+#pragma omp parallel for schedule(static)
+  for (int s = 0; s < slices; ++s) {
+    const int c = s * 8;
+    for (int bt = 0; bt < B * T; ++bt) {
+      const __m256 d = _mm256_loadu_ps(dout + static_cast<size_t>(bt) * C + c);
+      if (dwte) {
+        float* w = dwte + static_cast<size_t>(tokens[bt]) * C + c;
+        _mm256_storeu_ps(w, _mm256_add_ps(_mm256_loadu_ps(w), d));
+      }
+      if (dwpe) {
+        float* p = dwpe + static_cast<size_t>(bt % T) * C + c;
+        _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), d));
+      }
+    }
+  }
+}
+
+}  // namespace frugal::kernels

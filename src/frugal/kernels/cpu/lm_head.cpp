@@ -1,0 +1,99 @@
+// Fused LM head + softmax cross-entropy on CPU. Rows are processed in chunks sized so the chunk's
+// logits stay within a fixed scratch budget; no (N,V) logits buffer is ever allocated. Per chunk:
+// logits = x · W[:V]ᵀ (GEMM), a vectorised stable softmax per row turning logits into
+// dlogits = (p - onehot) * dloss in place, then dx = dlogits · W[:V] and dW[:V] += dlogitsᵀ · x.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "frugal/kernels/cpu/simd_math.h"
+#include "frugal/kernels/ops.h"
+
+namespace frugal::kernels {
+namespace {
+
+using namespace cpu;
+
+constexpr size_t kLogitsBudget = size_t(8) << 20;  // floats of logits scratch (32 MiB)
+
+int chunk_rows(int N, int V) {
+  return static_cast<int>(std::clamp<size_t>(kLogitsBudget / static_cast<size_t>(V), 1, static_cast<size_t>(N)));
+}
+
+// In place on one row of V logits: returns -log p[target]; when dloss != 0 the row becomes
+// (softmax - onehot(target)) * dloss.
+float softmax_xent_row(float* z, int V, int target, float dloss, bool want_grad) {
+  const float target_logit = z[target];  // read before the row is overwritten
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  int v = 0;
+  for (; v + 8 <= V; v += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(z + v));
+  float mx = -INFINITY;
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  for (float l : lanes) mx = std::max(mx, l);
+  for (int r = v; r < V; ++r) mx = std::max(mx, z[r]);
+  const __m256 vm = _mm256_set1_ps(mx);
+  __m256 vsum = _mm256_setzero_ps();
+  for (v = 0; v + 8 <= V; v += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(z + v), vm));
+    if (want_grad) _mm256_storeu_ps(z + v, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  float sum = hsum256(vsum);
+  for (int r = v; r < V; ++r) {
+    const float e = std::exp(z[r] - mx);
+    if (want_grad) z[r] = e;
+    sum += e;
+  }
+  const float loss = mx + std::log(sum) - target_logit;
+  if (want_grad) {
+    const float scale = dloss / sum;
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (v = 0; v + 8 <= V; v += 8) _mm256_storeu_ps(z + v, _mm256_mul_ps(_mm256_loadu_ps(z + v), vs));
+    for (int r = v; r < V; ++r) z[r] *= scale;
+    z[target] -= dloss;
+  }
+  return loss;
+}
+
+}  // namespace
+
+void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
+                           const float* weight, const int32_t* targets, int N, int C, int V,
+                           float dloss) {
+  const bool want_grad = dinp || dweight;
+  const int R = chunk_rows(N, V);
+  std::vector<float> logits(static_cast<size_t>(R) * V);
+  for (int r0 = 0; r0 < N; r0 += R) {
+    const int rows = std::min(R, N - r0);
+    const float* x = inp + static_cast<size_t>(r0) * C;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, x, C, weight, C, 0.0f,
+                logits.data(), V);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; ++i) {
+      float* z = logits.data() + static_cast<size_t>(i) * V;
+      const int target = targets[r0 + i];
+      if (target < 0) {
+        losses[r0 + i] = 0.0f;
+        if (want_grad) std::fill(z, z + V, 0.0f);
+        continue;
+      }
+      losses[r0 + i] = softmax_xent_row(z, V, target, dloss, want_grad);
+    }
+    if (dinp)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits.data(), V,
+                  weight, C, 0.0f, dinp + static_cast<size_t>(r0) * C, C);
+    if (dweight)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits.data(), V, x,
+                  C, 1.0f, dweight, C);
+  }
+}
+
+void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, C, 1.0f, inp, C, weight, C, 0.0f,
+              logits, V);
+}
+
+}  // namespace frugal::kernels

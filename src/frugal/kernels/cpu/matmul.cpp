@@ -1,0 +1,49 @@
+// Dense linear layers through OpenBLAS (OpenMP variant): the only BLAS call sites of frugal are in
+// kernels/cpu/. Bias handling and bias gradients are vectorised loops around the GEMMs.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "frugal/kernels/ops.h"
+
+namespace frugal::kernels {
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC) {
+  // out (N,OC) = inp (N,C) · weight (OC,C)ᵀ [+ bias]; the bias is broadcast first, GEMM adds.
+  float beta = 0.0f;
+  if (bias) {
+#pragma omp parallel for schedule(static) if (static_cast<long>(N) * OC >= (1 << 16))
+    for (int i = 0; i < N; ++i) std::memcpy(out + static_cast<size_t>(i) * OC, bias, sizeof(float) * OC);
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC,
+                     bool accumulate_dinp) {
+  if (dinp)  // dinp (N,C) = dout (N,OC) · weight (OC,C)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+                accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+  if (dweight)  // dweight (OC,C) += dout ᵀ (OC,N) · inp (N,C)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                dweight, C);
+  if (dbias) {
+    // Each thread owns a slice of output channels and sums its columns over all rows in order.
+    constexpr int kSlice = 64;
+    const int slices = (OC + kSlice - 1) / kSlice;
+#pragma omp parallel for schedule(static) if (static_cast<long>(N) * OC >= (1 << 16))
+    for (int s = 0; s < slices; ++s) {
+      const int o0 = s * kSlice, o1 = std::min(OC, o0 + kSlice);
+      for (int i = 0; i < N; ++i) {
+        const float* d = dout + static_cast<size_t>(i) * OC;
+#pragma omp simd
+        for (int o = o0; o < o1; ++o) dbias[o] += d[o];
+      }
+    }
+  }
+}
+
+}  // namespace frugal::kernels

@@ -1,0 +1,317 @@
+// GPT forward/backward over the flat buffers; see gpt.h.
+#include "frugal/model/gpt.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "frugal/core/error.h"
+#include "frugal/core/rng.h"
+#include "frugal/kernels/ops.h"
+
+namespace frugal {
+
+namespace k = kernels;
+
+std::string MemoryPlan::describe(size_t optimizer_state_bytes) const {
+  auto mib = [](size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  return fmt::format(
+      "memory plan: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB, "
+      "activations {:.1f} MiB, backward scratch {:.1f} MiB, total {:.1f} MiB",
+      mib(parameters), mib(gradients), mib(optimizer_state_bytes), mib(activations), mib(scratch),
+      mib(parameters + gradients + optimizer_state_bytes + activations + scratch));
+}
+
+GPT::GPT(const ModelConfig& config) : config_(config), table_(ParamTable::build(config)) {
+  params_.resize(table_.total());
+  grads_.resize(table_.total());
+  auto off = [&](const std::string& name) {
+    const ParamInfo* e = table_.find(name);
+    return e ? e->offset : kAbsent;
+  };
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const std::string p = fmt::format("transformer.h.{}.", l);
+    blocks_.push_back({off(p + "ln_1.weight"), off(p + "ln_1.bias"), off(p + "attn.c_attn.weight"),
+                       off(p + "attn.c_attn.bias"), off(p + "attn.c_proj.weight"),
+                       off(p + "attn.c_proj.bias"), off(p + "ln_2.weight"), off(p + "ln_2.bias"),
+                       off(p + "mlp.c_fc.weight"), off(p + "mlp.c_fc.bias"),
+                       off(p + "mlp.c_gate.weight"), off(p + "mlp.c_gate.bias"),
+                       off(p + "mlp.c_proj.weight"), off(p + "mlp.c_proj.bias")});
+  }
+  lnf_w_ = off("transformer.ln_f.weight");
+  lnf_b_ = off("transformer.ln_f.bias");
+  plan_.parameters = plan_.gradients = table_.total() * sizeof(float);
+}
+
+void GPT::init_weights(uint64_t seed) {
+  const float residual_std = config_.init_std / std::sqrt(2.0f * config_.n_layer);
+  for (const ParamInfo& e : table_.entries()) {
+    float* p = params_.data() + e.offset;
+    switch (e.role) {
+      case ParamRole::Bias:
+      case ParamRole::NormBias: std::fill(p, p + e.numel, 0.0f); continue;
+      case ParamRole::NormWeight: std::fill(p, p + e.numel, 1.0f); continue;
+      default: break;
+    }
+    const bool residual = e.name.ends_with("c_proj.weight");
+    const float std = residual ? residual_std : config_.init_std;
+    // Real rows only: vocabulary padding rows stay zero.
+    size_t n = e.numel;
+    if (e.role == ParamRole::Embedding && e.name.ends_with("wte.weight")) n = size_t(config_.vocab_size) * config_.n_embd;
+    if (e.name == "lm_head.weight") n = size_t(config_.vocab_size) * config_.n_embd;
+    uint64_t key = mix64(seed);
+    for (char ch : e.name) key = mix64(key ^ static_cast<uint8_t>(ch));
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) {
+      // Box-Muller from two counter-based uniforms: any thread count gives the same values.
+      const double u1 = std::max(1e-12, static_cast<double>(uniform_at(key, 2 * i)));
+      const double u2 = uniform_at(key, 2 * i + 1);
+      p[i] = static_cast<float>(std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    }
+    std::fill(p + n, p + e.numel, 0.0f);
+  }
+}
+
+void GPT::plan(int B, int T, std::vector<bool> recompute) {
+  FRUGAL_CHECK(B >= 1, "batch size {} must be at least 1", B);
+  FRUGAL_CHECK(T >= 1 && T <= config_.block_size,
+               "sequence length {} must be in [1, model.block_size = {}]", T, config_.block_size);
+  recompute.resize(config_.n_layer, false);
+  B_ = B;
+  T_ = T;
+  recompute_ = std::move(recompute);
+  const size_t N = size_t(B) * T, C = config_.n_embd, H = config_.ffn_hidden(),
+               NH = config_.n_head;
+  const bool gated = config_.gated();
+  constexpr size_t A = kAlign / sizeof(float);
+  auto round = [](size_t n) { return (n + A - 1) / A * A; };
+
+  // Two passes over the same layout: the first counts, the second hands out pointers.
+  size_t activations = 0, scratch = 0;
+  float* base = nullptr;
+  size_t cursor = 0;
+  auto take = [&](size_t n, size_t& counter) -> float* {
+    counter += round(n);
+    float* p = base ? base + cursor : nullptr;
+    cursor += round(n);
+    return p;
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    activations = scratch = cursor = 0;
+    if (pass == 1) {
+      arena_.resize(cursor_total_);
+      base = arena_.data();
+    }
+    auto internals = [&](BlockActs& a, size_t& counter) {
+      a.ln1 = take(N * C, counter);
+      a.ln1_mean = take(N, counter);
+      a.ln1_rstd = take(N, counter);
+      a.qkv = take(3 * N * C, counter);
+      a.att = take(N * C, counter);
+      a.lse = take(NH * N, counter);
+      a.res_mid = take(N * C, counter);
+      a.ln2 = take(N * C, counter);
+      a.ln2_mean = take(N, counter);
+      a.ln2_rstd = take(N, counter);
+      a.fc = take(N * H, counter);
+      a.gate = gated ? take(N * H, counter) : nullptr;
+      a.act = take(N * H, counter);
+    };
+    encoded_ = take(N * C, activations);
+    acts_.assign(config_.n_layer, BlockActs{});
+    bool any_recompute = false;
+    for (int l = 0; l < config_.n_layer; ++l) {
+      if (recompute_[l]) {
+        any_recompute = true;
+      } else {
+        internals(acts_[l], activations);
+      }
+      acts_[l].res_out = take(N * C, activations);
+    }
+    if (any_recompute) {  // one shared set of internals, rebuilt per block during backward
+      BlockActs shared{};
+      internals(shared, scratch);
+      for (int l = 0; l < config_.n_layer; ++l)
+        if (recompute_[l]) {
+          float* out = acts_[l].res_out;
+          acts_[l] = shared;
+          acts_[l].res_out = out;
+        }
+    }
+    lnf_ = take(N * C, activations);
+    lnf_mean_ = take(N, activations);
+    lnf_rstd_ = take(N, activations);
+    losses_ = take(N, activations);
+    dres_ = take(N * C, scratch);
+    dln_ = take(N * C, scratch);
+    dqkv_ = take(3 * N * C, scratch);
+    datt_ = take(N * C, scratch);
+    dfc_ = take(N * H, scratch);
+    dgate_ = gated ? take(N * H, scratch) : nullptr;
+    dact_ = take(N * H, scratch);
+    branch_ = take(N * C, scratch);
+    cursor_total_ = cursor;
+  }
+  plan_.activations = activations * sizeof(float);
+  plan_.scratch = scratch * sizeof(float);
+  tokens_.assign(N, 0);
+  targets_.assign(N, -1);
+  backward_ready_ = false;
+}
+
+void GPT::set_frozen_prefix(int k) {
+  FRUGAL_CHECK(k >= 0 && k <= config_.n_layer, "frozen prefix {} must be in [0, n_layer = {}]", k,
+               config_.n_layer);
+  frozen_ = k;
+}
+
+size_t GPT::trainable_begin() const {
+  if (frozen_ == 0) return 0;
+  if (frozen_ == config_.n_layer) return table_.layer_range(config_.n_layer).first;
+  return table_.layer_range(frozen_).first;
+}
+
+size_t GPT::head_offset() const {
+  const ParamInfo* head = table_.find("lm_head.weight");
+  return head ? head->offset : table_.at("transformer.wte.weight").offset;
+}
+
+const float* GPT::block_input(int l) const { return l == 0 ? encoded_ : acts_[l - 1].res_out; }
+
+namespace {
+uint64_t site_key(uint64_t step_key, int layer, int site) {
+  return mix64(step_key ^ mix64(static_cast<uint64_t>(layer) * 2 + site + 1));
+}
+}  // namespace
+
+void GPT::block_forward(int l, uint64_t dropout_key) {
+  const BlockOffsets& o = blocks_[l];
+  const BlockActs& a = acts_[l];
+  const int B = B_, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;
+  const float* x = block_input(l);
+  const float p = config_.dropout;
+  k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(o.ln1_w), P(o.ln1_b), N, C, config_.layernorm_eps);
+  k::matmul_forward(a.qkv, a.ln1, P(o.qkv_w), P(o.qkv_b), N, C, 3 * C);
+  k::attention_forward(a.att, a.lse, a.qkv, B, T, C, config_.n_head);
+  k::matmul_forward(branch_, a.att, P(o.proj_w), P(o.proj_b), N, C, C);
+  k::dropout_apply(branch_, size_t(N) * C, p, site_key(dropout_key, l, 0));
+  k::residual_forward(a.res_mid, x, branch_, size_t(N) * C);
+  k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res_mid, P(o.ln2_w), P(o.ln2_b), N, C, config_.layernorm_eps);
+  k::matmul_forward(a.fc, a.ln2, P(o.fc_w), P(o.fc_b), N, C, H);
+  if (config_.gated()) {
+    k::matmul_forward(a.gate, a.ln2, P(o.gate_w), P(o.gate_b), N, C, H);
+    k::gated_forward(a.act, a.gate, a.fc, size_t(N) * H,
+                     config_.mlp == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
+  } else {
+    k::gelu_forward(a.act, a.fc, size_t(N) * H);
+  }
+  k::matmul_forward(branch_, a.act, P(o.fcproj_w), P(o.fcproj_b), N, H, C);
+  k::dropout_apply(branch_, size_t(N) * C, p, site_key(dropout_key, l, 1));
+  k::residual_forward(a.res_out, a.res_mid, branch_, size_t(N) * C);
+}
+
+float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
+                   uint64_t dropout_key) {
+  FRUGAL_CHECK(B_ > 0, "internal: GPT::plan must be called before forward");
+  const int B = B_, T = T_, C = config_.n_embd, N = B * T, V = config_.vocab_size;
+  for (int i = 0; i < N; ++i) {
+    FRUGAL_CHECK(inputs[i] >= 0 && inputs[i] < V,
+                 "token id {} at position {} is outside the vocabulary [0, {}); check that the data "
+                 "was prepared with this model's tokenizer", inputs[i], i, V);
+    FRUGAL_CHECK(targets[i] >= -1 && targets[i] < V,
+                 "target id {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
+  }
+  std::memcpy(tokens_.data(), inputs, sizeof(int32_t) * N);
+  std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
+  dropout_key_ = dropout_key;
+  const size_t wte = table_.at("transformer.wte.weight").offset;
+  const size_t wpe = table_.at("transformer.wpe.weight").offset;
+  k::encoder_forward(encoded_, tokens_.data(), P(wte), P(wpe), B, T, C);
+  for (int l = 0; l < config_.n_layer; ++l) block_forward(l, dropout_key);
+  const float* top = acts_.back().res_out;
+  k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, P(lnf_w_), P(lnf_b_), N, C, config_.layernorm_eps);
+
+  int valid = 0;
+  for (int i = 0; i < N; ++i) valid += targets[i] >= 0;
+  const float dloss = valid > 0 ? grad_scale / static_cast<float>(valid) : 0.0f;
+  backward_ready_ = grad_scale != 0.0f;
+  const bool head_trainable = !(config_.tied_head && frozen_ > 0);
+  float* dhead = backward_ready_ && head_trainable ? grads_.data() + head_offset() : nullptr;
+  k::lm_head_cross_entropy(losses_, backward_ready_ ? dln_ : nullptr, dhead, lnf_, P(head_offset()),
+                           targets_.data(), N, C, V, dloss);
+  double sum = 0.0;
+  for (int i = 0; i < N; ++i) sum += losses_[i];
+  return valid > 0 ? static_cast<float>(sum / valid) : 0.0f;
+}
+
+void GPT::block_backward(int l, uint64_t dropout_key) {
+  if (recompute_[l]) block_forward(l, dropout_key);
+  const BlockOffsets& o = blocks_[l];
+  const BlockActs& a = acts_[l];
+  const int B = B_, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;
+  const float p = config_.dropout;
+  const bool t = true;  // blocks reaching backward are trainable
+  // d(branch) = dropout mask applied to the residual gradient
+  auto branch_grad = [&](int site) -> const float* {
+    if (p <= 0.0f) return dres_;
+    std::memcpy(branch_, dres_, sizeof(float) * N * C);
+    k::dropout_apply(branch_, size_t(N) * C, p, site_key(dropout_key, l, site));
+    return branch_;
+  };
+  // MLP branch
+  const float* dmlp = branch_grad(1);
+  k::matmul_backward(dact_, G(o.fcproj_w, t), G(o.fcproj_b, t), dmlp, a.act, P(o.fcproj_w), N, H, C, false);
+  if (config_.gated()) {
+    k::gated_backward(dgate_, dfc_, dact_, a.gate, a.fc, size_t(N) * H,
+                      config_.mlp == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
+    k::matmul_backward(dln_, G(o.fc_w, t), G(o.fc_b, t), dfc_, a.ln2, P(o.fc_w), N, C, H, false);
+    k::matmul_backward(dln_, G(o.gate_w, t), G(o.gate_b, t), dgate_, a.ln2, P(o.gate_w), N, C, H, true);
+  } else {
+    k::gelu_backward(dfc_, dact_, a.fc, size_t(N) * H);
+    k::matmul_backward(dln_, G(o.fc_w, t), G(o.fc_b, t), dfc_, a.ln2, P(o.fc_w), N, C, H, false);
+  }
+  k::layernorm_backward(dres_, G(o.ln2_w, t), G(o.ln2_b, t), dln_, a.res_mid, P(o.ln2_w), a.ln2_mean, a.ln2_rstd, N, C);
+  // attention branch
+  const float* dattn = branch_grad(0);
+  k::matmul_backward(datt_, G(o.proj_w, t), G(o.proj_b, t), dattn, a.att, P(o.proj_w), N, C, C, false);
+  k::attention_backward(dqkv_, datt_, a.qkv, a.att, a.lse, B, T, C, config_.n_head);
+  k::matmul_backward(dln_, G(o.qkv_w, t), G(o.qkv_b, t), dqkv_, a.ln1, P(o.qkv_w), N, C, 3 * C, false);
+  // The bottom trainable block need not pass a gradient further down unless embeddings train.
+  const bool need_dinp = l > frozen_ || frozen_ == 0;
+  k::layernorm_backward(need_dinp ? dres_ : nullptr, G(o.ln1_w, t), G(o.ln1_b, t), dln_, block_input(l),
+                        P(o.ln1_w), a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+void GPT::backward() {
+  FRUGAL_CHECK(backward_ready_, "internal: backward() needs a preceding forward() with grad_scale != 0");
+  backward_ready_ = false;
+  const int B = B_, T = T_, C = config_.n_embd, N = B * T;
+  const bool top_trainable = frozen_ < config_.n_layer;
+  std::memset(dres_, 0, sizeof(float) * N * C);
+  // dln_ holds d loss / d lnf from the fused head; ln_f is trainable unless every block is frozen
+  // (ln_f belongs to the top group, which stays trainable: freezing stops at the blocks).
+  k::layernorm_backward(top_trainable ? dres_ : nullptr, grads_.data() + lnf_w_,
+                        lnf_b_ == kAbsent ? nullptr : grads_.data() + lnf_b_, dln_,
+                        acts_.back().res_out, P(lnf_w_), lnf_mean_, lnf_rstd_, N, C);
+  for (int l = config_.n_layer - 1; l >= frozen_; --l) block_backward(l, dropout_key_);
+  if (frozen_ == 0) {
+    const size_t wte = table_.at("transformer.wte.weight").offset;
+    const size_t wpe = table_.at("transformer.wpe.weight").offset;
+    k::encoder_backward(grads_.data() + wte, grads_.data() + wpe, dres_, tokens_.data(), B, T, C);
+  }
+}
+
+void GPT::zero_grad() {
+  const size_t begin = trainable_begin();
+  std::memset(grads_.data() + begin, 0, sizeof(float) * (table_.total() - begin));
+}
+
+void GPT::logits(const int32_t* inputs, int B, int T, float* out) {
+  if (B != B_ || T != T_) plan(B, T, recompute_);
+  std::vector<int32_t> no_targets(size_t(B) * T, -1);
+  forward(inputs, no_targets.data(), 0.0f);
+  k::lm_head_logits(out, lnf_, P(head_offset()), B * T, config_.n_embd, config_.vocab_size);
+}
+
+}  // namespace frugal

@@ -1,0 +1,106 @@
+// GPT: the single-device model. Owns the flat parameter and gradient buffers (laid out by the
+// ParamTable) and an activation arena planned once per (B, T). Forward and backward call the
+// kernels of kernels/ops.h explicitly, block by block. It knows nothing of parallelism or methods;
+// those act through its narrow interface: the ParamTable, the frozen-prefix boundary, and
+// per-block activation recomputation.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "frugal/core/memory.h"
+#include "frugal/model/config.h"
+#include "frugal/model/param_table.h"
+
+namespace frugal {
+
+// Bytes held by each part of a training step, for the memory plan print-out.
+struct MemoryPlan {
+  size_t parameters = 0, gradients = 0, activations = 0, scratch = 0;
+  std::string describe(size_t optimizer_state_bytes) const;
+};
+
+class GPT {
+ public:
+  explicit GPT(const ModelConfig& config);
+
+  const ModelConfig& config() const { return config_; }
+  const ParamTable& table() const { return table_; }
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  size_t num_floats() const { return table_.total(); }
+  float* param(const std::string& name) { return params_.data() + table_.at(name).offset; }
+
+  // GPT-2 initialisation: N(0, init_std) for weights and embeddings, residual projections scaled
+  // by 1/sqrt(2L), zero biases, unit LayerNorm gains; the vocabulary padding rows stay zero.
+  // Each tensor draws from its own stream keyed by (seed, name): independent of layout.
+  void init_weights(uint64_t seed);
+
+  // Plans activations for batches of B sequences of length T (T <= block_size). recompute[l]
+  // keeps only block l's output and recomputes its internals during backward.
+  void plan(int B, int T, std::vector<bool> recompute = {});
+  int batch() const { return B_; }
+  int seq_len() const { return T_; }
+  MemoryPlan memory_plan() const { return plan_; }
+
+  // Blocks [0, k) and the embeddings are frozen: no backward, no weight gradients (k = 0: none).
+  // With a tied head, freezing the embedding also freezes the head.
+  void set_frozen_prefix(int k);
+  int frozen_prefix() const { return frozen_; }
+  // The flat-buffer range [begin, end) of trainable parameters (frozen ones form a prefix).
+  size_t trainable_begin() const;
+
+  // Runs the forward pass and returns the mean loss over targets != -1. When `grad_scale` is
+  // non-zero it also starts the backward pass at the head (d loss/d logits scaled by grad_scale)
+  // so that backward() can follow. dropout_key varies the dropout masks per step.
+  float forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
+                uint64_t dropout_key = 0);
+  // Back-propagates the loss of the last forward(grad_scale != 0) into grads() (accumulating).
+  void backward();
+  void zero_grad();
+  // Logits (B, T, V) of the last position only is what sampling needs; this gives all positions.
+  void logits(const int32_t* inputs, int B, int T, float* out);
+
+ private:
+  struct BlockOffsets {
+    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, gate_w, gate_b,
+        fcproj_w, fcproj_b;
+  };
+  struct BlockActs {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *lse, *res_mid, *ln2, *ln2_mean, *ln2_rstd, *fc,
+        *gate, *act, *res_out;
+  };
+  float* P(size_t off) { return off == kAbsent ? nullptr : params_.data() + off; }
+  float* G(size_t off, bool trainable) {
+    return off == kAbsent || !trainable ? nullptr : grads_.data() + off;
+  }
+  const float* block_input(int l) const;
+  void block_forward(int l, uint64_t dropout_key);
+  void block_backward(int l, uint64_t dropout_key);
+  size_t head_offset() const;
+
+  static constexpr size_t kAbsent = ~size_t(0);
+  ModelConfig config_;
+  ParamTable table_;
+  Buffer<float> params_, grads_;
+  std::vector<BlockOffsets> blocks_;
+  size_t lnf_w_, lnf_b_;
+
+  int B_ = 0, T_ = 0, frozen_ = 0;
+  std::vector<bool> recompute_;
+  size_t cursor_total_ = 0;
+  Buffer<float> arena_;
+  std::vector<BlockActs> acts_;
+  float *encoded_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr,
+        *losses_ = nullptr;
+  // backward scratch
+  float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datt_ = nullptr, *dfc_ = nullptr,
+        *dgate_ = nullptr, *dact_ = nullptr, *branch_ = nullptr;
+  std::vector<int32_t> tokens_, targets_;
+  uint64_t dropout_key_ = 0;
+  bool backward_ready_ = false;
+  MemoryPlan plan_;
+};
+
+}  // namespace frugal

@@ -1,0 +1,41 @@
+// AdamW, clipping and schedule; see adamw.h.
+#include "frugal/optim/adamw.h"
+
+#include <cmath>
+
+#include "frugal/kernels/ops.h"
+
+namespace frugal {
+
+float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps) {
+  if (step < c.warmup_steps) return c.lr * static_cast<float>(step + 1) / static_cast<float>(c.warmup_steps);
+  if (step >= max_steps) return c.min_lr;
+  const double progress = static_cast<double>(step - c.warmup_steps) /
+                          static_cast<double>(std::max<int64_t>(1, max_steps - c.warmup_steps));
+  const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+  return static_cast<float>(c.min_lr + cosine * (c.lr - c.min_lr));
+}
+
+AdamW::AdamW(const ParamTable& table, const AdamWConfig& config)
+    : table_(table), config_(config), m_(table.total()), v_(table.total()) {}
+
+float AdamW::grad_norm(const float* grads, size_t begin, size_t end) {
+  return static_cast<float>(std::sqrt(kernels::sum_squares(grads + begin, end - begin)));
+}
+
+float AdamW::step(float* params, float* grads, size_t begin, float lr) {
+  const size_t end = table_.total();
+  const float norm = grad_norm(grads, begin, end);
+  if (config_.grad_clip > 0.0f && norm > config_.grad_clip)
+    kernels::scale_inplace(grads + begin, end - begin, config_.grad_clip / (norm + 1e-6f));
+  ++t_;
+  const kernels::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, t_};
+  for (const ParamInfo& e : table_.entries()) {
+    if (e.offset < begin) continue;
+    const size_t o = e.offset;
+    kernels::adamw_update(params + o, grads + o, m_.data() + o, v_.data() + o, e.numel, s, e.decays());
+  }
+  return norm;
+}
+
+}  // namespace frugal

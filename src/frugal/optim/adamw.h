@@ -1,0 +1,52 @@
+// AdamW over the flat parameter buffer (PyTorch semantics, decoupled weight decay on 2-D tensors
+// only), global gradient-norm clipping, and the warm-up + cosine learning-rate schedule.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "frugal/core/memory.h"
+#include "frugal/model/param_table.h"
+
+namespace frugal {
+
+struct AdamWConfig {
+  float lr = 6e-4f;
+  float min_lr = 6e-5f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;  // global L2 norm; <= 0 disables clipping
+  int warmup_steps = 100;
+};
+
+// Linear warm-up from lr/warmup to lr over `warmup_steps`, then cosine decay to min_lr at
+// `max_steps` (step is 0-based; constant min_lr after max_steps).
+float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps);
+
+class AdamW {
+ public:
+  AdamW(const ParamTable& table, const AdamWConfig& config);
+
+  // Global L2 norm of grads[begin, end).
+  static float grad_norm(const float* grads, size_t begin, size_t end);
+  // Clips grads[begin, total) to config.grad_clip (if enabled) and applies one AdamW step with
+  // learning rate lr to every tensor starting at or after `begin` (frozen parameters form the
+  // prefix [0, begin) and are left alone). Returns the gradient norm before clipping.
+  float step(float* params, float* grads, size_t begin, float lr);
+
+  const AdamWConfig& config() const { return config_; }
+  int64_t steps_taken() const { return t_; }
+  void set_steps_taken(int64_t t) { t_ = t; }
+  float* m() { return m_.data(); }
+  float* v() { return v_.data(); }
+  size_t state_bytes() const { return 2 * m_.size() * sizeof(float); }
+
+ private:
+  const ParamTable& table_;
+  AdamWConfig config_;
+  Buffer<float> m_, v_;
+  int64_t t_ = 0;
+};
+
+}  // namespace frugal
