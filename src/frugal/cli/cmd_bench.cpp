@@ -1,6 +1,50 @@
-// `frugal bench` (work in progress).
+// `frugal bench`: times training steps of a preset model (see train/bench.h).
+#include <fmt/format.h>
+
+#include <memory>
+
 #include "frugal/cli/commands.h"
+#include "frugal/core/threading.h"
+#include "frugal/train/bench.h"
 
 namespace frugal::cli {
-void add_bench_command(CLI::App& app) { app.add_subcommand("bench", "(in progress)"); }
+
+namespace {
+struct BenchArgs {
+  std::string preset = "S";
+  int threads = 0;
+  int steps = 0, warmup = -1;
+  bool json = false;
+};
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "time full training steps of a preset model");
+  cmd->add_option("--preset", args->preset, "model preset: S, M or L (GPT-2 small)")
+      ->check(CLI::IsMember({"S", "M", "L"}));
+  cmd->add_option("--threads", args->threads, "threads (default: all cores)");
+  cmd->add_option("--steps", args->steps, "timed steps (default: per preset)");
+  cmd->add_option("--warmup", args->warmup, "untimed warm-up steps (default: per preset)");
+  cmd->add_flag("--json", args->json, "print one JSON object");
+  cmd->callback([args] {
+    set_num_threads(args->threads);
+    BenchSetup setup = bench_preset(args->preset);
+    if (args->steps > 0) setup.steps = args->steps;
+    if (args->warmup >= 0) setup.warmup = args->warmup;
+    BenchResult r = run_train_bench(setup);
+    if (args->json) {
+      fmt::print("{}\n", r.to_json(args->preset, num_threads()));
+      return;
+    }
+    fmt::print("preset {} ({:.2f}M parameters, B={} T={}), {} threads\n", args->preset,
+               r.parameters / 1e6, setup.batch, setup.seq_len, num_threads());
+    fmt::print("{}\n", r.memory_plan);
+    fmt::print("{:.2f} ms/step (min {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of measured GEMM peak "
+               "{:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
+               r.ms_per_step, r.ms_min, r.tokens_per_s, 100 * r.mfu, r.peak_flops / 1e9,
+               r.peak_rss_bytes / 1048576.0);
+  });
+}
+
 }  // namespace frugal::cli
