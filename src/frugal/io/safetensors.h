@@ -10,16 +10,19 @@
 
 namespace frugal::io {
 
-enum class DType { F32, F64, I32, I64, U16, U32, U8 };
+// F32..U8 first (stable values), then the other dtypes found in Hugging Face checkpoints.
+enum class DType { F32, F64, I32, I64, U16, U32, U8, F16, BF16, I8, I16, U64, BOOL };
 const char* dtype_name(DType d);  // safetensors spelling: "F32", "I32", ...
 size_t dtype_size(DType d);
+// Parses a safetensors dtype spelling; false when unknown.
+bool parse_dtype(const std::string& name, DType* out);
 
 struct TensorData {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;  // little-endian, row-major
   size_t numel() const;
-  // Copies out as float32 (F32 only; throws for other dtypes, naming the tensor).
+  // Copies out as float32 (F32, F16 and BF16; throws for other dtypes, naming the tensor).
   std::vector<float> to_f32(const std::string& name) const;
 };
 
@@ -27,14 +30,21 @@ struct SafeTensors {
   std::map<std::string, TensorData> tensors;
   std::map<std::string, std::string> metadata;  // the optional "__metadata__" string map
   const TensorData& at(const std::string& name) const;  // throws Error naming what is missing
+  // data: numel(shape) elements of the dtype (replaces any tensor of that name).
+  void put(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data);
   void put_f32(const std::string& name, std::vector<int64_t> shape, const float* data);
 };
 
 // Throws frugal::Error with the path and what is wrong (truncated, bad header JSON, offsets out
 // of range or overlapping, unknown dtype, shape/size mismatch).
 SafeTensors read_safetensors(const std::string& path);
+// `what` names the source in error messages (a path, "buffer", ...).
 SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what);
-// Written to a temporary file in the same directory, fsync'ed, then renamed over `path`.
+// The complete file image: header (keys sorted, padded with spaces to a multiple of 8 bytes)
+// followed by the tensors' bytes in name order. Deterministic for equal inputs.
+std::vector<uint8_t> serialize_safetensors(const SafeTensors& st);
+// Written to a temporary file in the same directory, fsync'ed, then renamed over `path`;
+// streams the tensors, so the file image is never held in memory twice.
 void write_safetensors(const std::string& path, const SafeTensors& st);
 
 }  // namespace frugal::io

@@ -1,0 +1,131 @@
+// AtomicFileWriter: temp file in the target's directory, checked writes, fsync, rename, dir fsync.
+#include "frugal/io/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "frugal/core/error.h"
+
+namespace frugal::io {
+namespace {
+
+constexpr size_t kBufferBytes = size_t{1} << 20;  // small writes are coalesced into 1 MiB chunks
+
+bool is_out_of_space(int err) { return err == ENOSPC || err == EDQUOT; }
+
+std::string parent_directory(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? std::string(".") : dir;
+}
+
+// Writes all of [data, data+size) to fd, retrying on short writes and EINTR; returns 0 or errno.
+int write_all(int fd, const uint8_t* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EIO;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+int fsync_directory(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  // Some filesystems refuse fsync on directories; that is not a failure of this write.
+  return (err == EINVAL || err == EROFS) ? 0 : err;
+}
+
+}  // namespace
+
+AtomicFileWriter::AtomicFileWriter(std::string path)
+    : path_(std::move(path)), temp_path_(path_ + ".tmp." + std::to_string(::getpid())) {
+  FRUGAL_CHECK(!path_.empty(), "cannot write a file with an empty path; pass a file name");
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    int err = errno;
+    fail("cannot create '{}' to write '{}': {}; check that the directory exists and is writable",
+         temp_path_, path_, std::strerror(err));
+  }
+  buffer_.reserve(kBufferBytes);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (committed_) return;
+  if (fd_ >= 0) ::close(fd_);
+  ::unlink(temp_path_.c_str());
+}
+
+void AtomicFileWriter::abandon(int err, const char* during) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(temp_path_.c_str());
+  committed_ = true;  // nothing left for the destructor to clean up
+  if (is_out_of_space(err))
+    fail("disk full while writing {}: the previous file is intact; free space and retry", path_);
+  fail("{} failed while writing {}: {}; the previous file is intact; check the disk and retry",
+       during, path_, std::strerror(err));
+}
+
+void AtomicFileWriter::flush_buffer() {
+  if (buffer_.empty()) return;
+  int err = write_all(fd_, buffer_.data(), buffer_.size());
+  buffer_.clear();
+  if (err) abandon(err, "write");
+}
+
+void AtomicFileWriter::write(std::span<const uint8_t> bytes) {
+  FRUGAL_CHECK(fd_ >= 0 && !committed_, "write to '{}' after it was committed or abandoned; "
+               "create a new AtomicFileWriter", path_);
+  bytes_written_ += bytes.size();
+  if (buffer_.size() + bytes.size() <= kBufferBytes) {
+    buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+    return;
+  }
+  flush_buffer();
+  if (bytes.size() < kBufferBytes) {
+    buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+    return;
+  }
+  int err = write_all(fd_, bytes.data(), bytes.size());
+  if (err) abandon(err, "write");
+}
+
+void AtomicFileWriter::write(const void* data, size_t size) {
+  write(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size));
+}
+
+void AtomicFileWriter::commit() {
+  FRUGAL_CHECK(fd_ >= 0 && !committed_, "commit of '{}' twice or after a failure; "
+               "create a new AtomicFileWriter", path_);
+  flush_buffer();
+  if (::fsync(fd_) != 0) abandon(errno, "fsync");
+  int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) abandon(errno, "close");
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) abandon(errno, "rename");
+  committed_ = true;
+  int err = fsync_directory(parent_directory(path_));
+  // The new file is in place; a failed directory sync only weakens durability after a crash.
+  FRUGAL_CHECK(err == 0, "wrote {} but could not fsync its directory: {}; the file may not "
+               "survive a power loss, check the disk", path_, std::strerror(err));
+}
+
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+  AtomicFileWriter writer(path);
+  writer.write(bytes);
+  writer.commit();
+}
+
+}  // namespace frugal::io

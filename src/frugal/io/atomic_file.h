@@ -1,0 +1,47 @@
+// Atomic file replacement: bytes go to `<path>.tmp.<pid>` in the same directory, every write is
+// checked, the file is fsync'ed and renamed over `path`, then the directory is fsync'ed. On any
+// failure the temporary file is removed and the previous `path` (if any) is left untouched.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace frugal::io {
+
+// Streaming writer for big files (checkpoints): write() any number of times, then commit().
+// Destroying it without commit() (e.g. while an exception unwinds) removes the temporary file.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path);  // creates the temporary file; throws Error
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(std::span<const uint8_t> bytes);  // buffered; throws Error (e.g. disk full)
+  void write(const void* data, size_t size);
+  // Flushes, fsyncs, renames over the target and fsyncs the directory. Throws Error on failure
+  // (the temporary file is removed, the target untouched).
+  void commit();
+
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return temp_path_; }
+  uint64_t bytes_written() const { return bytes_written_; }
+
+ private:
+  void flush_buffer();
+  [[noreturn]] void abandon(int err, const char* during);  // cleans up, throws Error
+
+  std::string path_;
+  std::string temp_path_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::vector<uint8_t> buffer_;
+  uint64_t bytes_written_ = 0;
+};
+
+// Replaces `path` with `bytes` atomically (see AtomicFileWriter).
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+
+}  // namespace frugal::io
