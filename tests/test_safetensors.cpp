@@ -176,6 +176,7 @@ TEST(SafeTensorsMalformed, AbsurdHeaderLength) {
 TEST(SafeTensorsMalformed, HeaderNotJson) {
   expect_rejected(image("{\"a\": ", 0), "not valid JSON");
   expect_rejected(image("", 0), "not valid JSON");
+  expect_rejected(image("{\"w\": 1E400}", 0), "not valid JSON");  // found by the fuzzer
 }
 
 TEST(SafeTensorsMalformed, HeaderNotAnObject) {

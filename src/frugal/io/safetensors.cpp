@@ -349,6 +349,8 @@ SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::strin
     header = json::parse(header_begin, header_begin + header_len);
   } catch (const json::parse_error& e) {
     fail("{}: header is not valid JSON (error at header byte {}); {}", what, e.byte, kCorrupt);
+  } catch (const json::exception& e) {  // e.g. a number too large for a double
+    fail("{}: header is not valid JSON ({}); {}", what, e.what(), kCorrupt);
   }
   if (!header.is_object())
     fail("{}: header is a JSON {}, not an object; {}", what, header.type_name(), kCorrupt);
