@@ -15,6 +15,7 @@ struct BenchArgs {
   int threads = 0;
   int steps = 0, warmup = -1;
   bool json = false;
+  std::vector<std::string> overrides;
 };
 }  // namespace
 
@@ -27,9 +28,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--steps", args->steps, "timed steps (default: per preset)");
   cmd->add_option("--warmup", args->warmup, "untimed warm-up steps (default: per preset)");
   cmd->add_flag("--json", args->json, "print one JSON object");
+  cmd->add_option("--set", args->overrides, "override a run-config key, e.g. --set model.n_layer=8 (repeatable)");
   cmd->callback([args] {
     set_num_threads(args->threads);
-    BenchSetup setup = bench_preset(args->preset);
+    BenchSetup setup = bench_preset(args->preset, args->overrides);
     if (args->steps > 0) setup.steps = args->steps;
     if (args->warmup >= 0) setup.warmup = args->warmup;
     BenchResult r = run_train_bench(setup);

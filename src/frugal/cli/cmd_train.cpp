@@ -1,6 +1,33 @@
-// `frugal train` (work in progress).
+// `frugal train CONFIG.toml [--set key=value ...]`: trains a model and prints samples.
+#include <fmt/format.h>
+
+#include <memory>
+
 #include "frugal/cli/commands.h"
+#include "frugal/train/trainer.h"
 
 namespace frugal::cli {
-void add_train_command(CLI::App& app) { app.add_subcommand("train", "(in progress)"); }
+
+namespace {
+struct TrainArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+};
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train", "train a model from a TOML config");
+  cmd->add_option("config", args->config_path, "run config (TOML), e.g. configs/shakespeare-char.toml")->required();
+  cmd->add_option("--set", args->overrides, "override a config key: --set optim.lr=3e-4 (repeatable)");
+  cmd->callback([args] {
+    io::Config config = io::Config::load(run_schema(), args->config_path, args->overrides);
+    Trainer trainer(config);
+    FitResult r = trainer.fit();
+    fmt::print("trained {} steps in {:.1f} s: train loss {:.4f}, val loss {:.4f}\n", r.steps,
+               r.seconds, r.final_train_loss, r.final_val_loss);
+    if (!r.interrupted) trainer.print_samples();
+  });
+}
+
 }  // namespace frugal::cli

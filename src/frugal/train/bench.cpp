@@ -9,10 +9,11 @@
 #include "frugal/core/rng.h"
 #include "frugal/core/timer.h"
 #include "frugal/train/flops.h"
+#include "frugal/train/run_config.h"
 
 namespace frugal {
 
-BenchSetup bench_preset(const std::string& name) {
+BenchSetup bench_preset(const std::string& name, const std::vector<std::string>& overrides) {
   BenchSetup s;
   ModelConfig& m = s.model;
   if (name == "S") {
@@ -27,6 +28,24 @@ BenchSetup bench_preset(const std::string& name) {
     fail("unknown bench preset '{}'; use S, M or L", name);
   }
   m.block_size = s.seq_len;
+  if (overrides.empty()) return s;
+  // Express the preset as run-config values, apply the overrides, read the result back.
+  io::Config c(run_schema());
+  for (auto [key, value] : {std::pair{"model.vocab_size", m.vocab_size}, {"model.n_layer", m.n_layer},
+                            {"model.n_head", m.n_head}, {"model.n_embd", m.n_embd},
+                            {"model.block_size", m.block_size}, {"train.batch_size", s.batch},
+                            {"train.seq_len", s.seq_len}})
+    c.set(key, std::to_string(value));
+  c.apply_overrides(overrides);
+  const RunSettings r = run_settings(c);
+  s.model = r.model;
+  s.optim = r.optim;
+  s.batch = r.train.batch_size;
+  s.seq_len = r.train.seq_len;
+  s.seed = r.train.seed;
+  s.recompute.assign(s.model.n_layer, r.train.recompute == "all");
+  FRUGAL_CHECK(s.seq_len <= s.model.block_size, "train.seq_len = {} exceeds model.block_size = {}",
+               s.seq_len, s.model.block_size);
   return s;
 }
 

@@ -22,8 +22,10 @@ struct BenchSetup {
   uint64_t seed = 1337;
 };
 
-// Presets of issue #2: "S", "M", "L" (GPT-2 small). Throws for any other name.
-BenchSetup bench_preset(const std::string& name);
+// Presets of issue #2: "S", "M", "L" (GPT-2 small), then `--set key=value` overrides of the run
+// config (model.*, optim.*, train.batch_size, train.seq_len, train.recompute, train.seed).
+// Throws for an unknown preset or key.
+BenchSetup bench_preset(const std::string& name, const std::vector<std::string>& overrides = {});
 
 struct BenchResult {
   double ms_per_step = 0, ms_min = 0, tokens_per_s = 0, mfu = 0;

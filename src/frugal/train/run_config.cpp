@@ -1,0 +1,107 @@
+// The run-configuration schema and its typed view; see run_config.h.
+#include "frugal/train/run_config.h"
+
+namespace frugal {
+
+using io::Range;
+
+io::ConfigSchema run_schema() {
+  io::ConfigSchema s;
+  ModelConfig m;
+  s.add_int("model.vocab_size", 0, "vocabulary size; 0 takes it from the data's tokenizer", Range::at_least(0))
+      .add_int("model.block_size", m.block_size, "maximum sequence length (position embeddings)", Range::at_least(1))
+      .add_int("model.n_layer", m.n_layer, "transformer blocks", Range::at_least(1))
+      .add_int("model.n_head", m.n_head, "attention heads (n_embd must be a multiple)", Range::at_least(1))
+      .add_int("model.n_embd", m.n_embd, "model width C (a multiple of 8 and of n_head)", Range::at_least(8))
+      .add_int("model.ffn_mult", m.ffn_mult, "MLP hidden width as a multiple of n_embd", Range::at_least(1))
+      .add_string("model.mlp", "gelu", "MLP kind", {"gelu", "geglu", "swiglu"})
+      .add_bool("model.tied_head", m.tied_head, "LM head shares the token embedding")
+      .add_bool("model.bias", m.bias, "biases in linears and LayerNorms")
+      .add_float("model.dropout", m.dropout, "dropout on the residual branches", Range::half_open(0, 1))
+      .add_float("model.layernorm_eps", m.layernorm_eps, "LayerNorm epsilon", Range::above(0))
+      .add_float("model.init_std", m.init_std, "std of the normal weight initialisation", Range::above(0));
+  AdamWConfig o;
+  s.add_float("optim.lr", o.lr, "peak learning rate", Range::above(0))
+      .add_float("optim.min_lr", o.min_lr, "learning rate at the end of the cosine decay", Range::at_least(0))
+      .add_float("optim.beta1", o.beta1, "AdamW beta1", Range::half_open(0, 1))
+      .add_float("optim.beta2", o.beta2, "AdamW beta2", Range::half_open(0, 1))
+      .add_float("optim.eps", o.eps, "AdamW epsilon", Range::above(0))
+      .add_float("optim.weight_decay", o.weight_decay, "decoupled weight decay on 2-D tensors", Range::at_least(0))
+      .add_float("optim.grad_clip", o.grad_clip, "global gradient-norm clip; 0 disables", Range::at_least(0))
+      .add_int("optim.warmup_steps", o.warmup_steps, "linear warm-up steps", Range::at_least(0));
+  TrainSettings t;
+  s.add_string("data.dir", "", "directory written by `frugal prepare` (train.bin, val.bin, tokenizer.json)")
+      .add_string("train.out_dir", "runs/default", "run directory: config, metrics, checkpoints")
+      .add_int("train.batch_size", t.batch_size, "sequences per micro-batch (B)", Range::at_least(1))
+      .add_int("train.seq_len", t.seq_len, "tokens per sequence (T); 0 uses model.block_size", Range::at_least(0))
+      .add_int("train.grad_accum", t.grad_accum, "micro-batches per optimizer step", Range::at_least(1))
+      .add_int("train.max_steps", t.max_steps, "optimizer steps (the cosine schedule ends here)", Range::at_least(1))
+      .add_float("train.max_seconds", t.max_seconds, "stop after this much wall-clock time; 0: no limit", Range::at_least(0))
+      .add_int("train.seed", static_cast<int64_t>(t.seed), "seed of initialisation, data order and dropout", Range::at_least(0))
+      .add_int("train.threads", t.threads, "threads; 0 uses all cores", Range::at_least(0))
+      .add_string("train.recompute", t.recompute, "activation recomputation per block", {"none", "all"})
+      .add_int("train.eval_interval", t.eval_interval, "steps between validation evaluations", Range::at_least(1))
+      .add_int("train.eval_batches", t.eval_batches, "validation batches per evaluation", Range::at_least(1))
+      .add_int("train.log_interval", t.log_interval, "steps between log lines", Range::at_least(1));
+  SampleSettings p;
+  s.add_int("sample.count", p.count, "samples printed at the end of training", Range::at_least(0))
+      .add_int("sample.max_tokens", p.max_tokens, "tokens per sample", Range::at_least(1))
+      .add_float("sample.temperature", p.temperature, "softmax temperature", Range::above(0))
+      .add_int("sample.top_k", p.top_k, "keep the k most likely tokens; 0 keeps all", Range::at_least(0))
+      .add_float("sample.top_p", p.top_p, "nucleus sampling mass", Range::closed(0, 1))
+      .add_string("sample.prompt", p.prompt, "text the samples start from")
+      .add_int("sample.seed", static_cast<int64_t>(p.seed), "sampling seed", Range::at_least(0));
+  return s;
+}
+
+RunSettings run_settings(const io::Config& c) {
+  RunSettings r;
+  ModelConfig& m = r.model;
+  m.vocab_size = static_cast<int>(c.get_int("model.vocab_size"));
+  m.block_size = static_cast<int>(c.get_int("model.block_size"));
+  m.n_layer = static_cast<int>(c.get_int("model.n_layer"));
+  m.n_head = static_cast<int>(c.get_int("model.n_head"));
+  m.n_embd = static_cast<int>(c.get_int("model.n_embd"));
+  m.ffn_mult = static_cast<int>(c.get_int("model.ffn_mult"));
+  m.mlp = parse_mlp_kind(c.get_string("model.mlp"));
+  m.tied_head = c.get_bool("model.tied_head");
+  m.bias = c.get_bool("model.bias");
+  m.dropout = static_cast<float>(c.get_float("model.dropout"));
+  m.layernorm_eps = static_cast<float>(c.get_float("model.layernorm_eps"));
+  m.init_std = static_cast<float>(c.get_float("model.init_std"));
+  AdamWConfig& o = r.optim;
+  o.lr = static_cast<float>(c.get_float("optim.lr"));
+  o.min_lr = static_cast<float>(c.get_float("optim.min_lr"));
+  o.beta1 = static_cast<float>(c.get_float("optim.beta1"));
+  o.beta2 = static_cast<float>(c.get_float("optim.beta2"));
+  o.eps = static_cast<float>(c.get_float("optim.eps"));
+  o.weight_decay = static_cast<float>(c.get_float("optim.weight_decay"));
+  o.grad_clip = static_cast<float>(c.get_float("optim.grad_clip"));
+  o.warmup_steps = static_cast<int>(c.get_int("optim.warmup_steps"));
+  TrainSettings& t = r.train;
+  t.data_dir = c.get_string("data.dir");
+  t.out_dir = c.get_string("train.out_dir");
+  t.batch_size = static_cast<int>(c.get_int("train.batch_size"));
+  t.seq_len = static_cast<int>(c.get_int("train.seq_len"));
+  if (t.seq_len == 0) t.seq_len = m.block_size;
+  t.grad_accum = static_cast<int>(c.get_int("train.grad_accum"));
+  t.max_steps = c.get_int("train.max_steps");
+  t.max_seconds = c.get_float("train.max_seconds");
+  t.seed = static_cast<uint64_t>(c.get_int("train.seed"));
+  t.threads = static_cast<int>(c.get_int("train.threads"));
+  t.recompute = c.get_string("train.recompute");
+  t.eval_interval = static_cast<int>(c.get_int("train.eval_interval"));
+  t.eval_batches = static_cast<int>(c.get_int("train.eval_batches"));
+  t.log_interval = static_cast<int>(c.get_int("train.log_interval"));
+  SampleSettings& p = r.sample;
+  p.count = static_cast<int>(c.get_int("sample.count"));
+  p.max_tokens = static_cast<int>(c.get_int("sample.max_tokens"));
+  p.temperature = c.get_float("sample.temperature");
+  p.top_k = static_cast<int>(c.get_int("sample.top_k"));
+  p.top_p = c.get_float("sample.top_p");
+  p.prompt = c.get_string("sample.prompt");
+  p.seed = static_cast<uint64_t>(c.get_int("sample.seed"));
+  return r;
+}
+
+}  // namespace frugal

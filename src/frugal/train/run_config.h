@@ -1,0 +1,43 @@
+// The run configuration: every key `frugal train` and `frugal bench --set` understand (the
+// schema, also rendered into docs/config.md), and its conversion into typed settings.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "frugal/io/config.h"
+#include "frugal/model/config.h"
+#include "frugal/optim/adamw.h"
+
+namespace frugal {
+
+struct TrainSettings {
+  std::string data_dir;  // from `frugal prepare`: train.bin, val.bin, tokenizer.json
+  std::string out_dir;
+  int batch_size = 12, seq_len = 0, grad_accum = 1;
+  int64_t max_steps = 2000;
+  double max_seconds = 0;  // 0: no wall-clock limit
+  uint64_t seed = 1337;
+  int threads = 0;
+  std::string recompute = "none";  // "none" | "all"
+  int eval_interval = 200, eval_batches = 20, log_interval = 10;
+};
+
+struct SampleSettings {
+  int count = 2, max_tokens = 300, top_k = 0;
+  double temperature = 0.8, top_p = 1.0;
+  std::string prompt;
+  uint64_t seed = 1;
+};
+
+struct RunSettings {
+  ModelConfig model;
+  AdamWConfig optim;
+  TrainSettings train;
+  SampleSettings sample;
+};
+
+io::ConfigSchema run_schema();
+// Reads typed settings from a resolved config (model.vocab_size 0 stays 0: "from the tokenizer").
+RunSettings run_settings(const io::Config& config);
+
+}  // namespace frugal

@@ -1,0 +1,30 @@
+// Autoregressive sampling from a GPT: temperature, top-k and top-p (nucleus) filtering, seeded.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "frugal/model/gpt.h"
+
+namespace frugal {
+
+struct SampleOptions {
+  int max_tokens = 200;
+  double temperature = 1.0;  // > 0
+  int top_k = 0;             // 0: no top-k filter
+  double top_p = 1.0;        // (0, 1]; 1: no nucleus filter
+  uint64_t seed = 1;
+};
+
+// Throws Error with the accepted range for out-of-range options.
+void validate(const SampleOptions& options);
+
+// Picks a token from logits (V) per the options, drawing one uniform from rng.
+int32_t sample_token(const float* logits, int V, const SampleOptions& options, double uniform);
+
+// Extends `context` (non-empty) by max_tokens tokens, calling on_token for each as it is made.
+// Each step runs the model over the last block_size tokens. Changes the model's activation plan.
+std::vector<int32_t> generate(GPT& model, std::vector<int32_t> context, const SampleOptions& options,
+                              const std::function<void(int32_t)>& on_token = {});
+
+}  // namespace frugal

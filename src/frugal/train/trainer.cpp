@@ -1,0 +1,214 @@
+// The training loop; see trainer.h.
+#include "frugal/train/trainer.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/error.h"
+#include "frugal/core/rng.h"
+#include "frugal/core/threading.h"
+#include "frugal/core/timer.h"
+#include "frugal/io/atomic_file.h"
+#include "frugal/train/flops.h"
+#include "frugal/train/sampler.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<bool> g_stop_requested{false};
+extern "C" void request_stop(int) { g_stop_requested.store(true); }
+
+std::shared_ptr<const data::TokenShard> open_split(const std::string& dir, const std::string& name) {
+  const std::string path = (fs::path(dir) / name).string();
+  FRUGAL_CHECK(fs::exists(path), "data file {} not found; create it with `frugal prepare --out {}` "
+               "or set data.dir to a prepared directory", path, dir);
+  return std::make_shared<const data::TokenShard>(data::TokenShard::open(path));
+}
+
+std::string format_duration(double s) {
+  const int total = static_cast<int>(s + 0.5);
+  return total >= 3600 ? fmt::format("{}:{:02}:{:02}", total / 3600, total / 60 % 60, total % 60)
+                       : fmt::format("{}:{:02}", total / 60, total % 60);
+}
+
+}  // namespace
+
+Trainer::Trainer(const io::Config& config) : config_(config), settings_(run_settings(config)) {
+  TrainSettings& t = settings_.train;
+  set_num_threads(t.threads);
+  FRUGAL_CHECK(!t.data_dir.empty(), "data.dir is not set; point it at a directory made by `frugal prepare`");
+  const std::string tok_path = (fs::path(t.data_dir) / "tokenizer.json").string();
+  FRUGAL_CHECK(fs::exists(tok_path), "{} not found; data.dir must be a directory made by `frugal prepare`", tok_path);
+  tokenizer_ = data::load_tokenizer_json(tok_path);
+  ModelConfig& m = settings_.model;
+  if (m.vocab_size == 0) m.vocab_size = tokenizer_->vocab_size();
+  FRUGAL_CHECK(m.vocab_size >= tokenizer_->vocab_size(),
+               "model.vocab_size = {} is smaller than the tokenizer's vocabulary ({}); set it to 0 "
+               "to take the tokenizer's", m.vocab_size, tokenizer_->vocab_size());
+  FRUGAL_CHECK(t.seq_len <= m.block_size, "train.seq_len = {} exceeds model.block_size = {}",
+               t.seq_len, m.block_size);
+  auto train = open_split(t.data_dir, "train.bin");
+  auto val = open_split(t.data_dir, "val.bin");
+  train_loader_ = std::make_unique<data::BatchLoader>(train, t.seq_len, data::LoaderOrder::Shuffled, t.seed);
+  val_loader_ = std::make_unique<data::BatchLoader>(val, t.seq_len, data::LoaderOrder::Sequential);
+  FRUGAL_CHECK(train_loader_->num_samples() > 0 && val_loader_->num_samples() > 0,
+               "the data in {} is shorter than one sequence of {} tokens; use more text or a smaller "
+               "train.seq_len", t.data_dir, t.seq_len + 1);
+
+  model_ = std::make_unique<GPT>(m);
+  model_->init_weights(t.seed);
+  model_->plan(t.batch_size, t.seq_len, std::vector<bool>(m.n_layer, t.recompute == "all"));
+  optim_ = std::make_unique<AdamW>(model_->table(), settings_.optim);
+
+  fs::create_directories(t.out_dir);
+  // Keep the model.vocab_size actually used in the saved config.
+  io::Config resolved = config_;
+  resolved.set("model.vocab_size", std::to_string(m.vocab_size));
+  const std::string toml = resolved.to_toml();
+  io::write_file_atomic((fs::path(t.out_dir) / "config.toml").string(),
+                        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(toml.data()), toml.size()));
+  metrics_path_ = (fs::path(t.out_dir) / "metrics.jsonl").string();
+  std::ofstream(metrics_path_, std::ios::trunc);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::log_metrics(const std::string& json_line) {
+  std::ofstream out(metrics_path_, std::ios::app);
+  out << json_line << '\n';
+}
+
+float Trainer::evaluate() {
+  const TrainSettings& t = settings_.train;
+  val_loader_->reset();
+  const size_t N = size_t(t.batch_size) * t.seq_len;
+  std::vector<int32_t> inputs(N), targets(N);
+  std::vector<int64_t> ids(t.batch_size);
+  double sum = 0;
+  int batches = 0;
+  while (batches < t.eval_batches) {
+    const int rows = val_loader_->next(t.batch_size, inputs.data(), targets.data(), ids.data());
+    if (rows == 0) break;
+    std::fill(targets.begin() + size_t(rows) * t.seq_len, targets.end(), -1);  // short last batch
+    std::fill(inputs.begin() + size_t(rows) * t.seq_len, inputs.end(), 0);
+    sum += model_->forward(inputs.data(), targets.data(), 0.0f);
+    ++batches;
+  }
+  return batches ? static_cast<float>(sum / batches) : 0.0f;
+}
+
+FitResult Trainer::fit() {
+  const TrainSettings& t = settings_.train;
+  const ModelConfig& m = settings_.model;
+  const bool tty = isatty(STDOUT_FILENO);
+  g_stop_requested = false;
+  auto old_int = std::signal(SIGINT, request_stop);
+  auto old_term = std::signal(SIGTERM, request_stop);
+
+  fmt::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
+             model_->table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd, m.vocab_size, num_threads());
+  fmt::print("{}\n", model_->memory_plan().describe(optim_->state_bytes()));
+  fmt::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
+             train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
+  const double peak = measure_gemm_peak_flops();
+  const double step_flops = dense_step_flops(m, t.batch_size, t.seq_len).model() * t.grad_accum;
+  const size_t N = size_t(t.batch_size) * t.seq_len;
+  std::vector<int32_t> inputs(N), targets(N);
+  std::vector<int64_t> ids(t.batch_size);
+
+  FitResult result;
+  Timer wall;
+  double flops_done = 0;
+  Timer window;
+  int64_t window_steps = 0;
+  float val_loss = NAN;
+  int64_t step = 0;
+  for (; step < t.max_steps; ++step) {
+    const float lr = lr_at(settings_.optim, step, t.max_steps);
+    model_->zero_grad();
+    double loss = 0;
+    for (int micro = 0; micro < t.grad_accum; ++micro) {
+      train_loader_->next(t.batch_size, inputs.data(), targets.data(), ids.data());
+      const uint64_t dropout_key = mix64(t.seed ^ mix64(static_cast<uint64_t>(step * t.grad_accum + micro)));
+      loss += model_->forward(inputs.data(), targets.data(), 1.0f / t.grad_accum, dropout_key);
+      model_->backward();
+    }
+    loss /= t.grad_accum;
+    FRUGAL_CHECK(std::isfinite(loss), "the training loss became {} at step {}; lower optim.lr or "
+                 "raise optim.warmup_steps", loss, step);
+    const float norm = optim_->step(model_->params(), model_->grads(), model_->trainable_begin(), lr);
+    flops_done += step_flops;
+    ++window_steps;
+    result.final_train_loss = static_cast<float>(loss);
+    const bool last = step + 1 == t.max_steps || g_stop_requested ||
+                      (t.max_seconds > 0 && wall.seconds() >= t.max_seconds);
+    const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
+    if (eval_now) val_loss = evaluate();
+    if ((step + 1) % t.log_interval == 0 || eval_now) {
+      const double dt = window.seconds() / window_steps;
+      const double tok_s = double(N) * t.grad_accum / dt;
+      const double mfu = step_flops / dt / peak;
+      nlohmann::json j{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+                       {"tokens_per_s", tok_s}, {"ms_per_step", dt * 1e3}, {"mfu", mfu},
+                       {"flops", flops_done}, {"wall_s", wall.seconds()}};
+      if (eval_now) j["val_loss"] = val_loss;
+      log_metrics(j.dump());
+      const double eta = dt * double(t.max_steps - step - 1);
+      const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
+      if (tty) {
+        const int width = 24, filled = static_cast<int>(width * double(step + 1) / t.max_steps);
+        fmt::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",
+                   std::string(filled, '#'), std::string(width - filled, '-'), step + 1, t.max_steps,
+                   loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
+        if (eval_now) fmt::print("\n");
+      } else {
+        fmt::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%\n",
+                   step + 1, t.max_steps, loss, val, lr, norm, dt * 1e3, tok_s, 100 * mfu);
+      }
+      std::fflush(stdout);
+      window.reset();
+      window_steps = 0;
+    }
+    if (last) {
+      ++step;
+      break;
+    }
+  }
+  if (tty) fmt::print("\n");
+  result.interrupted = g_stop_requested;
+  if (result.interrupted) fmt::print("stopped by signal after step {}\n", step);
+  result.steps = step;
+  result.final_val_loss = val_loss;
+  result.seconds = wall.seconds();
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  return result;
+}
+
+void Trainer::print_samples() {
+  const SampleSettings& s = settings_.sample;
+  SampleOptions o{s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed};
+  for (int i = 0; i < s.count; ++i) {
+    std::vector<int32_t> context = s.prompt.empty() ? std::vector<int32_t>{}
+                                                    : tokenizer_->encode(s.prompt);
+    if (context.empty()) context.push_back(tokenizer_->eot_token() >= 0 ? tokenizer_->eot_token() : 0);
+    fmt::print("--- sample {} ---\n{}", i + 1, s.prompt);
+    o.seed = s.seed + i;
+    generate(*model_, context, o, [&](int32_t id) {
+      fmt::print("{}", tokenizer_->decode(std::span<const int32_t>(&id, 1)));
+      std::fflush(stdout);
+    });
+    fmt::print("\n");
+  }
+}
+
+}  // namespace frugal

@@ -1,0 +1,51 @@
+// Trainer: the training loop of `frugal train`. Builds the model from the run config, reads the
+// prepared shards, runs micro-batch gradient accumulation with AdamW and the warm-up + cosine
+// schedule, evaluates on the validation split, logs metrics (JSON lines in the run directory and a
+// progress display), stops cleanly on SIGINT/SIGTERM, and prints samples at the end.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "frugal/data/loader.h"
+#include "frugal/data/tokenizer.h"
+#include "frugal/io/config.h"
+#include "frugal/model/gpt.h"
+#include "frugal/optim/adamw.h"
+#include "frugal/train/run_config.h"
+
+namespace frugal {
+
+struct FitResult {
+  int64_t steps = 0;
+  float final_train_loss = 0, final_val_loss = 0;
+  double seconds = 0;
+  bool interrupted = false;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const io::Config& config);
+  ~Trainer();
+
+  FitResult fit();
+  // Mean validation loss over up to train.eval_batches batches, in order from the start.
+  float evaluate();
+  // Prints sample.count samples (streamed as they are generated) to stdout.
+  void print_samples();
+
+  GPT& model() { return *model_; }
+  const RunSettings& settings() const { return settings_; }
+
+ private:
+  void log_metrics(const std::string& json_line);
+
+  io::Config config_;
+  RunSettings settings_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<AdamW> optim_;
+  std::string metrics_path_;
+};
+
+}  // namespace frugal
