@@ -1,6 +1,34 @@
-// `frugal prepare` (work in progress).
+// `frugal prepare`: tokenize text files into train/val token shards plus tokenizer.json.
+#include <fmt/format.h>
+
 #include "frugal/cli/commands.h"
+#include "frugal/data/prepare.h"
 
 namespace frugal::cli {
-void add_prepare_command(CLI::App& app) { app.add_subcommand("prepare", "(in progress)"); }
+
+void add_prepare_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("prepare", "Tokenize text files into DIR/train.bin, DIR/val.bin "
+                                            "and DIR/tokenizer.json");
+  auto opts = std::make_shared<data::PrepareOptions>();
+  cmd->add_option("--tokenizer", opts->tokenizer, "gpt2, gpt2:DIR or char (vocabulary from the inputs)")
+      ->capture_default_str();
+  cmd->add_option("--input", opts->inputs, "training text file (UTF-8; .xz allowed); repeatable")->required();
+  cmd->add_option("--val-input", opts->val_inputs,
+                  "validation text file; repeatable (default: the last --val-fraction of the tokens)");
+  cmd->add_option("--out", opts->out_dir, "output directory")->required();
+  cmd->add_option("--val-fraction", opts->val_fraction, "fraction of tokens held out for validation")
+      ->capture_default_str();
+  cmd->add_flag("--special-eot,!--text-eot", opts->special_eot,
+                "read the literal <|endoftext|> as the special token (default) or as plain text");
+  cmd->add_option("--threads", opts->threads, "encoding threads (0 = OpenMP default)");
+  cmd->callback([opts] {
+    const data::PrepareResult r = data::prepare(*opts);
+    fmt::print("{}: train.bin {} tokens, val.bin {} tokens, vocab {}, tokenizer.json\n",
+               opts->out_dir, r.train_tokens, r.val_tokens, r.vocab_size);
+    fmt::print("read {:.1f} MB; tokenized in {:.2f} s ({:.1f} MB/s); total {:.2f} s\n",
+               r.input_bytes / 1e6, r.encode_seconds, r.input_bytes / 1e6 / std::max(r.encode_seconds, 1e-9),
+               r.total_seconds);
+  });
+}
+
 }  // namespace frugal::cli

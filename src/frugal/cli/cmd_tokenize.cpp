@@ -1,6 +1,118 @@
-// `frugal tokenize` / `frugal detokenize` (work in progress).
+// `frugal tokenize` (text -> ids or pieces) and `frugal detokenize` (ids -> text).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <string>
+
 #include "frugal/cli/commands.h"
+#include "frugal/core/error.h"
+#include "frugal/data/text.h"
+#include "frugal/data/tokenizer.h"
 
 namespace frugal::cli {
-void add_tokenize_commands(CLI::App& app) { app.add_subcommand("tokenize", "(in progress)"); }
+namespace {
+
+struct TokenizeArgs {
+  std::string tokenizer = "gpt2";
+  std::string file;
+  bool pieces = false;
+  bool special_eot = true;
+  int threads = 0;
+};
+
+// A token's bytes as a double-quoted string: printable ASCII and whole UTF-8 characters as they
+// are; quote, backslash, \n, \r, \t escaped; any other byte (e.g. half a character) as \xNN.
+std::string quote_piece(const std::string& bytes) {
+  std::string out = "\"";
+  for (size_t i = 0; i < bytes.size();) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c >= 0x80) {
+      const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+      const std::string_view ch = std::string_view(bytes).substr(i, len);
+      if (len > 1 && ch.size() == len && !data::find_invalid_utf8(ch)) {
+        out += ch;
+        i += len;
+        continue;
+      }
+    }
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c >= 0x7F) {
+      out += fmt::format("\\x{:02X}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+    ++i;
+  }
+  return out + "\"";
+}
+
+void run_tokenize(const TokenizeArgs& a) {
+  const auto tok = data::load_tokenizer(a.tokenizer, {.allow_special = a.special_eot, .threads = a.threads});
+  const std::string text = data::read_text_file(a.file);
+  data::check_utf8(text, a.file == "-" ? std::string("standard input") : "'" + a.file + "'");
+  std::string out;
+  for (int32_t id : tok->encode(text)) {
+    if (!out.empty()) out += ' ';
+    out += a.pieces ? quote_piece(tok->piece(id)) : std::to_string(id);
+  }
+  out += '\n';
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+void run_detokenize(const TokenizeArgs& a) {
+  const auto tok = data::load_tokenizer(a.tokenizer);
+  const std::string text = data::read_text_file(a.file);
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (true) {
+    pos = text.find_first_not_of(" \t\r\n", pos);
+    if (pos == std::string::npos) break;
+    const size_t end = std::min(text.find_first_of(" \t\r\n", pos), text.size());
+    const std::string word = text.substr(pos, end - pos);
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FRUGAL_CHECK(used == word.size() && id >= 0 && id < tok->vocab_size(), "'{}' at byte offset {} "
+                 "is not a token id of {} (0..{}); pass whitespace-separated ids as printed by "
+                 "`frugal tokenize`", word, pos, tok->spec(), tok->vocab_size() - 1);
+    ids.push_back(static_cast<int32_t>(id));
+    pos = end;
+  }
+  const std::string decoded = tok->decode(ids);
+  std::fwrite(decoded.data(), 1, decoded.size(), stdout);
+}
+
+}  // namespace
+
+void add_tokenize_commands(CLI::App& app) {
+  auto args = std::make_shared<TokenizeArgs>();
+  auto* tok = app.add_subcommand("tokenize", "Print the token ids (or pieces) of a text file");
+  tok->add_option("--tokenizer", args->tokenizer, "gpt2, gpt2:DIR, char:VOCAB_FILE or a tokenizer.json")
+      ->capture_default_str();
+  tok->add_flag("--pieces", args->pieces, "print each token's bytes as a quoted string instead of ids");
+  tok->add_flag("--special-eot,!--text-eot", args->special_eot,
+                "read the literal <|endoftext|> as the special token (default) or as plain text");
+  tok->add_option("--threads", args->threads, "encoding threads (0 = OpenMP default)");
+  tok->add_option("file", args->file, "text file, or - for standard input")->required();
+  tok->callback([args] { run_tokenize(*args); });
+
+  auto* detok = app.add_subcommand("detokenize", "Print the text of whitespace-separated token ids");
+  detok->add_option("--tokenizer", args->tokenizer, "gpt2, gpt2:DIR, char:VOCAB_FILE or a tokenizer.json")
+      ->capture_default_str();
+  detok->add_option("file", args->file, "file of ids, or - for standard input")->required();
+  detok->callback([args] { run_detokenize(*args); });
+}
+
 }  // namespace frugal::cli

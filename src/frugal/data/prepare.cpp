@@ -1,0 +1,87 @@
+// `frugal prepare`: read and validate the inputs, tokenize, split, write shards + tokenizer.json.
+#include "frugal/data/prepare.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "frugal/core/error.h"
+#include "frugal/core/timer.h"
+#include "frugal/data/shard.h"
+#include "frugal/data/text.h"
+#include "frugal/data/tokenizer.h"
+
+namespace frugal::data {
+namespace {
+
+std::vector<std::string> read_inputs(const std::vector<std::string>& paths, int64_t& bytes) {
+  std::vector<std::string> texts;
+  for (const std::string& path : paths) {
+    texts.push_back(read_text_file(path));
+    check_utf8(texts.back(), "input file '" + path + "'");
+    bytes += static_cast<int64_t>(texts.back().size());
+  }
+  return texts;
+}
+
+// Tokens of the texts in order; gpt2 separates consecutive texts with its end-of-text token.
+std::vector<int32_t> encode_all(const Tokenizer& tok, const std::vector<std::string>& texts) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (i > 0 && tok.eot_token() >= 0) out.push_back(tok.eot_token());
+    const std::vector<int32_t> ids = tok.encode(texts[i]);
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+PrepareResult prepare(const PrepareOptions& o) {
+  FRUGAL_CHECK(!o.inputs.empty(), "no input files; pass at least one --input FILE");
+  FRUGAL_CHECK(!o.out_dir.empty(), "no output directory; pass --out DIR");
+  FRUGAL_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction {} must be in [0, 1)", o.val_fraction);
+  Timer total;
+  PrepareResult r;
+  const std::vector<std::string> train_texts = read_inputs(o.inputs, r.input_bytes);
+  const std::vector<std::string> val_texts = read_inputs(o.val_inputs, r.input_bytes);
+
+  std::unique_ptr<Tokenizer> tok;
+  if (o.tokenizer == "char") {
+    std::string all;
+    for (const auto* texts : {&train_texts, &val_texts})
+      for (const std::string& t : *texts) all += t;
+    tok = std::make_unique<CharTokenizer>(CharTokenizer::from_text(all));
+  } else {
+    FRUGAL_CHECK(o.tokenizer == "gpt2" || o.tokenizer.starts_with("gpt2:"), "unknown tokenizer "
+                 "'{}' for prepare; use gpt2, gpt2:DIR or char", o.tokenizer);
+    tok = load_tokenizer(o.tokenizer, {.allow_special = o.special_eot, .threads = o.threads});
+  }
+
+  Timer encode;
+  std::vector<int32_t> train = encode_all(*tok, train_texts);
+  std::vector<int32_t> val = encode_all(*tok, val_texts);
+  r.encode_seconds = encode.seconds();
+  if (o.val_inputs.empty()) {
+    const auto n_val = static_cast<size_t>(static_cast<double>(train.size()) * o.val_fraction);
+    val.assign(train.end() - static_cast<std::ptrdiff_t>(n_val), train.end());
+    train.resize(train.size() - n_val);
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  FRUGAL_CHECK(!ec, "cannot create output directory '{}': {}", o.out_dir, ec.message());
+  write_shard(o.out_dir + "/train.bin", train, tok->vocab_size());
+  write_shard(o.out_dir + "/val.bin", val, tok->vocab_size());
+  const std::string json_path = o.out_dir + "/tokenizer.json";
+  std::ofstream json(json_path, std::ios::binary);
+  json << tok->to_json() << "\n";
+  FRUGAL_CHECK(json.good(), "cannot write '{}'; check the directory is writable", json_path);
+
+  r.train_tokens = static_cast<int64_t>(train.size());
+  r.val_tokens = static_cast<int64_t>(val.size());
+  r.vocab_size = tok->vocab_size();
+  r.total_seconds = total.seconds();
+  return r;
+}
+
+}  // namespace frugal::data
