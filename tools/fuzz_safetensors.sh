@@ -31,5 +31,8 @@ seed two '{"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[3],"data_
 seed zero_size '{"e":{"dtype":"U8","shape":[0,5],"data_offsets":[0,0]},"f":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}}' 8
 seed overlap '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}' 8
 
-"$out/fuzz_safetensors" -max_total_time="$seconds" -jobs="$jobs" -workers="$jobs" -max_len=4096 \
-  -artifact_prefix="$out/" "$out/corpus"
+parallel=()
+if [ "$jobs" -gt 1 ]; then parallel=(-fork="$jobs"); fi
+cd "$out"  # libFuzzer writes its logs to the working directory
+./fuzz_safetensors -max_total_time="$seconds" "${parallel[@]}" -max_len=4096 \
+  -print_final_stats=1 -artifact_prefix="$out/" "$out/corpus"
