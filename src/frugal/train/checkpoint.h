@@ -1,0 +1,57 @@
+// Checkpoints. A run directory holds `config.toml`, `metrics.jsonl` and `checkpoints/`; each
+// checkpoint is a directory `checkpoints/step_NNNNNNNN/` with
+//   model.safetensors        parameters under Hugging Face GPT-2 names, frugal's (OC, IC) layout
+//                            (`frugal export --format hf` converts to GPT-2's Conv1D layout);
+//                            metadata: "format" = "frugal-v1", "config" = the resolved TOML
+//   train_state.safetensors  AdamW moments m and v over the flat buffer; metadata "state" = JSON
+//                            with step, optimizer step count, data-loader position, method states
+//   tokenizer.json           the tokenizer of the data the model was trained on
+// A checkpoint is written into a temporary directory, every file fsync'ed, then renamed into
+// place, and `checkpoints/latest` (the directory name) is replaced atomically last: a crash or a
+// full disk at any point leaves the previous checkpoint intact and `latest` pointing at it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "frugal/io/config.h"
+#include "frugal/model/gpt.h"
+#include "frugal/optim/adamw.h"
+
+namespace frugal {
+
+struct TrainState {
+  int64_t step = 0;            // optimizer steps completed
+  int64_t optimizer_steps = 0; // AdamW's bias-correction counter
+  uint64_t loader_epoch = 0;
+  int64_t loader_position = 0;
+  nlohmann::json methods = nlohmann::json::object();  // name -> that method's saved state
+};
+
+// Writes a checkpoint of `model` (and, when optim is non-null, its moments) into
+// run_dir/checkpoints/step_<step>/ and keeps only the newest `keep_last` (>= 1). Returns its path.
+std::string save_checkpoint(const std::string& run_dir, const io::Config& config, const GPT& model,
+                            const AdamW* optim, const TrainState& state,
+                            const std::string& tokenizer_json, int keep_last);
+
+// Resolves a run directory (its latest checkpoint) or a checkpoint directory to the checkpoint
+// directory. Throws Error saying what to do when there is none.
+std::string resolve_checkpoint(const std::string& path);
+
+// The resolved config stored in a checkpoint.
+io::Config checkpoint_config(const std::string& checkpoint_dir, const io::ConfigSchema& schema);
+
+// Loads parameters into `model`, whose config must have the same shapes: a mismatch is an Error
+// naming the tensor and both shapes.
+void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model);
+
+// Loads moments into optim and returns the training state.
+TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim);
+
+// A ready model for inference (eval, sample, export): config from the checkpoint, parameters
+// loaded. The checkpoint's tokenizer file is at checkpoint_dir + "/tokenizer.json".
+std::unique_ptr<GPT> load_checkpoint_model(const std::string& checkpoint_dir);
+
+}  // namespace frugal
