@@ -15,6 +15,8 @@ namespace frugal::kernels {
 namespace {
 
 using sparse24_detail::IsaKernel;
+using sparse24_detail::kPanelRowBytes;
+using sparse24_detail::kPanelWidth;
 
 // ---- instruction-set selection ----
 
@@ -36,20 +38,19 @@ const IsaKernel& active_kernel() {
 
 void resize_matrix(Sparse24Matrix& m, int rows, int cols) {
   const size_t units = static_cast<size_t>(rows / 4) * (cols / 4);
-  if (m.rows != rows || m.cols != cols || m.indices.size() != units) {
+  if (m.rows != rows || m.cols != cols || m.offsets.size() != units * 8) {
     m.values.resize(units * 8);
-    m.indices.resize(units);
+    m.offsets.resize(units * 8);
   }
   m.rows = rows;
   m.cols = cols;
 }
 
-// Packs one unit (8 values, index word) of the row-wise 2:4 matrix whose 4x4 block is
+// Packs one unit (8 values, 8 offsets) of the row-wise 2:4 matrix whose 4x4 block is
 // block(r, c) (r = row within the unit's tile, c = column within the group). Returns false when
 // some row does not keep exactly two entries.
 template <class Block>
-bool pack_unit(float* values, uint32_t* index, const Block& block) {
-  uint32_t bits = 0;
+bool pack_unit(float* values, uint16_t* offsets, const Block& block) {
   for (int r = 0; r < 4; ++r) {
     int kept = 0;
     for (int c = 0; c < 4; ++c) {
@@ -57,12 +58,11 @@ bool pack_unit(float* values, uint32_t* index, const Block& block) {
       if (!block(r, c, w)) continue;
       if (kept == 2) return false;
       values[2 * r + kept] = w;
-      bits |= static_cast<uint32_t>(c) << (8 * r + 2 * kept);
+      offsets[2 * r + kept] = static_cast<uint16_t>(c * kPanelRowBytes);
       ++kept;
     }
     if (kept != 2) return false;
   }
-  *index = bits;
   return true;
 }
 
@@ -88,16 +88,19 @@ inline void transpose8x8(__m256 v[8]) {
 }
 
 // dst (cols, rows) = (or += when Accumulate) src (rows, cols)ᵀ + col_bias (rows) or null.
+// The outer loop runs over bands of 8 dst rows, so the dst rows are written as streams: dst
+// strides are often multiples of 4 KiB, and scattering across many dst rows at once would thrash
+// one L1 set.
 template <bool Accumulate>
 void transpose_into(float* dst, size_t dst_ld, const float* src, size_t src_ld, int rows, int cols,
                     const float* col_bias) {
   const int rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
-  for (int i = 0; i < rows8; i += 8) {
-    const __m256 bias = col_bias ? _mm256_loadu_ps(col_bias + i) : _mm256_setzero_ps();
-    for (int j = 0; j < cols8; j += 8) {
+  for (int j = 0; j < cols8; j += 8) {
+    for (int i = 0; i < rows8; i += 8) {
       __m256 v[8];
       for (int r = 0; r < 8; ++r) v[r] = _mm256_loadu_ps(src + (i + r) * src_ld + j);
       transpose8x8(v);
+      const __m256 bias = col_bias ? _mm256_loadu_ps(col_bias + i) : _mm256_setzero_ps();
       for (int c = 0; c < 8; ++c) {
         float* d = dst + (j + c) * dst_ld + i;
         __m256 x = _mm256_add_ps(v[c], bias);
@@ -133,7 +136,7 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
                       int N, bool accumulate) {
   const IsaKernel& kernel = active_kernel();
   const int R = A.rows, K = A.cols, G = K / 4, tiles = R / 4;
-  const int NR = kernel.panel_width;
+  const int NR = kPanelWidth;
   const int panels = (N + NR - 1) / NR;
   if (N <= 0 || R == 0) return;
   static thread_local Scratch scratch;
@@ -164,7 +167,7 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
 #pragma omp barrier
       for (int g0 = 0; g0 < G; g0 += kernel.chunk_groups) {
         const int g1 = std::min(G, g0 + kernel.chunk_groups);
-        kernel.chunk(C, P + static_cast<size_t>(4) * g0 * NR, A.values.data(), A.indices.data(),
+        kernel.chunk(C, P + static_cast<size_t>(4) * g0 * NR, A.values.data(), A.offsets.data(),
                      G, t0, t1, g0, g1, g0 == 0);
       }
       float* dst = out + static_cast<size_t>(n0) * R + 4 * t0;
@@ -207,8 +210,8 @@ void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int
       };
       auto cols = [&](int r, int c, float& w) { return rows(c, r, w); };
       const size_t unit_w = static_cast<size_t>(bo) * GI + bi, unit_t = static_cast<size_t>(bi) * GO + bo;
-      const bool ok = pack_unit(out.w.values.data() + unit_w * 8, out.w.indices.data() + unit_w, rows) &&
-                      pack_unit(out.wt.values.data() + unit_t * 8, out.wt.indices.data() + unit_t, cols);
+      const bool ok = pack_unit(out.w.values.data() + unit_w * 8, out.w.offsets.data() + unit_w * 8, rows) &&
+                      pack_unit(out.wt.values.data() + unit_t * 8, out.wt.offsets.data() + unit_t * 8, cols);
       if (!ok) bad_unit = std::max(bad_unit, static_cast<long long>(unit_w));
     }
   }

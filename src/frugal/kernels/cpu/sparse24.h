@@ -3,8 +3,10 @@
 // A 2:4 matrix A (R,K) keeps exactly two entries in every group of 4 consecutive entries of a
 // row. It is packed in 4-row tiles, the layout the micro-kernel streams: for tile t (rows 4t..4t+3)
 // and group g (columns 4g..4g+3), one unit holds the 8 kept values (row by row, in column order)
-// and one uint32 whose byte r is i0 | i1 << 2, the in-group columns of row r's two kept values.
-// Units are stored tile-major (unit index t * K/4 + g), so a tile's run of groups is contiguous.
+// and their 8 uint16 offsets: in-group column × 384, the byte offset of that column's row in the
+// micro-kernel's transposed input panel (96 floats per row), so the kernel adds the offset to a
+// pointer and FMAs, with no index arithmetic. Units are stored tile-major (unit t * K/4 + g), so
+// a tile's run of groups is contiguous.
 //
 // A transposably masked linear weight W (OC,IC) is packed twice from the same mask: W (2:4 along
 // IC) for the forward product and Wᵀ (2:4 along OC) for the input gradient. Repack after every
@@ -19,7 +21,7 @@ namespace frugal::kernels {
 struct Sparse24Matrix {
   int rows = 0, cols = 0;    // R, K of the dense matrix
   Buffer<float> values;      // (R/4, K/4, 4, 2) kept values
-  Buffer<uint32_t> indices;  // (R/4, K/4) in-group column positions, 2 bits each
+  Buffer<uint16_t> offsets;  // (R/4, K/4, 4, 2) in-group column × panel row bytes
 };
 
 struct Sparse24Weight {

@@ -1,4 +1,5 @@
-// AVX2/FMA instantiation of the 2:4 micro-kernel: 4 rows × 3 vectors of 8 (12 accumulators).
+// AVX2/FMA instantiation of the 2:4 micro-kernel: 4 rows × 3 vectors of 8 (12 accumulators),
+// covering the 96-column panel in 4 strips.
 #include <immintrin.h>
 
 #include "frugal/kernels/cpu/sparse24_microkernel.h"
@@ -21,7 +22,7 @@ constexpr int kVectors = 3;
 }  // namespace
 
 const IsaKernel& avx2_kernel() {
-  static const IsaKernel k{Avx2::kLanes * kVectors, 64, &chunk_kernel<Avx2, kVectors>};
+  static const IsaKernel k{16, &chunk_kernel<Avx2, kVectors>};
   return k;
 }
 

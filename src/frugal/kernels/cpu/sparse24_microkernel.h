@@ -11,14 +11,18 @@
 
 namespace frugal::kernels::sparse24_detail {
 
-// One instruction set's micro-kernel: tiles [t0,t1) of C (R, panel_width) += or = S(A) rows ·
-// panel chunk; the chunk covers groups [g0,g1) of A's columns, xchunk = P + 4*g0*panel_width.
+// One instruction set's micro-kernel: tiles [t0,t1) of C (R, kPanelWidth) += or = S(A) rows ·
+// panel chunk; the chunk covers groups [g0,g1) of A's columns, xchunk = P + 4*g0*kPanelWidth.
 using ChunkKernel = void (*)(float* C, const float* xchunk, const float* values,
-                             const uint32_t* indices, int groups, int t0, int t1, int g0, int g1,
+                             const uint16_t* offsets, int groups, int t0, int t1, int g0, int g1,
                              bool overwrite);
 
+// Panel width NR (dense input rows per panel) shared by all instruction sets, so the packed
+// offsets (column-in-group × panel row bytes) do not depend on the instruction set.
+constexpr int kPanelWidth = 96;
+constexpr int kPanelRowBytes = kPanelWidth * 4;
+
 struct IsaKernel {
-  int panel_width;   // NR: dense input rows per panel
   int chunk_groups;  // groups of 4 columns per cache chunk (the chunk of P stays in L1)
   ChunkKernel chunk;
 };
@@ -27,13 +31,16 @@ const IsaKernel& avx2_kernel();
 const IsaKernel& avx512_kernel();
 
 // V provides: reg, kLanes, zero(), load(p), store(p, v), bcast(p), fma(a, b, c) = a*b + c.
+// The panel's kPanelWidth columns are covered in strips of NV vectors.
 template <class V, int NV>
-void chunk_kernel(float* C, const float* xchunk, const float* values, const uint32_t* indices,
+void chunk_kernel(float* C, const float* xchunk, const float* values, const uint16_t* offsets,
                   int groups, int t0, int t1, int g0, int g1, bool overwrite) {
-  constexpr int NR = V::kLanes * NV;
-  for (int t = t0; t < t1; ++t) {
+  constexpr int NR = kPanelWidth, kStrip = V::kLanes * NV;
+  static_assert(NR % kStrip == 0, "the strip width must divide the panel width");
+  for (int t = t0; t < t1; ++t)
+    for (int strip = 0; strip < NR; strip += kStrip) {
     typename V::reg acc[4][NV];
-    float* c = C + static_cast<size_t>(t) * 4 * NR;
+    float* c = C + static_cast<size_t>(t) * 4 * NR + strip;
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r)
 #pragma GCC unroll 8
@@ -41,15 +48,16 @@ void chunk_kernel(float* C, const float* xchunk, const float* values, const uint
         acc[r][v] = overwrite ? V::zero() : V::load(c + r * NR + v * V::kLanes);
     const size_t unit = static_cast<size_t>(t) * groups + g0;
     const float* a = values + unit * 8;
-    const uint32_t* ix = indices + unit;
-    const float* xg = xchunk;
-    for (int g = g0; g < g1; ++g, a += 8, ++ix, xg += 4 * NR) {
-      const uint32_t bits = *ix;
+    const uint16_t* off = offsets + unit * 8;
+    const char* xg = reinterpret_cast<const char*>(xchunk + strip);
+    for (int g = g0; g < g1; ++g, a += 8, off += 8, xg += 4 * kPanelRowBytes) {
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
-        const uint32_t b = bits >> (8 * r);
-        const float* x0 = xg + (b & 3u) * NR;
-        const float* x1 = xg + ((b >> 2) & 3u) * NR;
+        const float* x0 = reinterpret_cast<const float*>(xg + off[2 * r]);
+        const float* x1 = reinterpret_cast<const float*>(xg + off[2 * r + 1]);
+        // Materialise the row pointers so the FMAs address [pointer + displacement]: an indexed
+        // memory operand would be un-laminated into two uops and halve the issue rate.
+        __asm__("" : "+r"(x0), "+r"(x1));
         const typename V::reg a0 = V::bcast(a + 2 * r), a1 = V::bcast(a + 2 * r + 1);
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) acc[r][v] = V::fma(a0, V::load(x0 + v * V::kLanes), acc[r][v]);
@@ -61,7 +69,7 @@ void chunk_kernel(float* C, const float* xchunk, const float* values, const uint
     for (int r = 0; r < 4; ++r)
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) V::store(c + r * NR + v * V::kLanes, acc[r][v]);
-  }
+    }
 }
 
 }  // namespace frugal::kernels::sparse24_detail
