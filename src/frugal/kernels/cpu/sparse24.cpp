@@ -3,7 +3,6 @@
 #include "frugal/kernels/cpu/sparse24.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -122,61 +121,50 @@ void transpose_into(float* dst, size_t dst_ld, const float* src, size_t src_ld, 
 
 // ---- driver ----
 
-// Per-call scratch of the calling thread, grown on demand: two input panels and the outᵀ tile.
+// Scratch of one thread, grown on demand and kept between calls: its input panel P (K, NR) and
+// the outᵀ tile C (R, NR) it accumulates.
 struct Scratch {
-  Buffer<float> panels[2];
-  Buffer<float> c;
-  static void ensure(Buffer<float>& b, size_t n) {
+  Buffer<float> panel, c;
+  static float* ensure(Buffer<float>& b, size_t n) {
     if (b.size() < n) b.resize(n);
+    return b.data();
   }
 };
 
-// out (N,R) = (or += when accumulate) inp (N,K) · S(A)ᵀ + bias (R) or null
+// out (N,R) = (or += when accumulate) inp (N,K) · S(A)ᵀ + bias (R) or null.
+// Threads take whole panels of NR input rows dynamically: no barriers, and a thread slowed down
+// by other load on a shared machine simply takes fewer panels. Each output element is computed
+// by one thread in a fixed order, so results do not depend on the thread count.
 void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, const float* bias,
                       int N, bool accumulate) {
   const IsaKernel& kernel = active_kernel();
   const int R = A.rows, K = A.cols, G = K / 4, tiles = R / 4;
-  const int NR = kPanelWidth;
+  constexpr int NR = kPanelWidth;
   const int panels = (N + NR - 1) / NR;
   if (N <= 0 || R == 0) return;
-  static thread_local Scratch scratch;
-  Scratch::ensure(scratch.panels[0], static_cast<size_t>(K) * NR);
-  Scratch::ensure(scratch.panels[1], static_cast<size_t>(K) * NR);
-  Scratch::ensure(scratch.c, static_cast<size_t>(R) * NR);
-  float* panel_buf[2] = {scratch.panels[0].data(), scratch.panels[1].data()};
-  float* C = scratch.c.data();
 
 #pragma omp parallel
   {
-    const int nth = omp_get_num_threads(), tid = omp_get_thread_num();
-    // This thread's tiles of A (computed and stored) and columns of the panel (packed).
-    const int t0 = static_cast<int>(static_cast<long long>(tiles) * tid / nth);
-    const int t1 = static_cast<int>(static_cast<long long>(tiles) * (tid + 1) / nth);
-    const int k0 = static_cast<int>(static_cast<long long>(K / 8) * tid / nth) * 8;
-    const int k1 = tid + 1 == nth ? K : static_cast<int>(static_cast<long long>(K / 8) * (tid + 1) / nth) * 8;
+    static thread_local Scratch scratch;
+    float* P = Scratch::ensure(scratch.panel, static_cast<size_t>(K) * NR);
+    float* C = Scratch::ensure(scratch.c, static_cast<size_t>(R) * NR);
+#pragma omp for schedule(dynamic, 1)
     for (int p = 0; p < panels; ++p) {
-      // Double-buffered panel: one barrier per panel suffices, since a thread packing panel p+1
-      // writes the buffer of panel p-1, which every thread finished before the barrier of p.
-      float* P = panel_buf[p % 2];
       const int n0 = p * NR, rows = std::min(NR, N - n0);
-      transpose_into<false>(P + static_cast<size_t>(k0) * NR, NR,
-                            inp + static_cast<size_t>(n0) * K + k0, K, rows, k1 - k0, nullptr);
+      transpose_into<false>(P, NR, inp + static_cast<size_t>(n0) * K, K, rows, K, nullptr);
       if (rows < NR)
-        for (int k = k0; k < k1; ++k)
+        for (int k = 0; k < K; ++k)
           std::fill(P + static_cast<size_t>(k) * NR + rows, P + static_cast<size_t>(k + 1) * NR, 0.0f);
-#pragma omp barrier
       for (int g0 = 0; g0 < G; g0 += kernel.chunk_groups) {
         const int g1 = std::min(G, g0 + kernel.chunk_groups);
         kernel.chunk(C, P + static_cast<size_t>(4) * g0 * NR, A.values.data(), A.offsets.data(),
-                     G, t0, t1, g0, g1, g0 == 0);
+                     G, 0, tiles, g0, g1, g0 == 0);
       }
-      float* dst = out + static_cast<size_t>(n0) * R + 4 * t0;
-      const float* src = C + static_cast<size_t>(4) * t0 * NR;
-      const float* b = bias ? bias + 4 * t0 : nullptr;
+      float* dst = out + static_cast<size_t>(n0) * R;
       if (accumulate)
-        transpose_into<true>(dst, R, src, NR, 4 * (t1 - t0), rows, b);
+        transpose_into<true>(dst, R, C, NR, R, rows, bias);
       else
-        transpose_into<false>(dst, R, src, NR, 4 * (t1 - t0), rows, b);
+        transpose_into<false>(dst, R, C, NR, R, rows, bias);
     }
   }
 }
