@@ -45,24 +45,22 @@ void resize_matrix(Sparse24Matrix& m, int rows, int cols) {
   m.cols = cols;
 }
 
-// Packs one unit (8 values, 8 offsets) of the row-wise 2:4 matrix whose 4x4 block is
-// block(r, c) (r = row within the unit's tile, c = column within the group). Returns false when
-// some row does not keep exactly two entries.
-template <class Block>
-bool pack_unit(float* values, uint16_t* offsets, const Block& block) {
+// Packs one unit (8 values, 8 offsets) from a 4x4 block: row r of the unit keeps the entries
+// at(r, c) whose bit c of keep[r] is set. Branch-free (mask bits are unpredictable); returns
+// false when some keep[r] does not have exactly two bits.
+template <class At>
+bool pack_unit(float* values, uint16_t* offsets, const uint32_t keep[4], const At& at) {
+  bool ok = true;
   for (int r = 0; r < 4; ++r) {
-    int kept = 0;
-    for (int c = 0; c < 4; ++c) {
-      float w;
-      if (!block(r, c, w)) continue;
-      if (kept == 2) return false;
-      values[2 * r + kept] = w;
-      offsets[2 * r + kept] = static_cast<uint16_t>(c * kPanelRowBytes);
-      ++kept;
-    }
-    if (kept != 2) return false;
+    const uint32_t k = keep[r] | 0x30u;  // guard bits keep both ctz defined for bad masks
+    const int c0 = __builtin_ctz(k), c1 = __builtin_ctz(k & (k - 1)) & 3;
+    ok &= __builtin_popcount(keep[r]) == 2;
+    values[2 * r] = at(r, c0 & 3);
+    values[2 * r + 1] = at(r, c1);
+    offsets[2 * r] = static_cast<uint16_t>((c0 & 3) * kPanelRowBytes);
+    offsets[2 * r + 1] = static_cast<uint16_t>(c1 * kPanelRowBytes);
   }
-  return true;
+  return ok;
 }
 
 // ---- transposes (8x8 AVX blocks, scalar edges) ----
@@ -191,15 +189,18 @@ void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int
   for (int bo = 0; bo < GO; ++bo) {
     for (int bi = 0; bi < GI; ++bi) {
       const size_t origin = static_cast<size_t>(4 * bo) * IC + 4 * bi;
-      auto rows = [&](int r, int c, float& w) {
-        const size_t at = origin + static_cast<size_t>(r) * IC + c;
-        w = W[at];
-        return mask[at] != 0;
-      };
-      auto cols = [&](int r, int c, float& w) { return rows(c, r, w); };
+      auto w_at = [&](int r, int c) { return W[origin + static_cast<size_t>(r) * IC + c]; };
+      auto wt_at = [&](int r, int c) { return w_at(c, r); };
+      uint32_t rows[4], cols[4] = {0, 0, 0, 0};  // kept bits of each block row and column
+      for (int r = 0; r < 4; ++r) {
+        const uint8_t* m = mask + origin + static_cast<size_t>(r) * IC;
+        rows[r] = (m[0] != 0) | (m[1] != 0) << 1 | (m[2] != 0) << 2 | (m[3] != 0) << 3;
+        for (int c = 0; c < 4; ++c) cols[c] |= ((rows[r] >> c) & 1u) << r;
+      }
       const size_t unit_w = static_cast<size_t>(bo) * GI + bi, unit_t = static_cast<size_t>(bi) * GO + bo;
-      const bool ok = pack_unit(out.w.values.data() + unit_w * 8, out.w.offsets.data() + unit_w * 8, rows) &&
-                      pack_unit(out.wt.values.data() + unit_t * 8, out.wt.offsets.data() + unit_t * 8, cols);
+      const bool ok_w = pack_unit(out.w.values.data() + unit_w * 8, out.w.offsets.data() + unit_w * 8, rows, w_at);
+      const bool ok_t = pack_unit(out.wt.values.data() + unit_t * 8, out.wt.offsets.data() + unit_t * 8, cols, wt_at);
+      const bool ok = ok_w && ok_t;
       if (!ok) bad_unit = std::max(bad_unit, static_cast<long long>(unit_w));
     }
   }
