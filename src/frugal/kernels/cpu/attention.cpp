@@ -92,15 +92,14 @@ enum class Causal {
 struct Operand {
   const float* data;
   size_t row_stride, k_stride;
-  Operand at(int r, int k) const { return {data + r * row_stride + k * k_stride, row_stride, k_stride}; }
 };
 
 // C (MR x 8·NV) = or += A (MR x K) · B (K x 8·NV); C and B row-major. MR <= 6,
 // NV <= 2. The accumulators are named scalars, not an array: GCC keeps an array of vectors in
 // memory across the k loop, which halves the FMA rate.
 template <int MR, int NV>
-inline void micro_kernel(float* C, int ldc, Operand A, const float* B, int ldb, int K,
-                         bool accumulate) {
+inline void micro_kernel(float* C, int ldc, const float* A, size_t a_rs, size_t a_ks,
+                         const float* B, int ldb, int K, bool accumulate) {
   static_assert(MR >= 1 && MR <= 6 && (NV == 1 || NV == 2));
   const __m256 z = _mm256_setzero_ps();
   __m256 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z, c40 = z,
@@ -110,7 +109,7 @@ inline void micro_kernel(float* C, int ldc, Operand A, const float* B, int ldb, 
     const __m256 b0 = _mm256_loadu_ps(b);
     const __m256 b1 = NV == 2 ? _mm256_loadu_ps(b + 8) : z;
     auto row = [&](int r, __m256& x0, __m256& x1) {
-      const __m256 a = _mm256_broadcast_ss(A.data + r * A.row_stride + k * A.k_stride);
+      const __m256 a = _mm256_broadcast_ss(A + r * a_rs + k * a_ks);
       x0 = _mm256_fmadd_ps(a, b0, x0);
       if constexpr (NV == 2) x1 = _mm256_fmadd_ps(a, b1, x1);
     };
@@ -139,15 +138,15 @@ inline void micro_kernel(float* C, int ldc, Operand A, const float* B, int ldb, 
 }
 
 template <int NV>
-void micro_kernel_rows(int mr, float* C, int ldc, Operand A, const float* B, int ldb, int K,
-                       bool accumulate) {
+void micro_kernel_rows(int mr, float* C, int ldc, const float* A, size_t a_rs, size_t a_ks,
+                       const float* B, int ldb, int K, bool accumulate) {
   switch (mr) {
-    case 6: micro_kernel<6, NV>(C, ldc, A, B, ldb, K, accumulate); break;
-    case 5: micro_kernel<5, NV>(C, ldc, A, B, ldb, K, accumulate); break;
-    case 4: micro_kernel<4, NV>(C, ldc, A, B, ldb, K, accumulate); break;
-    case 3: micro_kernel<3, NV>(C, ldc, A, B, ldb, K, accumulate); break;
-    case 2: micro_kernel<2, NV>(C, ldc, A, B, ldb, K, accumulate); break;
-    default: micro_kernel<1, NV>(C, ldc, A, B, ldb, K, accumulate); break;
+    case 6: micro_kernel<6, NV>(C, ldc, A, a_rs, a_ks, B, ldb, K, accumulate); break;
+    case 5: micro_kernel<5, NV>(C, ldc, A, a_rs, a_ks, B, ldb, K, accumulate); break;
+    case 4: micro_kernel<4, NV>(C, ldc, A, a_rs, a_ks, B, ldb, K, accumulate); break;
+    case 3: micro_kernel<3, NV>(C, ldc, A, a_rs, a_ks, B, ldb, K, accumulate); break;
+    case 2: micro_kernel<2, NV>(C, ldc, A, a_rs, a_ks, B, ldb, K, accumulate); break;
+    default: micro_kernel<1, NV>(C, ldc, A, a_rs, a_ks, B, ldb, K, accumulate); break;
   }
 }
 
@@ -163,8 +162,9 @@ void gemm_panel(float* C, int ldc, Operand A, const float* B, int ldb, int M, in
     if (causal == Causal::KeyRowsQueryCols && m > n0 + 8 * NV - 1 + off) continue;
     if (causal == Causal::QueryRowsKeyInner) k_end = std::clamp(m + mr + off, 0, K);
     if (causal == Causal::KeyRowsQueryInner) k_begin = std::clamp(m - off, 0, K);
-    micro_kernel_rows<NV>(mr, C + m * ldc, ldc, A.at(m, k_begin),
-                          B + static_cast<size_t>(k_begin) * ldb, ldb,
+    // Operand fields go as scalars: a struct argument costs a store-forwarding stall per call.
+    micro_kernel_rows<NV>(mr, C + m * ldc, ldc, A.data + m * A.row_stride + k_begin * A.k_stride,
+                          A.row_stride, A.k_stride, B + static_cast<size_t>(k_begin) * ldb, ldb,
                           std::max(0, k_end - k_begin), accumulate);
   }
 }
@@ -250,12 +250,15 @@ struct ForwardScratch {
 // new running max, P = exp(S·scale - max) in place (masked lanes 0), running sum rescaled;
 // alpha (8) receives the factor by which these queries' partial outputs must be rescaled.
 // Valid (key j, query i): j <= i + off (causal) and i < nq; other lanes may hold garbage.
+// kMasked = false when every lane is valid (the block lies below the diagonal, inside the tile).
+template <bool kMasked>
 void softmax_update(float* st, int nk, int c, int nq, int off, float scale, float* m, float* l,
                     float* alpha) {
   const __m256i lane = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   const __m256i in_tile = _mm256_cmpgt_epi32(_mm256_set1_epi32(nq), lane);
   const __m256i last_key = _mm256_add_epi32(lane, _mm256_set1_epi32(off));  // i + off
   auto valid = [&](int j) {
+    if constexpr (!kMasked) return _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     return _mm256_castsi256_ps(
         _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(j), last_key), in_tile));
   };
@@ -263,13 +266,15 @@ void softmax_update(float* st, int nk, int c, int nq, int off, float scale, floa
   __m256 m_new = m_old;
   for (int j = 0; j < nk; ++j) {
     const __m256 sj = _mm256_mul_ps(_mm256_loadu_ps(st + j * kTile + c), vs);
-    m_new = _mm256_blendv_ps(m_new, _mm256_max_ps(m_new, sj), valid(j));
+    m_new = kMasked ? _mm256_blendv_ps(m_new, _mm256_max_ps(m_new, sj), valid(j))
+                    : _mm256_max_ps(m_new, sj);
   }
   const __m256 neg_m = _mm256_sub_ps(_mm256_setzero_ps(), m_new);
   __m256 sum = _mm256_setzero_ps();
   for (int j = 0; j < nk; ++j) {
     float* sj = st + j * kTile + c;
-    const __m256 p = _mm256_and_ps(exp8(_mm256_fmadd_ps(_mm256_loadu_ps(sj), vs, neg_m)), valid(j));
+    __m256 p = exp8(_mm256_fmadd_ps(_mm256_loadu_ps(sj), vs, neg_m));
+    if constexpr (kMasked) p = _mm256_and_ps(p, valid(j));
     _mm256_storeu_ps(sj, p);
     sum = _mm256_add_ps(sum, p);
   }
@@ -296,8 +301,11 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
     const float* V = K + d.C;
     gemm_tile(w.st.data(), kTile, Operand{K, size_t(C3), 1}, w.qt.data(), kTile, nk, nq_pad, HS,
               false, Causal::KeyRowsQueryCols, off);  // Sᵀ = K·Qᵀ
-    for (int c = 0; c < nq_pad; c += 8)
-      softmax_update(w.st.data(), nk, c, nq, off, d.scale, w.m.data(), w.l.data(), w.alpha.data());
+    for (int c = 0; c < nq_pad; c += 8) {
+      const bool masked = c + 8 > nq || nk - 1 > c + off;  // padding lanes or above the diagonal
+      (masked ? softmax_update<true> : softmax_update<false>)(
+          w.st.data(), nk, c, nq, off, d.scale, w.m.data(), w.l.data(), w.alpha.data());
+    }
     for (int i = 0; i < nq; ++i) {
       if (w.alpha[i] == 1.0f) continue;
       float* orow = w.o.data() + i * HS;
