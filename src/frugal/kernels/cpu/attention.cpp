@@ -246,9 +246,14 @@ struct ForwardScratch {
       : qt(HS * kTile), st(kTile * kTile), o(kTile * HS), m(kTile), l(kTile), alpha(kTile) {}
 };
 
+// The running max used as the softmax shift only moves when the true max exceeds it by more than
+// this (so P <= e^8 before normalisation): most key tiles then leave it alone and the partial
+// outputs need no rescaling. Exact in exact arithmetic; lse = shift + log(sum) either way.
+constexpr float kShiftSlack = 8.0f;
+
 // Online-softmax update for query lanes c..c+7 from the score tile Sᵀ (keys x queries, nk rows):
-// new running max, P = exp(S·scale - max) in place (masked lanes 0), running sum rescaled;
-// alpha (8) receives the factor by which these queries' partial outputs must be rescaled.
+// new shift m, P = exp(S·scale - m) in place (masked lanes 0), running sum l rescaled; alpha (8)
+// receives the factor by which these queries' partial outputs must be rescaled.
 // Valid (key j, query i): j <= i + off (causal) and i < nq; other lanes may hold garbage.
 // kMasked = false when every lane is valid (the block lies below the diagonal, inside the tile).
 template <bool kMasked>
@@ -258,27 +263,31 @@ void softmax_update(float* st, int nk, int c, int nq, int off, float scale, floa
   const __m256i in_tile = _mm256_cmpgt_epi32(_mm256_set1_epi32(nq), lane);
   const __m256i last_key = _mm256_add_epi32(lane, _mm256_set1_epi32(off));  // i + off
   auto valid = [&](int j) {
-    if constexpr (!kMasked) return _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     return _mm256_castsi256_ps(
         _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(j), last_key), in_tile));
   };
+  // Keys past the last one any of these 8 queries sees get P = 0 without exp.
+  const int j_end = kMasked ? std::clamp(c + 8 + off, 0, nk) : nk;
   const __m256 vs = _mm256_set1_ps(scale), m_old = _mm256_loadu_ps(m + c);
-  __m256 m_new = m_old;
-  for (int j = 0; j < nk; ++j) {
+  __m256 m_max = m_old;
+  for (int j = 0; j < j_end; ++j) {
     const __m256 sj = _mm256_mul_ps(_mm256_loadu_ps(st + j * kTile + c), vs);
-    m_new = kMasked ? _mm256_blendv_ps(m_new, _mm256_max_ps(m_new, sj), valid(j))
-                    : _mm256_max_ps(m_new, sj);
+    m_max = kMasked ? _mm256_blendv_ps(m_max, _mm256_max_ps(m_max, sj), valid(j))
+                    : _mm256_max_ps(m_max, sj);
   }
+  const __m256 moved = _mm256_cmp_ps(m_max, _mm256_add_ps(m_old, _mm256_set1_ps(kShiftSlack)), _CMP_GT_OQ);
+  const __m256 m_new = _mm256_blendv_ps(m_old, m_max, moved);
   const __m256 neg_m = _mm256_sub_ps(_mm256_setzero_ps(), m_new);
   __m256 sum = _mm256_setzero_ps();
-  for (int j = 0; j < nk; ++j) {
+  for (int j = 0; j < j_end; ++j) {
     float* sj = st + j * kTile + c;
     __m256 p = exp8(_mm256_fmadd_ps(_mm256_loadu_ps(sj), vs, neg_m));
     if constexpr (kMasked) p = _mm256_and_ps(p, valid(j));
     _mm256_storeu_ps(sj, p);
     sum = _mm256_add_ps(sum, p);
   }
-  const __m256 a = exp8(_mm256_add_ps(m_old, neg_m));
+  for (int j = j_end; j < nk; ++j) _mm256_storeu_ps(st + j * kTile + c, _mm256_setzero_ps());
+  const __m256 a = exp8(_mm256_add_ps(m_old, neg_m));  // exactly 1 where the shift stayed
   _mm256_storeu_ps(alpha + c, a);
   _mm256_storeu_ps(l + c, _mm256_fmadd_ps(_mm256_loadu_ps(l + c), a, sum));
   _mm256_storeu_ps(m + c, m_new);
