@@ -1,10 +1,10 @@
-// Measured OpenBLAS SGEMM throughput: the machine reference that kernel benchmarks report against.
+// Plain OpenBLAS SGEMM for benchmarks: kernel timings are reported next to the SGEMM rate measured
+// in the same run (the machine's practical peak). Only kernels/cpu/ may call BLAS.
 #pragma once
 
 namespace frugal::kernels::cpu {
 
-// Best GFLOP/s over `reps` timed runs of C (M,N) = A (M,K) · B (K,N) in OpenBLAS (row-major, random
-// inputs) on the current thread count; one untimed warm-up run first.
-double sgemm_gflops(int M, int N, int K, int reps);
+// C (M,N) = A (M,K) · B (K,N), row-major, OpenBLAS on the current thread count.
+void reference_sgemm(int M, int N, int K, const float* A, const float* B, float* C);
 
 }  // namespace frugal::kernels::cpu
