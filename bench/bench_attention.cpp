@@ -4,13 +4,12 @@
 //   scores per head = T(T+1)/2; each costs 2·HS per matrix product.
 //   forward  = 2 products (Q·Kᵀ, P·V)                                = 2·B·NH·HS·T(T+1)
 //   backward = 5 products (Q·Kᵀ recomputed, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K) = 5·B·NH·HS·T(T+1)
-// Each rate is the best of `reps` timed calls: wall-clock GFLOP/s, and GFLOP per CPU-second of the
-// whole process (robust on a shared machine; times the thread count it bounds the wall rate).
+// Each rate is the best wall-clock time of `reps` calls (the machine is shared: the best call is
+// the one least disturbed by other processes).
 // Usage: bench_attention [threads=2] [reps=20]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <vector>
 
 #include "frugal/core/rng.h"
@@ -21,34 +20,21 @@
 
 namespace {
 
-double cpu_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-struct Rate {
-  double ms, wall_gflops, cpu_gflops;
-};
-
-// Best wall and best CPU time over `reps` calls (after one warm-up call), as rates for `flops`.
+// Best wall-clock seconds over `reps` calls, after one warm-up call.
 template <class F>
-Rate measure(F&& call, double flops, int reps) {
+double best_seconds(F&& call, int reps) {
   call();
-  double wall = 1e30, cpu = 1e30;
+  double best = 1e30;
   for (int r = 0; r < reps; ++r) {
-    const double c0 = cpu_seconds();
     frugal::Timer t;
     call();
-    wall = std::min(wall, t.seconds());
-    cpu = std::min(cpu, cpu_seconds() - c0);
+    best = std::min(best, t.seconds());
   }
-  return {wall * 1e3, flops / wall * 1e-9, flops / cpu * 1e-9};
+  return best;
 }
 
-void print(const char* what, const Rate& r) {
-  std::printf("  %s %.3f ms = %.1f GFLOP/s (%.1f GFLOP/cpu-s)", what, r.ms, r.wall_gflops,
-              r.cpu_gflops);
+void print(const char* what, double seconds, double flops) {
+  std::printf("  %s %.3f ms = %.1f GFLOP/s", what, seconds * 1e3, flops / seconds * 1e-9);
 }
 
 std::vector<float> random_floats(size_t n, uint64_t stream) {
@@ -64,13 +50,13 @@ void bench_attention(int B, int T, int C, int NH, int reps) {
   std::vector<float> out(n), lse(static_cast<size_t>(B) * NH * T), dqkv(3 * n);
   const double fwd_flops = 2.0 * B * NH * (C / NH) * T * (T + 1.0);
   std::printf("attention B=%d T=%d C=%d NH=%d HS=%d:", B, T, C, NH, C / NH);
-  print("forward:", measure([&] {
+  print("forward:", best_seconds([&] {
     frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-  }, fwd_flops, reps));
-  print(" backward:", measure([&] {
+  }, reps), fwd_flops);
+  print(" backward:", best_seconds([&] {
     frugal::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(),
                                         lse.data(), B, T, C, NH);
-  }, 2.5 * fwd_flops, reps));
+  }, reps), 2.5 * fwd_flops);
   std::printf("\n");
 }
 
@@ -79,9 +65,9 @@ void bench_sgemm(int M, int N, int K, int reps) {
                            b = random_floats(static_cast<size_t>(K) * N, 3);
   std::vector<float> c(static_cast<size_t>(M) * N);
   std::printf("OpenBLAS sgemm M=%d N=%d K=%d:", M, N, K);
-  print("", measure([&] {
+  print("", best_seconds([&] {
     frugal::kernels::cpu::reference_sgemm(M, N, K, a.data(), b.data(), c.data());
-  }, 2.0 * M * N * K, reps));
+  }, reps), 2.0 * M * N * K);
   std::printf("\n");
 }
 
