@@ -3,7 +3,8 @@
 // FLOPs counted (causal, useful work only; diagonal tiles compute some masked scores besides):
 //   scores per head = T(T+1)/2; each costs 2·HS per matrix product.
 //   forward  = 2 products (Q·Kᵀ, P·V)                                = 2·B·NH·HS·T(T+1)
-//   backward = 5 products (Q·Kᵀ recomputed, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K) = 5·B·NH·HS·T(T+1)
+//   backward = 5 products (Q·Kᵀ recomputed, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K)
+//                                                                     = 5·B·NH·HS·T(T+1)
 // Each rate is the best wall-clock time of `reps` calls (the machine is shared: the best call is
 // the one least disturbed by other processes).
 // Usage: bench_attention [threads=2] [reps=20]

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -56,7 +55,8 @@ inline __m256 exp8(__m256 x) {
 
 // Lanes j0..j0+7 that are < n_valid: all-ones, else zero.
 inline __m256 lanes_below(int j0, int n_valid) {
-  const __m256i j = _mm256_add_epi32(_mm256_set1_epi32(j0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i j =
+      _mm256_add_epi32(_mm256_set1_epi32(j0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n_valid), j));
 }
 
@@ -71,9 +71,10 @@ inline float hsum(__m256 v) {
 inline void probability_row(float* s, int n_pad, int n_valid, float scale, float lse) {
   const __m256 vs = _mm256_set1_ps(scale), vshift = _mm256_set1_ps(-lse);
   int j = 0;
-  for (; j < n_valid; j += 8)
-    _mm256_storeu_ps(s + j, _mm256_and_ps(exp8(_mm256_fmadd_ps(_mm256_loadu_ps(s + j), vs, vshift)),
-                                          lanes_below(j, n_valid)));
+  for (; j < n_valid; j += 8) {
+    const __m256 p = exp8(_mm256_fmadd_ps(_mm256_loadu_ps(s + j), vs, vshift));
+    _mm256_storeu_ps(s + j, _mm256_and_ps(p, lanes_below(j, n_valid)));
+  }
   std::fill(s + j, s + n_pad, 0.0f);
 }
 
@@ -207,7 +208,8 @@ inline void transpose8x8(float* dst, int ld_dst, const float* src, size_t ld_src
 void transpose_tile(float* dst, int ld_dst, const float* src, size_t ld_src, int rows, int cols) {
   const int full = rows & ~7;
   for (int r = 0; r < full; r += 8)
-    for (int c = 0; c < cols; c += 8) transpose8x8(dst + c * ld_dst + r, ld_dst, src + r * ld_src + c, ld_src);
+    for (int c = 0; c < cols; c += 8)
+      transpose8x8(dst + c * ld_dst + r, ld_dst, src + r * ld_src + c, ld_src);
   for (int c = 0; c < cols; ++c) {
     float* d = dst + c * ld_dst;
     for (int r = full; r < rows; ++r) d[r] = src[r * ld_src + c];
@@ -259,7 +261,8 @@ constexpr float kShiftSlack = 8.0f;
 template <bool kMasked>
 void softmax_update(float* st, int nk, int c, int nq, int off, float scale, float* m, float* l,
                     float* alpha) {
-  const __m256i lane = _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i lane =
+      _mm256_add_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   const __m256i in_tile = _mm256_cmpgt_epi32(_mm256_set1_epi32(nq), lane);
   const __m256i last_key = _mm256_add_epi32(lane, _mm256_set1_epi32(off));  // i + off
   auto valid = [&](int j) {
@@ -275,7 +278,8 @@ void softmax_update(float* st, int nk, int c, int nq, int off, float scale, floa
     m_max = kMasked ? _mm256_blendv_ps(m_max, _mm256_max_ps(m_max, sj), valid(j))
                     : _mm256_max_ps(m_max, sj);
   }
-  const __m256 moved = _mm256_cmp_ps(m_max, _mm256_add_ps(m_old, _mm256_set1_ps(kShiftSlack)), _CMP_GT_OQ);
+  const __m256 moved =
+      _mm256_cmp_ps(m_max, _mm256_add_ps(m_old, _mm256_set1_ps(kShiftSlack)), _CMP_GT_OQ);
   const __m256 m_new = _mm256_blendv_ps(m_old, m_max, moved);
   const __m256 neg_m = _mm256_sub_ps(_mm256_setzero_ps(), m_new);
   __m256 sum = _mm256_setzero_ps();
@@ -391,10 +395,10 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
         probability_row(p + i * kTile, nk_pad, n_valid, d.scale, lse_bh[q0 + i]);
         ds_row(ds + i * kTile, p + i * kTile, nk_pad, n_valid, w.D[q0 + i], d.scale);
       }
-      const Operand pt{p, 1, kTile}, dst{ds, 1, kTile};  // Pᵀ, dSᵀ as views
-      gemm_tile(dV, C3, pt, dO, d.C, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
+      const Operand p_t{p, 1, kTile}, ds_t{ds, 1, kTile};  // Pᵀ, dSᵀ as views
+      gemm_tile(dV, C3, p_t, dO, d.C, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
                 off);  // dV += Pᵀ·dO
-      gemm_tile(dK, C3, dst, Q, C3, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
+      gemm_tile(dK, C3, ds_t, Q, C3, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
                 off);  // dK += dSᵀ·Q
       gemm_tile(dQ, C3, Operand{ds, kTile, 1}, K, C3, nq, HS, nk, true, Causal::QueryRowsKeyInner,
                 off);  // dQ += dS·K
