@@ -4,12 +4,15 @@
 // those act through its narrow interface: the ParamTable, the frozen-prefix boundary, and
 // per-block activation recomputation.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "frugal/core/memory.h"
 #include "frugal/model/config.h"
+#include "frugal/model/linear_format.h"
 #include "frugal/model/param_table.h"
 
 namespace frugal {
@@ -22,6 +25,7 @@ struct MemoryPlan {
 
 class GPT {
  public:
+  static constexpr size_t kAbsent = ~size_t(0);
   explicit GPT(const ModelConfig& config);
 
   const ModelConfig& config() const { return config_; }
@@ -51,11 +55,30 @@ class GPT {
   // The flat-buffer range [begin, end) of trainable parameters (frozen ones form a prefix).
   size_t trainable_begin() const;
 
+  // The linears of a block, in execution order.
+  enum class Linear { Qkv, Proj, Fc, Gate, FcProj };
+  static constexpr int kLinears = 5;
+  // Installs a non-dense execution format on block `layer`'s linear (null restores dense).
+  void set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format);
+  LinearFormat* linear_format(int layer, Linear which) const;
+  // The parameter-buffer offset of a block linear's weight (kAbsent for Gate without a gated MLP).
+  size_t linear_weight_offset(int layer, Linear which) const;
+  // Shape (OC, IC) of a block linear.
+  std::pair<int, int> linear_shape(Linear which) const;
+  // Calls refresh() of every installed format (after the master weights changed).
+  void refresh_formats();
+
   // Runs the forward pass and returns the mean loss over targets != -1. When `grad_scale` is
   // non-zero it also starts the backward pass at the head (d loss/d logits scaled by grad_scale)
   // so that backward() can follow. dropout_key varies the dropout masks per step.
+  // `prefix_output` (B,T,C), when given, is taken as the output of the first `prefix_blocks`
+  // blocks (activations cached by the caller; prefix_blocks must not exceed the frozen prefix, and
+  // 0 means the embeddings' output): the embeddings and those blocks are not run.
   float forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
-                uint64_t dropout_key = 0);
+                uint64_t dropout_key = 0, const float* prefix_output = nullptr,
+                int prefix_blocks = 0);
+  // Output (B,T,C) of block l from the last forward (l = -1: the embeddings), valid until the next.
+  const float* block_output(int l) const { return l < 0 ? encoded_ : acts_[l].res_out; }
   // Back-propagates the loss of the last forward(grad_scale != 0) into grads() (accumulating).
   void backward();
   void zero_grad();
@@ -77,14 +100,17 @@ class GPT {
   }
   const float* block_input(int l) const;
   void block_forward(int l, uint64_t dropout_key);
+  void linear_forward(int l, Linear which, float* out, const float* inp, int N);
+  void linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp, int N,
+                       bool accumulate_dinp);
   void block_backward(int l, uint64_t dropout_key);
   size_t head_offset() const;
 
-  static constexpr size_t kAbsent = ~size_t(0);
   ModelConfig config_;
   ParamTable table_;
   Buffer<float> params_, grads_;
   std::vector<BlockOffsets> blocks_;
+  std::vector<std::array<std::shared_ptr<LinearFormat>, kLinears>> formats_;
   size_t lnf_w_, lnf_b_;
 
   int B_ = 0, T_ = 0, frozen_ = 0;
