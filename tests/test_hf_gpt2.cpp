@@ -92,6 +92,13 @@ bool contains(const std::string& s, std::string_view part) { return s.find(part)
 json read_json(const std::string& path) { return json::parse(data::read_text_file(path)); }
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
+// A char tokenizer (fewer tokens than small_config's 70) saved under dir; returns its spec.
+std::string char_tokenizer_spec(const TempDir& dir) {
+  data::CharTokenizer tok = data::CharTokenizer::from_text("To be, or not to be: that is the question.\n");
+  tok.save(dir.file("chars.json"));
+  return tok.spec();
+}
+
 int run_frugal(const std::string& args, std::string* output) {
   const std::string cmd = std::string(FRUGAL_BINARY) + " " + args + " 2>&1";
   std::FILE* p = ::popen(cmd.c_str(), "r");
@@ -120,7 +127,7 @@ TEST_P(HfRoundTrip, ImportWritesALoadableCheckpoint) {
   const auto model = random_model(small_config(GetParam()));
   io::export_hf_gpt2(*model, dir.file("hf"));
   const std::string checkpoint =
-      io::import_hf_gpt2(dir.file("hf"), dir.file("run"), "char:" FRUGAL_TEST_DATA "/char_vocab.json");
+      io::import_hf_gpt2(dir.file("hf"), dir.file("run"), char_tokenizer_spec(dir));
   EXPECT_EQ(resolve_checkpoint(dir.file("run")), checkpoint);
   const auto loaded = load_checkpoint_model(checkpoint);
   expect_same_config(model->config(), loaded->config());
@@ -197,7 +204,7 @@ TEST(HfExport, Gpt2TokenizerFilesAreTheBundledOnes) {
   const auto back = data::load_tokenizer_json(dir.file("hf/frugal_tokenizer.json"));
   EXPECT_EQ(back->spec(), "gpt2");
 
-  const auto chars = data::load_tokenizer("char:" FRUGAL_TEST_DATA "/char_vocab.json");
+  const auto chars = data::load_tokenizer(char_tokenizer_spec(dir));
   EXPECT_FALSE(io::export_hf_tokenizer(*chars, 16, dir.file("char")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("char/vocab.json")));
   EXPECT_EQ(data::load_tokenizer_json(dir.file("char/frugal_tokenizer.json"))->vocab_size(), chars->vocab_size());
@@ -318,7 +325,7 @@ TEST(HfCli, ImportThenExportReproducesTheWeightsFile) {
   TempDir dir;
   const auto model = random_model(small_config(false));
   io::export_hf_gpt2(*model, dir.file("hf"));
-  const auto chars = data::load_tokenizer("char:" FRUGAL_TEST_DATA "/char_vocab.json");
+  const auto chars = data::load_tokenizer(char_tokenizer_spec(dir));
   io::export_hf_tokenizer(*chars, 16, dir.file("hf"));  // frugal_tokenizer.json: import's default
 
   std::string out;
