@@ -263,9 +263,11 @@ void write_text(const fs::path& path, const std::string& text) {
                                            reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
-// One line of a plot: a data file (relative to out_dir), its `using` columns, a legend title.
+// One line of a plot: a data file (relative to out_dir), its `using` columns, a legend title, and
+// the run's index (its colour, the same in every plot).
 struct Series {
   std::string file, columns, title;
+  size_t run = 0;
 };
 
 struct Plot {
@@ -277,21 +279,27 @@ struct Plot {
   std::optional<double> hline;  // dashed target line
 };
 
+constexpr const char* kTargetStyle = "dashtype 2 linecolor 'gray40' linewidth 1.5";
+
 // The gnuplot commands that draw `plot` to <name>.png and <name>.svg.
 std::string plot_script(const Plot& plot) {
-  std::string s = fmt::format("set title {}\nset xlabel {}\nset ylabel {}\nunset logscale\n",
+  std::string s = fmt::format("set title {}\nset xlabel {}\nset ylabel {}\nunset logscale\nunset arrow\n",
                               gp_quote(plot.title), gp_quote(plot.xlabel), gp_quote(plot.ylabel));
+  if (plot.hline) {  // a function only spans the data's x range, the arrow the whole width
+    s += fmt::format("set arrow from graph 0, first {0} to graph 1, first {0} nohead {1}\n",
+                     gp_number(*plot.hline), kTargetStyle);
+  }
   s += plot.log_x ? "set logscale x\nset format x '%.0e'\n" : "set format x '% h'\n";
   s += "set terminal pngcairo noenhanced size 1000,640 font 'sans,11'\n";
   s += fmt::format("set output {}\nplot ", gp_quote(std::string(plot.name) + ".png"));
   for (size_t i = 0; i < plot.series.size(); ++i) {
     const Series& line = plot.series[i];
-    s += fmt::format("{}{} using {} with {} title {}", i ? ", \\\n     " : "", gp_quote(line.file),
-                     line.columns, plot.style, gp_quote(line.title));
+    s += fmt::format("{}{} using {} with {} linecolor {} title {}", i ? ", \\\n     " : "",
+                     gp_quote(line.file), line.columns, plot.style, line.run + 1, gp_quote(line.title));
   }
-  if (plot.hline) {
-    s += fmt::format(", \\\n     {} with lines dashtype 2 linecolor 'gray40' linewidth 1.5 title {}",
-                     gp_number(*plot.hline), gp_quote(fmt::format("target {:.4f}", *plot.hline)));
+  if (plot.hline) {  // as a function too: the y range takes it in, and it has a legend entry
+    s += fmt::format(", \\\n     {} with lines {} title {}", gp_number(*plot.hline), kTargetStyle,
+                     gp_quote(fmt::format("target {:.4f}", *plot.hline)));
   }
   s += "\nset terminal svg noenhanced size 1000,640 font 'sans,11' background '#ffffff'\n";
   s += fmt::format("set output {}\nreplot\nunset output\n\n", gp_quote(std::string(plot.name) + ".svg"));
@@ -324,12 +332,12 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
     auto add = [&](Plot& plot, const char* kind, const std::string& text, const char* columns) {
       const std::string file = fmt::format("data/run{}_{}.dat", i, kind);
       write_text(out_dir / file, text);
-      plot.series.push_back({file, columns, run.name});
+      plot.series.push_back({file, columns, run.name, i});
     };
     add(train, "train", loss, "1:2");
     if (!run.evals().empty()) {
       add(val_wall, "val", val, "2:4");
-      val_flops.series.push_back({val_wall.series.back().file, "3:4", run.name});
+      val_flops.series.push_back({val_wall.series.back().file, "3:4", run.name, i});
     }
     if (run.has("flip_rate")) add(flip, "flip", rate, "1:2");
   }
