@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -306,10 +307,17 @@ std::string plot_script(const Plot& plot) {
   return s;
 }
 
-// Writes data/run<i>_{train,val,flip}.dat and returns the plots to draw (those with any data).
+constexpr const char* kPlotDataDir = "plot-data";  // under out_dir
+
+// Writes plot-data/run<i>_{train,val,flip}.dat and returns the plots to draw (those with any data).
 std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const ReportTable& table,
                                   const fs::path& out_dir) {
-  fs::create_directories(out_dir / "data");
+  const fs::path data_dir = out_dir / kPlotDataDir;
+  fs::create_directories(data_dir);
+  for (const auto& entry : fs::directory_iterator(data_dir)) {  // an earlier report's, maybe more runs
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("run") && name.ends_with(".dat")) fs::remove(entry.path());
+  }
   Plot val_wall{kPlotValVsWall, "Validation loss vs wall-clock", "wall-clock (s)", "validation loss",
                 false, "linespoints pointtype 7 pointsize 0.7 linewidth 2", {}, table.target};
   Plot val_flops{kPlotValVsFlops, "Validation loss vs training FLOPs", "training FLOPs (log scale)",
@@ -330,7 +338,7 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
       if (auto r = p.get("flip_rate")) rate += fmt::format("{} {}\n", p.step, gp_number(*r));
     }
     auto add = [&](Plot& plot, const char* kind, const std::string& text, const char* columns) {
-      const std::string file = fmt::format("data/run{}_{}.dat", i, kind);
+      const std::string file = fmt::format("{}/run{}_{}.dat", kPlotDataDir, i, kind);
       write_text(out_dir / file, text);
       plot.series.push_back({file, columns, run.name, i});
     };
@@ -398,6 +406,8 @@ ReportTable write_report(const std::vector<RunMetrics>& runs_in, const std::stri
                          "set grid\nset key top right box opaque\n\n";
     for (const Plot& p : plots) script += plot_script(p);
     write_text(out / "plots.gp", script);
+    for (const char* name : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep})
+      for (const char* ext : {".png", ".svg"}) fs::remove(out / (std::string(name) + ext));  // stale
     run_gnuplot(*gnuplot, out);
     md += "\n## Plots\n";
     for (const Plot& p : plots) {

@@ -89,7 +89,7 @@ inline constexpr const char* kPlotTrainVsStep = "train_loss_vs_step";
 inline constexpr const char* kPlotFlipVsStep = "flip_rate_vs_step";
 
 // Writes OUT_DIR/report.md (table + plots) and, with options.plots, OUT_DIR/<plot>.png/.svg plus
-// the gnuplot inputs (plots.gp, data/run<i>_*.dat) and gnuplot's output (gnuplot.log). Plots:
+// the gnuplot inputs (plots.gp, plot-data/run<i>_*.dat) and gnuplot's output (gnuplot.log). Plots:
 // validation loss vs seconds and vs FLOPs (log x) with the target as a dashed line, training
 // loss vs step, and flip_rate vs step when a run logs it. Throws Error (saying `apt-get install
 // gnuplot-nox`) before writing anything when gnuplot is not found. Returns the table.
