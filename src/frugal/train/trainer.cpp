@@ -35,6 +35,20 @@ std::shared_ptr<const data::TokenShard> open_split(const std::string& dir, const
   return std::make_shared<const data::TokenShard>(data::TokenShard::open(path));
 }
 
+// On resume from an older checkpoint, forget the log lines of the steps about to be redone.
+void drop_metrics_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > step) break;
+    kept += line + "\n";
+  }
+  in.close();
+  io::write_file_atomic(path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kept.data()), kept.size()));
+}
+
 std::string format_duration(double s) {
   const int total = static_cast<int>(s + 0.5);
   return total >= 3600 ? fmt::format("{}:{:02}:{:02}", total / 3600, total / 60 % 60, total % 60)
@@ -100,7 +114,11 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   io::write_file_atomic((fs::path(t.out_dir) / "config.toml").string(),
                         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(toml.data()), toml.size()));
   metrics_path_ = (fs::path(t.out_dir) / "metrics.jsonl").string();
-  if (options.resume.empty()) std::ofstream(metrics_path_, std::ios::trunc);
+  if (options.resume.empty()) {
+    std::ofstream(metrics_path_, std::ios::trunc);
+  } else {
+    drop_metrics_after(metrics_path_, start_step_);
+  }
 }
 
 std::string Trainer::save(int64_t step) {
