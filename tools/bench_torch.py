@@ -76,6 +76,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
+    load_before = os.getloadavg()[0]  # the machine may be shared: record how busy it was
     for _ in range(args.warmup):
         step()
     start = time.perf_counter()
@@ -99,6 +100,8 @@ def main():
         final_loss=loss,
         torch_version=torch.__version__,
         blas=blas_library(),
+        omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "default"),
+        load_avg_1m=[load_before, os.getloadavg()[0]],  # before warmup, after the timed steps
     )
     if args.json:
         print(json.dumps(result))
@@ -106,7 +109,8 @@ def main():
         print(
             f"pytorch {torch.__version__} preset {args.preset} (B={B}, T={T}, {result['n_params'] / 1e6:.2f}M params), "
             f"{args.threads} threads: {ms_per_step:.1f} ms/step, {result['tokens_per_s']:.0f} tokens/s, "
-            f"peak RSS {result['peak_rss_bytes'] / 2**20:.0f} MiB, loss {loss:.4f}\nBLAS: {result['blas']}"
+            f"peak RSS {result['peak_rss_bytes'] / 2**20:.0f} MiB, loss {loss:.4f}\n"
+            f"BLAS: {result['blas']}; load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
         )
 
 
