@@ -162,6 +162,38 @@ TEST(ModelGradient, DirectionalFiniteDifferencesPerTensor) {
   }
 }
 
+// Without biases and with GEGLU: the same directional check on a randomly initialised model.
+TEST(ModelGradient, NoBiasGegluDirectionalCheck) {
+  ModelConfig c;
+  c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+  c.bias = false, c.mlp = MlpKind::Geglu, c.tied_head = false, c.init_std = 0.2f;
+  GPT model(c);
+  model.init_weights(5);
+  EXPECT_EQ(model.table().find("transformer.h.0.attn.c_attn.bias"), nullptr);
+  const int B = 2, T = 8;
+  model.plan(B, T);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7) % 37, targets[i] = (i * 11 + 3) % 37;
+  model.zero_grad();
+  model.forward(tokens.data(), targets.data(), 1.0f);
+  model.backward();
+  std::vector<float> g(model.grads(), model.grads() + model.num_floats());
+  std::vector<float> p0(model.params(), model.params() + model.num_floats());
+  double analytic = 0;
+  std::vector<float> d(model.num_floats());
+  for (size_t i = 0; i < d.size(); ++i) {
+    d[i] = p0[i] == 0.0f ? 0.0f : static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+    analytic += double(d[i]) * g[i];
+  }
+  const float eps = 1e-3f;
+  auto loss_at = [&](float s) {
+    for (size_t i = 0; i < d.size(); ++i) model.params()[i] = p0[i] + s * eps * d[i];
+    return double(model.forward(tokens.data(), targets.data(), 0.0f));
+  };
+  const double numeric = (loss_at(1) - loss_at(-1)) / (2 * eps);
+  EXPECT_NEAR(numeric, analytic, 1e-3 + 1e-2 * std::fabs(analytic));
+}
+
 TEST(ModelFreeze, FrozenPrefixGetsNoGradientAndTopMatchesFullBackward) {
   Fixture f = load_fixture("gelu_untied");
   GPT model(f.config);

@@ -76,6 +76,20 @@ TEST(Trainer, ResumeIsBitExact) {
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(rest.losses[i], all.losses[3 + i]) << "step " << 3 + i;
 }
 
+TEST(Trainer, RecomputationGivesIdenticalLosses) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  TrainerOptions quiet{.quiet = true};
+  Trainer plain(tiny_config(data, dir.file("a")), quiet);
+  Trainer some(tiny_config(data, dir.file("b"), {"train.recompute=1"}), quiet);
+  Trainer all(tiny_config(data, dir.file("c"), {"train.recompute=all"}), quiet);
+  const auto expect = plain.fit().losses;
+  EXPECT_EQ(some.fit().losses, expect);
+  EXPECT_EQ(all.fit().losses, expect);
+  EXPECT_LT(all.model().memory_plan().activations, plain.model().memory_plan().activations);
+  EXPECT_NE(error_of([&] { recompute_blocks("0,7", 2); }).find("not a block index"), std::string::npos);
+}
+
 TEST(Trainer, SameSeedSameLossesAndCheckpointsKept) {
   TempDir dir;
   const std::string data = make_data(dir);

@@ -57,7 +57,7 @@ BenchResult run_train_bench(const BenchPreset& preset) {
                t.seq_len, s.model.block_size);
   GPT model(s.model);
   model.init_weights(t.seed);
-  model.plan(t.batch_size, t.seq_len, std::vector<bool>(s.model.n_layer, t.recompute == "all"));
+  model.plan(t.batch_size, t.seq_len, recompute_blocks(t.recompute, s.model.n_layer));
   AdamW optim(model.table(), s.optim);
   MethodSet methods = MethodSet::from_config(preset.config);
   StepRunner runner(model, optim, methods, s);

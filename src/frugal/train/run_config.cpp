@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
+#include "frugal/core/error.h"
 #include "frugal/methods/method.h"
 
 namespace frugal {
@@ -50,7 +52,8 @@ io::ConfigSchema run_schema() {
       .add_float("train.max_seconds", t.max_seconds, "stop after this much wall-clock time; 0: no limit", Range::at_least(0))
       .add_int("train.seed", static_cast<int64_t>(t.seed), "seed of initialisation, data order and dropout", Range::at_least(0))
       .add_int("train.threads", t.threads, "threads; 0 uses all cores", Range::at_least(0))
-      .add_string("train.recompute", t.recompute, "activation recomputation per block", {"none", "all"})
+      .add_string("train.recompute", t.recompute,
+                  "activation recomputation: \"none\", \"all\", or block indices like \"0,1,2\"")
       .add_int("train.eval_interval", t.eval_interval, "steps between validation evaluations", Range::at_least(1))
       .add_int("train.eval_batches", t.eval_batches, "validation batches per evaluation", Range::at_least(1))
       .add_int("train.log_interval", t.log_interval, "steps between log lines", Range::at_least(1))
@@ -83,6 +86,30 @@ std::string config_reference_markdown() {
          "Unknown keys, wrong types and out-of-range values are errors that name the key and the\n"
          "file and line. `frugal config CONFIG.toml --set ...` prints the resolved config.\n\n" +
          run_schema().markdown();
+}
+
+std::vector<bool> recompute_blocks(const std::string& spec, int n_layer) {
+  if (spec == "none") return std::vector<bool>(n_layer, false);
+  if (spec == "all") return std::vector<bool>(n_layer, true);
+  std::vector<bool> blocks(n_layer, false);
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, comma - pos);
+    size_t used = 0;
+    int block = -1;
+    try {
+      block = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FRUGAL_CHECK(used == item.size() && used > 0 && block >= 0 && block < n_layer,
+                 "train.recompute = \"{}\": \"{}\" is not a block index in [0, {}); use \"none\", "
+                 "\"all\" or indices like \"0,1\"", spec, item, n_layer);
+    blocks[block] = true;
+    pos = comma + 1;
+  }
+  return blocks;
 }
 
 RunSettings run_settings(const io::Config& c) {

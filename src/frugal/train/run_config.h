@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "frugal/io/config.h"
 #include "frugal/model/config.h"
@@ -18,7 +19,7 @@ struct TrainSettings {
   double max_seconds = 0;  // 0: no wall-clock limit
   uint64_t seed = 1337;
   int threads = 0;
-  std::string recompute = "none";  // "none" | "all"
+  std::string recompute = "none";  // "none" | "all" | block indices "0,1,2"
   int eval_interval = 200, eval_batches = 20, log_interval = 10;
   int checkpoint_interval = 0;  // steps between checkpoints; 0: only at the end (and on a signal)
   int keep_checkpoints = 3;
@@ -41,6 +42,8 @@ struct RunSettings {
 io::ConfigSchema run_schema();
 // docs/config.md: an introduction and the schema's reference table (a test keeps the file current).
 std::string config_reference_markdown();
+// Blocks whose activations are recomputed in backward, from train.recompute; throws for a bad spec.
+std::vector<bool> recompute_blocks(const std::string& spec, int n_layer);
 // Reads typed settings from a resolved config (model.vocab_size 0 stays 0: "from the tokenizer").
 RunSettings run_settings(const io::Config& config);
 

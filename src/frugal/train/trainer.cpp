@@ -85,7 +85,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
 
   model_ = std::make_unique<GPT>(m);
   model_->init_weights(t.seed);
-  model_->plan(t.batch_size, t.seq_len, std::vector<bool>(m.n_layer, t.recompute == "all"));
+  model_->plan(t.batch_size, t.seq_len, recompute_blocks(t.recompute, m.n_layer));
   optim_ = std::make_unique<AdamW>(model_->table(), settings_.optim);
   methods_ = MethodSet::from_config(config_);
   runner_ = std::make_unique<StepRunner>(*model_, *optim_, methods_, settings_);
