@@ -8,10 +8,10 @@
 #include <fstream>
 
 #include "frugal/core/error.h"
-#include "frugal/data/prepare.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/trainer.h"
 #include "temp_dir.h"
+#include "train_data.h"
 
 using namespace frugal;
 namespace fs = std::filesystem;
@@ -20,18 +20,7 @@ using frugal::testing::TempDir;
 namespace {
 
 // 60 kB of Tiny Shakespeare as a prepared character-level data directory.
-std::string make_data(const TempDir& dir) {
-  std::ifstream in(std::string(FRUGAL_SOURCE_DIR) + "/data/tinyshakespeare/input.txt");
-  std::string text(60000, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  std::ofstream(dir.file("text.txt")) << text;
-  data::PrepareOptions o;
-  o.tokenizer = "char";
-  o.inputs = {dir.file("text.txt")};
-  o.out_dir = dir.file("data");
-  data::prepare(o);
-  return o.out_dir;
-}
+std::string make_data(const TempDir& dir) { return frugal::testing::make_shakespeare_data(dir, 60000); }
 
 io::Config tiny_config(const std::string& data_dir, const std::string& out_dir,
                        std::vector<std::string> extra = {}) {

@@ -14,6 +14,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/core/profile.h"
+#include "frugal/kernels/cpu/simd_math.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::kernels {
@@ -32,27 +33,6 @@ inline int causal_valid(int q, int k0, int nk) { return std::clamp(q - k0 + 1, 0
 
 inline int round_up8(int n) { return (n + 7) & ~7; }
 
-// exp(x) on 8 floats: x = n·ln2 + r with |r| <= ln2/2, degree-7 Taylor polynomial in r (relative
-// error ~5e-9 before float rounding), times 2^n built in the exponent bits. Inputs below -87 give
-// ~1e-38 instead of 0; callers zero masked lanes themselves.
-inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln2 = hi + lo
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
 
 // Lanes j0..j0+7 that are < n_valid: all-ones, else zero.
 inline __m256 lanes_below(int j0, int n_valid) {
@@ -73,7 +53,7 @@ inline void probability_row(float* s, int n_pad, int n_valid, float scale, float
   const __m256 vs = _mm256_set1_ps(scale), vshift = _mm256_set1_ps(-lse);
   int j = 0;
   for (; j < n_valid; j += 8) {
-    const __m256 p = exp8(_mm256_fmadd_ps(_mm256_loadu_ps(s + j), vs, vshift));
+    const __m256 p = cpu::exp256(_mm256_fmadd_ps(_mm256_loadu_ps(s + j), vs, vshift));
     _mm256_storeu_ps(s + j, _mm256_and_ps(p, lanes_below(j, n_valid)));
   }
   std::fill(s + j, s + n_pad, 0.0f);
@@ -286,13 +266,13 @@ void softmax_update(float* st, int nk, int c, int nq, int off, float scale, floa
   __m256 sum = _mm256_setzero_ps();
   for (int j = 0; j < j_end; ++j) {
     float* sj = st + j * kTile + c;
-    __m256 p = exp8(_mm256_fmadd_ps(_mm256_loadu_ps(sj), vs, neg_m));
+    __m256 p = cpu::exp256(_mm256_fmadd_ps(_mm256_loadu_ps(sj), vs, neg_m));
     if constexpr (kMasked) p = _mm256_and_ps(p, valid(j));
     _mm256_storeu_ps(sj, p);
     sum = _mm256_add_ps(sum, p);
   }
   for (int j = j_end; j < nk; ++j) _mm256_storeu_ps(st + j * kTile + c, _mm256_setzero_ps());
-  const __m256 a = exp8(_mm256_add_ps(m_old, neg_m));  // exactly 1 where the shift stayed
+  const __m256 a = cpu::exp256(_mm256_add_ps(m_old, neg_m));  // exactly 1 where the shift stayed
   _mm256_storeu_ps(alpha + c, a);
   _mm256_storeu_ps(l + c, _mm256_fmadd_ps(_mm256_loadu_ps(l + c), a, sum));
   _mm256_storeu_ps(m + c, m_new);
