@@ -190,7 +190,7 @@ void GPT::block_forward(int l, uint64_t dropout_key) {
   const BlockActs& a = acts_[l];
   const int B = B_, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;
   const float* x = block_input(l);
-  const float p = config_.dropout;
+  const float p = dropout_p_;
   k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(o.ln1_w), P(o.ln1_b), N, C, config_.layernorm_eps);
   k::matmul_forward(a.qkv, a.ln1, P(o.qkv_w), P(o.qkv_b), N, C, 3 * C);
   k::attention_forward(a.att, a.lse, a.qkv, B, T, C, config_.n_head);
@@ -225,6 +225,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_sca
   std::memcpy(tokens_.data(), inputs, sizeof(int32_t) * N);
   std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
   dropout_key_ = dropout_key;
+  dropout_p_ = grad_scale != 0.0f ? config_.dropout : 0.0f;  // evaluation runs without dropout
   const size_t wte = table_.at("transformer.wte.weight").offset;
   const size_t wpe = table_.at("transformer.wpe.weight").offset;
   k::encoder_forward(encoded_, tokens_.data(), P(wte), P(wpe), B, T, C);

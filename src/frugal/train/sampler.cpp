@@ -7,6 +7,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/core/rng.h"
+#include "frugal/model/decoder.h"
 
 namespace frugal {
 
@@ -50,16 +51,15 @@ std::vector<int32_t> generate(GPT& model, std::vector<int32_t> context, const Sa
                               const std::function<void(int32_t)>& on_token) {
   validate(o);
   FRUGAL_CHECK(!context.empty(), "sampling needs at least one context token");
-  const int V = model.config().vocab_size, window_max = model.config().block_size;
+  const int V = model.config().vocab_size;
   Rng rng(o.seed, 11);
-  std::vector<float> logits;
+  Decoder decoder(model);
+  const float* logits = decoder.prefill(context);
   for (int n = 0; n < o.max_tokens; ++n) {
-    const int T = std::min<int>(static_cast<int>(context.size()), window_max);
-    logits.resize(size_t(T) * V);
-    model.logits(context.data() + context.size() - T, 1, T, logits.data());
-    const int32_t next = sample_token(logits.data() + size_t(T - 1) * V, V, o, rng.uniform());
+    const int32_t next = sample_token(logits, V, o, rng.uniform());
     context.push_back(next);
     if (on_token) on_token(next);
+    if (n + 1 < o.max_tokens) logits = decoder.step(next);
   }
   return context;
 }

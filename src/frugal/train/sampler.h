@@ -23,7 +23,9 @@ void validate(const SampleOptions& options);
 int32_t sample_token(const float* logits, int V, const SampleOptions& options, double uniform);
 
 // Extends `context` (non-empty) by max_tokens tokens, calling on_token for each as it is made.
-// Each step runs the model over the last block_size tokens. Changes the model's activation plan.
+// Runs a key/value-cached Decoder (model/decoder.h): the context is prefilled once (its last
+// block_size tokens), then each new token costs one cached step; when the window is full it
+// slides to its last block_size/2 tokens. Leaves the model's activation plan untouched.
 std::vector<int32_t> generate(GPT& model, std::vector<int32_t> context, const SampleOptions& options,
                               const std::function<void(int32_t)>& on_token = {});
 
