@@ -12,6 +12,7 @@ namespace {
 struct TrainArgs {
   std::string config_path;
   std::vector<std::string> overrides;
+  TrainerOptions options;
 };
 }  // namespace
 
@@ -20,9 +21,11 @@ void add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "train a model from a TOML config");
   cmd->add_option("config", args->config_path, "run config (TOML), e.g. configs/shakespeare-char.toml")->required();
   cmd->add_option("--set", args->overrides, "override a config key: --set optim.lr=3e-4 (repeatable)");
+  cmd->add_option("--resume", args->options.resume, "continue a run bit-exactly from its latest checkpoint (run or checkpoint directory)");
+  cmd->add_option("--init-from", args->options.init_from, "start from a checkpoint's weights with a fresh optimizer (e.g. from `frugal import`)");
   cmd->callback([args] {
     io::Config config = io::Config::load(run_schema(), args->config_path, args->overrides);
-    Trainer trainer(config);
+    Trainer trainer(config, args->options);
     FitResult r = trainer.fit();
     fmt::print("trained {} steps in {:.1f} s: train loss {:.4f}, val loss {:.4f}\n", r.steps,
                r.seconds, r.final_train_loss, r.final_val_loss);

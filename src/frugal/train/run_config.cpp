@@ -42,7 +42,10 @@ io::ConfigSchema run_schema() {
       .add_string("train.recompute", t.recompute, "activation recomputation per block", {"none", "all"})
       .add_int("train.eval_interval", t.eval_interval, "steps between validation evaluations", Range::at_least(1))
       .add_int("train.eval_batches", t.eval_batches, "validation batches per evaluation", Range::at_least(1))
-      .add_int("train.log_interval", t.log_interval, "steps between log lines", Range::at_least(1));
+      .add_int("train.log_interval", t.log_interval, "steps between log lines", Range::at_least(1))
+      .add_int("train.checkpoint_interval", t.checkpoint_interval,
+               "steps between checkpoints; 0 saves only at the end and on SIGINT/SIGTERM", Range::at_least(0))
+      .add_int("train.keep_checkpoints", t.keep_checkpoints, "newest checkpoints kept", Range::at_least(1));
   SampleSettings p;
   s.add_int("sample.count", p.count, "samples printed at the end of training", Range::at_least(0))
       .add_int("sample.max_tokens", p.max_tokens, "tokens per sample", Range::at_least(1))
@@ -93,6 +96,8 @@ RunSettings run_settings(const io::Config& c) {
   t.eval_interval = static_cast<int>(c.get_int("train.eval_interval"));
   t.eval_batches = static_cast<int>(c.get_int("train.eval_batches"));
   t.log_interval = static_cast<int>(c.get_int("train.log_interval"));
+  t.checkpoint_interval = static_cast<int>(c.get_int("train.checkpoint_interval"));
+  t.keep_checkpoints = static_cast<int>(c.get_int("train.keep_checkpoints"));
   SampleSettings& p = r.sample;
   p.count = static_cast<int>(c.get_int("sample.count"));
   p.max_tokens = static_cast<int>(c.get_int("sample.max_tokens"));

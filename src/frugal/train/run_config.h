@@ -20,6 +20,8 @@ struct TrainSettings {
   int threads = 0;
   std::string recompute = "none";  // "none" | "all"
   int eval_interval = 200, eval_batches = 20, log_interval = 10;
+  int checkpoint_interval = 0;  // steps between checkpoints; 0: only at the end (and on a signal)
+  int keep_checkpoints = 3;
 };
 
 struct SampleSettings {

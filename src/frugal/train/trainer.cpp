@@ -16,6 +16,7 @@
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
 #include "frugal/io/atomic_file.h"
+#include "frugal/train/checkpoint.h"
 #include "frugal/train/flops.h"
 #include "frugal/train/sampler.h"
 
@@ -42,7 +43,11 @@ std::string format_duration(double s) {
 
 }  // namespace
 
-Trainer::Trainer(const io::Config& config) : config_(config), settings_(run_settings(config)) {
+Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
+    : config_(config), options_(options), settings_(run_settings(config)) {
+  FRUGAL_CHECK(options.resume.empty() || options.init_from.empty(),
+               "--resume and --init-from exclude each other: resume continues a run, init-from "
+               "starts a new one from a checkpoint's weights");
   TrainSettings& t = settings_.train;
   set_num_threads(t.threads);
   FRUGAL_CHECK(!t.data_dir.empty(), "data.dir is not set; point it at a directory made by `frugal prepare`");
@@ -68,16 +73,35 @@ Trainer::Trainer(const io::Config& config) : config_(config), settings_(run_sett
   model_->init_weights(t.seed);
   model_->plan(t.batch_size, t.seq_len, std::vector<bool>(m.n_layer, t.recompute == "all"));
   optim_ = std::make_unique<AdamW>(model_->table(), settings_.optim);
+  if (!options.init_from.empty()) load_checkpoint_params(resolve_checkpoint(options.init_from), *model_);
+  if (!options.resume.empty()) {
+    const std::string dir = resolve_checkpoint(options.resume);
+    load_checkpoint_params(dir, *model_);
+    const TrainState state = load_checkpoint_state(dir, *optim_);
+    start_step_ = state.step;
+    train_loader_->restore({state.loader_epoch, state.loader_position});
+    if (!options_.quiet) fmt::print("resumed from {} at step {}\n", dir, start_step_);
+  }
 
   fs::create_directories(t.out_dir);
   // Keep the model.vocab_size actually used in the saved config.
-  io::Config resolved = config_;
-  resolved.set("model.vocab_size", std::to_string(m.vocab_size));
-  const std::string toml = resolved.to_toml();
+  config_.set("model.vocab_size", std::to_string(m.vocab_size));
+  const std::string toml = config_.to_toml();
   io::write_file_atomic((fs::path(t.out_dir) / "config.toml").string(),
                         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(toml.data()), toml.size()));
   metrics_path_ = (fs::path(t.out_dir) / "metrics.jsonl").string();
-  std::ofstream(metrics_path_, std::ios::trunc);
+  if (options.resume.empty()) std::ofstream(metrics_path_, std::ios::trunc);
+}
+
+std::string Trainer::save(int64_t step) {
+  TrainState state;
+  state.step = step;
+  state.optimizer_steps = optim_->steps_taken();
+  const data::LoaderState loader = train_loader_->state();
+  state.loader_epoch = loader.epoch;
+  state.loader_position = loader.position;
+  return save_checkpoint(settings_.train.out_dir, config_, *model_, optim_.get(), state,
+                         tokenizer_->to_json(), settings_.train.keep_checkpoints);
 }
 
 Trainer::~Trainer() = default;
@@ -114,10 +138,11 @@ FitResult Trainer::fit() {
   auto old_int = std::signal(SIGINT, request_stop);
   auto old_term = std::signal(SIGTERM, request_stop);
 
-  fmt::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
+  const bool print = !options_.quiet;
+  if (print) fmt::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
              model_->table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd, m.vocab_size, num_threads());
-  fmt::print("{}\n", model_->memory_plan().describe(optim_->state_bytes()));
-  fmt::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
+  if (print) fmt::print("{}\n", model_->memory_plan().describe(optim_->state_bytes()));
+  if (print) fmt::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
              train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
   const double peak = measure_gemm_peak_flops();
   const double step_flops = dense_step_flops(m, t.batch_size, t.seq_len).model() * t.grad_accum;
@@ -131,7 +156,7 @@ FitResult Trainer::fit() {
   Timer window;
   int64_t window_steps = 0;
   float val_loss = NAN;
-  int64_t step = 0;
+  int64_t step = start_step_;
   for (; step < t.max_steps; ++step) {
     const float lr = lr_at(settings_.optim, step, t.max_steps);
     model_->zero_grad();
@@ -149,11 +174,13 @@ FitResult Trainer::fit() {
     flops_done += step_flops;
     ++window_steps;
     result.final_train_loss = static_cast<float>(loss);
+    result.losses.push_back(static_cast<float>(loss));
     const bool last = step + 1 == t.max_steps || g_stop_requested ||
                       (t.max_seconds > 0 && wall.seconds() >= t.max_seconds);
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
     if (eval_now) val_loss = evaluate();
-    if ((step + 1) % t.log_interval == 0 || eval_now) {
+    if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
+    if (print && ((step + 1) % t.log_interval == 0 || eval_now)) {
       const double dt = window.seconds() / window_steps;
       const double tok_s = double(N) * t.grad_accum / dt;
       const double mfu = step_flops / dt / peak;
@@ -183,9 +210,11 @@ FitResult Trainer::fit() {
       break;
     }
   }
-  if (tty) fmt::print("\n");
+  if (tty && print) fmt::print("\n");
   result.interrupted = g_stop_requested;
-  if (result.interrupted) fmt::print("stopped by signal after step {}\n", step);
+  const std::string saved = step > start_step_ ? save(step) : "";
+  if (print && result.interrupted) fmt::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
+  else if (print && !saved.empty()) fmt::print("checkpoint {}\n", saved);
   result.steps = step;
   result.final_val_loss = val_loss;
   result.seconds = wall.seconds();

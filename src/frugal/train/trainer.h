@@ -15,8 +15,15 @@
 
 namespace frugal {
 
+struct TrainerOptions {
+  std::string resume;     // run or checkpoint directory: continue bit-exactly where it stopped
+  std::string init_from;  // checkpoint directory: start from its weights with a fresh optimizer
+  bool quiet = false;     // no progress output (tests)
+};
+
 struct FitResult {
   int64_t steps = 0;
+  std::vector<float> losses;  // training loss of every step run by this fit()
   float final_train_loss = 0, final_val_loss = 0;
   double seconds = 0;
   bool interrupted = false;
@@ -24,7 +31,7 @@ struct FitResult {
 
 class Trainer {
  public:
-  explicit Trainer(const io::Config& config);
+  explicit Trainer(const io::Config& config, const TrainerOptions& options = {});
   ~Trainer();
 
   FitResult fit();
@@ -38,9 +45,12 @@ class Trainer {
 
  private:
   void log_metrics(const std::string& json_line);
+  std::string save(int64_t step);
 
   io::Config config_;
+  TrainerOptions options_;
   RunSettings settings_;
+  int64_t start_step_ = 0;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
   std::unique_ptr<GPT> model_;

@@ -1,0 +1,87 @@
+// Benchmark of the fused causal attention kernels: GFLOP/s of forward and backward on the model
+// shapes, next to the OpenBLAS SGEMM rate measured in the same run.
+// FLOPs counted (causal, useful work only; diagonal tiles compute some masked scores besides):
+//   scores per head = T(T+1)/2; each costs 2·HS per matrix product.
+//   forward  = 2 products (Q·Kᵀ, P·V)                                = 2·B·NH·HS·T(T+1)
+//   backward = 5 products (Q·Kᵀ recomputed, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K)
+//                                                                     = 5·B·NH·HS·T(T+1)
+// Each rate is the best wall-clock time of `reps` calls (the machine is shared: the best call is
+// the one least disturbed by other processes).
+// Usage: bench_attention [threads=2] [reps=20]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "frugal/core/rng.h"
+#include "frugal/core/threading.h"
+#include "frugal/core/timer.h"
+#include "frugal/kernels/cpu/blas_peak.h"
+#include "frugal/kernels/ops.h"
+
+namespace {
+
+// Best wall-clock seconds over `reps` calls, after one warm-up call.
+template <class F>
+double best_seconds(F&& call, int reps) {
+  call();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    frugal::Timer t;
+    call();
+    best = std::min(best, t.seconds());
+  }
+  return best;
+}
+
+void print(const char* what, double seconds, double flops) {
+  std::printf("  %s %.3f ms = %.1f GFLOP/s", what, seconds * 1e3, flops / seconds * 1e-9);
+}
+
+std::vector<float> random_floats(size_t n, uint64_t stream) {
+  frugal::Rng rng(7, stream);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(2 * rng.uniform() - 1);
+  return v;
+}
+
+void bench_attention(int B, int T, int C, int NH, int reps) {
+  const size_t n = static_cast<size_t>(B) * T * C;
+  const std::vector<float> qkv = random_floats(3 * n, 0), dout = random_floats(n, 1);
+  std::vector<float> out(n), lse(static_cast<size_t>(B) * NH * T), dqkv(3 * n);
+  const double fwd_flops = 2.0 * B * NH * (C / NH) * T * (T + 1.0);
+  std::printf("attention B=%d T=%d C=%d NH=%d HS=%d:", B, T, C, NH, C / NH);
+  print("forward:", best_seconds([&] {
+    frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  }, reps), fwd_flops);
+  print(" backward:", best_seconds([&] {
+    frugal::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(),
+                                        lse.data(), B, T, C, NH);
+  }, reps), 2.5 * fwd_flops);
+  std::printf("\n");
+}
+
+void bench_sgemm(int M, int N, int K, int reps) {
+  const std::vector<float> a = random_floats(static_cast<size_t>(M) * K, 2),
+                           b = random_floats(static_cast<size_t>(K) * N, 3);
+  std::vector<float> c(static_cast<size_t>(M) * N);
+  std::printf("OpenBLAS sgemm M=%d N=%d K=%d:", M, N, K);
+  print("", best_seconds([&] {
+    frugal::kernels::cpu::reference_sgemm(M, N, K, a.data(), b.data(), c.data());
+  }, reps), 2.0 * M * N * K);
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
+  frugal::set_num_threads(threads);
+  std::printf("threads=%d reps=%d\n", threads, reps);
+  bench_attention(8, 256, 384, 6, reps);
+  bench_attention(12, 64, 128, 4, reps);
+  bench_attention(4, 64, 768, 12, reps);
+  bench_sgemm(2048, 384, 384, reps);    // the QKV-sized linear of the first shape
+  bench_sgemm(1024, 1024, 1024, reps);  // square, for the peak
+}

@@ -1,0 +1,36 @@
+// bench_sparse24: 2:4 sparse FFN products vs dense OpenBLAS GEMM, side by side.
+// Usage: bench_sparse24 [--threads 2] [--repeats 9] [--isa auto|avx2|avx512] [--rows 1024,4096]
+//                       [--channels 384,768] [--json]
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "frugal/kernels/cpu/sparse24_bench.h"
+
+int main(int argc, char** argv) {
+  using namespace frugal::kernels;
+  Sparse24BenchOptions o;
+  bool json = false;
+  std::string isa = "auto";
+  CLI::App app{"2:4 sparse FFN products vs dense OpenBLAS GEMM"};
+  app.add_option("--threads", o.threads, "threads for OpenMP and OpenBLAS");
+  app.add_option("--repeats", o.repeats, "interleaved repetitions per product (median taken)");
+  app.add_option("--isa", isa, "micro-kernel: auto, avx2 or avx512")
+      ->check(CLI::IsMember({"auto", "avx2", "avx512"}));
+  app.add_option("--rows", o.rows, "N = B*T values")->delimiter(',');
+  app.add_option("--channels", o.channels, "C values (fc1: 4C x C, fc2: C x 4C)")->delimiter(',');
+  app.add_flag("--json", json, "print JSON instead of a table");
+  CLI11_PARSE(app, argc, argv);
+  o.isa = isa == "avx2" ? Sparse24Isa::Avx2 : isa == "avx512" ? Sparse24Isa::Avx512 : Sparse24Isa::Auto;
+  try {
+    const auto rows = run_sparse24_benchmark(o);
+    if (json)
+      std::printf("%s\n", sparse24_rows_to_json(rows).dump(2).c_str());
+    else
+      std::printf("micro-kernel %s, %d threads\n%s", sparse24_isa_name(sparse24_active_isa()),
+                  o.threads, format_sparse24_table(rows).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

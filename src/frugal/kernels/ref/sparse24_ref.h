@@ -1,0 +1,38 @@
+// Naive reference for the 2:4 sparse linear products: dense loops with the mask applied.
+// Templated on float/double so tests can compare the optimised kernels against fp64.
+#pragma once
+#include <cstdint>
+
+namespace frugal::kernels::ref {
+
+// out (N,OC) = inp (N,IC) · (mask ⊙ W)ᵀ + bias (OC) or null; W (OC,IC), mask (OC,IC) 0/1
+template <class T>
+void sparse24_matmul_forward(T* out, const T* inp, const float* W, const uint8_t* mask,
+                             const float* bias, int N, int IC, int OC) {
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      T acc = bias ? static_cast<T>(bias[o]) : T(0);
+      for (int i = 0; i < IC; ++i) {
+        const size_t wi = static_cast<size_t>(o) * IC + i;
+        if (mask[wi]) acc += inp[static_cast<size_t>(n) * IC + i] * static_cast<T>(W[wi]);
+      }
+      out[static_cast<size_t>(n) * OC + o] = acc;
+    }
+}
+
+// dinp (N,IC) = (or += when accumulate) dout (N,OC) · (mask ⊙ W); W (OC,IC), mask (OC,IC)
+template <class T>
+void sparse24_matmul_backward_input(T* dinp, const T* dout, const float* W, const uint8_t* mask,
+                                    int N, int IC, int OC, bool accumulate) {
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < IC; ++i) {
+      T acc = accumulate ? dinp[static_cast<size_t>(n) * IC + i] : T(0);
+      for (int o = 0; o < OC; ++o) {
+        const size_t wi = static_cast<size_t>(o) * IC + i;
+        if (mask[wi]) acc += dout[static_cast<size_t>(n) * OC + o] * static_cast<T>(W[wi]);
+      }
+      dinp[static_cast<size_t>(n) * IC + i] = acc;
+    }
+}
+
+}  // namespace frugal::kernels::ref

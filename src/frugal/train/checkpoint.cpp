@@ -1,0 +1,190 @@
+// Checkpoint writing and loading; see checkpoint.h for the layout and the atomicity argument.
+#include "frugal/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "frugal/core/error.h"
+#include "frugal/io/atomic_file.h"
+#include "frugal/io/safetensors.h"
+#include "frugal/train/run_config.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "frugal-v1";
+
+std::span<const uint8_t> bytes_of(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+std::string read_small_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  FRUGAL_CHECK(in, "cannot read {}", p.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+std::vector<fs::path> checkpoint_dirs(const fs::path& root) {
+  std::vector<fs::path> dirs;
+  if (!fs::exists(root)) return dirs;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.starts_with("step_") && name.find('.') == std::string::npos)
+      dirs.push_back(e.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, const io::Config& config, const GPT& model,
+                            const AdamW* optim, const TrainState& state,
+                            const std::string& tokenizer_json, int keep_last) {
+  FRUGAL_CHECK(keep_last >= 1, "keep_last = {} must be at least 1", keep_last);
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  fs::create_directories(root);
+  const std::string name = fmt::format("step_{:08}", state.step);
+  const fs::path final_dir = root / name;
+  const fs::path tmp_dir = root / (name + ".tmp");
+  fs::remove_all(tmp_dir);
+  fs::create_directories(tmp_dir);
+  try {
+    const ParamTable& table = model.table();
+    io::SafeTensors weights;
+    weights.metadata["format"] = kFormat;
+    weights.metadata["config"] = config.to_toml();
+    for (const ParamInfo& e : table.entries())
+      weights.put_f32(e.name, e.shape, model.params() + e.offset);
+    io::write_safetensors((tmp_dir / "model.safetensors").string(), weights);
+
+    nlohmann::json js{{"step", state.step},
+                      {"optimizer_steps", state.optimizer_steps},
+                      {"loader_epoch", state.loader_epoch},
+                      {"loader_position", state.loader_position},
+                      {"methods", state.methods}};
+    io::SafeTensors train_state;
+    train_state.metadata["format"] = kFormat;
+    train_state.metadata["state"] = js.dump();
+    if (optim) {
+      const int64_t n = static_cast<int64_t>(table.total());
+      train_state.put_f32("adamw.m", {n}, const_cast<AdamW*>(optim)->m());
+      train_state.put_f32("adamw.v", {n}, const_cast<AdamW*>(optim)->v());
+    }
+    io::write_safetensors((tmp_dir / "train_state.safetensors").string(), train_state);
+    io::write_file_atomic((tmp_dir / "tokenizer.json").string(), bytes_of(tokenizer_json));
+    fsync_dir(tmp_dir);
+    fs::remove_all(final_dir);  // a stale one from an earlier run of the same step
+    fs::rename(tmp_dir, final_dir);
+    fsync_dir(root);
+    io::write_file_atomic((root / "latest").string(), bytes_of(name + "\n"));
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp_dir, ignored);
+    throw;
+  }
+  auto dirs = checkpoint_dirs(root);
+  for (size_t i = 0; i + keep_last < dirs.size(); ++i) fs::remove_all(dirs[i]);
+  return final_dir.string();
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  const fs::path p(path);
+  FRUGAL_CHECK(fs::exists(p), "{} does not exist; give a run directory or a checkpoint directory", path);
+  if (fs::exists(p / "model.safetensors")) return p.string();
+  const fs::path latest = p / "checkpoints" / "latest";
+  FRUGAL_CHECK(fs::exists(latest), "{} holds no checkpoint (no model.safetensors and no "
+               "checkpoints/latest); give a run directory that has saved one", path);
+  std::string name = read_small_file(latest);
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  const fs::path dir = p / "checkpoints" / name;
+  FRUGAL_CHECK(fs::exists(dir / "model.safetensors"),
+               "{} names checkpoint {} but it is missing; pass one of the step_* directories "
+               "under {} instead", latest.string(), name, (p / "checkpoints").string());
+  return dir.string();
+}
+
+io::Config checkpoint_config(const std::string& checkpoint_dir, const io::ConfigSchema& schema) {
+  const std::string path = (fs::path(checkpoint_dir) / "model.safetensors").string();
+  io::SafeTensors st = io::read_safetensors(path);
+  auto it = st.metadata.find("config");
+  FRUGAL_CHECK(it != st.metadata.end() && st.metadata["format"] == kFormat,
+               "{} is not a frugal checkpoint (no frugal-v1 metadata); for Hugging Face files use "
+               "`frugal import`", path);
+  io::Config config(schema);
+  config.merge_toml(it->second, path + " (stored config)");
+  return config;
+}
+
+void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model) {
+  const std::string path = (fs::path(checkpoint_dir) / "model.safetensors").string();
+  io::SafeTensors st = io::read_safetensors(path);
+  for (const ParamInfo& e : model.table().entries()) {
+    auto it = st.tensors.find(e.name);
+    FRUGAL_CHECK(it != st.tensors.end(), "{} has no tensor '{}': the checkpoint is from a different "
+                 "model shape; use a config matching the checkpoint's", path, e.name);
+    FRUGAL_CHECK(it->second.shape == e.shape,
+                 "{}: tensor '{}' has shape [{}] but this model needs [{}]: the checkpoint is from a "
+                 "different model shape; use the checkpoint's model settings",
+                 path, e.name, fmt::join(it->second.shape, ", "), fmt::join(e.shape, ", "));
+    std::vector<float> v = it->second.to_f32(e.name);
+    std::copy(v.begin(), v.end(), model.params() + e.offset);
+  }
+  FRUGAL_CHECK(st.tensors.size() == model.table().entries().size(),
+               "{} has {} tensors but this model has {}: the checkpoint is from a different model "
+               "shape; use the checkpoint's model settings", path, st.tensors.size(),
+               model.table().entries().size());
+}
+
+TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim) {
+  const std::string path = (fs::path(checkpoint_dir) / "train_state.safetensors").string();
+  io::SafeTensors st = io::read_safetensors(path);
+  auto it = st.metadata.find("state");
+  FRUGAL_CHECK(it != st.metadata.end(), "{} has no training state; it cannot be resumed (use "
+               "--init-from to start a new run from its weights)", path);
+  nlohmann::json js = nlohmann::json::parse(it->second);
+  TrainState s;
+  s.step = js.at("step");
+  s.optimizer_steps = js.at("optimizer_steps");
+  s.loader_epoch = js.at("loader_epoch");
+  s.loader_position = js.at("loader_position");
+  s.methods = js.value("methods", nlohmann::json::object());
+  FRUGAL_CHECK(st.tensors.count("adamw.m") && st.tensors.count("adamw.v"),
+               "{} has no optimizer moments; it cannot be resumed (use --init-from to start a new "
+               "run from its weights)", path);
+  for (auto [name, dst] : {std::pair{"adamw.m", optim.m()}, std::pair{"adamw.v", optim.v()}}) {
+    std::vector<float> v = st.at(name).to_f32(name);
+    FRUGAL_CHECK(v.size() == optim.state_bytes() / 2 / sizeof(float),
+                 "{}: optimizer state '{}' has {} values but this model needs {}; the checkpoint "
+                 "is from a different model shape", path, name, v.size(), optim.state_bytes() / 8);
+    std::copy(v.begin(), v.end(), dst);
+  }
+  optim.set_steps_taken(s.optimizer_steps);
+  return s;
+}
+
+std::unique_ptr<GPT> load_checkpoint_model(const std::string& checkpoint_dir) {
+  io::Config config = checkpoint_config(checkpoint_dir, run_schema());
+  auto model = std::make_unique<GPT>(run_settings(config).model);
+  load_checkpoint_params(checkpoint_dir, *model);
+  return model;
+}
+
+}  // namespace frugal

@@ -1,0 +1,139 @@
+// 2:4 sparse linear kernels against the fp64 reference: forward (bias on/off) and input gradient
+// (accumulate on/off), random shapes incl. odd N, both instruction sets, 1 vs 2 threads bit-equal.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "frugal/core/error.h"
+#include "frugal/core/rng.h"
+#include "frugal/kernels/cpu/sparse24.h"
+#include "frugal/kernels/ref/sparse24_ref.h"
+#include "frugal/methods/sparse24/mask.h"
+
+using namespace frugal;
+using namespace frugal::kernels;
+
+namespace {
+
+std::vector<float> random_vec(size_t n, uint64_t seed) {
+  Rng rng(seed, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(rng.normal());
+  return v;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// Largest |a-b| relative to the scale sqrt(K) of a sum of K unit products.
+double max_scaled_error(const std::vector<float>& got, const std::vector<double>& want, int K) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::fabs(got[i] - want[i]) / std::sqrt(static_cast<double>(K)));
+  return worst;
+}
+
+struct Shape {
+  int N, IC, OC;
+};
+
+// Every instruction set this CPU can run.
+std::vector<Sparse24Isa> isas() {
+  std::vector<Sparse24Isa> out = {Sparse24Isa::Avx2};
+  if (__builtin_cpu_supports("avx512f")) out.push_back(Sparse24Isa::Avx512);
+  return out;
+}
+
+class Sparse24Kernel : public ::testing::TestWithParam<Shape> {
+ protected:
+  void TearDown() override { sparse24_set_isa(Sparse24Isa::Auto); }
+};
+
+}  // namespace
+
+TEST_P(Sparse24Kernel, MatchesReference) {
+  const auto [N, IC, OC] = GetParam();
+  const auto W = random_vec(static_cast<size_t>(OC) * IC, 10);
+  const auto X = random_vec(static_cast<size_t>(N) * IC, 11);
+  const auto dY = random_vec(static_cast<size_t>(N) * OC, 12);
+  const auto bias = random_vec(OC, 13);
+  const auto dX0 = random_vec(static_cast<size_t>(N) * IC, 14);
+  std::vector<uint8_t> mask(W.size());
+  sparse24::transposable_mask_24(W.data(), OC, IC, mask.data());
+  Sparse24Weight packed;
+  sparse24_pack(packed, W.data(), mask.data(), OC, IC);
+
+  for (Sparse24Isa isa : isas()) {
+    SCOPED_TRACE(sparse24_isa_name(isa));
+    sparse24_set_isa(isa);
+    for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+      std::vector<double> want(static_cast<size_t>(N) * OC);
+      ref::sparse24_matmul_forward<double>(want.data(), to_double(X).data(), W.data(), mask.data(),
+                                           b, N, IC, OC);
+      std::vector<float> got(want.size(), NAN);
+      sparse24_matmul_forward(got.data(), X.data(), packed, b, N);
+      EXPECT_LT(max_scaled_error(got, want, IC), 1e-5) << "forward, bias " << (b != nullptr);
+    }
+    for (bool accumulate : {false, true}) {
+      std::vector<double> want = to_double(dX0);
+      ref::sparse24_matmul_backward_input<double>(want.data(), to_double(dY).data(), W.data(),
+                                                  mask.data(), N, IC, OC, accumulate);
+      std::vector<float> got = dX0;
+      sparse24_matmul_backward_input(got.data(), dY.data(), packed, N, accumulate);
+      EXPECT_LT(max_scaled_error(got, want, OC), 1e-5) << "backward, accumulate " << accumulate;
+    }
+  }
+}
+
+TEST_P(Sparse24Kernel, OneAndTwoThreadsAreBitIdentical) {
+  const auto [N, IC, OC] = GetParam();
+  const auto W = random_vec(static_cast<size_t>(OC) * IC, 20);
+  const auto X = random_vec(static_cast<size_t>(N) * IC, 21);
+  const auto dY = random_vec(static_cast<size_t>(N) * OC, 22);
+  std::vector<uint8_t> mask(W.size());
+  sparse24::transposable_mask_24(W.data(), OC, IC, mask.data());
+  Sparse24Weight packed;
+  sparse24_pack(packed, W.data(), mask.data(), OC, IC);
+  for (Sparse24Isa isa : isas()) {
+    SCOPED_TRACE(sparse24_isa_name(isa));
+    sparse24_set_isa(isa);
+    std::vector<float> y[2], dx[2];
+    for (int t = 0; t < 2; ++t) {
+      omp_set_num_threads(t + 1);
+      y[t].assign(static_cast<size_t>(N) * OC, 0.0f);
+      dx[t].assign(static_cast<size_t>(N) * IC, 0.0f);
+      sparse24_matmul_forward(y[t].data(), X.data(), packed, nullptr, N);
+      sparse24_matmul_backward_input(dx[t].data(), dY.data(), packed, N, false);
+    }
+    omp_set_num_threads(2);
+    EXPECT_EQ(y[0], y[1]);
+    EXPECT_EQ(dx[0], dx[1]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Sparse24Kernel,
+                         ::testing::Values(Shape{1, 4, 4}, Shape{7, 8, 12}, Shape{33, 20, 36},
+                                           Shape{97, 64, 16}, Shape{130, 36, 100},
+                                           Shape{200, 260, 68}));
+
+TEST(Sparse24Pack, RejectsMasksThatAreNotTransposable24) {
+  const int OC = 8, IC = 8;
+  const auto W = random_vec(OC * IC, 30);
+  std::vector<uint8_t> mask(W.size());
+  sparse24::row_mask_24(W.data(), OC, IC, mask.data());  // 2:4 rows, columns almost surely not
+  Sparse24Weight packed;
+  bool columns_ok = true;
+  for (int c = 0; c < IC; ++c)
+    for (int b = 0; b < OC; b += 4)
+      columns_ok &= mask[b * IC + c] + mask[(b + 1) * IC + c] + mask[(b + 2) * IC + c] +
+                        mask[(b + 3) * IC + c] == 2;
+  if (!columns_ok) {
+    EXPECT_THROW(sparse24_pack(packed, W.data(), mask.data(), OC, IC), Error);
+  }
+  mask[0] ^= 1;  // row 0 of block (0,0) now keeps 1 or 3
+  EXPECT_THROW(sparse24_pack(packed, W.data(), mask.data(), OC, IC), Error);
+  EXPECT_THROW(sparse24_pack(packed, W.data(), mask.data(), OC, 6), Error);
+  std::vector<float> y(OC);
+  EXPECT_THROW(sparse24_matmul_forward(y.data(), W.data(), packed, nullptr, 1), Error);
+}
