@@ -190,6 +190,22 @@ TEST(Decoder, LongPrefillKeepsTheLastBlockAndResetRestarts) {
   EXPECT_THROW(dec.step(1), frugal::Error);
 }
 
+// Evaluation (GPT::logits, the decoder) runs without dropout even when the model trains with it.
+TEST(Decoder, NoDropoutInEvaluation) {
+  ModelConfig c = small_config(MlpKind::Gelu, true);
+  c.dropout = 0.5f;
+  auto model = random_model(c, 11);
+  const std::vector<int32_t> tokens = random_tokens(10, c.vocab_size, 6);
+  const std::vector<float> expected = full_logits(*model, tokens);
+  EXPECT_EQ(full_logits(*model, tokens), expected);
+  Decoder dec(*model);
+  expect_logits_near(dec.prefill(std::span<const int32_t>(tokens.data(), 1)), expected.data(),
+                     c.vocab_size, "position 0");
+  for (size_t pos = 1; pos < tokens.size(); ++pos)
+    expect_logits_near(dec.step(tokens[pos]), &expected[pos * c.vocab_size], c.vocab_size,
+                       fmt::format("position {}", pos));
+}
+
 TEST(Decoder, RejectsBadTokens) {
   const ModelConfig c = small_config(MlpKind::Gelu, true);
   auto model = random_model(c, 9);

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   frugal::cli::add_bench_command(app);
   frugal::cli::add_prepare_command(app);
   frugal::cli::add_tokenize_commands(app);
+  frugal::cli::add_sample_command(app);
+  frugal::cli::add_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

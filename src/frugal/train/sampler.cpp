@@ -1,8 +1,11 @@
 // Sampling; see sampler.h.
 #include "frugal/train/sampler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 #include "frugal/core/error.h"
@@ -62,6 +65,32 @@ std::vector<int32_t> generate(GPT& model, std::vector<int32_t> context, const Sa
     if (n + 1 < o.max_tokens) logits = decoder.step(next);
   }
   return context;
+}
+
+std::vector<int32_t> prompt_context(const data::Tokenizer& tokenizer, const std::string& prompt) {
+  std::vector<int32_t> context;
+  try {
+    context = tokenizer.encode(prompt);
+  } catch (const Error& e) {
+    fail("the prompt cannot be encoded with this model's tokenizer: {}", e.what());
+  }
+  if (context.empty()) context.push_back(tokenizer.eot_token() >= 0 ? tokenizer.eot_token() : 0);
+  return context;
+}
+
+void print_samples(GPT& model, const data::Tokenizer& tokenizer, const std::string& prompt,
+                   int count, SampleOptions options) {
+  const std::vector<int32_t> context = prompt_context(tokenizer, prompt);
+  const uint64_t seed = options.seed;
+  for (int i = 0; i < count; ++i) {
+    fmt::print("--- sample {} ---\n{}", i + 1, prompt);
+    options.seed = seed + i;
+    generate(model, context, options, [&](int32_t id) {
+      fmt::print("{}", tokenizer.decode(std::span<const int32_t>(&id, 1)));
+      std::fflush(stdout);
+    });
+    fmt::print("\n");
+  }
 }
 
 }  // namespace frugal
