@@ -50,7 +50,8 @@ void run_eval(const EvalArgs& a) {
   FRUGAL_CHECK(shard->vocab_size() <= m.vocab_size, "{} has a vocabulary of {} tokens but the model "
                "only {}; evaluate on data prepared with the model's tokenizer ({}/tokenizer.json)",
                shard_path, shard->vocab_size(), m.vocab_size, dir);
-  const int T = a.seq_len > 0 ? a.seq_len : settings.train.seq_len > 0 ? settings.train.seq_len : m.block_size;
+  const int trained_T = settings.train.seq_len > 0 ? settings.train.seq_len : m.block_size;
+  const int T = a.seq_len > 0 ? a.seq_len : trained_T;
   FRUGAL_CHECK(T <= m.block_size, "--seq-len {} exceeds the model's block_size {}", T, m.block_size);
   data::BatchLoader loader(shard, T, data::LoaderOrder::Sequential);
   FRUGAL_CHECK(loader.num_samples() > 0, "{} holds {} tokens, fewer than one sequence of {} + 1; "
@@ -58,9 +59,10 @@ void run_eval(const EvalArgs& a) {
 
   const EvalResult r = evaluate_loss(*model, loader, a.batch_size, a.max_batches);
   if (a.json) {
-    const nlohmann::json j{{"checkpoint", dir},     {"data", shard_path},     {"split", a.split},
-                           {"seq_len", T},          {"batch_size", a.batch_size},
-                           {"sequences", r.sequences}, {"tokens", r.tokens}, {"loss", r.loss},
+    const nlohmann::json j{{"checkpoint", dir},        {"data", shard_path},
+                           {"split", a.split},         {"seq_len", T},
+                           {"batch_size", a.batch_size}, {"sequences", r.sequences},
+                           {"tokens", r.tokens},       {"loss", r.loss},
                            {"perplexity", r.perplexity}, {"seconds", r.seconds}};
     fmt::print("{}\n", j.dump());
     return;
@@ -68,7 +70,8 @@ void run_eval(const EvalArgs& a) {
   fmt::print("checkpoint: {}\n", dir);
   fmt::print("data: {}, {} of {} sequences of {} tokens\n", shard_path, r.sequences,
              loader.num_samples(), T);
-  fmt::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} threads)\n",
+  fmt::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} "
+             "threads)\n",
              a.split, r.loss, r.perplexity, r.tokens, r.seconds, r.tokens / r.seconds, num_threads());
 }
 
@@ -76,14 +79,22 @@ void run_eval(const EvalArgs& a) {
 
 void add_eval_command(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
-  CLI::App* cmd = app.add_subcommand("eval", "loss and perplexity of a trained model on prepared data");
-  cmd->add_option("checkpoint", args->path, "a checkpoint directory, or a run directory (its latest checkpoint)")->required();
-  cmd->add_option("--data", args->data_dir, "directory made by `frugal prepare` (default: the checkpoint's data.dir)");
-  cmd->add_option("--split", args->split, "which shard: val or train")->check(CLI::IsMember({"val", "train"}))->capture_default_str();
-  cmd->add_option("--batch-size", args->batch_size, "sequences per forward pass")->capture_default_str();
-  cmd->add_option("--max-batches", args->max_batches, "stop after this many batches; 0: every sequence")->capture_default_str();
-  cmd->add_option("--seq-len", args->seq_len, "tokens per sequence; 0: the checkpoint's train.seq_len")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "threads; 0 keeps the default (all cores)")->capture_default_str();
+  CLI::App* cmd =
+      app.add_subcommand("eval", "loss and perplexity of a trained model on prepared data");
+  cmd->add_option("checkpoint", args->path,
+                  "a checkpoint directory, or a run directory (its latest checkpoint)")->required();
+  cmd->add_option("--data", args->data_dir,
+                  "directory made by `frugal prepare` (default: the checkpoint's data.dir)");
+  cmd->add_option("--split", args->split, "which shard: val or train")
+      ->check(CLI::IsMember({"val", "train"}))->capture_default_str();
+  cmd->add_option("--batch-size", args->batch_size,
+                  "sequences per forward pass")->capture_default_str();
+  cmd->add_option("--max-batches", args->max_batches,
+                  "stop after this many batches; 0: every sequence")->capture_default_str();
+  cmd->add_option("--seq-len", args->seq_len,
+                  "tokens per sequence; 0: the checkpoint's train.seq_len")->capture_default_str();
+  cmd->add_option("--threads", args->threads,
+                  "threads; 0 keeps the default (all cores)")->capture_default_str();
   cmd->add_flag("--json", args->json, "print one JSON object instead of text");
   cmd->callback([args] { run_eval(*args); });
 }

@@ -30,7 +30,8 @@ void run_sample(const SampleArgs& a) {
   FRUGAL_CHECK(a.count >= 1, "count = {} must be at least 1", a.count);
   set_num_threads(a.threads);
   const std::string dir = resolve_checkpoint(a.path);
-  const auto tokenizer = data::load_tokenizer_json((std::filesystem::path(dir) / "tokenizer.json").string());
+  const auto tokenizer =
+      data::load_tokenizer_json((std::filesystem::path(dir) / "tokenizer.json").string());
   prompt_context(*tokenizer, a.prompt);  // a prompt the tokenizer rejects fails before the load
   const std::unique_ptr<GPT> model = load_checkpoint_model(dir);
   Timer timer;
@@ -46,15 +47,23 @@ void run_sample(const SampleArgs& a) {
 void add_sample_command(CLI::App& app) {
   auto args = std::make_shared<SampleArgs>();
   CLI::App* cmd = app.add_subcommand("sample", "generate text from a trained model");
-  cmd->add_option("checkpoint", args->path, "a checkpoint directory, or a run directory (its latest checkpoint)")->required();
+  cmd->add_option("checkpoint", args->path,
+                  "a checkpoint directory, or a run directory (its latest checkpoint)")->required();
   cmd->add_option("--prompt", args->prompt, "text to continue (default: start from end-of-text)");
-  cmd->add_option("--max-tokens", args->options.max_tokens, "tokens to generate per sample")->capture_default_str();
-  cmd->add_option("--temperature", args->options.temperature, "softmax temperature, > 0 (lower: more conservative)")->capture_default_str();
-  cmd->add_option("--top-k", args->options.top_k, "sample from the k most likely tokens only; 0: all")->capture_default_str();
-  cmd->add_option("--top-p", args->options.top_p, "nucleus sampling: smallest set with this much probability, in (0, 1]")->capture_default_str();
-  cmd->add_option("--seed", args->options.seed, "sampling seed (sample i uses seed + i)")->capture_default_str();
+  cmd->add_option("--max-tokens", args->options.max_tokens,
+                  "tokens to generate per sample")->capture_default_str();
+  cmd->add_option("--temperature", args->options.temperature,
+                  "softmax temperature, > 0 (lower: more conservative)")->capture_default_str();
+  cmd->add_option("--top-k", args->options.top_k,
+                  "sample from the k most likely tokens only; 0: all")->capture_default_str();
+  cmd->add_option("--top-p", args->options.top_p,
+                  "nucleus sampling: smallest set with this much probability, in (0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->options.seed,
+                  "sampling seed (sample i uses seed + i)")->capture_default_str();
   cmd->add_option("--count", args->count, "number of samples")->capture_default_str();
-  cmd->add_option("--threads", args->threads, "threads; 0 keeps the default (all cores)")->capture_default_str();
+  cmd->add_option("--threads", args->threads,
+                  "threads; 0 keeps the default (all cores)")->capture_default_str();
   cmd->callback([args] { run_sample(*args); });
 }
 

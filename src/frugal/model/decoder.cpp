@@ -89,7 +89,8 @@ void Decoder::block_rows(int l, int n, int pos0) {
   float *x = x_.data(), *ln = ln_.data(), *qkv = qkv_.data(), *att = att_.data(),
         *branch = branch_.data();
   float *kc = k_cache_[l].data(), *vc = v_cache_[l].data();
-  k::layernorm_forward(ln, mean_.data(), rstd_.data(), x, weight(o.ln1_w), weight(o.ln1_b), n, C, m.layernorm_eps);
+  k::layernorm_forward(ln, mean_.data(), rstd_.data(), x, weight(o.ln1_w), weight(o.ln1_b), n, C,
+                       m.layernorm_eps);
   k::matmul_forward(qkv, ln, weight(o.qkv_w), weight(o.qkv_b), n, C, 3 * C);
   for (int i = 0; i < n; ++i) {  // qkv row i = [q | k | v] -> cache row pos0 + i
     const float* row = qkv + size_t(i) * 3 * C;
@@ -104,7 +105,8 @@ void Decoder::block_rows(int l, int n, int pos0) {
   }
   k::matmul_forward(branch, att, weight(o.proj_w), weight(o.proj_b), n, C, C);
   k::residual_forward(x, x, branch, NC);
-  k::layernorm_forward(ln, mean_.data(), rstd_.data(), x, weight(o.ln2_w), weight(o.ln2_b), n, C, m.layernorm_eps);
+  k::layernorm_forward(ln, mean_.data(), rstd_.data(), x, weight(o.ln2_w), weight(o.ln2_b), n, C,
+                       m.layernorm_eps);
   k::matmul_forward(fc_.data(), ln, weight(o.fc_w), weight(o.fc_b), n, C, H);
   if (m.gated()) {
     k::matmul_forward(gate_.data(), ln, weight(o.gate_w), weight(o.gate_b), n, C, H);

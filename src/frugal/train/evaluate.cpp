@@ -27,7 +27,8 @@ EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, 
     if (rows == 0) break;
     std::fill(targets.begin() + size_t(rows) * T, targets.end(), -1);  // short last batch
     std::fill(inputs.begin() + size_t(rows) * T, inputs.end(), 0);
-    const int64_t counted = std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
+    const int64_t counted =
+        std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
     loss_sum += double(model.forward(inputs.data(), targets.data(), 0.0f)) * counted;
     r.sequences += rows;
     r.tokens += counted;

@@ -90,6 +90,7 @@ void print_samples(GPT& model, const data::Tokenizer& tokenizer, const std::stri
       std::fflush(stdout);
     });
     fmt::print("\n");
+    std::fflush(stdout);
   }
 }
 

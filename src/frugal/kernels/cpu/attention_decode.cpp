@@ -27,7 +27,8 @@ void decode_head(float* out, const float* q, const float* k, const float* v, int
   for (int j = 0; j < t; ++j) {
     const float* kj = k + static_cast<size_t>(j) * C;
     __m256 acc = _mm256_setzero_ps();
-    for (int d = 0; d < HS; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kj + d), acc);
+    for (int d = 0; d < HS; d += 8)
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kj + d), acc);
     s[j] = hsum256(acc) * scale;
     mx = std::max(mx, s[j]);
   }
@@ -45,7 +46,7 @@ void decode_head(float* out, const float* q, const float* k, const float* v, int
   for (int d = 0; d < HS; d += 8) {
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < t; ++i)
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(s[i]), _mm256_loadu_ps(v + static_cast<size_t>(i) * C + d), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(s[i]), _mm256_loadu_ps(v + size_t(i) * C + d), acc);
     _mm256_storeu_ps(out + d, _mm256_mul_ps(acc, inv));
   }
 }
