@@ -15,6 +15,7 @@
 #include "frugal/kernels/ref/attention_ref.h"
 #include "frugal/model/decoder.h"
 #include "frugal/model/gpt.h"
+#include "frugal/model/linear_format.h"
 #include "frugal/train/sampler.h"
 #include "gradcheck.h"
 
@@ -188,6 +189,48 @@ TEST(Decoder, LongPrefillKeepsTheLastBlockAndResetRestarts) {
   dec.reset();
   EXPECT_TRUE(dec.context().empty());
   EXPECT_THROW(dec.step(1), frugal::Error);
+}
+
+// A linear format that multiplies with every other input column of the weight zeroed (a stand-in
+// for a sparse format): the decoder must run it exactly as the full forward does.
+class HalfColumnsFormat final : public frugal::LinearFormat {
+ public:
+  const char* name() const override { return "half-columns"; }
+  void refresh(const float* weight, int OC, int C) override {
+    masked_.assign(weight, weight + size_t(OC) * C);
+    for (size_t i = 0; i < masked_.size(); i += 2) masked_[i] = 0.0f;
+  }
+  void forward(float* out, const float* inp, const float*, const float* bias, int N, int C,
+               int OC) override {
+    frugal::kernels::matmul_forward(out, inp, masked_.data(), bias, N, C, OC);
+  }
+  void backward(float*, float*, float*, const float*, const float*, const float*, int, int, int,
+                bool) override {
+    FAIL() << "inference runs no backward";
+  }
+  double forward_density() const override { return 0.5; }
+  double weight_grad_density() const override { return 0.5; }
+
+ private:
+  std::vector<float> masked_;
+};
+
+TEST(Decoder, RunsInstalledLinearFormats) {
+  const ModelConfig c = small_config(MlpKind::Swiglu, true);
+  auto model = random_model(c, 12);
+  const std::vector<int32_t> tokens = random_tokens(12, c.vocab_size, 7);
+  const std::vector<float> dense = full_logits(*model, tokens);
+  for (int l = 0; l < c.n_layer; ++l)
+    for (GPT::Linear which : {GPT::Linear::Qkv, GPT::Linear::Gate, GPT::Linear::FcProj})
+      model->set_linear_format(l, which, std::make_shared<HalfColumnsFormat>());
+  const std::vector<float> expected = full_logits(*model, tokens);
+  ASSERT_NE(expected, dense);  // the format changes the model
+  Decoder dec(*model);
+  expect_logits_near(dec.prefill(std::span<const int32_t>(tokens.data(), 4)), &expected[3 * c.vocab_size],
+                     c.vocab_size, "prefill");
+  for (size_t pos = 4; pos < tokens.size(); ++pos)
+    expect_logits_near(dec.step(tokens[pos]), &expected[pos * c.vocab_size], c.vocab_size,
+                       fmt::format("position {}", pos));
 }
 
 // Evaluation (GPT::logits, the decoder) runs without dropout even when the model trains with it.

@@ -31,7 +31,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--set", args->overrides, "override a run-config key, e.g. --set model.n_layer=8 (repeatable)");
   cmd->callback([args] {
     set_num_threads(args->threads);
-    BenchSetup setup = bench_preset(args->preset, args->overrides);
+    BenchPreset setup = bench_preset(args->preset, args->overrides);
     if (args->steps > 0) setup.steps = args->steps;
     if (args->warmup >= 0) setup.warmup = args->warmup;
     BenchResult r = run_train_bench(setup);
@@ -40,12 +40,15 @@ void add_bench_command(CLI::App& app) {
       return;
     }
     fmt::print("preset {} ({:.2f}M parameters, B={} T={}), {} threads\n", args->preset,
-               r.parameters / 1e6, setup.batch, setup.seq_len, num_threads());
+               r.parameters / 1e6, r.batch, r.seq_len, num_threads());
     fmt::print("{}\n", r.memory_plan);
     fmt::print("{:.2f} ms/step (min {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of measured GEMM peak "
                "{:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
                r.ms_per_step, r.ms_min, r.tokens_per_s, 100 * r.mfu, r.peak_flops / 1e9,
                r.peak_rss_bytes / 1048576.0);
+    if (r.model_flops_per_step < r.dense_flops_per_step)
+      fmt::print("executes {:.1f}% of the dense model's FLOPs per step\n",
+                 100 * r.model_flops_per_step / r.dense_flops_per_step);
   });
 }
 

@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   frugal::cli::add_bench_command(app);
   frugal::cli::add_prepare_command(app);
   frugal::cli::add_tokenize_commands(app);
+  frugal::cli::add_export_command(app);
+  frugal::cli::add_import_command(app);
+  frugal::cli::add_report_command(app);
   frugal::cli::add_sample_command(app);
   frugal::cli::add_eval_command(app);
   try {

@@ -91,7 +91,7 @@ void Decoder::block_rows(int l, int n, int pos0) {
   float *kc = k_cache_[l].data(), *vc = v_cache_[l].data();
   k::layernorm_forward(ln, mean_.data(), rstd_.data(), x, weight(o.ln1_w), weight(o.ln1_b), n, C,
                        m.layernorm_eps);
-  k::matmul_forward(qkv, ln, weight(o.qkv_w), weight(o.qkv_b), n, C, 3 * C);
+  model_.linear_forward(l, GPT::Linear::Qkv, qkv, ln, n);
   for (int i = 0; i < n; ++i) {  // qkv row i = [q | k | v] -> cache row pos0 + i
     const float* row = qkv + size_t(i) * 3 * C;
     std::memcpy(kc + size_t(pos0 + i) * C, row + C, sizeof(float) * C);
@@ -103,19 +103,19 @@ void Decoder::block_rows(int l, int n, int pos0) {
     FRUGAL_CHECK(n == 1, "internal: Decoder appends one row at a time after the prefill");
     k::attention_decode(att, qkv, kc, vc, pos0 + 1, C, m.n_head);
   }
-  k::matmul_forward(branch, att, weight(o.proj_w), weight(o.proj_b), n, C, C);
+  model_.linear_forward(l, GPT::Linear::Proj, branch, att, n);
   k::residual_forward(x, x, branch, NC);
   k::layernorm_forward(ln, mean_.data(), rstd_.data(), x, weight(o.ln2_w), weight(o.ln2_b), n, C,
                        m.layernorm_eps);
-  k::matmul_forward(fc_.data(), ln, weight(o.fc_w), weight(o.fc_b), n, C, H);
+  model_.linear_forward(l, GPT::Linear::Fc, fc_.data(), ln, n);
   if (m.gated()) {
-    k::matmul_forward(gate_.data(), ln, weight(o.gate_w), weight(o.gate_b), n, C, H);
+    model_.linear_forward(l, GPT::Linear::Gate, gate_.data(), ln, n);
     k::gated_forward(act_.data(), gate_.data(), fc_.data(), NH,
                      m.mlp == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
   } else {
     k::gelu_forward(act_.data(), fc_.data(), NH);
   }
-  k::matmul_forward(branch, act_.data(), weight(o.fcproj_w), weight(o.fcproj_b), n, H, C);
+  model_.linear_forward(l, GPT::Linear::FcProj, branch, act_.data(), n);
   k::residual_forward(x, x, branch, NC);
 }
 

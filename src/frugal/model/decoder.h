@@ -7,8 +7,9 @@
 // When a step would go past it, the decoder slides: it keeps the last block_size/2 tokens
 // (including the new one), resets the cache and prefills them again at positions 0, 1, ... — one
 // full forward every block_size/2 tokens. Logits always equal GPT::logits over the tokens in the
-// window (context()). Inference only: no dropout, no gradients; the GPT must outlive the decoder
-// and its parameters must not change while the cache is in use (call reset() after they do).
+// window (context()). Linears run through GPT::linear_forward, so installed linear formats (e.g.
+// 2:4 sparse) apply as in training. Inference only: no dropout, no gradients; the GPT must outlive
+// the decoder and its parameters must not change while the cache is in use (prefill again after).
 #pragma once
 #include <cstdint>
 #include <span>

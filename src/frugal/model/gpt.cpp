@@ -39,6 +39,7 @@ GPT::GPT(const ModelConfig& config) : config_(config), table_(ParamTable::build(
                        off(p + "mlp.c_gate.weight"), off(p + "mlp.c_gate.bias"),
                        off(p + "mlp.c_proj.weight"), off(p + "mlp.c_proj.bias")});
   }
+  formats_.resize(config_.n_layer);
   lnf_w_ = off("transformer.ln_f.weight");
   lnf_b_ = off("transformer.ln_f.bias");
   plan_.parameters = plan_.gradients = table_.total() * sizeof(float);
@@ -177,6 +178,77 @@ size_t GPT::head_offset() const {
   return head ? head->offset : table_.at("transformer.wte.weight").offset;
 }
 
+namespace {
+// (weight, bias) offsets of one block linear
+std::pair<size_t, size_t> linear_offsets(const auto& o, GPT::Linear which) {
+  switch (which) {
+    case GPT::Linear::Qkv: return {o.qkv_w, o.qkv_b};
+    case GPT::Linear::Proj: return {o.proj_w, o.proj_b};
+    case GPT::Linear::Fc: return {o.fc_w, o.fc_b};
+    case GPT::Linear::Gate: return {o.gate_w, o.gate_b};
+    case GPT::Linear::FcProj: return {o.fcproj_w, o.fcproj_b};
+  }
+  return {GPT::kAbsent, GPT::kAbsent};
+}
+}  // namespace
+
+std::pair<int, int> GPT::linear_shape(Linear which) const {
+  const int C = config_.n_embd, H = config_.ffn_hidden();
+  switch (which) {
+    case Linear::Qkv: return {3 * C, C};
+    case Linear::Proj: return {C, C};
+    case Linear::Fc:
+    case Linear::Gate: return {H, C};
+    case Linear::FcProj: return {C, H};
+  }
+  return {0, 0};
+}
+
+size_t GPT::linear_weight_offset(int layer, Linear which) const {
+  return linear_offsets(blocks_.at(layer), which).first;
+}
+
+void GPT::set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format) {
+  FRUGAL_CHECK(layer >= 0 && layer < config_.n_layer, "internal: no block {}", layer);
+  FRUGAL_CHECK(linear_weight_offset(layer, which) != kAbsent, "internal: block {} has no such linear", layer);
+  formats_[layer][static_cast<int>(which)] = std::move(format);
+  refresh_formats();
+}
+
+LinearFormat* GPT::linear_format(int layer, Linear which) const {
+  return formats_.at(layer)[static_cast<int>(which)].get();
+}
+
+void GPT::refresh_formats() {
+  for (int l = 0; l < config_.n_layer; ++l)
+    for (int i = 0; i < kLinears; ++i)
+      if (formats_[l][i]) {
+        const auto [oc, ic] = linear_shape(static_cast<Linear>(i));
+        formats_[l][i]->refresh(params_.data() + linear_weight_offset(l, static_cast<Linear>(i)), oc, ic);
+      }
+}
+
+void GPT::linear_forward(int l, Linear which, float* out, const float* inp, int N) const {
+  const auto [w, b] = linear_offsets(blocks_[l], which);
+  const auto [OC, C] = linear_shape(which);
+  if (LinearFormat* f = formats_[l][static_cast<int>(which)].get())
+    f->forward(out, inp, P(w), P(b), N, C, OC);
+  else
+    k::matmul_forward(out, inp, P(w), P(b), N, C, OC);
+}
+
+void GPT::linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp,
+                          int N, bool accumulate_dinp) {
+  const auto [w, b] = linear_offsets(blocks_[l], which);
+  const auto [OC, C] = linear_shape(which);
+  float* dw = G(w, true);
+  float* db = G(b, true);
+  if (LinearFormat* f = formats_[l][static_cast<int>(which)].get())
+    f->backward(dinp, dw, db, dout, inp, P(w), N, C, OC, accumulate_dinp);
+  else
+    k::matmul_backward(dinp, dw, db, dout, inp, P(w), N, C, OC, accumulate_dinp);
+}
+
 const float* GPT::block_input(int l) const { return l == 0 ? encoded_ : acts_[l - 1].res_out; }
 
 namespace {
@@ -192,27 +264,27 @@ void GPT::block_forward(int l, uint64_t dropout_key) {
   const float* x = block_input(l);
   const float p = dropout_p_;
   k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(o.ln1_w), P(o.ln1_b), N, C, config_.layernorm_eps);
-  k::matmul_forward(a.qkv, a.ln1, P(o.qkv_w), P(o.qkv_b), N, C, 3 * C);
+  linear_forward(l, Linear::Qkv, a.qkv, a.ln1, N);
   k::attention_forward(a.att, a.lse, a.qkv, B, T, C, config_.n_head);
-  k::matmul_forward(branch_, a.att, P(o.proj_w), P(o.proj_b), N, C, C);
+  linear_forward(l, Linear::Proj, branch_, a.att, N);
   k::dropout_apply(branch_, size_t(N) * C, p, site_key(dropout_key, l, 0));
   k::residual_forward(a.res_mid, x, branch_, size_t(N) * C);
   k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res_mid, P(o.ln2_w), P(o.ln2_b), N, C, config_.layernorm_eps);
-  k::matmul_forward(a.fc, a.ln2, P(o.fc_w), P(o.fc_b), N, C, H);
+  linear_forward(l, Linear::Fc, a.fc, a.ln2, N);
   if (config_.gated()) {
-    k::matmul_forward(a.gate, a.ln2, P(o.gate_w), P(o.gate_b), N, C, H);
+    linear_forward(l, Linear::Gate, a.gate, a.ln2, N);
     k::gated_forward(a.act, a.gate, a.fc, size_t(N) * H,
                      config_.mlp == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
   } else {
     k::gelu_forward(a.act, a.fc, size_t(N) * H);
   }
-  k::matmul_forward(branch_, a.act, P(o.fcproj_w), P(o.fcproj_b), N, H, C);
+  linear_forward(l, Linear::FcProj, branch_, a.act, N);
   k::dropout_apply(branch_, size_t(N) * C, p, site_key(dropout_key, l, 1));
   k::residual_forward(a.res_out, a.res_mid, branch_, size_t(N) * C);
 }
 
 float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
-                   uint64_t dropout_key) {
+                   uint64_t dropout_key, const float* prefix_output, int prefix_blocks) {
   FRUGAL_CHECK(B_ > 0, "internal: GPT::plan must be called before forward");
   const int B = B_, T = T_, C = config_.n_embd, N = B * T, V = config_.vocab_size;
   for (int i = 0; i < N; ++i) {
@@ -228,8 +300,17 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_sca
   dropout_p_ = grad_scale != 0.0f ? config_.dropout : 0.0f;  // evaluation runs without dropout
   const size_t wte = table_.at("transformer.wte.weight").offset;
   const size_t wpe = table_.at("transformer.wpe.weight").offset;
-  k::encoder_forward(encoded_, tokens_.data(), P(wte), P(wpe), B, T, C);
-  for (int l = 0; l < config_.n_layer; ++l) block_forward(l, dropout_key);
+  int first_block = 0;
+  if (prefix_output) {
+    FRUGAL_CHECK(prefix_blocks >= 0 && prefix_blocks <= frozen_,
+                 "internal: cached prefix of {} blocks exceeds the frozen prefix {}", prefix_blocks, frozen_);
+    std::memcpy(prefix_blocks == 0 ? encoded_ : acts_[prefix_blocks - 1].res_out, prefix_output,
+                sizeof(float) * N * C);
+    first_block = prefix_blocks;
+  } else {
+    k::encoder_forward(encoded_, tokens_.data(), P(wte), P(wpe), B, T, C);
+  }
+  for (int l = first_block; l < config_.n_layer; ++l) block_forward(l, dropout_key);
   const float* top = acts_.back().res_out;
   k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, P(lnf_w_), P(lnf_b_), N, C, config_.layernorm_eps);
 
@@ -262,22 +343,22 @@ void GPT::block_backward(int l, uint64_t dropout_key) {
   };
   // MLP branch
   const float* dmlp = branch_grad(1);
-  k::matmul_backward(dact_, G(o.fcproj_w, t), G(o.fcproj_b, t), dmlp, a.act, P(o.fcproj_w), N, H, C, false);
+  linear_backward(l, Linear::FcProj, dact_, dmlp, a.act, N, false);
   if (config_.gated()) {
     k::gated_backward(dgate_, dfc_, dact_, a.gate, a.fc, size_t(N) * H,
                       config_.mlp == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
-    k::matmul_backward(dln_, G(o.fc_w, t), G(o.fc_b, t), dfc_, a.ln2, P(o.fc_w), N, C, H, false);
-    k::matmul_backward(dln_, G(o.gate_w, t), G(o.gate_b, t), dgate_, a.ln2, P(o.gate_w), N, C, H, true);
+    linear_backward(l, Linear::Fc, dln_, dfc_, a.ln2, N, false);
+    linear_backward(l, Linear::Gate, dln_, dgate_, a.ln2, N, true);
   } else {
     k::gelu_backward(dfc_, dact_, a.fc, size_t(N) * H);
-    k::matmul_backward(dln_, G(o.fc_w, t), G(o.fc_b, t), dfc_, a.ln2, P(o.fc_w), N, C, H, false);
+    linear_backward(l, Linear::Fc, dln_, dfc_, a.ln2, N, false);
   }
   k::layernorm_backward(dres_, G(o.ln2_w, t), G(o.ln2_b, t), dln_, a.res_mid, P(o.ln2_w), a.ln2_mean, a.ln2_rstd, N, C);
   // attention branch
   const float* dattn = branch_grad(0);
-  k::matmul_backward(datt_, G(o.proj_w, t), G(o.proj_b, t), dattn, a.att, P(o.proj_w), N, C, C, false);
+  linear_backward(l, Linear::Proj, datt_, dattn, a.att, N, false);
   k::attention_backward(dqkv_, datt_, a.qkv, a.att, a.lse, B, T, C, config_.n_head);
-  k::matmul_backward(dln_, G(o.qkv_w, t), G(o.qkv_b, t), dqkv_, a.ln1, P(o.qkv_w), N, C, 3 * C, false);
+  linear_backward(l, Linear::Qkv, dln_, dqkv_, a.ln1, N, false);
   // The bottom trainable block need not pass a gradient further down unless embeddings train.
   const bool need_dinp = l > frozen_ || frozen_ == 0;
   k::layernorm_backward(need_dinp ? dres_ : nullptr, G(o.ln1_w, t), G(o.ln1_b, t), dln_, block_input(l),

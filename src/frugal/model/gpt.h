@@ -4,12 +4,15 @@
 // those act through its narrow interface: the ParamTable, the frozen-prefix boundary, and
 // per-block activation recomputation.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "frugal/core/memory.h"
 #include "frugal/model/config.h"
+#include "frugal/model/linear_format.h"
 #include "frugal/model/param_table.h"
 
 namespace frugal {
@@ -22,6 +25,7 @@ struct MemoryPlan {
 
 class GPT {
  public:
+  static constexpr size_t kAbsent = ~size_t(0);
   explicit GPT(const ModelConfig& config);
 
   const ModelConfig& config() const { return config_; }
@@ -51,12 +55,31 @@ class GPT {
   // The flat-buffer range [begin, end) of trainable parameters (frozen ones form a prefix).
   size_t trainable_begin() const;
 
+  // The linears of a block, in execution order.
+  enum class Linear { Qkv, Proj, Fc, Gate, FcProj };
+  static constexpr int kLinears = 5;
+  // Installs a non-dense execution format on block `layer`'s linear (null restores dense).
+  void set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format);
+  LinearFormat* linear_format(int layer, Linear which) const;
+  // The parameter-buffer offset of a block linear's weight (kAbsent for Gate without a gated MLP).
+  size_t linear_weight_offset(int layer, Linear which) const;
+  // Shape (OC, IC) of a block linear.
+  std::pair<int, int> linear_shape(Linear which) const;
+  // Calls refresh() of every installed format (after the master weights changed).
+  void refresh_formats();
+
   // Runs the forward pass and returns the mean loss over targets != -1. When `grad_scale` is
   // non-zero it also starts the backward pass at the head (d loss/d logits scaled by grad_scale)
   // so that backward() can follow. dropout_key varies the dropout masks per step. Dropout applies
   // only then (training); grad_scale == 0 is evaluation and runs without dropout.
+  // `prefix_output` (B,T,C), when given, is taken as the output of the first `prefix_blocks`
+  // blocks (activations cached by the caller; prefix_blocks must not exceed the frozen prefix, and
+  // 0 means the embeddings' output): the embeddings and those blocks are not run.
   float forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
-                uint64_t dropout_key = 0);
+                uint64_t dropout_key = 0, const float* prefix_output = nullptr,
+                int prefix_blocks = 0);
+  // Output (B,T,C) of block l from the last forward (l = -1: the embeddings), valid until the next.
+  const float* block_output(int l) const { return l < 0 ? encoded_ : acts_[l].res_out; }
   // Back-propagates the loss of the last forward(grad_scale != 0) into grads() (accumulating).
   void backward();
   void zero_grad();
@@ -65,7 +88,6 @@ class GPT {
 
   // Where each tensor of a block, the final LayerNorm and the head live in params(), for code
   // that runs the model's weights its own way (model/decoder.h). kAbsent: no such tensor.
-  static constexpr size_t kAbsent = ~size_t(0);
   struct BlockOffsets {
     size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, gate_w, gate_b,
         fcproj_w, fcproj_b;
@@ -74,6 +96,9 @@ class GPT {
   size_t final_norm_weight_offset() const { return lnf_w_; }
   size_t final_norm_bias_offset() const { return lnf_b_; }
   size_t head_offset() const;  // lm_head.weight, or the token embedding when tied
+  // out (N,OC) = inp (N,C) · Wᵀ + b for block l's linear, through its installed format (dense
+  // when none); reads only the parameters, so the decoder runs it too.
+  void linear_forward(int l, Linear which, float* out, const float* inp, int N) const;
 
  private:
   struct BlockActs {
@@ -81,17 +106,21 @@ class GPT {
         *gate, *act, *res_out;
   };
   float* P(size_t off) { return off == kAbsent ? nullptr : params_.data() + off; }
+  const float* P(size_t off) const { return off == kAbsent ? nullptr : params_.data() + off; }
   float* G(size_t off, bool trainable) {
     return off == kAbsent || !trainable ? nullptr : grads_.data() + off;
   }
   const float* block_input(int l) const;
   void block_forward(int l, uint64_t dropout_key);
+  void linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp, int N,
+                       bool accumulate_dinp);
   void block_backward(int l, uint64_t dropout_key);
 
   ModelConfig config_;
   ParamTable table_;
   Buffer<float> params_, grads_;
   std::vector<BlockOffsets> blocks_;
+  std::vector<std::array<std::shared_ptr<LinearFormat>, kLinears>> formats_;
   size_t lnf_w_, lnf_b_;
 
   int B_ = 0, T_ = 0, frozen_ = 0;

@@ -79,6 +79,9 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
                       {"optimizer_steps", state.optimizer_steps},
                       {"loader_epoch", state.loader_epoch},
                       {"loader_position", state.loader_position},
+                      {"flops", state.flops},
+                      {"dense_flops", state.dense_flops},
+                      {"wall_seconds", state.wall_seconds},
                       {"methods", state.methods}};
     io::SafeTensors train_state;
     train_state.metadata["format"] = kFormat;
@@ -165,6 +168,9 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
   s.optimizer_steps = js.at("optimizer_steps");
   s.loader_epoch = js.at("loader_epoch");
   s.loader_position = js.at("loader_position");
+  s.flops = js.value("flops", 0.0);
+  s.dense_flops = js.value("dense_flops", 0.0);
+  s.wall_seconds = js.value("wall_seconds", 0.0);
   s.methods = js.value("methods", nlohmann::json::object());
   FRUGAL_CHECK(st.tensors.count("adamw.m") && st.tensors.count("adamw.v"),
                "{} has no optimizer moments; it cannot be resumed (use --init-from to start a new "

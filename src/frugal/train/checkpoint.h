@@ -27,6 +27,8 @@ struct TrainState {
   int64_t optimizer_steps = 0; // AdamW's bias-correction counter
   uint64_t loader_epoch = 0;
   int64_t loader_position = 0;
+  double flops = 0, dense_flops = 0;  // cumulative executed / dense-equivalent model FLOPs
+  double wall_seconds = 0;           // cumulative training wall-clock
   nlohmann::json methods = nlohmann::json::object();  // name -> that method's saved state
 };
 

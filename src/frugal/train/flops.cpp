@@ -9,24 +9,94 @@
 
 namespace frugal {
 
-StepFlops dense_step_flops(const ModelConfig& c, int B, int T) {
-  const double N = double(B) * T, C = c.n_embd, H = c.ffn_hidden(), L = c.n_layer;
-  const double mlp_in = c.gated() ? 2 * C * H : C * H;
-  const double linear_per_row = L * (3 * C * C + C * C + mlp_in + H * C) + C * c.vocab_size;
-  const double linear = 2 * N * linear_per_row;
-  const double attention = L * 2.0 * B * c.n_head * c.head_size() * double(T) * (T + 1);
+PhaseFlops& PhaseFlops::operator+=(const PhaseFlops& o) {
+  forward += o.forward;
+  backward_input += o.backward_input;
+  backward_weight += o.backward_weight;
+  optimizer += o.optimizer;
+  return *this;
+}
+
+namespace {
+
+PhaseFlops sum(const std::vector<PhaseFlops>& v) {
+  PhaseFlops total;
+  for (const PhaseFlops& p : v) total += p;
+  return total;
+}
+
+double params_in_range(const ParamTable& table, size_t begin, size_t end) {
+  double n = 0;
+  for (const ParamInfo& e : table.entries())
+    if (e.offset >= begin && e.offset < end) n += double(e.numel);
+  return n;
+}
+
+}  // namespace
+
+PhaseFlops StepFlops::executed_total() const { return sum(executed); }
+PhaseFlops StepFlops::dense_total() const { return sum(dense); }
+
+StepFlops count_step_flops(const GPT& model, int B, int T, int cached_prefix_blocks) {
+  const ModelConfig& c = model.config();
+  const ParamTable& table = model.table();
+  const int L = c.n_layer, frozen = model.frozen_prefix();
+  const double N = double(B) * T;
   StepFlops f;
-  f.forward = linear + attention;
-  f.backward_input = linear + 2 * attention;
-  f.backward_weight = linear;
-  double params = 0;
-  for (const ParamInfo& e : ParamTable::build(c).entries()) params += double(e.numel);
-  f.optimizer = 12 * params;
+  f.executed.resize(L + 2);
+  f.dense.resize(L + 2);
+  // embeddings: optimizer only
+  const auto [emb_begin, emb_end] = table.layer_range(-1);
+  f.dense[0].optimizer = 12 * params_in_range(table, emb_begin, emb_end);
+  if (frozen == 0) f.executed[0].optimizer = f.dense[0].optimizer;
+  // blocks
+  const double attention = 2.0 * B * c.n_head * c.head_size() * double(T) * (T + 1);
+  for (int l = 0; l < L; ++l) {
+    PhaseFlops& d = f.dense[l + 1];
+    PhaseFlops& e = f.executed[l + 1];
+    const bool runs = l >= cached_prefix_blocks, trains = l >= frozen;
+    d.forward = attention;
+    d.backward_input = 2 * attention;
+    for (int i = 0; i < GPT::kLinears; ++i) {
+      const auto which = static_cast<GPT::Linear>(i);
+      if (model.linear_weight_offset(l, which) == GPT::kAbsent) continue;
+      const auto [oc, ic] = model.linear_shape(which);
+      const double dense = 2 * N * oc * ic;
+      const LinearFormat* fmt = model.linear_format(l, which);
+      const double density = fmt ? fmt->forward_density() : 1.0;
+      const double wdensity = fmt ? fmt->weight_grad_density() : 1.0;
+      d.forward += dense;
+      d.backward_input += dense;
+      d.backward_weight += dense;
+      if (runs) e.forward += dense * density;
+      if (trains) {
+        e.backward_input += dense * density;
+        e.backward_weight += dense * wdensity;
+      }
+    }
+    if (runs) e.forward += attention;
+    if (trains) e.backward_input += 2 * attention;
+    const auto [b, end] = table.layer_range(l);
+    d.optimizer = 12 * params_in_range(table, b, end);
+    if (trains) e.optimizer = d.optimizer;
+  }
+  // final LayerNorm and head
+  PhaseFlops& hd = f.dense[L + 1];
+  PhaseFlops& he = f.executed[L + 1];
+  const double head = 2 * N * c.n_embd * double(c.vocab_size);
+  hd.forward = hd.backward_input = hd.backward_weight = head;
+  const auto [hb, he_end] = table.layer_range(L);
+  hd.optimizer = 12 * params_in_range(table, hb, he_end);
+  he.forward = head;
+  he.backward_input = frozen < L ? head : 0;
+  const bool head_trains = !c.tied_head || frozen == 0;
+  he.backward_weight = head_trains ? head : 0;
+  he.optimizer = hd.optimizer;
   return f;
 }
 
 double measure_gemm_peak_flops() {
-  // The square shape large enough for the BLAS to reach steady state (linear forward with
+  // A square shape large enough for the BLAS to reach steady state (a linear forward with
   // N = C = OC = 1536).
   const int n = 1536;
   std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);

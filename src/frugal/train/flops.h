@@ -1,24 +1,41 @@
-// FLOP accounting for a dense GPT training step, per phase. One formula, used by the trainer's
-// logs, MFU and the benchmark:
-//   linear (N rows, IC -> OC): forward 2·N·IC·OC, backward-input 2·N·IC·OC, backward-weight 2·N·IC·OC
-//   causal attention per layer: forward 2·B·NH·HS·T(T+1) (q·kᵀ and p·v over the T(T+1)/2 causal
-//   pairs), backward-input twice the forward (dq, dk, dv, dp); recomputation is not counted
+// FLOP accounting for a training step, per layer and per phase, both as executed (knowing what is
+// frozen, cached or sparse) and as the dense model would need. One set of formulas, used by the
+// trainer's metrics, MFU and the benchmark:
+//   linear (N rows, IC -> OC): forward 2·N·IC·OC, backward-input 2·N·IC·OC, backward-weight
+//     2·N·IC·OC; a sparse LinearFormat scales the first two by its forward_density() and the last
+//     by its weight_grad_density()
+//   causal attention per block: forward 2·B·NH·HS·T(T+1) (q·kᵀ and p·v over the T(T+1)/2 causal
+//     pairs), backward-input twice the forward (dq, dk, dv, dp); recomputation is not counted
 //   LM head over the V real vocabulary columns, like a linear C -> V
 //   optimizer: 12 FLOPs per trainable parameter (not part of MFU)
+//   embeddings, LayerNorms and activations are memory-bound and not counted
+// A frozen block runs forward only; a block inside a cached prefix runs nothing.
 #pragma once
+#include <vector>
+
 #include "frugal/model/config.h"
-#include "frugal/model/param_table.h"
+#include "frugal/model/gpt.h"
 
 namespace frugal {
 
-struct StepFlops {
+struct PhaseFlops {
   double forward = 0, backward_input = 0, backward_weight = 0, optimizer = 0;
   // Model FLOPs (forward + backward), the numerator of MFU.
   double model() const { return forward + backward_input + backward_weight; }
+  double total() const { return model() + optimizer; }
+  PhaseFlops& operator+=(const PhaseFlops& o);
 };
 
-// FLOPs of one optimizer step on B·T tokens with every layer trainable and dense.
-StepFlops dense_step_flops(const ModelConfig& config, int B, int T);
+struct StepFlops {
+  // index 0: embeddings, 1..L: blocks, L+1: final LayerNorm and head
+  std::vector<PhaseFlops> executed, dense;
+  PhaseFlops executed_total() const;
+  PhaseFlops dense_total() const;
+};
+
+// FLOPs of one micro-batch of B·T tokens for `model` as it is now configured (frozen prefix,
+// linear formats), with the first `cached_prefix_blocks` blocks served from cached activations.
+StepFlops count_step_flops(const GPT& model, int B, int T, int cached_prefix_blocks = 0);
 
 // Best-of-several single-precision GEMM rate of this machine with the current thread count, in
 // FLOP/s: the MFU denominator ("measured peak"). Takes about a second.

@@ -1,6 +1,8 @@
 // The run-configuration schema and its typed view; see run_config.h.
 #include "frugal/train/run_config.h"
 
+#include "frugal/methods/method.h"
+
 namespace frugal {
 
 using io::Range;
@@ -54,6 +56,11 @@ io::ConfigSchema run_schema() {
       .add_float("sample.top_p", p.top_p, "nucleus sampling mass", Range::closed(0, 1))
       .add_string("sample.prompt", p.prompt, "text the samples start from")
       .add_int("sample.seed", static_cast<int64_t>(p.seed), "sampling seed", Range::at_least(0));
+  for (const MethodInfo& m : registered_methods()) {
+    const std::string prefix = "methods." + m.name;
+    s.add_section(prefix, m.description);
+    m.add_keys(s, prefix);
+  }
   return s;
 }
 

@@ -36,6 +36,20 @@ std::shared_ptr<const data::TokenShard> open_split(const std::string& dir, const
   return std::make_shared<const data::TokenShard>(data::TokenShard::open(path));
 }
 
+// On resume from an older checkpoint, forget the log lines of the steps about to be redone.
+void drop_metrics_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > step) break;
+    kept += line + "\n";
+  }
+  in.close();
+  io::write_file_atomic(path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kept.data()), kept.size()));
+}
+
 std::string format_duration(double s) {
   const int total = static_cast<int>(s + 0.5);
   return total >= 3600 ? fmt::format("{}:{:02}:{:02}", total / 3600, total / 60 % 60, total % 60)
@@ -74,12 +88,22 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   model_->init_weights(t.seed);
   model_->plan(t.batch_size, t.seq_len, std::vector<bool>(m.n_layer, t.recompute == "all"));
   optim_ = std::make_unique<AdamW>(model_->table(), settings_.optim);
+  methods_ = MethodSet::from_config(config_);
+  runner_ = std::make_unique<StepRunner>(*model_, *optim_, methods_, settings_);
+  {
+    TrainContext ctx = runner_->context(0);
+    methods_.fire(Event::Init, ctx);
+  }
   if (!options.init_from.empty()) load_checkpoint_params(resolve_checkpoint(options.init_from), *model_);
   if (!options.resume.empty()) {
     const std::string dir = resolve_checkpoint(options.resume);
     load_checkpoint_params(dir, *model_);
     const TrainState state = load_checkpoint_state(dir, *optim_);
     start_step_ = state.step;
+    flops_executed_ = state.flops;
+    flops_dense_ = state.dense_flops;
+    wall_offset_ = state.wall_seconds;
+    methods_.load_state(state.methods);
     train_loader_->restore({state.loader_epoch, state.loader_position});
     if (!options_.quiet) fmt::print("resumed from {} at step {}\n", dir, start_step_);
   }
@@ -91,11 +115,21 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   io::write_file_atomic((fs::path(t.out_dir) / "config.toml").string(),
                         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(toml.data()), toml.size()));
   metrics_path_ = (fs::path(t.out_dir) / "metrics.jsonl").string();
-  if (options.resume.empty()) std::ofstream(metrics_path_, std::ios::trunc);
+  if (options.resume.empty()) {
+    std::ofstream(metrics_path_, std::ios::trunc);
+  } else {
+    drop_metrics_after(metrics_path_, start_step_);
+  }
 }
 
 std::string Trainer::save(int64_t step) {
+  TrainContext ctx = runner_->context(step);
+  methods_.fire(Event::Checkpoint, ctx);
   TrainState state;
+  state.methods = methods_.save_state();
+  state.flops = flops_executed_;
+  state.dense_flops = flops_dense_;
+  state.wall_seconds = wall_offset_ + (wall_started_ ? wall_started_->seconds() : 0.0);
   state.step = step;
   state.optimizer_steps = optim_->steps_taken();
   const data::LoaderState loader = train_loader_->state();
@@ -120,75 +154,83 @@ float Trainer::evaluate() {
 FitResult Trainer::fit() {
   const TrainSettings& t = settings_.train;
   const ModelConfig& m = settings_.model;
-  const bool tty = isatty(STDOUT_FILENO);
+  const bool print = !options_.quiet;
+  const bool tty = print && isatty(STDOUT_FILENO);
   g_stop_requested = false;
   auto old_int = std::signal(SIGINT, request_stop);
   auto old_term = std::signal(SIGTERM, request_stop);
 
-  const bool print = !options_.quiet;
-  if (print) fmt::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
-             model_->table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd, m.vocab_size, num_threads());
-  if (print) fmt::print("{}\n", model_->memory_plan().describe(optim_->state_bytes()));
-  if (print) fmt::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
-             train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
+  if (print) {
+    fmt::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
+               model_->table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd, m.vocab_size,
+               num_threads());
+    fmt::print("{}\n", model_->memory_plan().describe(optim_->state_bytes()));
+    fmt::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
+               train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
+    for (const auto& method : methods_.methods()) fmt::print("method: {}\n", method->name());
+  }
   const double peak = measure_gemm_peak_flops();
-  const double step_flops = dense_step_flops(m, t.batch_size, t.seq_len).model() * t.grad_accum;
   const size_t N = size_t(t.batch_size) * t.seq_len;
-  std::vector<int32_t> inputs(N), targets(N);
-  std::vector<int64_t> ids(t.batch_size);
+  {
+    TrainContext ctx = runner_->context(start_step_);
+    methods_.fire(Event::FitStart, ctx);
+  }
+  const BatchSource next_batch = [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
+    train_loader_->next(t.batch_size, inputs, targets, ids);
+  };
 
   FitResult result;
-  Timer wall;
-  double flops_done = 0;
-  Timer window;
+  Timer wall, window;
+  wall_started_ = &wall;
   int64_t window_steps = 0;
   float val_loss = NAN;
   int64_t step = start_step_;
   for (; step < t.max_steps; ++step) {
+    nlohmann::json record{{"step", step + 1}};
     const float lr = lr_at(settings_.optim, step, t.max_steps);
-    model_->zero_grad();
-    double loss = 0;
-    for (int micro = 0; micro < t.grad_accum; ++micro) {
-      train_loader_->next(t.batch_size, inputs.data(), targets.data(), ids.data());
-      const uint64_t dropout_key = mix64(t.seed ^ mix64(static_cast<uint64_t>(step * t.grad_accum + micro)));
-      loss += model_->forward(inputs.data(), targets.data(), 1.0f / t.grad_accum, dropout_key);
-      model_->backward();
-    }
-    loss /= t.grad_accum;
-    FRUGAL_CHECK(std::isfinite(loss), "the training loss became {} at step {}; lower optim.lr or "
-                 "raise optim.warmup_steps", loss, step);
-    const float norm = optim_->step(model_->params(), model_->grads(), model_->trainable_begin(), lr);
-    flops_done += step_flops;
+    const StepResult r = runner_->run(step, lr, next_batch, &record);
+    const double loss = r.loss;
+    const PhaseFlops& executed = r.executed;
+    flops_executed_ += executed.model();
+    flops_dense_ += r.dense.model();
     ++window_steps;
     result.final_train_loss = static_cast<float>(loss);
     result.losses.push_back(static_cast<float>(loss));
     const bool last = step + 1 == t.max_steps || g_stop_requested ||
                       (t.max_seconds > 0 && wall.seconds() >= t.max_seconds);
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
-    if (eval_now) val_loss = evaluate();
+    if (eval_now) {
+      TrainContext ctx = runner_->context(step, &record);
+      methods_.fire(Event::Eval, ctx);
+      val_loss = evaluate();
+    }
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
-    if (print && ((step + 1) % t.log_interval == 0 || eval_now)) {
+    if ((step + 1) % t.log_interval == 0 || eval_now) {
       const double dt = window.seconds() / window_steps;
       const double tok_s = double(N) * t.grad_accum / dt;
-      const double mfu = step_flops / dt / peak;
-      nlohmann::json j{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                       {"tokens_per_s", tok_s}, {"ms_per_step", dt * 1e3}, {"mfu", mfu},
-                       {"flops", flops_done}, {"wall_s", wall.seconds()}};
-      if (eval_now) j["val_loss"] = val_loss;
-      log_metrics(j.dump());
-      const double eta = dt * double(t.max_steps - step - 1);
-      const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
-      if (tty) {
-        const int width = 24, filled = static_cast<int>(width * double(step + 1) / t.max_steps);
-        fmt::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",
-                   std::string(filled, '#'), std::string(width - filled, '-'), step + 1, t.max_steps,
-                   loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
-        if (eval_now) fmt::print("\n");
-      } else {
-        fmt::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%\n",
-                   step + 1, t.max_steps, loss, val, lr, norm, dt * 1e3, tok_s, 100 * mfu);
+      const double mfu = executed.model() / dt / peak;
+      record.update({{"loss", loss}, {"lr", lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tok_s},
+                     {"ms_per_step", dt * 1e3}, {"mfu", mfu}, {"flops", flops_executed_},
+                     {"dense_flops", flops_dense_}, {"wall_s", wall_offset_ + wall.seconds()},
+                     {"step_flops", {{"forward", executed.forward}, {"backward_input", executed.backward_input},
+                                     {"backward_weight", executed.backward_weight}, {"optimizer", executed.optimizer}}}});
+      if (eval_now) record["val_loss"] = val_loss;
+      log_metrics(record.dump());
+      if (print) {
+        const double eta = dt * double(t.max_steps - step - 1);
+        const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
+        if (tty) {
+          const int width = 24, filled = static_cast<int>(width * double(step + 1) / t.max_steps);
+          fmt::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",
+                     std::string(filled, '#'), std::string(width - filled, '-'), step + 1, t.max_steps,
+                     loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
+          if (eval_now) fmt::print("\n");
+        } else {
+          fmt::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%\n",
+                     step + 1, t.max_steps, loss, val, lr, r.grad_norm, dt * 1e3, tok_s, 100 * mfu);
+        }
+        std::fflush(stdout);
       }
-      std::fflush(stdout);
       window.reset();
       window_steps = 0;
     }
@@ -197,7 +239,11 @@ FitResult Trainer::fit() {
       break;
     }
   }
-  if (tty && print) fmt::print("\n");
+  if (tty) fmt::print("\n");
+  {
+    TrainContext ctx = runner_->context(step);
+    methods_.fire(Event::FitEnd, ctx);
+  }
   result.interrupted = g_stop_requested;
   const std::string saved = step > start_step_ ? save(step) : "";
   if (print && result.interrupted) fmt::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
@@ -205,6 +251,7 @@ FitResult Trainer::fit() {
   result.steps = step;
   result.final_val_loss = val_loss;
   result.seconds = wall.seconds();
+  wall_started_ = nullptr;
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
   return result;

@@ -8,10 +8,13 @@
 
 #include "frugal/data/loader.h"
 #include "frugal/data/tokenizer.h"
+#include "frugal/core/timer.h"
 #include "frugal/io/config.h"
+#include "frugal/methods/method_set.h"
 #include "frugal/model/gpt.h"
 #include "frugal/optim/adamw.h"
 #include "frugal/train/run_config.h"
+#include "frugal/train/step.h"
 
 namespace frugal {
 
@@ -41,6 +44,7 @@ class Trainer {
   void print_samples();
 
   GPT& model() { return *model_; }
+  const MethodSet& methods() const { return methods_; }
   const RunSettings& settings() const { return settings_; }
 
  private:
@@ -55,6 +59,11 @@ class Trainer {
   std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<AdamW> optim_;
+  MethodSet methods_;
+  std::unique_ptr<StepRunner> runner_;
+  double flops_executed_ = 0, flops_dense_ = 0;  // cumulative model FLOPs, also across resumes
+  double wall_offset_ = 0;                       // training seconds before a resume
+  const Timer* wall_started_ = nullptr;
   std::string metrics_path_;
 };
 

@@ -1,0 +1,49 @@
+// `frugal export --format hf CHECKPOINT_OR_RUN_DIR OUT_DIR`: a checkpoint as a directory that
+// transformers' GPT2LMHeadModel / AutoTokenizer load (see io/hf_gpt2.h).
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+#include "frugal/cli/commands.h"
+#include "frugal/data/tokenizer.h"
+#include "frugal/io/hf_gpt2.h"
+#include "frugal/train/checkpoint.h"
+
+namespace frugal::cli {
+
+namespace {
+struct ExportArgs {
+  std::string format = "hf";
+  std::string source, out_dir;
+};
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto args = std::make_shared<ExportArgs>();
+  CLI::App* cmd = app.add_subcommand("export", "export a checkpoint to another format");
+  cmd->add_option("--format", args->format, "output format: hf (Hugging Face GPT-2)")
+      ->check(CLI::IsMember({"hf"}))
+      ->capture_default_str();
+  cmd->add_option("checkpoint", args->source, "run directory (its latest checkpoint) or checkpoint directory")
+      ->required();
+  cmd->add_option("out_dir", args->out_dir, "directory to write (created)")->required();
+  cmd->callback([args] {
+    const std::string checkpoint = resolve_checkpoint(args->source);
+    const std::unique_ptr<GPT> model = load_checkpoint_model(checkpoint);
+    const auto tokenizer = data::load_tokenizer_json(checkpoint + "/tokenizer.json");
+    io::export_hf_gpt2(*model, args->out_dir, tokenizer->eot_token());
+    const bool hf_tokenizer = io::export_hf_tokenizer(*tokenizer, model->config().block_size, args->out_dir);
+    fmt::print("exported {} ({} parameters) to {}: config.json, model.safetensors\n", checkpoint,
+               model->table().num_parameters(model->config()), args->out_dir);
+    if (hf_tokenizer) {
+      fmt::print("tokenizer: vocab.json, merges.txt, tokenizer_config.json (AutoTokenizer loads them)\n");
+    } else {
+      fmt::print("tokenizer: transformers has no tokenizer matching '{}'; encode text with frugal's "
+                 "({}/frugal_tokenizer.json, e.g. `frugal tokenize --tokenizer {}/frugal_tokenizer.json`)\n",
+                 tokenizer->spec(), args->out_dir, args->out_dir);
+    }
+  });
+}
+
+}  // namespace frugal::cli

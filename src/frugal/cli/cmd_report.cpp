@@ -1,0 +1,45 @@
+// `frugal report RUN_DIR... [--out DIR] [--target-loss X] [--names a,b,...] [--no-plots]`: compares
+// training runs (the first is the baseline), prints the table and writes report.md with plots.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "frugal/cli/commands.h"
+#include "frugal/train/report.h"
+
+namespace frugal::cli {
+
+namespace {
+struct ReportArgs {
+  std::vector<std::string> run_dirs;
+  std::string out = "report";
+  double target = 0;
+  std::vector<std::string> names;
+  bool no_plots = false;
+};
+}  // namespace
+
+void add_report_command(CLI::App& app) {
+  auto args = std::make_shared<ReportArgs>();
+  CLI::App* cmd = app.add_subcommand("report", "compare training runs: table of loss, time and FLOPs "
+                                     "to a target loss, and plots");
+  cmd->add_option("run_dirs", args->run_dirs, "run directories (train.out_dir); the first is the baseline")
+      ->required();
+  cmd->add_option("--out", args->out, "directory for report.md and the plots (default: report)");
+  CLI::Option* target = cmd->add_option("--target-loss", args->target,
+                                        "target validation loss (default: the baseline's final one)");
+  cmd->add_option("--names", args->names, "legend names, one per run, comma-separated (default: "
+                  "directory names)")->delimiter(',');
+  cmd->add_flag("--no-plots", args->no_plots, "write the table only (no gnuplot needed)");
+  cmd->callback([args, target] {
+    ReportOptions options;
+    if (target->count()) options.target_loss = args->target;
+    options.names = args->names;
+    options.plots = !args->no_plots;
+    const ReportTable table = write_report(args->run_dirs, args->out, options);
+    fmt::print("{}\nwrote {}/report.md{}\n", markdown(table), args->out,
+               options.plots ? " and the plots (PNG + SVG)" : "");
+  });
+}
+
+}  // namespace frugal::cli

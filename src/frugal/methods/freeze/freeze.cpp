@@ -1,0 +1,123 @@
+// The freeze plugin; see freeze.h.
+#include "frugal/methods/freeze/freeze.h"
+
+#include <cmath>
+
+#include "frugal/core/error.h"
+#include "frugal/kernels/ops.h"
+#include "frugal/methods/freeze/schedule.h"
+
+namespace frugal::freeze {
+
+namespace {
+
+void add_keys(io::ConfigSchema& s, const std::string& p) {
+  using io::Range;
+  s.add_int(p + ".frozen_layers", 0, "bottom blocks (and the embeddings) frozen for the whole run", Range::at_least(0))
+      .add_float(p + ".alpha", 0.0, "progressive schedule: ceil(L(1-(1-alpha)^T)) frozen after interval T; 0: off", Range::half_open(0, 1))
+      .add_int(p + ".interval", 100, "steps per freeze interval", Range::at_least(1))
+      .add_bool(p + ".adaptive", false, "also bound the schedule by the gradient-change criterion (min of both)")
+      .add_int(p + ".max_frozen", -1, "most blocks ever frozen; -1: n_layer - 1", Range::at_least(-1));
+}
+
+std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
+  FreezeConfig f;
+  f.frozen_layers = static_cast<int>(c.get_int(p + ".frozen_layers"));
+  f.alpha = c.get_float(p + ".alpha");
+  f.interval = static_cast<int>(c.get_int(p + ".interval"));
+  f.adaptive = c.get_bool(p + ".adaptive");
+  f.max_frozen = static_cast<int>(c.get_int(p + ".max_frozen"));
+  FRUGAL_CHECK(!f.adaptive || f.alpha > 0, "methods.freeze.adaptive needs methods.freeze.alpha > 0 "
+               "(the adaptive criterion is bounded by the schedule)");
+  return std::make_unique<FreezeMethod>(f);
+}
+
+}  // namespace
+
+MethodInfo method_info() {
+  return {"freeze", "progressive layer freezing (PipeTransformer) and fixed frozen prefixes", add_keys, make, {}};
+}
+
+int FreezeMethod::cap(const GPT& model) const {
+  const int L = model.config().n_layer;
+  return config_.max_frozen < 0 ? L - 1 : std::min(config_.max_frozen, L);
+}
+
+bool FreezeMethod::match(Event event, const TrainContext& ctx) const {
+  switch (event) {
+    case Event::Init:
+    case Event::Reconfigure:
+      return true;
+    case Event::AfterGradReduce:
+      return config_.adaptive;
+    case Event::AfterOptimStep:
+      return config_.alpha > 0 && (ctx.step + 1) % config_.interval == 0;
+    case Event::BatchEnd:
+      return ctx.metrics != nullptr;
+    default:
+      return false;
+  }
+}
+
+void FreezeMethod::apply(Event event, TrainContext& ctx) {
+  GPT& model = ctx.model;
+  const int L = model.config().n_layer;
+  switch (event) {
+    case Event::Init:
+      FRUGAL_CHECK(config_.frozen_layers <= L, "methods.freeze.frozen_layers = {} exceeds model.n_layer = {}",
+                   config_.frozen_layers, L);
+      frozen_ = target_ = config_.frozen_layers;
+      model.set_frozen_prefix(frozen_);
+      break;
+    case Event::AfterGradReduce: {  // accumulate per-block gradient norms over the interval
+      norm_sum_.resize(L, 0.0);
+      for (int l = frozen_; l < L; ++l) {
+        const auto [b, e] = model.table().layer_range(l);
+        norm_sum_[l] += std::sqrt(kernels::sum_squares(model.grads() + b, e - b));
+      }
+      ++norm_samples_;
+      break;
+    }
+    case Event::AfterOptimStep: {
+      ++intervals_done_;
+      int next = std::max(frozen_, frozen_by_schedule(L, config_.alpha, intervals_done_));
+      if (config_.adaptive) {
+        std::vector<double> norm(L, 0.0);
+        for (int l = 0; l < L && norm_samples_ > 0; ++l) norm[l] = norm_sum_[l] / norm_samples_;
+        next = std::min(next, frozen_by_gradient_change(prev_norm_, norm, frozen_));
+        prev_norm_ = norm;
+        norm_sum_.assign(L, 0.0);
+        norm_samples_ = 0;
+      }
+      target_ = std::max(frozen_, std::min(next, cap(model)));
+      if (target_ != frozen_) ctx.request_reconfigure = true;
+      break;
+    }
+    case Event::Reconfigure:
+      if (target_ != frozen_) {
+        frozen_ = target_;
+        model.set_frozen_prefix(frozen_);
+      }
+      break;
+    case Event::BatchEnd:
+      (*ctx.metrics)["frozen_layers"] = frozen_;
+      break;
+    default:
+      break;
+  }
+}
+
+nlohmann::json FreezeMethod::save_state() const {
+  return {{"frozen", frozen_}, {"intervals_done", intervals_done_}, {"norm_sum", norm_sum_},
+          {"prev_norm", prev_norm_}, {"norm_samples", norm_samples_}};
+}
+
+void FreezeMethod::load_state(const nlohmann::json& s) {
+  frozen_ = target_ = s.at("frozen");
+  intervals_done_ = s.at("intervals_done");
+  norm_sum_ = s.at("norm_sum").get<std::vector<double>>();
+  prev_norm_ = s.at("prev_norm").get<std::vector<double>>();
+  norm_samples_ = s.at("norm_samples");
+}
+
+}  // namespace frugal::freeze

@@ -1,0 +1,40 @@
+// The `freeze` method plugin: a fixed frozen prefix (fine-tuning) and/or PipeTransformer's
+// progressive freezing (α schedule per interval, optionally bounded by the adaptive gradient-change
+// criterion). Frozen blocks (with the embeddings) form a bottom-up prefix: they run no backward and
+// leave the optimizer (GPT::set_frozen_prefix), changed only at the Reconfigure safe point.
+#pragma once
+#include "frugal/methods/method.h"
+
+namespace frugal::freeze {
+
+struct FreezeConfig {
+  int frozen_layers = 0;  // frozen from the start
+  double alpha = 0;       // progressive schedule; 0: off
+  int interval = 100;     // steps per freeze interval
+  bool adaptive = false;  // min(α bound, gradient-change criterion)
+  int max_frozen = -1;    // cap on the frozen prefix; -1: n_layer - 1
+};
+
+MethodInfo method_info();
+
+class FreezeMethod final : public Method {
+ public:
+  explicit FreezeMethod(FreezeConfig config) : config_(config) {}
+  std::string name() const override { return "freeze"; }
+  Capabilities capabilities() const override { return {.changes_trainable_set = true}; }
+  bool match(Event event, const TrainContext& ctx) const override;
+  void apply(Event event, TrainContext& ctx) override;
+  nlohmann::json save_state() const override;
+  void load_state(const nlohmann::json& state) override;
+
+  int frozen() const { return frozen_; }
+
+ private:
+  int cap(const GPT& model) const;
+  FreezeConfig config_;
+  int frozen_ = 0, target_ = 0, intervals_done_ = 0;
+  std::vector<double> norm_sum_, prev_norm_;
+  int norm_samples_ = 0;
+};
+
+}  // namespace frugal::freeze

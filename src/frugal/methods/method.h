@@ -1,0 +1,93 @@
+// The method plugin contract (Composer-style two-way callbacks). A training-acceleration method
+// is told about every event of the training loop and may act on the model through a narrow
+// interface: the frozen prefix, linear formats (sparse kernels), cached prefix activations, the
+// optimizer's moments, and metrics. Shapes, formats and partitions change only at the Reconfigure
+// safe point (after the optimizer step, all ranks at a barrier). See docs/methods.md.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "frugal/io/config.h"
+#include "frugal/model/gpt.h"
+#include "frugal/optim/adamw.h"
+
+namespace frugal {
+
+struct RunSettings;
+
+// In the order the trainer fires them. Per optimizer step: BatchStart, then per micro-batch
+// BeforeForward, AfterForward, BeforeBackward, AfterBackward; then AfterGradReduce,
+// BeforeOptimStep, AfterOptimStep, Reconfigure (only when a method asked for it), BatchEnd.
+// Eval around each evaluation, Checkpoint before each checkpoint is written.
+enum class Event {
+  Init, FitStart, BatchStart, BeforeForward, AfterForward, BeforeBackward, AfterBackward,
+  AfterGradReduce, BeforeOptimStep, AfterOptimStep, Reconfigure, BatchEnd, Eval, Checkpoint, FitEnd
+};
+inline constexpr int kNumEvents = static_cast<int>(Event::FitEnd) + 1;
+const char* event_name(Event e);
+
+// What a method may change; the trainer rebuilds what depends on it.
+struct Capabilities {
+  bool changes_trainable_set = false;  // frozen prefix (optimizer range, FLOP accounting)
+  bool changes_shapes = false;         // parameter shapes (ParamTable rebuilt, state migrated)
+  bool owns_masks = false;             // installs linear formats / sparsity masks
+  bool needs_dense_gradients = false;  // reads full dense weight gradients (e.g. to grow weights)
+};
+
+// The view of training a method gets at each event. Fields are valid as noted.
+struct TrainContext {
+  GPT& model;
+  AdamW& optim;
+  const RunSettings& settings;
+  int64_t step = 0;       // 0-based index of the current optimizer step
+  int64_t max_steps = 0;
+  int micro = 0;          // micro-batch index (BeforeForward .. AfterBackward)
+  int batch = 0;          // B
+  const int32_t* inputs = nullptr;      // (B,T) current micro-batch
+  const int32_t* targets = nullptr;     // (B,T)
+  const int64_t* sample_ids = nullptr;  // (B) stable ids of the micro-batch's sequences
+  float loss = 0;                       // after AfterForward: the micro-batch loss
+  float grad_norm = 0;                  // after AfterOptimStep
+  // Set at BeforeForward to feed cached activations: the output of the first `prefix_blocks`
+  // blocks for the whole micro-batch (B,T,C); the trainer passes it to GPT::forward.
+  const float* prefix_output = nullptr;
+  int prefix_blocks = 0;
+  bool request_reconfigure = false;  // set by a method to get a Reconfigure event after this step
+  nlohmann::json* metrics = nullptr; // the current step's log record; methods add their keys
+};
+
+class Method {
+ public:
+  virtual ~Method() = default;
+  virtual std::string name() const = 0;
+  virtual Capabilities capabilities() const { return {}; }
+  // Names of methods this one must run before, at every event.
+  virtual std::vector<std::string> runs_before() const { return {}; }
+  virtual bool match(Event event, const TrainContext& ctx) const = 0;
+  virtual void apply(Event event, TrainContext& ctx) = 0;
+  // The method's resumable state, stored in every checkpoint.
+  virtual nlohmann::json save_state() const { return nlohmann::json::object(); }
+  virtual void load_state(const nlohmann::json& state) {}
+  // FLOP accounting: true when blocks [0, k) run no forward this step (cached activations).
+  virtual int cached_prefix_blocks() const { return 0; }
+};
+
+// A registered method: its config keys (under "methods.<name>.") and its factory. A method is
+// enabled by the presence of its [methods.<name>] table.
+struct MethodInfo {
+  std::string name;
+  std::string description;
+  void (*add_keys)(io::ConfigSchema& schema, const std::string& prefix);
+  std::unique_ptr<Method> (*make)(const io::Config& config, const std::string& prefix);
+  // Other methods it cannot run with, and why.
+  std::vector<std::pair<std::string, std::string>> conflicts;
+};
+
+// Every method frugal knows, in registration order (methods/registry.cpp).
+const std::vector<MethodInfo>& registered_methods();
+
+}  // namespace frugal

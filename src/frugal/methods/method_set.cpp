@@ -1,0 +1,90 @@
+// MethodSet ordering, conflicts, firing and state; see method_set.h.
+#include "frugal/methods/method_set.h"
+
+#include <algorithm>
+#include <map>
+
+#include "frugal/core/error.h"
+
+namespace frugal {
+
+const char* event_name(Event e) {
+  static constexpr const char* names[kNumEvents] = {
+      "Init", "FitStart", "BatchStart", "BeforeForward", "AfterForward", "BeforeBackward",
+      "AfterBackward", "AfterGradReduce", "BeforeOptimStep", "AfterOptimStep", "Reconfigure",
+      "BatchEnd", "Eval", "Checkpoint", "FitEnd"};
+  return names[static_cast<int>(e)];
+}
+
+MethodSet::MethodSet(std::vector<std::unique_ptr<Method>> methods) {
+  // Kahn's algorithm; among ready methods the earliest given goes first, so the order is stable.
+  const size_t n = methods.size();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < n; ++i) index[methods[i]->name()] = i;
+  std::vector<std::vector<size_t>> after(n);
+  std::vector<int> indegree(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    for (const std::string& other : methods[i]->runs_before()) {
+      auto it = index.find(other);
+      if (it == index.end()) continue;  // not enabled in this run
+      after[i].push_back(it->second);
+      ++indegree[it->second];
+    }
+  std::vector<bool> placed(n, false);
+  for (size_t round = 0; round < n; ++round) {
+    size_t pick = n;
+    for (size_t i = 0; i < n && pick == n; ++i)
+      if (!placed[i] && indegree[i] == 0) pick = i;
+    FRUGAL_CHECK(pick != n, "the enabled methods declare a runs-before cycle; this is a bug in "
+                 "their declarations, please report it");
+    placed[pick] = true;
+    for (size_t j : after[pick]) --indegree[j];
+    methods_.push_back(std::move(methods[pick]));
+  }
+}
+
+MethodSet MethodSet::from_config(const io::Config& config) {
+  std::vector<std::unique_ptr<Method>> enabled;
+  std::vector<const MethodInfo*> infos;
+  for (const MethodInfo& info : registered_methods()) {
+    const std::string prefix = "methods." + info.name;
+    if (!config.section_present(prefix)) continue;
+    infos.push_back(&info);
+    enabled.push_back(info.make(config, prefix));
+  }
+  for (const MethodInfo* a : infos)
+    for (const auto& [other, why] : a->conflicts)
+      for (const MethodInfo* b : infos)
+        FRUGAL_CHECK(b->name != other, "methods.{} and methods.{} cannot be used together: {}; "
+                     "remove one of the two tables", a->name, other, why);
+  return MethodSet(std::move(enabled));
+}
+
+void MethodSet::fire(Event event, TrainContext& ctx) {
+  ++counts_[static_cast<int>(event)];
+  for (auto& m : methods_)
+    if (m->match(event, ctx)) m->apply(event, ctx);
+}
+
+int MethodSet::cached_prefix_blocks() const {
+  int k = 0;
+  for (const auto& m : methods_) k = std::max(k, m->cached_prefix_blocks());
+  return k;
+}
+
+nlohmann::json MethodSet::save_state() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& m : methods_) j[m->name()] = m->save_state();
+  return j;
+}
+
+void MethodSet::load_state(const nlohmann::json& state) {
+  for (auto it = state.begin(); it != state.end(); ++it) {
+    auto m = std::find_if(methods_.begin(), methods_.end(), [&](const auto& x) { return x->name() == it.key(); });
+    FRUGAL_CHECK(m != methods_.end(), "the checkpoint has state of method '{}' but the config does "
+                 "not enable it; add a [methods.{}] table to resume this run", it.key(), it.key());
+    (*m)->load_state(it.value());
+  }
+}
+
+}  // namespace frugal

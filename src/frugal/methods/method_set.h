@@ -1,0 +1,37 @@
+// MethodSet: the enabled methods of a run, ordered by their declared runs-before constraints,
+// checked for conflicts at start-up, fired on every event, saved and restored with checkpoints.
+#pragma once
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "frugal/methods/method.h"
+
+namespace frugal {
+
+class MethodSet {
+ public:
+  MethodSet() = default;
+  // Builds the methods whose [methods.<name>] table is present. Throws Error naming both methods
+  // for a declared conflict, and for a runs-before cycle.
+  static MethodSet from_config(const io::Config& config);
+  // Orders the given methods (topologically by runs_before, otherwise keeping the given order).
+  explicit MethodSet(std::vector<std::unique_ptr<Method>> methods);
+
+  void fire(Event event, TrainContext& ctx);
+  const std::vector<std::unique_ptr<Method>>& methods() const { return methods_; }
+  bool empty() const { return methods_.empty(); }
+  // Largest prefix served from cached activations by any method.
+  int cached_prefix_blocks() const;
+
+  nlohmann::json save_state() const;              // {name: state}
+  void load_state(const nlohmann::json& state);   // throws when a saved method is not enabled
+  // How often each event was fired (for tests and debugging).
+  const std::array<int64_t, kNumEvents>& event_counts() const { return counts_; }
+
+ private:
+  std::vector<std::unique_ptr<Method>> methods_;
+  std::array<int64_t, kNumEvents> counts_{};
+};
+
+}  // namespace frugal

@@ -1,0 +1,13 @@
+// The list of every method plugin frugal ships, in a fixed order (also the default firing order
+// where no runs-before constraint applies). New methods are added here.
+#include "frugal/methods/freeze/freeze.h"
+#include "frugal/methods/method.h"
+
+namespace frugal {
+
+const std::vector<MethodInfo>& registered_methods() {
+  static const std::vector<MethodInfo> methods = {freeze::method_info()};
+  return methods;
+}
+
+}  // namespace frugal

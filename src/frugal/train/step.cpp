@@ -1,0 +1,69 @@
+// One training step with events; see step.h.
+#include "frugal/train/step.h"
+
+#include <cmath>
+
+#include "frugal/core/error.h"
+#include "frugal/core/rng.h"
+
+namespace frugal {
+
+StepRunner::StepRunner(GPT& model, AdamW& optim, MethodSet& methods, const RunSettings& settings)
+    : model_(model), optim_(optim), methods_(methods), settings_(settings) {
+  const size_t N = size_t(settings.train.batch_size) * settings.train.seq_len;
+  inputs_.resize(N);
+  targets_.resize(N);
+  ids_.resize(settings.train.batch_size);
+}
+
+TrainContext StepRunner::context(int64_t step, nlohmann::json* record) {
+  TrainContext ctx{model_, optim_, settings_};
+  ctx.step = step;
+  ctx.max_steps = settings_.train.max_steps;
+  ctx.batch = settings_.train.batch_size;
+  ctx.metrics = record;
+  return ctx;
+}
+
+StepResult StepRunner::run(int64_t step, float lr, const BatchSource& next_batch, nlohmann::json* record) {
+  const TrainSettings& t = settings_.train;
+  TrainContext ctx = context(step, record);
+  methods_.fire(Event::BatchStart, ctx);
+  model_.zero_grad();
+  StepResult r;
+  for (int micro = 0; micro < t.grad_accum; ++micro) {
+    next_batch(inputs_.data(), targets_.data(), ids_.data());
+    ctx.micro = micro;
+    ctx.inputs = inputs_.data();
+    ctx.targets = targets_.data();
+    ctx.sample_ids = ids_.data();
+    ctx.prefix_output = nullptr;
+    ctx.prefix_blocks = 0;
+    methods_.fire(Event::BeforeForward, ctx);
+    const int cached = ctx.prefix_output ? ctx.prefix_blocks : 0;
+    const StepFlops flops = count_step_flops(model_, t.batch_size, t.seq_len, cached);
+    r.executed += flops.executed_total();
+    r.dense += flops.dense_total();
+    const uint64_t dropout_key = mix64(t.seed ^ mix64(static_cast<uint64_t>(step * t.grad_accum + micro)));
+    ctx.loss = model_.forward(inputs_.data(), targets_.data(), 1.0f / t.grad_accum, dropout_key,
+                              ctx.prefix_output, ctx.prefix_blocks);
+    r.loss += ctx.loss;
+    methods_.fire(Event::AfterForward, ctx);
+    methods_.fire(Event::BeforeBackward, ctx);
+    model_.backward();
+    methods_.fire(Event::AfterBackward, ctx);
+  }
+  r.loss /= t.grad_accum;
+  FRUGAL_CHECK(std::isfinite(r.loss), "the training loss became {} at step {}; lower optim.lr or "
+               "raise optim.warmup_steps", r.loss, step);
+  methods_.fire(Event::AfterGradReduce, ctx);
+  methods_.fire(Event::BeforeOptimStep, ctx);
+  r.grad_norm = ctx.grad_norm = optim_.step(model_.params(), model_.grads(), model_.trainable_begin(), lr);
+  model_.refresh_formats();
+  methods_.fire(Event::AfterOptimStep, ctx);
+  if (ctx.request_reconfigure) methods_.fire(Event::Reconfigure, ctx);
+  methods_.fire(Event::BatchEnd, ctx);
+  return r;
+}
+
+}  // namespace frugal

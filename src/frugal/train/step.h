@@ -1,0 +1,45 @@
+// One optimizer step with the method events around it: the part of the training loop shared by
+// `frugal train` and `frugal bench`. Fires BatchStart, per micro-batch BeforeForward ..
+// AfterBackward, then AfterGradReduce, BeforeOptimStep, the AdamW step, AfterOptimStep,
+// Reconfigure (when a method asked for it) and BatchEnd; counts the FLOPs executed.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "frugal/methods/method_set.h"
+#include "frugal/model/gpt.h"
+#include "frugal/optim/adamw.h"
+#include "frugal/train/flops.h"
+#include "frugal/train/run_config.h"
+
+namespace frugal {
+
+// Fills one micro-batch: inputs (B,T), targets (B,T), sample ids (B).
+using BatchSource = std::function<void(int32_t* inputs, int32_t* targets, int64_t* sample_ids)>;
+
+struct StepResult {
+  double loss = 0;  // mean over micro-batches
+  float grad_norm = 0;
+  PhaseFlops executed, dense;  // model FLOPs of the whole step
+};
+
+class StepRunner {
+ public:
+  StepRunner(GPT& model, AdamW& optim, MethodSet& methods, const RunSettings& settings);
+  // A context for events outside a step (Init, FitStart, Eval, Checkpoint, FitEnd).
+  TrainContext context(int64_t step, nlohmann::json* record = nullptr);
+  StepResult run(int64_t step, float lr, const BatchSource& next_batch, nlohmann::json* record);
+
+ private:
+  GPT& model_;
+  AdamW& optim_;
+  MethodSet& methods_;
+  const RunSettings& settings_;
+  std::vector<int32_t> inputs_, targets_;
+  std::vector<int64_t> ids_;
+};
+
+}  // namespace frugal

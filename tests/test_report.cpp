@@ -1,0 +1,273 @@
+// Run comparison (train/report.h) on synthetic run directories: metrics parsing and its errors,
+// time / FLOPs to a target with interpolation, the markdown table, gnuplot plots, and the CLI.
+#include "frugal/train/report.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "frugal/core/error.h"
+#include "temp_dir.h"
+
+namespace fs = std::filesystem;
+using frugal::testing::TempDir;
+using namespace frugal;
+
+namespace {
+
+bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
+
+// The message of the Error `f` throws (fails the test when it throws none).
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no frugal::Error thrown";
+  return "";
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// A run directory with one log line per 50 steps up to 300 and an evaluation every 100 steps
+// with the given validation losses; seconds = step * sec_per_step, FLOPs = step * flops_per_step.
+// `extra(step)` adds keys to a line (e.g. ", \"flip_rate\": 0.1").
+std::string make_run(const fs::path& dir, const std::vector<double>& val_losses, double sec_per_step,
+                     double flops_per_step,
+                     const std::function<std::string(int)>& extra = [](int) { return std::string(); }) {
+  std::string lines;
+  for (int step = 50; step <= 300; step += 50) {
+    lines += fmt::format(R"({{"step": {}, "loss": {}, "lr": 0.001, "flops": {}, "wall_s": {}{})",
+                         step, 4.0 - step / 150.0, step * flops_per_step, step * sec_per_step, extra(step));
+    if (step % 100 == 0) lines += fmt::format(R"(, "val_loss": {})", val_losses.at(step / 100 - 1));
+    lines += "}\n";
+  }
+  write_file(dir / "metrics.jsonl", lines);
+  return dir.string();
+}
+
+}  // namespace
+
+TEST(Report, ReadRunKeepsEveryNumericKey) {
+  TempDir tmp;
+  write_file(tmp.path() / "r" / "metrics.jsonl",
+             R"({"step": 10, "loss": 3.5, "flops": 1e12, "wall_s": 2.5, "grad_norm": null, "frozen": true})" "\n"
+             "\n"
+             R"({"step": 20, "loss": 3.0, "flops": 2e12, "wall_s": 5, "val_loss": 3.1, "flip_rate": 0.25, "note": "x"})" "\n");
+  const RunMetrics run = read_run(tmp.file("r"));
+  EXPECT_EQ(run.name, "r");
+  ASSERT_EQ(run.points.size(), 2u);
+  EXPECT_EQ(run.points[0].step, 10);
+  EXPECT_DOUBLE_EQ(run.points[0].flops, 1e12);
+  EXPECT_DOUBLE_EQ(run.points[0].wall_s, 2.5);
+  EXPECT_FALSE(run.points[0].val_loss.has_value());
+  EXPECT_TRUE(std::isnan(*run.points[0].get("grad_norm")));
+  EXPECT_EQ(run.points[0].get("frozen"), 1.0);
+  EXPECT_EQ(run.points[1].val_loss, 3.1);
+  EXPECT_EQ(run.points[1].get("flip_rate"), 0.25);
+  EXPECT_FALSE(run.points[1].get("note").has_value());
+  EXPECT_TRUE(run.has("flip_rate"));
+  EXPECT_FALSE(run.has("dense_flops"));
+  ASSERT_EQ(run.evals().size(), 1u);
+  EXPECT_EQ(run.evals()[0]->step, 20);
+  EXPECT_EQ(read_run(tmp.file("r") + "/").name, "r");
+}
+
+TEST(Report, TimeAndFlopsToTargetInterpolate) {
+  TempDir tmp;
+  // Baseline: 1 s and 1 TFLOP per step, final val loss 2.0 at step 300 (the default target).
+  const auto base = read_run(make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12));
+  // Twice as fast per step and half the FLOPs; crosses 2.0 two thirds of the way from step 200
+  // (2.2) to step 300 (1.9): step 266.67, 133.33 s, 133.33 TFLOP.
+  const auto fast = read_run(make_run(tmp.path() / "fast", {2.8, 2.2, 1.9}, 0.5, 0.5e12));
+  const ReportTable t = compare_runs({base, fast}, std::nullopt);
+  EXPECT_FALSE(t.target_given);
+  EXPECT_DOUBLE_EQ(t.target, 2.0);
+  ASSERT_EQ(t.rows.size(), 2u);
+  const ReportRow& b = t.rows[0];
+  ASSERT_TRUE(b.to_target);
+  EXPECT_DOUBLE_EQ(b.to_target->step, 300);
+  EXPECT_DOUBLE_EQ(b.to_target->wall_s, 300);
+  EXPECT_DOUBLE_EQ(*b.speedup, 1.0);
+  EXPECT_DOUBLE_EQ(*b.loss_gap, 0.0);
+  const ReportRow& f = t.rows[1];
+  EXPECT_EQ(f.name, "fast");
+  EXPECT_EQ(f.steps, 300);
+  EXPECT_DOUBLE_EQ(*f.final_val_loss, 1.9);
+  EXPECT_DOUBLE_EQ(f.wall_s, 150);
+  EXPECT_DOUBLE_EQ(f.flops, 150e12);
+  ASSERT_TRUE(f.to_target);
+  EXPECT_NEAR(f.to_target->step, 800.0 / 3, 1e-9);
+  EXPECT_NEAR(f.to_target->wall_s, 400.0 / 3, 1e-9);
+  EXPECT_NEAR(f.to_target->flops, 400e12 / 3, 1e-3);
+  EXPECT_NEAR(*f.speedup, 300 / (400.0 / 3), 1e-12);         // 2.25x
+  EXPECT_NEAR(*f.flops_reduction, 1 - (400.0 / 3) / 300, 1e-12);  // 55.6% fewer
+  EXPECT_NEAR(*f.loss_gap, -0.1, 1e-12);
+
+  const std::string md = markdown(t);
+  EXPECT_TRUE(contains(md, "**2.0000** (the baseline's final validation loss)")) << md;
+  EXPECT_TRUE(contains(md, "| fast | 300 | 1.9000 | -0.1000 | 150.0 s | 150 TFLOP | 267 | 133.3 s | "
+                           "2.25× | 133 TFLOP | 55.6% |")) << md;
+}
+
+TEST(Report, GivenTargetHitExactlyOrAtFirstEvaluation) {
+  TempDir tmp;
+  const auto run = read_run(make_run(tmp.path() / "r", {3.0, 2.5, 2.0}, 2.0, 1e12));
+  // Exactly the loss of step 200: no extrapolation past it.
+  auto at = first_crossing(run, 2.5);
+  ASSERT_TRUE(at);
+  EXPECT_DOUBLE_EQ(at->step, 200);
+  EXPECT_DOUBLE_EQ(at->wall_s, 400);
+  // Already below at the first evaluation: that evaluation, nothing earlier to interpolate from.
+  at = first_crossing(run, 3.5);
+  ASSERT_TRUE(at);
+  EXPECT_DOUBLE_EQ(at->step, 100);
+  EXPECT_DOUBLE_EQ(at->flops, 100e12);
+  const ReportTable t = compare_runs({run}, 2.75);
+  EXPECT_TRUE(t.target_given);
+  EXPECT_DOUBLE_EQ(t.rows[0].to_target->step, 150);
+}
+
+TEST(Report, NotReached) {
+  TempDir tmp;
+  const auto base = read_run(make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12));
+  const auto slow = read_run(make_run(tmp.path() / "slow", {2.9, 2.6, 2.3}, 1.0, 1e12));
+  ReportTable t = compare_runs({base, slow}, std::nullopt);
+  EXPECT_FALSE(t.rows[1].to_target);
+  EXPECT_FALSE(t.rows[1].speedup);
+  EXPECT_FALSE(t.rows[1].flops_reduction);
+  EXPECT_NEAR(*t.rows[1].loss_gap, 0.3, 1e-12);
+  EXPECT_TRUE(contains(markdown(t), "| slow | 300 | 2.3000 | +0.3000 | 300.0 s | 300 TFLOP | not reached | "
+                                    "not reached | — | not reached | — |")) << markdown(t);
+  // A target below the baseline's losses: nobody reaches it, no ratios.
+  t = compare_runs({base, slow}, 1.0);
+  EXPECT_FALSE(t.rows[0].to_target);
+  EXPECT_FALSE(t.rows[0].speedup);
+}
+
+TEST(Report, DenseFlopsSaving) {
+  TempDir tmp;
+  const auto base = read_run(make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12));
+  const auto sparse = read_run(make_run(tmp.path() / "sparse", {3.0, 2.5, 2.0}, 1.0, 0.75e12, [](int step) {
+    return fmt::format(", \"dense_flops\": {}", step * 1e12);
+  }));
+  const ReportTable t = compare_runs({base, sparse}, std::nullopt);
+  EXPECT_FALSE(t.rows[0].saved_vs_dense);
+  EXPECT_NEAR(*t.rows[1].saved_vs_dense, 0.25, 1e-12);
+  EXPECT_TRUE(contains(markdown(t), "| saved vs dense |"));
+  EXPECT_TRUE(contains(markdown(t), "| 225 TFLOP | 25.0% |")) << markdown(t);
+}
+
+TEST(Report, MalformedLinesNameFileAndLine) {
+  TempDir tmp;
+  const std::string good = R"({"step": 1, "loss": 3, "flops": 1, "wall_s": 1})" "\n";
+  struct Case {
+    std::string second_line, message;
+  };
+  for (const Case& c : {Case{R"({"step": 2, "loss": 3, "flops": 2, "wall_s")", "not valid JSON"},
+                        Case{"[1, 2]", "must be a JSON object"},
+                        Case{R"({"step": 2, "loss": 3, "flops": 2})", "no \"wall_s\" key"},
+                        Case{R"({"step": 2.5, "loss": 3, "flops": 2, "wall_s": 2})", "integer step"},
+                        Case{R"({"step": 2, "loss": "3", "flops": 2, "wall_s": 2})", "\"loss\" is \"3\""},
+                        Case{R"({"step": 2, "loss": 3, "flops": 2, "wall_s": 2, "val_loss": [1]})", "\"val_loss\""},
+                        Case{R"({"step": 1, "loss": 3, "flops": 2, "wall_s": 2})", "does not come after step 1"}}) {
+    write_file(tmp.path() / "r" / "metrics.jsonl", good + c.second_line + "\n" + good);
+    const std::string msg = error_of([&] { read_run(tmp.file("r")); });
+    EXPECT_TRUE(contains(msg, tmp.file("r") + "/metrics.jsonl:2:")) << msg;
+    EXPECT_TRUE(contains(msg, c.message)) << msg;
+  }
+}
+
+TEST(Report, MissingRunErrors) {
+  TempDir tmp;
+  std::string msg = error_of([&] { read_run(tmp.file("nope")); });
+  EXPECT_TRUE(contains(msg, "run directory " + tmp.file("nope") + " does not exist")) << msg;
+  fs::create_directories(tmp.path() / "empty");
+  msg = error_of([&] { read_run(tmp.file("empty")); });
+  EXPECT_TRUE(contains(msg, tmp.file("empty") + "/metrics.jsonl not found")) << msg;
+  // A run that has not logged yet, and a baseline without evaluations.
+  write_file(tmp.path() / "empty" / "metrics.jsonl", "");
+  msg = error_of([&] { compare_runs({read_run(tmp.file("empty"))}, 2.0); });
+  EXPECT_TRUE(contains(msg, "has no metrics lines yet")) << msg;
+  write_file(tmp.path() / "noeval" / "metrics.jsonl", R"({"step": 1, "loss": 3, "flops": 1, "wall_s": 1})" "\n");
+  msg = error_of([&] { compare_runs({read_run(tmp.file("noeval"))}, std::nullopt); });
+  EXPECT_TRUE(contains(msg, "--target-loss")) << msg;
+}
+
+TEST(Report, MissingGnuplotSaysHowToInstall) {
+  TempDir tmp;
+  const std::string run = make_run(tmp.path() / "r", {3.0, 2.5, 2.0}, 1.0, 1e12);
+  ReportOptions options;
+  options.gnuplot = tmp.file("no-such-gnuplot");
+  const std::string msg = error_of([&] { write_report({run}, tmp.file("out"), options); });
+  EXPECT_TRUE(contains(msg, "apt-get install gnuplot-nox")) << msg;
+  EXPECT_FALSE(fs::exists(tmp.path() / "out"));
+  options.plots = false;  // the table alone needs no gnuplot
+  write_report({run}, tmp.file("out"), options);
+  EXPECT_TRUE(fs::exists(tmp.path() / "out" / "report.md"));
+  EXPECT_FALSE(fs::exists(tmp.path() / "out" / "plots.gp"));
+}
+
+TEST(Report, WritesPngAndSvgPlots) {
+  TempDir tmp;
+  ReportOptions options;
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
+  const std::string base = make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12);
+  const std::string sparse = make_run(tmp.path() / "sparse", {2.9, 2.4, 2.1}, 0.8, 0.5e12, [](int step) {
+    return fmt::format(", \"flip_rate\": {}", 0.1 / step);
+  });
+  options.names = {"dense baseline", "2:4 it's_sparse"};  // spaces, quote, underscore in legends
+  write_report({base, sparse}, tmp.file("out"), options);
+  for (const char* plot : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep}) {
+    const fs::path png = tmp.path() / "out" / (std::string(plot) + ".png");
+    const fs::path svg = tmp.path() / "out" / (std::string(plot) + ".svg");
+    ASSERT_TRUE(fs::exists(png) && fs::exists(svg)) << plot;
+    std::ifstream png_in(png, std::ios::binary), svg_in(svg);
+    const std::string png_bytes((std::istreambuf_iterator<char>(png_in)), {});
+    const std::string svg_text((std::istreambuf_iterator<char>(svg_in)), {});
+    EXPECT_EQ(png_bytes.substr(0, 4), "\x89PNG") << plot;
+    EXPECT_GT(png_bytes.size(), 5000u) << plot;
+    EXPECT_TRUE(contains(svg_text, "<svg")) << plot;
+    EXPECT_TRUE(contains(svg_text, "it's_sparse")) << plot;  // legend text, unmangled
+  }
+  std::ifstream md_in(tmp.path() / "out" / "report.md");
+  const std::string md((std::istreambuf_iterator<char>(md_in)), {});
+  EXPECT_TRUE(contains(md, "| dense baseline | 300 |")) << md;
+  EXPECT_TRUE(contains(md, "](flip_rate_vs_step.png)")) << md;
+  // Without flip_rate there is no flip-rate plot, also none left from the report before.
+  write_report({base}, tmp.file("out"), {});
+  EXPECT_TRUE(fs::exists(tmp.path() / "out" / "val_loss_vs_flops.png"));
+  EXPECT_FALSE(fs::exists(tmp.path() / "out" / "flip_rate_vs_step.png"));
+  EXPECT_FALSE(fs::exists(tmp.path() / "out" / "plot-data" / "run1_train.dat"));
+}
+
+TEST(Report, Cli) {
+  TempDir tmp;
+  const std::string base = make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12);
+  const std::string fast = make_run(tmp.path() / "fast", {2.8, 2.2, 1.9}, 0.5, 0.5e12);
+  auto run = [](const std::string& args) {
+    std::FILE* p = ::popen((std::string(FRUGAL_BINARY) + " report " + args + " 2>&1").c_str(), "r");
+    std::string out;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+    const int status = ::pclose(p);
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, out);
+  };
+  auto [rc, out] = run(base + " " + fast + " --names a,b --target-loss 2.5 --no-plots --out " + tmp.file("o"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "**2.5000** (given)")) << out;
+  EXPECT_TRUE(contains(out, "| b | 300 |")) << out;
+  EXPECT_TRUE(fs::exists(tmp.path() / "o" / "report.md"));
+  std::tie(rc, out) = run(base + " " + fast + " --names a --no-plots --out " + tmp.file("o"));
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "1 names given for 2 runs")) << out;
+}
