@@ -15,6 +15,7 @@ struct BenchArgs {
   int threads = 0;
   int steps = 0, warmup = -1;
   bool json = false;
+  bool profile = false;
   std::vector<std::string> overrides;
 };
 }  // namespace
@@ -28,12 +29,14 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--steps", args->steps, "timed steps (default: per preset)");
   cmd->add_option("--warmup", args->warmup, "untimed warm-up steps (default: per preset)");
   cmd->add_flag("--json", args->json, "print one JSON object");
+  cmd->add_flag("--profile", args->profile, "print time per kernel over the timed steps");
   cmd->add_option("--set", args->overrides, "override a run-config key, e.g. --set model.n_layer=8 (repeatable)");
   cmd->callback([args] {
     set_num_threads(args->threads);
     BenchPreset setup = bench_preset(args->preset, args->overrides);
     if (args->steps > 0) setup.steps = args->steps;
     if (args->warmup >= 0) setup.warmup = args->warmup;
+    setup.profile = args->profile;
     BenchResult r = run_train_bench(setup);
     if (args->json) {
       fmt::print("{}\n", r.to_json(args->preset, num_threads()));
@@ -46,6 +49,7 @@ void add_bench_command(CLI::App& app) {
                "{:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
                r.ms_per_step, r.ms_min, r.tokens_per_s, 100 * r.mfu, r.peak_flops / 1e9,
                r.peak_rss_bytes / 1048576.0);
+    if (!r.profile.empty()) fmt::print("{}", r.profile);
     if (r.model_flops_per_step < r.dense_flops_per_step)
       fmt::print("executes {:.1f}% of the dense model's FLOPs per step\n",
                  100 * r.model_flops_per_step / r.dense_flops_per_step);

@@ -6,6 +6,7 @@
 namespace frugal::cli {
 
 void add_train_command(CLI::App& app);
+void add_config_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_prepare_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);  // tokenize + detokenize

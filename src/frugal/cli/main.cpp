@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   CLI::App app{"frugal: cheap transformer pretraining"};
   app.require_subcommand(1);
   frugal::cli::add_train_command(app);
+  frugal::cli::add_config_command(app);
   frugal::cli::add_bench_command(app);
   frugal::cli::add_prepare_command(app);
   frugal::cli::add_tokenize_commands(app);

@@ -7,6 +7,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/core/memory.h"
+#include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
 #include "frugal/core/timer.h"
 #include "frugal/methods/method_set.h"
@@ -78,9 +79,21 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   StepResult last;
   for (int step = 0; step < preset.warmup + preset.steps; ++step) {
     nlohmann::json record;
+    if (step == preset.warmup && preset.profile) {
+      profile::reset();
+      profile::enable(true);
+    }
     Timer timer;
-    last = runner.run(step, s.optim.lr, random_batch, &record);
+    {
+      FRUGAL_PROFILE("step (total)");
+      last = runner.run(step, s.optim.lr, random_batch, &record);
+    }
     if (step >= preset.warmup) times.push_back(timer.seconds());
+  }
+  std::string kernel_profile;
+  if (preset.profile) {
+    profile::enable(false);
+    kernel_profile = profile::report();
   }
   std::sort(times.begin(), times.end());
   BenchResult r;
@@ -97,6 +110,7 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   r.peak_rss_bytes = peak_rss_bytes();
   r.parameters = model.table().num_parameters(s.model);
   r.memory_plan = model.memory_plan().describe(optim.state_bytes());
+  r.profile = kernel_profile;
   return r;
 }
 

@@ -13,6 +13,7 @@ namespace frugal {
 struct BenchPreset {
   io::Config config;  // the run config: preset values, then the --set overrides
   int warmup = 3, steps = 10;
+  bool profile = false;  // time each kernel during the timed steps
 };
 
 // Presets of issue #2 — "S", "M", "L" (GPT-2 small) — expressed as run-config values, then
@@ -26,6 +27,7 @@ struct BenchResult {
   size_t parameters = 0;
   int batch = 0, seq_len = 0;
   std::string memory_plan;
+  std::string profile;  // per-kernel table when BenchPreset::profile
   std::string to_json(const std::string& preset, int threads) const;
 };
 

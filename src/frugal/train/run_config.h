@@ -39,6 +39,8 @@ struct RunSettings {
 };
 
 io::ConfigSchema run_schema();
+// docs/config.md: an introduction and the schema's reference table (a test keeps the file current).
+std::string config_reference_markdown();
 // Reads typed settings from a resolved config (model.vocab_size 0 stays 0: "from the tokenizer").
 RunSettings run_settings(const io::Config& config);
 

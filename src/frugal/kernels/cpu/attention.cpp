@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "frugal/core/error.h"
+#include "frugal/core/profile.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::kernels {
@@ -415,6 +416,7 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  FRUGAL_PROFILE("attention fwd");
   const Dims d(B, T, C, NH);
   const int heads = B * NH, items = heads * d.n_tiles;
 #pragma omp parallel
@@ -431,6 +433,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH) {
+  FRUGAL_PROFILE("attention bwd");
   const Dims d(B, T, C, NH);
 #pragma omp parallel
   {

@@ -8,6 +8,7 @@
 
 #include "frugal/core/rng.h"
 #include "frugal/kernels/cpu/simd_math.h"
+#include "frugal/core/profile.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::kernels {
@@ -42,10 +43,12 @@ inline void store(float* p, __m256i m, __m256 v) { _mm256_maskstore_ps(p, m, v);
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, size_t n) {
+  FRUGAL_PROFILE("activation fwd");
   for_each8(n, [&](size_t i, __m256i m) { store(out + i, m, gelu256(load(inp + i, m), nullptr)); });
 }
 
 void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+  FRUGAL_PROFILE("activation bwd");
   for_each8(n, [&](size_t i, __m256i m) {
     __m256 grad;
     gelu256(load(inp + i, m), &grad);
@@ -58,6 +61,7 @@ static inline __m256 activation(__m256 x, GateAct act, __m256* grad) {
 }
 
 void gated_forward(float* out, const float* gate, const float* up, size_t n, GateAct act) {
+  FRUGAL_PROFILE("activation fwd");
   for_each8(n, [&](size_t i, __m256i m) {
     store(out + i, m, _mm256_mul_ps(activation(load(gate + i, m), act, nullptr), load(up + i, m)));
   });
@@ -65,6 +69,7 @@ void gated_forward(float* out, const float* gate, const float* up, size_t n, Gat
 
 void gated_backward(float* dgate, float* dup, const float* dout, const float* gate,
                     const float* up, size_t n, GateAct act) {
+  FRUGAL_PROFILE("activation bwd");
   for_each8(n, [&](size_t i, __m256i m) {
     __m256 grad;
     const __m256 a = activation(load(gate + i, m), act, &grad);
@@ -75,15 +80,18 @@ void gated_backward(float* dgate, float* dup, const float* dout, const float* ga
 }
 
 void residual_forward(float* out, const float* a, const float* b, size_t n) {
+  FRUGAL_PROFILE("residual");
   for_each8(n, [&](size_t i, __m256i m) { store(out + i, m, _mm256_add_ps(load(a + i, m), load(b + i, m))); });
 }
 
 void scale_inplace(float* x, size_t n, float s) {
+  FRUGAL_PROFILE("scale");
   const __m256 vs = _mm256_set1_ps(s);
   for_each8(n, [&](size_t i, __m256i m) { store(x + i, m, _mm256_mul_ps(load(x + i, m), vs)); });
 }
 
 void dropout_apply(float* x, size_t n, float p, uint64_t key) {
+  FRUGAL_PROFILE("dropout");
   if (p <= 0.0f) return;
   const float keep_scale = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
@@ -91,6 +99,7 @@ void dropout_apply(float* x, size_t n, float p, uint64_t key) {
 }
 
 double sum_squares(const float* x, size_t n) {
+  FRUGAL_PROFILE("grad norm");
   // Fixed-size chunks summed in float lanes, then combined in double in chunk order: the result
   // is the same for any thread count.
   constexpr size_t kChunk = 4096;
@@ -116,6 +125,7 @@ double sum_squares(const float* x, size_t n) {
 
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay) {
+  FRUGAL_PROFILE("adamw");
   const float c1 = 1.0f / (1.0f - std::pow(s.beta1, static_cast<float>(s.t)));
   const float c2 = 1.0f / (1.0f - std::pow(s.beta2, static_cast<float>(s.t)));
   const __m256 b1 = _mm256_set1_ps(s.beta1), b2 = _mm256_set1_ps(s.beta2);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "frugal/kernels/cpu/simd_math.h"
+#include "frugal/core/profile.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::kernels {
@@ -26,6 +27,7 @@ inline float row_sum(const float* x, int C) {
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C, float eps) {
+  FRUGAL_PROFILE("layernorm fwd");
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
     const float* x = inp + static_cast<size_t>(i) * C;
@@ -52,6 +54,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C) {
+  FRUGAL_PROFILE("layernorm bwd");
   const int chunks = (N + kRowChunk - 1) / kRowChunk;
   const bool param_grads = dweight || dbias;
   std::vector<float> partial(param_grads ? static_cast<size_t>(chunks) * 2 * C : 0, 0.0f);
@@ -99,6 +102,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                      int T, int C) {
+  FRUGAL_PROFILE("embedding fwd");
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; ++bt) {
     const float* e = wte + static_cast<size_t>(tokens[bt]) * C;
@@ -111,6 +115,7 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                       int T, int C) {
+  FRUGAL_PROFILE("embedding bwd");
   // Threads own disjoint channel slices, so the scatter-add into dwte has no races and a fixed order.
   const int slices = C / 8;
 #pragma omp parallel for schedule(static)

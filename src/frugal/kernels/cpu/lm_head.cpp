@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "frugal/kernels/cpu/simd_math.h"
+#include "frugal/core/profile.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::kernels {
@@ -63,6 +64,7 @@ float softmax_xent_row(float* z, int V, int target, float dloss, bool want_grad)
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
                            const float* weight, const int32_t* targets, int N, int C, int V,
                            float dloss) {
+  FRUGAL_PROFILE("lm head + loss");
   const bool want_grad = dinp || dweight;
   const int R = chunk_rows(N, V);
   std::vector<float> logits(static_cast<size_t>(R) * V);

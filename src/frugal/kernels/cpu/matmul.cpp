@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "frugal/core/profile.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::kernels {
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC) {
+  FRUGAL_PROFILE("matmul fwd");
   // out (N,OC) = inp (N,C) · weight (OC,C)ᵀ [+ bias]; the bias is broadcast first, GEMM adds.
   float beta = 0.0f;
   if (bias) {
@@ -24,6 +26,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC,
                      bool accumulate_dinp) {
+  FRUGAL_PROFILE("matmul bwd");
   if (dinp)  // dinp (N,C) = dout (N,OC) · weight (OC,C)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
                 accumulate_dinp ? 1.0f : 0.0f, dinp, C);

@@ -46,6 +46,7 @@ int FreezeMethod::cap(const GPT& model) const {
 bool FreezeMethod::match(Event event, const TrainContext& ctx) const {
   switch (event) {
     case Event::Init:
+    case Event::FitStart:
     case Event::Reconfigure:
       return true;
     case Event::AfterGradReduce:
@@ -67,6 +68,9 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
       FRUGAL_CHECK(config_.frozen_layers <= L, "methods.freeze.frozen_layers = {} exceeds model.n_layer = {}",
                    config_.frozen_layers, L);
       frozen_ = target_ = config_.frozen_layers;
+      model.set_frozen_prefix(frozen_);
+      break;
+    case Event::FitStart:  // after a resume, load_state() may have moved the boundary
       model.set_frozen_prefix(frozen_);
       break;
     case Event::AfterGradReduce: {  // accumulate per-block gradient norms over the interval

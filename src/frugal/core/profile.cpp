@@ -1,0 +1,55 @@
+// The opt-in scope profiler; see profile.h.
+#include "frugal/core/profile.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <vector>
+
+namespace frugal::profile {
+namespace {
+
+bool g_enabled = false;
+struct Entry {
+  long long ns = 0;
+  long long calls = 0;
+};
+std::map<std::string, Entry>& table() {
+  static std::map<std::string, Entry> t;
+  return t;
+}
+long long now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+void enable(bool on) { g_enabled = on; }
+bool enabled() { return g_enabled; }
+void reset() { table().clear(); }
+
+std::string report() {
+  std::vector<std::pair<std::string, Entry>> rows(table().begin(), table().end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  long long total = 0;
+  for (const auto& r : rows) total += r.second.ns;
+  std::string out = fmt::format("{:<28} {:>8} {:>11} {:>7}\n", "scope", "calls", "total ms", "share");
+  for (const auto& [name, e] : rows)
+    out += fmt::format("{:<28} {:>8} {:>11.2f} {:>6.1f}%\n", name, e.calls, e.ns / 1e6,
+                       total ? 100.0 * e.ns / total : 0.0);
+  return out;
+}
+
+Scope::Scope(const char* name) : name_(name), start_ns_(g_enabled ? now_ns() : 0) {}
+
+Scope::~Scope() {
+  if (!g_enabled) return;
+  Entry& e = table()[name_];
+  e.ns += now_ns() - start_ns_;
+  ++e.calls;
+}
+
+}  // namespace frugal::profile

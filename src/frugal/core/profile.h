@@ -1,0 +1,31 @@
+// A tiny opt-in profiler: named scopes accumulate wall time when enabled (`frugal bench
+// --profile`), and cost one branch when not. Not thread-safe by design: scopes are opened on the
+// main thread around parallel kernels.
+#pragma once
+#include <string>
+
+namespace frugal::profile {
+
+void enable(bool on);
+bool enabled();
+void reset();
+// A table of scopes sorted by total time: name, calls, total ms, share.
+std::string report();
+
+class Scope {
+ public:
+  explicit Scope(const char* name);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  const char* name_;
+  long long start_ns_;
+};
+
+}  // namespace frugal::profile
+
+#define FRUGAL_PROFILE_CONCAT2(a, b) a##b
+#define FRUGAL_PROFILE_CONCAT(a, b) FRUGAL_PROFILE_CONCAT2(a, b)
+#define FRUGAL_PROFILE(name) ::frugal::profile::Scope FRUGAL_PROFILE_CONCAT(profile_scope_, __LINE__)(name)

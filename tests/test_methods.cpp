@@ -1,0 +1,180 @@
+// The method framework and the freeze method: pure schedule functions, exact event counts, freeze
+// behaviour in a run (frozen weights bit-identical), resume mid-interval, every pair of registered
+// methods together, and the FLOP accounting against hand-computed values.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "frugal/core/error.h"
+#include "frugal/data/prepare.h"
+#include "frugal/methods/freeze/schedule.h"
+#include "frugal/methods/method_set.h"
+#include "frugal/train/flops.h"
+#include "frugal/train/trainer.h"
+#include "temp_dir.h"
+
+using namespace frugal;
+using frugal::testing::TempDir;
+
+namespace {
+
+std::string make_data(const TempDir& dir) {
+  std::ifstream in(std::string(FRUGAL_SOURCE_DIR) + "/data/tinyshakespeare/input.txt");
+  std::string text(40000, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  std::ofstream(dir.file("text.txt")) << text;
+  data::PrepareOptions o;
+  o.tokenizer = "char";
+  o.inputs = {dir.file("text.txt")};
+  o.out_dir = dir.file("data");
+  data::prepare(o);
+  return o.out_dir;
+}
+
+io::Config config(const std::string& data, const std::string& out, std::vector<std::string> extra) {
+  std::vector<std::string> o = {"data.dir=" + data, "train.out_dir=" + out, "model.n_layer=4",
+                                "model.n_head=2", "model.n_embd=32", "model.block_size=32",
+                                "train.batch_size=4", "train.max_steps=8", "train.eval_interval=4",
+                                "train.eval_batches=2", "optim.warmup_steps=2", "sample.count=0"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return io::Config::load(run_schema(), "", o);
+}
+
+}  // namespace
+
+TEST(FreezeSchedule, FollowsTheFormulaForAnyDepth) {
+  // L = 12, alpha = 1/3: ceil(12 (1 - (2/3)^T)) = 4, 7, 9, 10, 11, 11 (10.95) ...
+  const int expect12[] = {0, 4, 7, 9, 10, 11, 11};
+  for (int T = 0; T <= 6; ++T) EXPECT_EQ(freeze::frozen_by_schedule(12, 1.0 / 3, T), expect12[T]) << T;
+  EXPECT_EQ(freeze::frozen_by_schedule(4, 0.5, 1), 2);
+  EXPECT_EQ(freeze::frozen_by_schedule(4, 0.5, 2), 3);  // ceil(4 · 0.75) exactly 3, not 4
+  EXPECT_EQ(freeze::frozen_by_schedule(5, 0.2, 1), 1);
+  EXPECT_EQ(freeze::frozen_by_schedule(24, 0.5, 40), 24);
+}
+
+TEST(FreezeSchedule, AdaptiveFreezesUpToTheFirstLayerAtOrAboveTheMedianChange) {
+  // changes: 0.05, 0.1, 0.5, 0.3 -> median of active {0.05,0.1,0.5,0.3} = 0.2; first >= 0.2: layer 2
+  std::vector<double> prev = {1, 1, 1, 1}, cur = {0.95, 0.9, 0.5, 0.7};
+  EXPECT_EQ(freeze::frozen_by_gradient_change(prev, cur, 0), 2);
+  // only layers [1, 4) active: changes 0.1, 0.5, 0.3, median 0.3 -> layer 2
+  EXPECT_EQ(freeze::frozen_by_gradient_change(prev, cur, 1), 2);
+  EXPECT_EQ(freeze::frozen_by_gradient_change({}, cur, 1), 1) << "no previous interval: no change";
+}
+
+TEST(Methods, ExactEventCountsForARun) {
+  TempDir dir;
+  Trainer t(config(make_data(dir), dir.file("run"),
+                   {"train.grad_accum=2", "methods.freeze.alpha=0.5", "methods.freeze.interval=3"}),
+            {.quiet = true});
+  t.fit();
+  const auto& n = t.methods().event_counts();
+  auto count = [&](Event e) { return n[static_cast<int>(e)]; };
+  EXPECT_EQ(count(Event::Init), 1);
+  EXPECT_EQ(count(Event::FitStart), 1);
+  EXPECT_EQ(count(Event::BatchStart), 8);
+  EXPECT_EQ(count(Event::BeforeForward), 16);
+  EXPECT_EQ(count(Event::AfterForward), 16);
+  EXPECT_EQ(count(Event::BeforeBackward), 16);
+  EXPECT_EQ(count(Event::AfterBackward), 16);
+  EXPECT_EQ(count(Event::AfterGradReduce), 8);
+  EXPECT_EQ(count(Event::BeforeOptimStep), 8);
+  EXPECT_EQ(count(Event::AfterOptimStep), 8);
+  EXPECT_EQ(count(Event::Reconfigure), 2);  // after steps 3 (2 frozen) and 6 (3 frozen)
+  EXPECT_EQ(count(Event::BatchEnd), 8);
+  EXPECT_EQ(count(Event::Eval), 2);
+  EXPECT_EQ(count(Event::Checkpoint), 1);
+  EXPECT_EQ(count(Event::FitEnd), 1);
+  EXPECT_EQ(t.model().frozen_prefix(), 3);
+}
+
+TEST(Methods, FrozenWeightsStayBitIdentical) {
+  TempDir dir;
+  Trainer t(config(make_data(dir), dir.file("run"), {"methods.freeze.frozen_layers=2"}), {.quiet = true});
+  const GPT& m = t.model();
+  const size_t frozen_end = m.table().layer_range(2).first;
+  std::vector<float> before(m.params(), m.params() + m.num_floats());
+  t.fit();
+  for (size_t i = 0; i < frozen_end; ++i) ASSERT_EQ(m.params()[i], before[i]) << i;
+  size_t changed = 0;
+  for (size_t i = frozen_end; i < m.num_floats(); ++i) changed += m.params()[i] != before[i];
+  EXPECT_GT(changed, (m.num_floats() - frozen_end) / 2);
+}
+
+TEST(Methods, FreezeResumesBitExactlyMidInterval) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::vector<std::string> freeze = {"methods.freeze.alpha=0.34", "methods.freeze.interval=3",
+                                           "methods.freeze.adaptive=true"};
+  Trainer straight(config(data, dir.file("a"), freeze), {.quiet = true});
+  const FitResult all = straight.fit();
+  auto with_ckpt = freeze;
+  with_ckpt.push_back("train.checkpoint_interval=4");  // step 4: inside the second interval
+  Trainer first(config(data, dir.file("b"), with_ckpt), {.quiet = true});
+  first.fit();
+  std::filesystem::remove_all(dir.file("b/checkpoints/step_00000008"));
+  std::ofstream(dir.file("b/checkpoints/latest")) << "step_00000004\n";
+  Trainer resumed(config(data, dir.file("b"), freeze), {.resume = dir.file("b"), .quiet = true});
+  const FitResult rest = resumed.fit();
+  ASSERT_EQ(rest.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(rest.losses[i], all.losses[4 + i]) << "step " << 4 + i;
+  EXPECT_EQ(resumed.model().frozen_prefix(), straight.model().frozen_prefix());
+}
+
+TEST(Methods, EveryPairOfRegisteredMethodsTrains) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const auto& all = registered_methods();
+  for (size_t i = 0; i < all.size(); ++i)
+    for (size_t j = i; j < all.size(); ++j) {
+      std::vector<std::string> enable = {"methods." + all[i].name + "={}", "methods." + all[j].name + "={}",
+                                         "train.max_steps=3"};
+      const std::string out = dir.file(all[i].name + "_" + all[j].name);
+      try {
+        Trainer t(config(data, out, enable), {.quiet = true});
+        const FitResult r = t.fit();
+        for (float l : r.losses) EXPECT_TRUE(std::isfinite(l)) << all[i].name << " + " << all[j].name;
+      } catch (const Error& e) {
+        // A declared conflict is the only acceptable refusal.
+        EXPECT_NE(std::string(e.what()).find("cannot be used together"), std::string::npos) << e.what();
+      }
+    }
+}
+
+TEST(Methods, UnknownMethodTableIsRejectedWithSuggestion) {
+  try {
+    io::Config::load(run_schema(), "", {"methods.freez.alpha=0.5"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("methods.freeze"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Flops, MatchHandComputedValuesForASmallConfig) {
+  ModelConfig c;
+  c.vocab_size = 10, c.n_layer = 2, c.n_head = 2, c.n_embd = 16, c.block_size = 4, c.tied_head = true;
+  GPT model(c);
+  const int B = 3, T = 4;
+  const double N = B * T, C = 16, H = 64;
+  // per block linears: qkv 3C·C + proj C·C + fc H·C + fcproj C·H = 768 + 256 + 1024 + 1024 MACs/row
+  const double linear = 2 * N * (3 * C * C + C * C + H * C + C * H);
+  const double attention = 2.0 * B * 2 * 8 * T * (T + 1);  // 2·B·NH·HS·T(T+1), HS = 8
+  const double head = 2 * N * C * 10;
+  StepFlops f = count_step_flops(model, B, T);
+  EXPECT_DOUBLE_EQ(f.executed[1].forward, linear + attention);
+  EXPECT_DOUBLE_EQ(f.executed[1].backward_input, linear + 2 * attention);
+  EXPECT_DOUBLE_EQ(f.executed[1].backward_weight, linear);
+  EXPECT_DOUBLE_EQ(f.executed[3].forward, head);
+  EXPECT_DOUBLE_EQ(f.executed_total().model(), 2 * (3 * linear + 3 * attention) + 3 * head);
+  // block params: ln 2·2C + qkv 3C·C+3C + proj C·C+C + fc H·C+H + fcproj C·H+C
+  const double block_params = 4 * C + 3 * C * C + 3 * C + C * C + C + H * C + H + C * H + C;
+  EXPECT_DOUBLE_EQ(f.executed[1].optimizer, 12 * block_params);
+
+  model.set_frozen_prefix(1);  // block 0 and the tied embedding/head frozen
+  f = count_step_flops(model, B, T);
+  EXPECT_DOUBLE_EQ(f.executed[1].forward, linear + attention);
+  EXPECT_DOUBLE_EQ(f.executed[1].backward_input + f.executed[1].backward_weight + f.executed[1].optimizer, 0);
+  EXPECT_DOUBLE_EQ(f.executed[3].backward_weight, 0) << "the tied head freezes with the embedding";
+  EXPECT_DOUBLE_EQ(f.dense_total().model(), 2 * (3 * linear + 3 * attention) + 3 * head);
+  f = count_step_flops(model, B, T, 1);  // block 0 served from cache
+  EXPECT_DOUBLE_EQ(f.executed[1].forward, 0);
+}

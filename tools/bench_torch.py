@@ -1,0 +1,118 @@
+"""PyTorch speed baseline: training steps of tools/torch_gpt.py in float32 on CPU.
+
+One step = forward, backward, AdamW step, zero_grad(set_to_none=True) on a fixed random batch.
+Presets match `frugal bench --preset`. Run with Debian's torch (OpenBLAS, OpenMP variant):
+
+    /usr/bin/python3 tools/bench_torch.py --preset M --threads 2 [--warmup 3 --steps 10] [--json]
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+# preset -> (model config fields, B, T); block_size = T, tied head, gelu MLP, no dropout.
+PRESETS = {
+    "S": (dict(vocab_size=65, n_layer=4, n_head=4, n_embd=128), 12, 64),
+    "M": (dict(vocab_size=65, n_layer=6, n_head=6, n_embd=384), 8, 256),
+    "L": (dict(vocab_size=50257, n_layer=12, n_head=12, n_embd=768), 4, 64),  # GPT-2 small
+}
+DEFAULT_STEPS = {"S": (5, 30), "M": (3, 10), "L": (3, 10)}  # (warmup, timed steps)
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="S")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="intra-op threads (default: all cores)")
+    ap.add_argument("--warmup", type=int, help="untimed steps first (default per preset)")
+    ap.add_argument("--steps", type=int, help="timed steps (default per preset)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    args = ap.parse_args()
+    warmup, steps = DEFAULT_STEPS[args.preset]
+    args.warmup = warmup if args.warmup is None else args.warmup
+    args.steps = steps if args.steps is None else args.steps
+    if args.threads < 1 or args.steps < 1 or args.warmup < 0:
+        ap.error("--threads and --steps must be at least 1, --warmup at least 0")
+    return args
+
+
+def peak_rss_bytes():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def blas_library():
+    """The BLAS shared object torch really loaded in this process (from /proc/self/maps)."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "blas" in line.lower() and "/" in line}
+    return ", ".join(sorted(os.path.realpath(p) for p in paths)) or "none found"
+
+
+def main():
+    args = parse_args()
+    # OpenMP (torch and OpenBLAS's OpenMP variant) reads this at start-up: set it before import.
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_gpt import GPT, GPTConfig, init_params, make_adamw
+
+    torch.set_num_threads(args.threads)
+    fields, B, T = PRESETS[args.preset]
+    cfg = GPTConfig(**fields, block_size=T, mlp="gelu", tied_head=True, dropout=0.0)
+    gen = torch.Generator().manual_seed(args.seed)
+    model = GPT(cfg)
+    init_params(model, gen)
+    model.train()
+    opt = make_adamw(model, lr=3e-4)
+    tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=gen)
+    inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    def step():
+        _, loss = model(inputs, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    load_before = os.getloadavg()[0]  # the machine may be shared: record how busy it was
+    for _ in range(args.warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step()
+    seconds = time.perf_counter() - start
+
+    ms_per_step = 1000.0 * seconds / args.steps
+    result = dict(
+        impl="pytorch",
+        preset=args.preset,
+        threads=args.threads,
+        tokens_per_s=B * T * args.steps / seconds,
+        ms_per_step=ms_per_step,
+        peak_rss_bytes=peak_rss_bytes(),
+        steps=args.steps,
+        warmup=args.warmup,
+        batch=B,
+        seq_len=T,
+        n_params=sum(p.numel() for p in model.parameters()),
+        final_loss=loss,
+        torch_version=torch.__version__,
+        blas=blas_library(),
+        omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "default"),
+        load_avg_1m=[load_before, os.getloadavg()[0]],  # before warmup, after the timed steps
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"pytorch {torch.__version__} preset {args.preset} (B={B}, T={T}, {result['n_params'] / 1e6:.2f}M params), "
+            f"{args.threads} threads: {ms_per_step:.1f} ms/step, {result['tokens_per_s']:.0f} tokens/s, "
+            f"peak RSS {result['peak_rss_bytes'] / 2**20:.0f} MiB, loss {loss:.4f}\n"
+            f"BLAS: {result['blas']}; load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
