@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   frugal::cli::add_export_command(app);
   frugal::cli::add_import_command(app);
   frugal::cli::add_report_command(app);
+  frugal::cli::add_sample_command(app);
+  frugal::cli::add_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

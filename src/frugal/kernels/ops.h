@@ -58,6 +58,13 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH);
 
+// ---- attention of one new query against a key/value cache (autoregressive decoding) ----
+// out (C) = per head h: softmax(q_h · K_hᵀ / sqrt(HS)) · V_h over the t cached positions (t >= 1,
+// the query's own key and value already among them; no mask needed). q (C); k_cache (t,C),
+// v_cache (t,C): rows are positions, head h at columns h*HS .. h*HS+HS.
+void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
+                      int t, int C, int NH);
+
 // ---- activations ----
 // GELU, tanh approximation. out (n) = gelu(inp)
 void gelu_forward(float* out, const float* inp, size_t n);

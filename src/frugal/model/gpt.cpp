@@ -228,7 +228,7 @@ void GPT::refresh_formats() {
       }
 }
 
-void GPT::linear_forward(int l, Linear which, float* out, const float* inp, int N) {
+void GPT::linear_forward(int l, Linear which, float* out, const float* inp, int N) const {
   const auto [w, b] = linear_offsets(blocks_[l], which);
   const auto [OC, C] = linear_shape(which);
   if (LinearFormat* f = formats_[l][static_cast<int>(which)].get())
@@ -262,7 +262,7 @@ void GPT::block_forward(int l, uint64_t dropout_key) {
   const BlockActs& a = acts_[l];
   const int B = B_, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;
   const float* x = block_input(l);
-  const float p = config_.dropout;
+  const float p = dropout_p_;
   k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(o.ln1_w), P(o.ln1_b), N, C, config_.layernorm_eps);
   linear_forward(l, Linear::Qkv, a.qkv, a.ln1, N);
   k::attention_forward(a.att, a.lse, a.qkv, B, T, C, config_.n_head);
@@ -297,6 +297,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_sca
   std::memcpy(tokens_.data(), inputs, sizeof(int32_t) * N);
   std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
   dropout_key_ = dropout_key;
+  dropout_p_ = grad_scale != 0.0f ? config_.dropout : 0.0f;  // evaluation runs without dropout
   const size_t wte = table_.at("transformer.wte.weight").offset;
   const size_t wpe = table_.at("transformer.wpe.weight").offset;
   int first_block = 0;

@@ -70,7 +70,8 @@ class GPT {
 
   // Runs the forward pass and returns the mean loss over targets != -1. When `grad_scale` is
   // non-zero it also starts the backward pass at the head (d loss/d logits scaled by grad_scale)
-  // so that backward() can follow. dropout_key varies the dropout masks per step.
+  // so that backward() can follow. dropout_key varies the dropout masks per step. Dropout applies
+  // only then (training); grad_scale == 0 is evaluation and runs without dropout.
   // `prefix_output` (B,T,C), when given, is taken as the output of the first `prefix_blocks`
   // blocks (activations cached by the caller; prefix_blocks must not exceed the frozen prefix, and
   // 0 means the embeddings' output): the embeddings and those blocks are not run.
@@ -85,26 +86,35 @@ class GPT {
   // Logits (B, T, V) of the last position only is what sampling needs; this gives all positions.
   void logits(const int32_t* inputs, int B, int T, float* out);
 
- private:
+  // Where each tensor of a block, the final LayerNorm and the head live in params(), for code
+  // that runs the model's weights its own way (model/decoder.h). kAbsent: no such tensor.
   struct BlockOffsets {
     size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, gate_w, gate_b,
         fcproj_w, fcproj_b;
   };
+  const BlockOffsets& block_offsets(int l) const { return blocks_[l]; }
+  size_t final_norm_weight_offset() const { return lnf_w_; }
+  size_t final_norm_bias_offset() const { return lnf_b_; }
+  size_t head_offset() const;  // lm_head.weight, or the token embedding when tied
+  // out (N,OC) = inp (N,C) · Wᵀ + b for block l's linear, through its installed format (dense
+  // when none); reads only the parameters, so the decoder runs it too.
+  void linear_forward(int l, Linear which, float* out, const float* inp, int N) const;
+
+ private:
   struct BlockActs {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *lse, *res_mid, *ln2, *ln2_mean, *ln2_rstd, *fc,
         *gate, *act, *res_out;
   };
   float* P(size_t off) { return off == kAbsent ? nullptr : params_.data() + off; }
+  const float* P(size_t off) const { return off == kAbsent ? nullptr : params_.data() + off; }
   float* G(size_t off, bool trainable) {
     return off == kAbsent || !trainable ? nullptr : grads_.data() + off;
   }
   const float* block_input(int l) const;
   void block_forward(int l, uint64_t dropout_key);
-  void linear_forward(int l, Linear which, float* out, const float* inp, int N);
   void linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp, int N,
                        bool accumulate_dinp);
   void block_backward(int l, uint64_t dropout_key);
-  size_t head_offset() const;
 
   ModelConfig config_;
   ParamTable table_;
@@ -125,6 +135,7 @@ class GPT {
         *dgate_ = nullptr, *dact_ = nullptr, *branch_ = nullptr;
   std::vector<int32_t> tokens_, targets_;
   uint64_t dropout_key_ = 0;
+  float dropout_p_ = 0.0f;  // config dropout while training, 0 in evaluation
   bool backward_ready_ = false;
   MemoryPlan plan_;
 };

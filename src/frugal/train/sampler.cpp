@@ -1,12 +1,16 @@
 // Sampling; see sampler.h.
 #include "frugal/train/sampler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 #include "frugal/core/error.h"
 #include "frugal/core/rng.h"
+#include "frugal/model/decoder.h"
 
 namespace frugal {
 
@@ -50,18 +54,44 @@ std::vector<int32_t> generate(GPT& model, std::vector<int32_t> context, const Sa
                               const std::function<void(int32_t)>& on_token) {
   validate(o);
   FRUGAL_CHECK(!context.empty(), "sampling needs at least one context token");
-  const int V = model.config().vocab_size, window_max = model.config().block_size;
+  const int V = model.config().vocab_size;
   Rng rng(o.seed, 11);
-  std::vector<float> logits;
+  Decoder decoder(model);
+  const float* logits = decoder.prefill(context);
   for (int n = 0; n < o.max_tokens; ++n) {
-    const int T = std::min<int>(static_cast<int>(context.size()), window_max);
-    logits.resize(size_t(T) * V);
-    model.logits(context.data() + context.size() - T, 1, T, logits.data());
-    const int32_t next = sample_token(logits.data() + size_t(T - 1) * V, V, o, rng.uniform());
+    const int32_t next = sample_token(logits, V, o, rng.uniform());
     context.push_back(next);
     if (on_token) on_token(next);
+    if (n + 1 < o.max_tokens) logits = decoder.step(next);
   }
   return context;
+}
+
+std::vector<int32_t> prompt_context(const data::Tokenizer& tokenizer, const std::string& prompt) {
+  std::vector<int32_t> context;
+  try {
+    context = tokenizer.encode(prompt);
+  } catch (const Error& e) {
+    fail("the prompt cannot be encoded with this model's tokenizer: {}", e.what());
+  }
+  if (context.empty()) context.push_back(tokenizer.eot_token() >= 0 ? tokenizer.eot_token() : 0);
+  return context;
+}
+
+void print_samples(GPT& model, const data::Tokenizer& tokenizer, const std::string& prompt,
+                   int count, SampleOptions options) {
+  const std::vector<int32_t> context = prompt_context(tokenizer, prompt);
+  const uint64_t seed = options.seed;
+  for (int i = 0; i < count; ++i) {
+    fmt::print("--- sample {} ---\n{}", i + 1, prompt);
+    options.seed = seed + i;
+    generate(model, context, options, [&](int32_t id) {
+      fmt::print("{}", tokenizer.decode(std::span<const int32_t>(&id, 1)));
+      std::fflush(stdout);
+    });
+    fmt::print("\n");
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace frugal

@@ -17,6 +17,7 @@
 #include "frugal/core/timer.h"
 #include "frugal/io/atomic_file.h"
 #include "frugal/train/checkpoint.h"
+#include "frugal/train/evaluate.h"
 #include "frugal/train/flops.h"
 #include "frugal/train/sampler.h"
 
@@ -147,21 +148,7 @@ void Trainer::log_metrics(const std::string& json_line) {
 
 float Trainer::evaluate() {
   const TrainSettings& t = settings_.train;
-  val_loader_->reset();
-  const size_t N = size_t(t.batch_size) * t.seq_len;
-  std::vector<int32_t> inputs(N), targets(N);
-  std::vector<int64_t> ids(t.batch_size);
-  double sum = 0;
-  int batches = 0;
-  while (batches < t.eval_batches) {
-    const int rows = val_loader_->next(t.batch_size, inputs.data(), targets.data(), ids.data());
-    if (rows == 0) break;
-    std::fill(targets.begin() + size_t(rows) * t.seq_len, targets.end(), -1);  // short last batch
-    std::fill(inputs.begin() + size_t(rows) * t.seq_len, inputs.end(), 0);
-    sum += model_->forward(inputs.data(), targets.data(), 0.0f);
-    ++batches;
-  }
-  return batches ? static_cast<float>(sum / batches) : 0.0f;
+  return static_cast<float>(evaluate_loss(*model_, *val_loader_, t.batch_size, t.eval_batches).loss);
 }
 
 FitResult Trainer::fit() {
@@ -272,19 +259,8 @@ FitResult Trainer::fit() {
 
 void Trainer::print_samples() {
   const SampleSettings& s = settings_.sample;
-  SampleOptions o{s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed};
-  for (int i = 0; i < s.count; ++i) {
-    std::vector<int32_t> context = s.prompt.empty() ? std::vector<int32_t>{}
-                                                    : tokenizer_->encode(s.prompt);
-    if (context.empty()) context.push_back(tokenizer_->eot_token() >= 0 ? tokenizer_->eot_token() : 0);
-    fmt::print("--- sample {} ---\n{}", i + 1, s.prompt);
-    o.seed = s.seed + i;
-    generate(*model_, context, o, [&](int32_t id) {
-      fmt::print("{}", tokenizer_->decode(std::span<const int32_t>(&id, 1)));
-      std::fflush(stdout);
-    });
-    fmt::print("\n");
-  }
+  frugal::print_samples(*model_, *tokenizer_, s.prompt, s.count,
+                        {s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed});
 }
 
 }  // namespace frugal

@@ -1,4 +1,5 @@
-// Naive reference for causal self-attention (the test oracle for kernels/cpu/attention.cpp).
+// Naive reference for causal self-attention (the test oracle for kernels/cpu/attention.cpp and
+// kernels/cpu/attention_decode.cpp).
 // Templated on the scalar type so the gradient check runs in fp64. One softmax row at a time,
 // scores materialised per row; obviously correct, never optimised. Shapes as in kernels/ops.h
 // (Tn is the sequence length T; HS = C / NH).
@@ -79,6 +80,31 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
           }
         }
       }
+}
+
+// out (C); q (C), k_cache (t,C), v_cache (t,C): one query row against t cached positions.
+template <class T>
+void attention_decode(T* out, const T* q, const T* k_cache, const T* v_cache, int t, int C,
+                      int NH) {
+  const int HS = C / NH;
+  const T scale = T(1) / std::sqrt(T(HS));
+  std::vector<T> p(t);
+  for (int h = 0; h < NH; ++h) {
+    T maxs = -INFINITY;
+    for (int j = 0; j < t; ++j) {
+      T s = 0;
+      for (int d = 0; d < HS; ++d) s += q[h * HS + d] * k_cache[static_cast<size_t>(j) * C + h * HS + d];
+      p[j] = s * scale;
+      maxs = std::max(maxs, p[j]);
+    }
+    T sum = 0;
+    for (int j = 0; j < t; ++j) sum += (p[j] = std::exp(p[j] - maxs));
+    for (int d = 0; d < HS; ++d) {
+      T o = 0;
+      for (int j = 0; j < t; ++j) o += p[j] * v_cache[static_cast<size_t>(j) * C + h * HS + d];
+      out[h * HS + d] = o / sum;
+    }
+  }
 }
 
 }  // namespace frugal::kernels::ref

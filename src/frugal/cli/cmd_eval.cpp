@@ -1,0 +1,102 @@
+// `frugal eval CHECKPOINT_OR_RUN_DIR [--data DIR] [--split val|train] ...`: the loss and
+// perplexity of a trained model on a prepared token shard, as text or one JSON object.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "frugal/cli/commands.h"
+#include "frugal/core/error.h"
+#include "frugal/core/threading.h"
+#include "frugal/data/loader.h"
+#include "frugal/data/shard.h"
+#include "frugal/train/checkpoint.h"
+#include "frugal/train/evaluate.h"
+#include "frugal/train/run_config.h"
+
+namespace frugal::cli {
+namespace {
+namespace fs = std::filesystem;
+
+struct EvalArgs {
+  std::string path;
+  std::string data_dir;  // "": the checkpoint config's data.dir
+  std::string split = "val";
+  int batch_size = 8;
+  int64_t max_batches = 0;
+  int seq_len = 0;  // 0: the checkpoint config's train.seq_len (or model.block_size)
+  int threads = 0;
+  bool json = false;
+};
+
+void run_eval(const EvalArgs& a) {
+  FRUGAL_CHECK(a.batch_size >= 1, "--batch-size {} must be at least 1", a.batch_size);
+  FRUGAL_CHECK(a.max_batches >= 0, "--max-batches {} must be 0 (all) or positive", a.max_batches);
+  set_num_threads(a.threads);
+  const std::string dir = resolve_checkpoint(a.path);
+  const RunSettings settings = run_settings(checkpoint_config(dir, run_schema()));
+  const std::string data_dir = a.data_dir.empty() ? settings.train.data_dir : a.data_dir;
+  FRUGAL_CHECK(!data_dir.empty(), "the checkpoint's config has no data.dir; pass --data DIR (a "
+               "directory made by `frugal prepare`)");
+  const std::string shard_path = (fs::path(data_dir) / (a.split + ".bin")).string();
+  FRUGAL_CHECK(fs::exists(shard_path), "data file {} not found; pass --data DIR with a directory "
+               "made by `frugal prepare` for this model's tokenizer", shard_path);
+  auto shard = std::make_shared<const data::TokenShard>(data::TokenShard::open(shard_path));
+
+  const std::unique_ptr<GPT> model = load_checkpoint_model(dir);
+  const ModelConfig& m = model->config();
+  FRUGAL_CHECK(shard->vocab_size() <= m.vocab_size, "{} has a vocabulary of {} tokens but the model "
+               "only {}; evaluate on data prepared with the model's tokenizer ({}/tokenizer.json)",
+               shard_path, shard->vocab_size(), m.vocab_size, dir);
+  const int trained_T = settings.train.seq_len > 0 ? settings.train.seq_len : m.block_size;
+  const int T = a.seq_len > 0 ? a.seq_len : trained_T;
+  FRUGAL_CHECK(T <= m.block_size, "--seq-len {} exceeds the model's block_size {}", T, m.block_size);
+  data::BatchLoader loader(shard, T, data::LoaderOrder::Sequential);
+  FRUGAL_CHECK(loader.num_samples() > 0, "{} holds {} tokens, fewer than one sequence of {} + 1; "
+               "use a smaller --seq-len", shard_path, shard->size(), T);
+
+  const EvalResult r = evaluate_loss(*model, loader, a.batch_size, a.max_batches);
+  if (a.json) {
+    const nlohmann::json j{{"checkpoint", dir},        {"data", shard_path},
+                           {"split", a.split},         {"seq_len", T},
+                           {"batch_size", a.batch_size}, {"sequences", r.sequences},
+                           {"tokens", r.tokens},       {"loss", r.loss},
+                           {"perplexity", r.perplexity}, {"seconds", r.seconds}};
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("checkpoint: {}\n", dir);
+  fmt::print("data: {}, {} of {} sequences of {} tokens\n", shard_path, r.sequences,
+             loader.num_samples(), T);
+  fmt::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} "
+             "threads)\n",
+             a.split, r.loss, r.perplexity, r.tokens, r.seconds, r.tokens / r.seconds, num_threads());
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+  auto args = std::make_shared<EvalArgs>();
+  CLI::App* cmd =
+      app.add_subcommand("eval", "loss and perplexity of a trained model on prepared data");
+  cmd->add_option("checkpoint", args->path,
+                  "a checkpoint directory, or a run directory (its latest checkpoint)")->required();
+  cmd->add_option("--data", args->data_dir,
+                  "directory made by `frugal prepare` (default: the checkpoint's data.dir)");
+  cmd->add_option("--split", args->split, "which shard: val or train")
+      ->check(CLI::IsMember({"val", "train"}))->capture_default_str();
+  cmd->add_option("--batch-size", args->batch_size,
+                  "sequences per forward pass")->capture_default_str();
+  cmd->add_option("--max-batches", args->max_batches,
+                  "stop after this many batches; 0: every sequence")->capture_default_str();
+  cmd->add_option("--seq-len", args->seq_len,
+                  "tokens per sequence; 0: the checkpoint's train.seq_len")->capture_default_str();
+  cmd->add_option("--threads", args->threads,
+                  "threads; 0 keeps the default (all cores)")->capture_default_str();
+  cmd->add_flag("--json", args->json, "print one JSON object instead of text");
+  cmd->callback([args] { run_eval(*args); });
+}
+
+}  // namespace frugal::cli

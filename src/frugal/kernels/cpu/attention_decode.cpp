@@ -1,0 +1,73 @@
+// Attention of one new query row against the key/value cache (AVX2/FMA, OpenMP over heads when
+// the cache is large enough to pay for the threads). Per head: scores q·k_j for every cached
+// position (8-wide dot products), a stable softmax with the vectorised exp of simd_math.h, then
+// the weighted sum of the value rows, one 8-column slice of the head at a time.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "frugal/core/error.h"
+#include "frugal/kernels/cpu/simd_math.h"
+#include "frugal/kernels/ops.h"
+
+namespace frugal::kernels {
+namespace {
+
+using namespace cpu;
+
+// Below this many cached floats (t * C) one thread does all heads: forking costs more.
+constexpr long kParallelMinFloats = 1 << 15;
+
+// out (HS) for one head; q (HS), rows j of k and v at k + j*C, v + j*C; s (t) scratch.
+void decode_head(float* out, const float* q, const float* k, const float* v, int t, int C, int HS,
+                 float scale, float* s) {
+  float mx = -INFINITY;
+  for (int j = 0; j < t; ++j) {
+    const float* kj = k + static_cast<size_t>(j) * C;
+    __m256 acc = _mm256_setzero_ps();
+    for (int d = 0; d < HS; d += 8)
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kj + d), acc);
+    s[j] = hsum256(acc) * scale;
+    mx = std::max(mx, s[j]);
+  }
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256 vsum = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + 8 <= t; j += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmx));
+    _mm256_storeu_ps(s + j, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  float sum = hsum256(vsum);
+  for (; j < t; ++j) sum += (s[j] = std::exp(s[j] - mx));
+  const __m256 inv = _mm256_set1_ps(1.0f / sum);
+  for (int d = 0; d < HS; d += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < t; ++i)
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(s[i]), _mm256_loadu_ps(v + size_t(i) * C + d), acc);
+    _mm256_storeu_ps(out + d, _mm256_mul_ps(acc, inv));
+  }
+}
+
+}  // namespace
+
+void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
+                      int t, int C, int NH) {
+  FRUGAL_CHECK(t >= 1 && NH > 0 && C % NH == 0 && (C / NH) % 8 == 0,
+               "attention_decode: need t >= 1 and a head size C/NH that is a multiple of 8 (got t={} "
+               "C={} NH={}); fix the model config", t, C, NH);
+  const int HS = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel if (static_cast<long>(t) * C >= kParallelMinFloats)
+  {
+    std::vector<float> scores(t);
+#pragma omp for schedule(static)
+    for (int h = 0; h < NH; ++h)
+      decode_head(out + h * HS, q + h * HS, k_cache + h * HS, v_cache + h * HS, t, C, HS, scale,
+                  scores.data());
+  }
+}
+
+}  // namespace frugal::kernels

@@ -1,0 +1,42 @@
+// Evaluation loss over a shard; see evaluate.h.
+#include "frugal/train/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "frugal/core/error.h"
+#include "frugal/core/timer.h"
+
+namespace frugal {
+
+EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, int64_t max_batches) {
+  const int B = batch_size, T = loader.seq_len();
+  FRUGAL_CHECK(B >= 1, "batch size = {} must be at least 1", B);
+  FRUGAL_CHECK(max_batches >= 0, "max batches = {} must be 0 (all) or positive", max_batches);
+  if (model.batch() != B || model.seq_len() != T) model.plan(B, T);
+  Timer timer;
+  loader.reset();
+  const size_t N = size_t(B) * T;
+  std::vector<int32_t> inputs(N), targets(N);
+  std::vector<int64_t> ids(B);
+  EvalResult r;
+  double loss_sum = 0;  // Σ per-token loss
+  for (int64_t batch = 0; max_batches == 0 || batch < max_batches; ++batch) {
+    const int rows = loader.next(B, inputs.data(), targets.data(), ids.data());
+    if (rows == 0) break;
+    std::fill(targets.begin() + size_t(rows) * T, targets.end(), -1);  // short last batch
+    std::fill(inputs.begin() + size_t(rows) * T, inputs.end(), 0);
+    const int64_t counted =
+        std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
+    loss_sum += double(model.forward(inputs.data(), targets.data(), 0.0f)) * counted;
+    r.sequences += rows;
+    r.tokens += counted;
+  }
+  r.loss = r.tokens > 0 ? loss_sum / r.tokens : 0.0;
+  r.perplexity = std::exp(r.loss);
+  r.seconds = timer.seconds();
+  return r;
+}
+
+}  // namespace frugal

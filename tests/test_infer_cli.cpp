@@ -1,0 +1,200 @@
+// The inference commands of the `frugal` binary (sample, eval), run as a user would against a
+// checkpoint of a small random model: outputs equal what the library computes, options take
+// effect, and out-of-range arguments give a one-line error and a non-zero exit code.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/rng.h"
+#include "frugal/data/shard.h"
+#include "frugal/data/tokenizer.h"
+#include "frugal/model/gpt.h"
+#include "frugal/train/checkpoint.h"
+#include "frugal/train/run_config.h"
+#include "frugal/train/sampler.h"
+#include "temp_dir.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int rc;
+  std::string output;
+};
+
+// Runs the binary; `redirect` says where stderr goes ("2>&1" merges it into the output).
+Result run(const std::string& args, const std::string& redirect = "2>&1") {
+  const std::string cmd = std::string(FRUGAL_BINARY) + " " + args + " " + redirect;
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
+
+constexpr int kSeqLen = 16;
+
+// A prepared data directory (char tokenizer) and a run directory holding one checkpoint of a
+// random 2-layer model whose config points data.dir at it.
+class InferCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string text;
+    for (int i = 0; i < 12; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+    const auto tok = frugal::data::CharTokenizer::from_text(text);
+    data_ = tmp_.path() / "data";
+    fs::create_directories(data_);
+    const std::vector<int32_t> ids = tok.encode(text);
+    const size_t split = ids.size() * 3 / 4;
+    frugal::data::write_shard((data_ / "train.bin").string(), {ids.data(), split}, tok.vocab_size());
+    frugal::data::write_shard((data_ / "val.bin").string(), {ids.data() + split, ids.size() - split},
+                              tok.vocab_size());
+    std::ofstream(data_ / "tokenizer.json") << tok.to_json();
+
+    frugal::io::Config config(frugal::run_schema());
+    for (const auto& [k, v] : {std::pair<std::string, std::string>{"model.vocab_size", std::to_string(tok.vocab_size())},
+                               {"model.block_size", "32"}, {"model.n_layer", "2"}, {"model.n_head", "2"},
+                               {"model.n_embd", "32"}, {"data.dir", data_.string()},
+                               {"train.seq_len", std::to_string(kSeqLen)}})
+      config.set(k, v);
+    frugal::GPT model(frugal::run_settings(config).model);
+    model.init_weights(3);
+    frugal::Rng rng(5, 0);  // larger weights than the initialisation: peaked, varied predictions
+    for (size_t i = 0; i < model.num_floats(); ++i) model.params()[i] += static_cast<float>(0.2 * rng.normal());
+    run_ = tmp_.path() / "run";
+    checkpoint_ = frugal::save_checkpoint(run_.string(), config, model, nullptr, {}, tok.to_json(), 1);
+  }
+
+  frugal::testing::TempDir tmp_;
+  fs::path data_, run_;
+  std::string checkpoint_;
+};
+
+TEST_F(InferCli, SampleStreamsWhatGenerateMakes) {
+  const Result r = run("sample " + run_.string() + " --prompt 'the ' --max-tokens 40 --temperature 0.7 "
+                       "--top-k 10 --top-p 0.9 --seed 4", "2>/dev/null");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const auto model = frugal::load_checkpoint_model(checkpoint_);
+  const auto tok = frugal::data::load_tokenizer_json(checkpoint_ + "/tokenizer.json");
+  const std::vector<int32_t> prompt = tok->encode("the ");
+  const frugal::SampleOptions o{.max_tokens = 40, .temperature = 0.7, .top_k = 10, .top_p = 0.9, .seed = 4};
+  const std::vector<int32_t> all = frugal::generate(*model, prompt, o);
+  const std::string text = tok->decode(std::span<const int32_t>(all).subspan(prompt.size()));
+  EXPECT_EQ(r.output, "--- sample 1 ---\nthe " + text + "\n");
+}
+
+TEST_F(InferCli, SampleCountSeedsAndStats) {
+  const Result a = run("sample " + checkpoint_ + " --count 2 --max-tokens 30 --seed 9", "2>/dev/null");
+  ASSERT_EQ(a.rc, 0) << a.output;
+  const size_t second = a.output.find("--- sample 2 ---\n");
+  ASSERT_NE(second, std::string::npos) << a.output;
+  EXPECT_NE(a.output.substr(17, 31), a.output.substr(second + 17, 31)) << "samples 1 and 2 share a seed";
+  EXPECT_EQ(run("sample " + checkpoint_ + " --count 2 --max-tokens 30 --seed 9", "2>/dev/null").output, a.output);
+  EXPECT_NE(run("sample " + checkpoint_ + " --count 2 --max-tokens 30 --seed 10", "2>/dev/null").output, a.output);
+  const Result stats = run("sample " + checkpoint_ + " --max-tokens 5 --threads 1", "2>&1 >/dev/null");
+  EXPECT_TRUE(contains(stats.output, "5 tokens in")) << stats.output;
+  EXPECT_TRUE(contains(stats.output, "1 threads")) << stats.output;
+}
+
+TEST_F(InferCli, SampleRejectsBadArguments) {
+  const std::string ckpt = run_.string();
+  const std::pair<std::string, std::string> cases[] = {
+      {"--temperature 0", "temperature = 0 must be a positive number"},
+      {"--temperature -1", "temperature = -1 must be a positive number"},
+      {"--top-p 1.5", "top-p = 1.5 must be in (0, 1]"},
+      {"--top-p 0", "top-p = 0 must be in (0, 1]"},
+      {"--top-k -1", "top-k = -1 must be 0 (off) or positive"},
+      {"--max-tokens 0", "max tokens = 0 must be at least 1"},
+      {"--count 0", "count = 0 must be at least 1"},
+      {"--prompt 'the Zebra'", "'Z' (U+005A) at byte offset 4 is not in the character vocabulary"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run("sample " + ckpt + " " + args);
+    EXPECT_EQ(r.rc, 1) << args << ": " << r.output;
+    EXPECT_TRUE(r.output.starts_with("error: ")) << args << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, message)) << args << ": " << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
+  }
+  const Result missing = run("sample " + (tmp_.path() / "nothing").string());
+  EXPECT_EQ(missing.rc, 1) << missing.output;
+}
+
+// Mean next-token loss over the val shard's sequences, from full-sequence logits in double.
+double expected_val_loss(const std::string& checkpoint, const fs::path& data, int64_t* sequences) {
+  const auto model = frugal::load_checkpoint_model(checkpoint);
+  const auto shard = frugal::data::TokenShard::open((data / "val.bin").string());
+  const int V = model->config().vocab_size;
+  *sequences = (shard.size() - 1) / kSeqLen;
+  std::vector<int32_t> seq(kSeqLen + 1);
+  std::vector<float> logits(size_t(kSeqLen) * V);
+  double sum = 0;
+  for (int64_t s = 0; s < *sequences; ++s) {
+    shard.read(s * kSeqLen, kSeqLen + 1, seq.data());
+    model->logits(seq.data(), 1, kSeqLen, logits.data());
+    for (int t = 0; t < kSeqLen; ++t) {
+      const float* row = &logits[size_t(t) * V];
+      double z = 0;
+      for (int v = 0; v < V; ++v) z += std::exp(double(row[v]));
+      sum += std::log(z) - row[seq[t + 1]];
+    }
+  }
+  return sum / (*sequences * kSeqLen);
+}
+
+TEST_F(InferCli, EvalMatchesFullSequenceLoss) {
+  int64_t sequences = 0;
+  const double expected = expected_val_loss(checkpoint_, data_, &sequences);
+  ASSERT_GT(sequences, 3);
+  // Batches of 3: the last batch is short unless 3 divides the count; every token weighs the same.
+  const Result r = run("eval " + run_.string() + " --batch-size 3 --json");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["sequences"], sequences);
+  EXPECT_EQ(j["tokens"], sequences * kSeqLen);
+  EXPECT_EQ(j["split"], "val");
+  EXPECT_EQ(j["seq_len"], kSeqLen);
+  EXPECT_NEAR(j["loss"].get<double>(), expected, 1e-4 * expected);
+  EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(expected), 1e-3 * std::exp(expected));
+}
+
+TEST_F(InferCli, EvalOptions) {
+  Result r = run("eval " + checkpoint_ + " --batch-size 2 --max-batches 1 --json");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["sequences"], 2);
+
+  r = run("eval " + checkpoint_ + " --split train --data " + data_.string() + " --seq-len 8");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "train.bin")) << r.output;
+  EXPECT_TRUE(contains(r.output, "sequences of 8 tokens")) << r.output;
+  EXPECT_TRUE(contains(r.output, "train loss ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "perplexity ")) << r.output;
+}
+
+TEST_F(InferCli, EvalRejectsBadArguments) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--data " + (tmp_.path() / "none").string(), "val.bin not found; pass --data DIR"},
+      {"--batch-size 0", "--batch-size 0 must be at least 1"},
+      {"--max-batches -1", "--max-batches -1 must be 0 (all) or positive"},
+      {"--seq-len 64", "--seq-len 64 exceeds the model's block_size 32"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run("eval " + run_.string() + " " + args);
+    EXPECT_EQ(r.rc, 1) << args << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, message)) << args << ": " << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
+  }
+  EXPECT_NE(run("eval " + run_.string() + " --split test").rc, 0);
+}
+
+}  // namespace
