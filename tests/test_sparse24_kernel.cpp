@@ -1,5 +1,6 @@
 // 2:4 sparse linear kernels against the fp64 reference: forward (bias on/off) and input gradient
-// (accumulate on/off), random shapes incl. odd N, both instruction sets, 1 vs 2 threads bit-equal.
+// (accumulate on/off), random shapes incl. odd N, both instruction sets, 1 vs 2 threads bit-equal,
+// and the row-only packing.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -136,4 +137,24 @@ TEST(Sparse24Pack, RejectsMasksThatAreNotTransposable24) {
   EXPECT_THROW(sparse24_pack(packed, W.data(), mask.data(), OC, 6), Error);
   std::vector<float> y(OC);
   EXPECT_THROW(sparse24_matmul_forward(y.data(), W.data(), packed, nullptr, 1), Error);
+}
+
+TEST(Sparse24Pack, RowOnlyPackingRunsTheForwardAndRefusesTheInputGradient) {
+  const int N = 37, OC = 12, IC = 20;
+  const auto W = random_vec(OC * IC, 40);
+  const auto X = random_vec(N * IC, 41);
+  std::vector<uint8_t> mask(W.size());
+  sparse24::row_mask_24(W.data(), OC, IC, mask.data());
+  Sparse24Weight packed;
+  sparse24_pack(packed, W.data(), mask.data(), OC, IC, /*transposable=*/false);
+  std::vector<double> want(static_cast<size_t>(N) * OC);
+  ref::sparse24_matmul_forward<double>(want.data(), to_double(X).data(), W.data(), mask.data(),
+                                       nullptr, N, IC, OC);
+  std::vector<float> got(want.size(), NAN);
+  sparse24_matmul_forward(got.data(), X.data(), packed, nullptr, N);
+  EXPECT_LT(max_scaled_error(got, want, IC), 1e-5);
+  std::vector<float> dx(static_cast<size_t>(N) * IC);
+  EXPECT_THROW(sparse24_matmul_backward_input(dx.data(), got.data(), packed, N, false), Error);
+  mask[1] ^= 1;
+  EXPECT_THROW(sparse24_pack(packed, W.data(), mask.data(), OC, IC, false), Error);
 }

@@ -1,10 +1,13 @@
-// `frugal bench`: times training steps of a preset model (see train/bench.h).
+// `frugal bench`: times training steps of a preset model (see train/bench.h), or with
+// `--kernel sparse24` the 2:4 kernels against dense GEMM per FFN product and per FFN block.
 #include <fmt/format.h>
 
 #include <memory>
 
 #include "frugal/cli/commands.h"
 #include "frugal/core/threading.h"
+#include "frugal/kernels/cpu/sparse24_bench.h"
+#include "frugal/methods/sparse24/ffn_bench.h"
 #include "frugal/train/bench.h"
 
 namespace frugal::cli {
@@ -17,7 +20,31 @@ struct BenchArgs {
   bool json = false;
   bool profile = false;
   std::vector<std::string> overrides;
+  std::string kernel;
+  int repeats = 9;
 };
+
+// `--kernel sparse24`: both 2:4 products per FFN shape, then the whole FFN block.
+void bench_sparse24_kernels(const BenchArgs& args) {
+  kernels::Sparse24BenchOptions o;
+  o.threads = num_threads();
+  o.repeats = args.repeats;
+  const auto products = kernels::run_sparse24_benchmark(o);
+  sparse24::FfnBenchOptions f;
+  f.repeats = args.repeats;
+  const auto blocks = sparse24::run_ffn_benchmark(f);
+  const char* isa = kernels::sparse24_isa_name(kernels::sparse24_active_isa());
+  if (args.json) {
+    const nlohmann::json j = {{"kernel", "sparse24"}, {"isa", isa}, {"threads", num_threads()},
+                              {"repeats", args.repeats}, {"products", kernels::sparse24_rows_to_json(products)},
+                              {"ffn_block", sparse24::ffn_rows_to_json(blocks)}, {"mask_interval", f.mask_interval}};
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print("2:4 kernels ({}) vs dense OpenBLAS, {} threads, medians of {} interleaved runs; GFLOP/s "
+             "counted as 2*N*IC*OC for both\n{}\n{}", isa, num_threads(), args.repeats,
+             kernels::format_sparse24_table(products), sparse24::format_ffn_table(blocks, f.mask_interval));
+}
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -31,8 +58,17 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->add_flag("--profile", args->profile, "print time per kernel over the timed steps");
   cmd->add_option("--set", args->overrides, "override a run-config key, e.g. --set model.n_layer=8 (repeatable)");
+  cmd->add_option("--kernel", args->kernel, "benchmark kernels instead of training steps: sparse24 "
+                  "(2:4 vs dense GEMM on FFN shapes, and a whole FFN block)")
+      ->check(CLI::IsMember({"sparse24"}));
+  cmd->add_option("--repeats", args->repeats, "interleaved repetitions per kernel measurement (median taken)")
+      ->check(CLI::Range(1, 1000));
   cmd->callback([args] {
     set_num_threads(args->threads);
+    if (!args->kernel.empty()) {
+      bench_sparse24_kernels(*args);
+      return;
+    }
     BenchPreset setup = bench_preset(args->preset, args->overrides);
     if (args->steps > 0) setup.steps = args->steps;
     if (args->warmup >= 0) setup.warmup = args->warmup;

@@ -20,8 +20,9 @@ namespace frugal {
 struct RunSettings;
 
 // In the order the trainer fires them. Per optimizer step: BatchStart, then per micro-batch
-// BeforeForward, AfterForward, BeforeBackward, AfterBackward; then AfterGradReduce,
-// BeforeOptimStep, AfterOptimStep, Reconfigure (only when a method asked for it), BatchEnd.
+// BeforeForward, AfterForward, BeforeBackward, AfterBackward; then AfterGradReduce, gradient
+// clipping, BeforeOptimStep (clipped gradients; ctx.grad_norm is the norm before clipping), the
+// AdamW update, AfterOptimStep, Reconfigure (only when a method asked for it), BatchEnd.
 // Eval around each evaluation, Checkpoint before each checkpoint is written.
 enum class Event {
   Init, FitStart, BatchStart, BeforeForward, AfterForward, BeforeBackward, AfterBackward,
@@ -51,7 +52,7 @@ struct TrainContext {
   const int32_t* targets = nullptr;     // (B,T)
   const int64_t* sample_ids = nullptr;  // (B) stable ids of the micro-batch's sequences
   float loss = 0;                       // after AfterForward: the micro-batch loss
-  float grad_norm = 0;                  // after AfterOptimStep
+  float grad_norm = 0;                  // from BeforeOptimStep: the gradient norm before clipping
   // Set at BeforeForward to feed cached activations: the output of the first `prefix_blocks`
   // blocks for the whole micro-batch (B,T,C); the trainer passes it to GPT::forward.
   const float* prefix_output = nullptr;

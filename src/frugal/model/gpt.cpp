@@ -212,7 +212,10 @@ void GPT::set_linear_format(int layer, Linear which, std::shared_ptr<LinearForma
   FRUGAL_CHECK(layer >= 0 && layer < config_.n_layer, "internal: no block {}", layer);
   FRUGAL_CHECK(linear_weight_offset(layer, which) != kAbsent, "internal: block {} has no such linear", layer);
   formats_[layer][static_cast<int>(which)] = std::move(format);
-  refresh_formats();
+  if (LinearFormat* f = formats_[layer][static_cast<int>(which)].get()) {
+    const auto [oc, ic] = linear_shape(which);
+    f->refresh(params_.data() + linear_weight_offset(layer, which), oc, ic);
+  }
 }
 
 LinearFormat* GPT::linear_format(int layer, Linear which) const {

@@ -58,7 +58,8 @@ class GPT {
   // The linears of a block, in execution order.
   enum class Linear { Qkv, Proj, Fc, Gate, FcProj };
   static constexpr int kLinears = 5;
-  // Installs a non-dense execution format on block `layer`'s linear (null restores dense).
+  // Installs a non-dense execution format on block `layer`'s linear (null restores dense) and
+  // refreshes it from the current weight.
   void set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format);
   LinearFormat* linear_format(int layer, Linear which) const;
   // The parameter-buffer offset of a block linear's weight (kAbsent for Gate without a gated MLP).

@@ -22,7 +22,8 @@ class LinearFormat {
                         const float* inp, const float* weight, int N, int C, int OC,
                         bool accumulate_dinp) = 0;
   // Fraction of the dense multiply-adds this format executes, for FLOP accounting.
-  virtual double forward_density() const = 0;       // forward and backward-input products
+  virtual double forward_density() const = 0;       // forward product
+  virtual double backward_input_density() const { return forward_density(); }
   virtual double weight_grad_density() const = 0;   // backward-weight product
 };
 

@@ -24,10 +24,20 @@ float AdamW::grad_norm(const float* grads, size_t begin, size_t end) {
 }
 
 float AdamW::step(float* params, float* grads, size_t begin, float lr) {
+  const float norm = clip(grads, begin);
+  update(params, grads, begin, lr);
+  return norm;
+}
+
+float AdamW::clip(float* grads, size_t begin) const {
   const size_t end = table_.total();
   const float norm = grad_norm(grads, begin, end);
   if (config_.grad_clip > 0.0f && norm > config_.grad_clip)
     kernels::scale_inplace(grads + begin, end - begin, config_.grad_clip / (norm + 1e-6f));
+  return norm;
+}
+
+void AdamW::update(float* params, const float* grads, size_t begin, float lr) {
   ++t_;
   const kernels::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, t_};
   for (const ParamInfo& e : table_.entries()) {
@@ -35,7 +45,6 @@ float AdamW::step(float* params, float* grads, size_t begin, float lr) {
     const size_t o = e.offset;
     kernels::adamw_update(params + o, grads + o, m_.data() + o, v_.data() + o, e.numel, s, e.decays());
   }
-  return norm;
 }
 
 }  // namespace frugal

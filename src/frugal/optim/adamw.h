@@ -33,7 +33,14 @@ class AdamW {
   // Clips grads[begin, total) to config.grad_clip (if enabled) and applies one AdamW step with
   // learning rate lr to every tensor starting at or after `begin` (frozen parameters form the
   // prefix [0, begin) and are left alone). Returns the gradient norm before clipping.
+  // Equivalent to clip() then update(); the trainer calls the two halves separately so methods
+  // can edit the clipped gradients in between (BeforeOptimStep).
   float step(float* params, float* grads, size_t begin, float lr);
+  // Scales grads[begin, total) to norm config.grad_clip when above it (if enabled); returns the
+  // norm before clipping.
+  float clip(float* grads, size_t begin) const;
+  // One AdamW step with learning rate lr on the tensors starting at or after `begin`.
+  void update(float* params, const float* grads, size_t begin, float lr);
 
   const AdamWConfig& config() const { return config_; }
   int64_t steps_taken() const { return t_; }

@@ -64,13 +64,14 @@ StepFlops count_step_flops(const GPT& model, int B, int T, int cached_prefix_blo
       const double dense = 2 * N * oc * ic;
       const LinearFormat* fmt = model.linear_format(l, which);
       const double density = fmt ? fmt->forward_density() : 1.0;
+      const double idensity = fmt ? fmt->backward_input_density() : 1.0;
       const double wdensity = fmt ? fmt->weight_grad_density() : 1.0;
       d.forward += dense;
       d.backward_input += dense;
       d.backward_weight += dense;
       if (runs) e.forward += dense * density;
       if (trains) {
-        e.backward_input += dense * density;
+        e.backward_input += dense * idensity;
         e.backward_weight += dense * wdensity;
       }
     }

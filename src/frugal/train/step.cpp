@@ -57,8 +57,10 @@ StepResult StepRunner::run(int64_t step, float lr, const BatchSource& next_batch
   FRUGAL_CHECK(std::isfinite(r.loss), "the training loss became {} at step {}; lower optim.lr or "
                "raise optim.warmup_steps", r.loss, step);
   methods_.fire(Event::AfterGradReduce, ctx);
+  const size_t begin = model_.trainable_begin();
+  r.grad_norm = ctx.grad_norm = optim_.clip(model_.grads(), begin);
   methods_.fire(Event::BeforeOptimStep, ctx);
-  r.grad_norm = ctx.grad_norm = optim_.step(model_.params(), model_.grads(), model_.trainable_begin(), lr);
+  optim_.update(model_.params(), model_.grads(), begin, lr);
   model_.refresh_formats();
   methods_.fire(Event::AfterOptimStep, ctx);
   if (ctx.request_reconfigure) methods_.fire(Event::Reconfigure, ctx);

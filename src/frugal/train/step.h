@@ -1,6 +1,7 @@
 // One optimizer step with the method events around it: the part of the training loop shared by
 // `frugal train` and `frugal bench`. Fires BatchStart, per micro-batch BeforeForward ..
-// AfterBackward, then AfterGradReduce, BeforeOptimStep, the AdamW step, AfterOptimStep,
+// AfterBackward, then AfterGradReduce, gradient clipping, BeforeOptimStep (sees the clipped
+// gradients and the pre-clip norm), the AdamW update, AfterOptimStep,
 // Reconfigure (when a method asked for it) and BatchEnd; counts the FLOPs executed.
 #pragma once
 #include <cstdint>

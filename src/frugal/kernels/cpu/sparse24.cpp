@@ -168,13 +168,14 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
 }
 
 void check_packed(const Sparse24Weight& w, const char* what) {
-  FRUGAL_CHECK(w.OC > 0 && w.w.rows == w.OC && w.wt.rows == w.IC,
-               "{}: the Sparse24Weight is not packed; call sparse24_pack first", what);
+  FRUGAL_CHECK(w.OC > 0 && w.w.rows == w.OC, "{}: the Sparse24Weight is not packed; call "
+               "sparse24_pack first", what);
 }
 
 }  // namespace
 
-void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int OC, int IC) {
+void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int OC, int IC,
+                   bool transposable) {
   FRUGAL_CHECK(OC > 0 && IC > 0 && OC % 4 == 0 && IC % 4 == 0,
                "2:4 packing needs a weight with both dimensions positive and divisible by 4, got "
                "({}, {}); keep this layer dense",
@@ -182,7 +183,10 @@ void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int
   out.OC = OC;
   out.IC = IC;
   resize_matrix(out.w, OC, IC);
-  resize_matrix(out.wt, IC, OC);
+  if (transposable)
+    resize_matrix(out.wt, IC, OC);
+  else
+    out.wt = Sparse24Matrix{};
   const int GO = OC / 4, GI = IC / 4;
   long long bad_unit = -1;
 #pragma omp parallel for schedule(static) reduction(max : bad_unit)
@@ -199,16 +203,16 @@ void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int
       }
       const size_t unit_w = static_cast<size_t>(bo) * GI + bi, unit_t = static_cast<size_t>(bi) * GO + bo;
       const bool ok_w = pack_unit(out.w.values.data() + unit_w * 8, out.w.offsets.data() + unit_w * 8, rows, w_at);
-      const bool ok_t = pack_unit(out.wt.values.data() + unit_t * 8, out.wt.offsets.data() + unit_t * 8, cols, wt_at);
-      const bool ok = ok_w && ok_t;
+      const bool ok = ok_w && (!transposable || pack_unit(out.wt.values.data() + unit_t * 8,
+                                                           out.wt.offsets.data() + unit_t * 8, cols, wt_at));
       if (!ok) bad_unit = std::max(bad_unit, static_cast<long long>(unit_w));
     }
   }
   if (bad_unit >= 0) {
     out.OC = 0;
     fail("2:4 packing: the mask block at rows {}.., columns {}.. does not keep exactly two entries "
-         "in every row and column; build the mask with sparse24::transposable_mask_24",
-         4 * (bad_unit / GI), 4 * (bad_unit % GI));
+         "in every row{}; build the mask with sparse24::{}", 4 * (bad_unit / GI), 4 * (bad_unit % GI),
+         transposable ? " and column" : "", transposable ? "transposable_mask_24" : "row_mask_24");
   }
 }
 
@@ -221,6 +225,8 @@ void sparse24_matmul_forward(float* out, const float* inp, const Sparse24Weight&
 void sparse24_matmul_backward_input(float* dinp, const float* dout, const Sparse24Weight& weight,
                                     int N, bool accumulate) {
   check_packed(weight, "sparse24_matmul_backward_input");
+  FRUGAL_CHECK(weight.wt.rows == weight.IC, "sparse24_matmul_backward_input: the weight was packed "
+               "row-only (transposable = false); use a transposable mask or a dense input gradient");
   sparse24_product(dinp, dout, weight.wt, nullptr, N, accumulate);
 }
 

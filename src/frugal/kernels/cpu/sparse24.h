@@ -32,14 +32,17 @@ struct Sparse24Weight {
 
 // out = the mask ⊙ W packed both ways. W (OC,IC), mask (OC,IC) 0/1; the mask must be transposable
 // 2:4 (every 4x4 block has two kept entries per row and per column), OC % 4 == IC % 4 == 0.
+// With transposable = false only W is packed (the mask needs two kept entries per row of each
+// block; out.wt stays empty) and only the forward product is available.
 // Buffers are reused when the shape is unchanged.
-void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int OC, int IC);
+void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int OC, int IC,
+                   bool transposable = true);
 
 // out (N,OC) = inp (N,IC) · S(W)ᵀ + bias (OC) or null
 void sparse24_matmul_forward(float* out, const float* inp, const Sparse24Weight& weight,
                              const float* bias, int N);
 
-// dinp (N,IC) = (or += when accumulate) dout (N,OC) · S(W)
+// dinp (N,IC) = (or += when accumulate) dout (N,OC) · S(W); needs a transposable packing.
 void sparse24_matmul_backward_input(float* dinp, const float* dout, const Sparse24Weight& weight,
                                     int N, bool accumulate);
 

@@ -1,0 +1,142 @@
+// FFN-block benchmark, dense vs 2:4; see ffn_bench.h.
+#include "frugal/methods/sparse24/ffn_bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "frugal/core/memory.h"
+#include "frugal/core/rng.h"
+#include "frugal/core/timer.h"
+#include "frugal/kernels/ops.h"
+#include "frugal/methods/sparse24/format.h"
+#include "frugal/methods/sparse24/mask.h"
+#include "frugal/model/linear_format.h"
+
+namespace frugal::sparse24 {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double time_ms(const std::function<void()>& f) {
+  Timer t;
+  f();
+  return t.ms();
+}
+
+void fill_normal(Buffer<float>& b, uint64_t seed, float scale) {
+  Rng rng(seed, 0);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = scale * static_cast<float>(rng.normal());
+}
+
+// One FFN block's tensors: x (N,C) → h = x·W1ᵀ + b1 (N,H) → a = gelu(h) → y = a·W2ᵀ + b2 (N,C).
+struct Ffn {
+  int N, C, H;
+  Buffer<float> x, w1, b1, w2, b2, h, a, y, dy, da, dh, dx, dw1, db1, dw2, db2;
+  Ffn(int N_, int C_) : N(N_), C(C_), H(4 * C_) {
+    const size_t n = N, c = C, hh = H;
+    for (auto [buf, size] : {std::pair{&x, n * c}, {&w1, hh * c}, {&b1, hh}, {&w2, c * hh}, {&b2, c},
+                             {&h, n * hh}, {&a, n * hh}, {&y, n * c}, {&dy, n * c}, {&da, n * hh},
+                             {&dh, n * hh}, {&dx, n * c}, {&dw1, hh * c}, {&db1, hh}, {&dw2, c * hh},
+                             {&db2, c}})
+      buf->resize(size);
+    fill_normal(x, 1, 1.0f);
+    fill_normal(w1, 2, 0.02f);
+    fill_normal(w2, 3, 0.02f);
+    fill_normal(dy, 4, 1.0f);
+  }
+  // Forward and backward through the given formats (null: dense BLAS).
+  void step(LinearFormat* f1, LinearFormat* f2) {
+    auto forward = [&](LinearFormat* f, float* out, const float* in, const float* w, const float* b, int IC, int OC) {
+      if (f)
+        f->forward(out, in, w, b, N, IC, OC);
+      else
+        kernels::matmul_forward(out, in, w, b, N, IC, OC);
+    };
+    auto backward = [&](LinearFormat* f, float* din, float* dw, float* db, const float* dout, const float* in,
+                        const float* w, int IC, int OC) {
+      if (f)
+        f->backward(din, dw, db, dout, in, w, N, IC, OC, false);
+      else
+        kernels::matmul_backward(din, dw, db, dout, in, w, N, IC, OC, false);
+    };
+    forward(f1, h.data(), x.data(), w1.data(), b1.data(), C, H);
+    kernels::gelu_forward(a.data(), h.data(), h.size());
+    forward(f2, y.data(), a.data(), w2.data(), b2.data(), H, C);
+    backward(f2, da.data(), dw2.data(), db2.data(), dy.data(), a.data(), w2.data(), H, C);
+    kernels::gelu_backward(dh.data(), da.data(), h.data(), h.size());
+    backward(f1, dx.data(), dw1.data(), db1.data(), dh.data(), x.data(), w1.data(), C, H);
+  }
+};
+
+FfnBenchRow bench_block(int N, int C, const FfnBenchOptions& o) {
+  Ffn ffn(N, C);
+  const int H = 4 * C;
+  std::vector<uint8_t> m1(static_cast<size_t>(H) * C), m2(m1.size());
+  auto search = [&] {
+    transposable_mask_24(ffn.w1.data(), H, C, m1.data());
+    transposable_mask_24(ffn.w2.data(), C, H, m2.data());
+  };
+  search();
+  Sparse24Format f1(m1.data(), true, false), f2(m2.data(), true, false);
+  auto repack = [&] {
+    f1.refresh(ffn.w1.data(), H, C);
+    f2.refresh(ffn.w2.data(), C, H);
+  };
+  repack();
+  ffn.step(nullptr, nullptr);
+  ffn.step(&f1, &f2);
+  std::vector<double> dense, sparse, pack, mask;
+  for (int r = 0; r < o.repeats; ++r) {
+    dense.push_back(time_ms([&] { ffn.step(nullptr, nullptr); }));
+    sparse.push_back(time_ms([&] { ffn.step(&f1, &f2); }));
+    pack.push_back(time_ms(repack));
+    if (r < std::max(3, o.repeats / 3)) mask.push_back(time_ms(search));
+  }
+  FfnBenchRow row;
+  row.N = N;
+  row.C = C;
+  row.dense_ms = median(dense);
+  row.sparse_ms = median(sparse);
+  row.repack_ms = median(pack);
+  row.mask_ms = median(mask);
+  row.sparse_step_ms = row.sparse_ms + row.repack_ms + row.mask_ms / o.mask_interval;
+  row.ratio = row.dense_ms / row.sparse_step_ms;
+  return row;
+}
+
+}  // namespace
+
+std::vector<FfnBenchRow> run_ffn_benchmark(const FfnBenchOptions& options) {
+  std::vector<FfnBenchRow> rows;
+  for (int N : options.rows)
+    for (int C : options.channels) rows.push_back(bench_block(N, C, options));
+  return rows;
+}
+
+std::string format_ffn_table(const std::vector<FfnBenchRow>& rows, int mask_interval) {
+  std::string s = fmt::format("FFN block fwd+bwd (fc 4CxC, GELU, fc_proj Cx4C); 2:4 step = fwd+bwd + repack + "
+                              "mask search / {}\n{:>5} {:>5} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6}\n",
+                              mask_interval, "N", "C", "dense ms", "2:4 ms", "repack ms", "mask ms",
+                              "2:4 step ms", "ratio");
+  for (const auto& r : rows)
+    s += fmt::format("{:>5} {:>5} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>11.3f} {:>6.2f}\n", r.N, r.C,
+                     r.dense_ms, r.sparse_ms, r.repack_ms, r.mask_ms, r.sparse_step_ms, r.ratio);
+  return s;
+}
+
+nlohmann::json ffn_rows_to_json(const std::vector<FfnBenchRow>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : rows)
+    out.push_back({{"N", r.N}, {"C", r.C}, {"dense_ms", r.dense_ms}, {"sparse_ms", r.sparse_ms},
+                   {"repack_ms", r.repack_ms}, {"mask_ms", r.mask_ms},
+                   {"sparse_step_ms", r.sparse_step_ms}, {"ratio", r.ratio}});
+  return out;
+}
+
+}  // namespace frugal::sparse24

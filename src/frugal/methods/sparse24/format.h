@@ -1,0 +1,58 @@
+// Sparse24Format: the execution format of a 2:4-masked linear layer (METHODS.md section 4).
+// The dense master weight W stays in the parameter buffer; the format keeps the mask ⊙ W packed
+// for the 2:4 kernels and repacks it in refresh() after every optimizer step.
+//   forward         Y = X · S(W)ᵀ          2:4 kernel
+//   input gradient  dX = dY · S(W)         2:4 kernel (transposable mask); with a row-only mask
+//                                          Wᵀ is not 2:4, so a dense GEMM on a masked copy of W
+//   weight gradient dW += dYᵀ · X          dense (straight-through estimator: the gradient of the
+//                                          dense master weight), or with the MVUE option
+//                                          dW += MVUE(dYᵀ) · X, an unbiased 2:4 sparsification of
+//                                          dYᵀ along the token dimension (executed densely here)
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "frugal/core/memory.h"
+#include "frugal/kernels/cpu/sparse24.h"
+#include "frugal/model/linear_format.h"
+
+namespace frugal::sparse24 {
+
+// dout_sparse (N,OC) = the unbiased 2:4 estimate of dout (N,OC) along N: in every pair of rows
+// (2i, 2i+1) each column keeps one entry, row 2i with probability |a| / (|a| + |b|), and the kept
+// entry becomes sign · (|a| + |b|), so E[dout_sparse] = dout and every group of 4 rows holds 2
+// non-zeros per column. A final odd row is copied. Random numbers: uniform_at(key, pair·OC + o).
+void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key);
+
+class Sparse24Format final : public LinearFormat {
+ public:
+  // mask (OC, IC) 0/1, owned by the caller and read at every refresh(); it must outlive the
+  // format and be 2:4 (transposable, or row-wise when transposable = false).
+  Sparse24Format(const uint8_t* mask, bool transposable, bool mvue);
+
+  const char* name() const override { return "sparse24"; }
+  void refresh(const float* weight, int OC, int C) override;
+  void forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+               int OC) override;
+  void backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                const float* weight, int N, int C, int OC, bool accumulate_dinp) override;
+  double forward_density() const override { return 0.5; }
+  double backward_input_density() const override { return transposable_ ? 0.5 : 1.0; }
+  double weight_grad_density() const override { return 1.0; }
+
+  // Key of the MVUE random numbers; every backward() after this call draws from mix(key, calls).
+  void set_random_key(uint64_t key) {
+    key_ = key;
+    calls_ = 0;
+  }
+
+ private:
+  const uint8_t* mask_;
+  bool transposable_, mvue_;
+  kernels::Sparse24Weight packed_;
+  std::vector<float> masked_;       // (OC, IC) mask ⊙ W, row-only masks only
+  std::vector<float> dout_sparse_;  // (N, OC) MVUE scratch
+  uint64_t key_ = 0, calls_ = 0;
+};
+
+}  // namespace frugal::sparse24

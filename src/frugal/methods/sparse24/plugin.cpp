@@ -1,0 +1,245 @@
+// The sparse24 plugin; see plugin.h.
+#include "frugal/methods/sparse24/plugin.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "frugal/core/error.h"
+#include "frugal/core/rng.h"
+#include "frugal/methods/sparse24/mask.h"
+#include "frugal/train/run_config.h"
+
+namespace frugal::sparse24 {
+
+namespace {
+
+void add_keys(io::ConfigSchema& s, const std::string& p) {
+  using io::Range;
+  s.add_int(p + ".mask_interval", 40, "steps between mask recomputations from the dense weights", Range::at_least(1))
+      .add_float(p + ".decay", 6e-5, "masked decay lambda_W: g += lambda_W (1 - m) W after clipping, before AdamW", Range::at_least(0))
+      .add_bool(p + ".transposable", true, "transposable 4x4-block masks (both products 2:4); false: row-only 2:4, dense input gradient")
+      .add_float(p + ".dense_finetune_fraction", 1.0 / 6, "last fraction of the steps trained dense", Range::closed(0, 1))
+      .add_bool(p + ".include_attention", false, "also mask the attention qkv and output projections")
+      .add_bool(p + ".mvue", false, "MVUE 2:4 estimate of the output gradient in the weight gradient");
+}
+
+std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
+  Sparse24Config s;
+  s.mask_interval = static_cast<int>(c.get_int(p + ".mask_interval"));
+  s.decay = c.get_float(p + ".decay");
+  s.transposable = c.get_bool(p + ".transposable");
+  s.dense_finetune_fraction = c.get_float(p + ".dense_finetune_fraction");
+  s.include_attention = c.get_bool(p + ".include_attention");
+  s.mvue = c.get_bool(p + ".mvue");
+  return std::make_unique<Sparse24Method>(s);
+}
+
+const char* linear_name(GPT::Linear which) {
+  switch (which) {
+    case GPT::Linear::Qkv: return "qkv";
+    case GPT::Linear::Proj: return "proj";
+    case GPT::Linear::Fc: return "fc";
+    case GPT::Linear::Gate: return "gate";
+    case GPT::Linear::FcProj: return "fc_proj";
+  }
+  return "?";
+}
+
+std::string target_key(const Sparse24Method::Target& t) { return fmt::format("{}.{}", t.layer, linear_name(t.which)); }
+
+// A 0/1 mask as base64 of its bits (8 entries per byte, entry i at bit i % 8 of byte i / 8).
+constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string encode_mask(const std::vector<uint8_t>& mask) {
+  std::vector<uint8_t> bytes((mask.size() + 7) / 8, 0);
+  for (size_t i = 0; i < mask.size(); ++i) bytes[i / 8] |= static_cast<uint8_t>((mask[i] != 0) << (i % 8));
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = 0;
+    for (size_t k = 0; k < 3; ++k) v = v << 8 | (i + k < bytes.size() ? bytes[i + k] : 0u);
+    const size_t chars = std::min<size_t>(4, (bytes.size() - i) * 4 / 3 + 1);
+    for (size_t k = 0; k < chars; ++k) out += kBase64[(v >> (18 - 6 * k)) & 63];
+  }
+  return out;
+}
+
+void decode_mask(const std::string& text, std::vector<uint8_t>& mask, const std::string& what) {
+  const size_t n_bytes = (mask.size() + 7) / 8;
+  FRUGAL_CHECK(text.size() == n_bytes / 3 * 4 + (n_bytes % 3 ? n_bytes % 3 + 1 : 0),
+               "the checkpoint's sparse24 mask {} has {} characters, which does not fit the model's "
+               "{} entries; resume with the model config the checkpoint was written with", what,
+               text.size(), mask.size());
+  std::vector<uint8_t> bytes(n_bytes, 0);
+  for (size_t c = 0; c < text.size(); ++c) {
+    const char* hit = std::char_traits<char>::find(kBase64, 64, text[c]);
+    FRUGAL_CHECK(hit, "the checkpoint's sparse24 mask {} is not base64 (character {}); the "
+                 "checkpoint is damaged", what, c);
+    const uint32_t six = static_cast<uint32_t>(hit - kBase64);
+    const size_t bit = c * 6;  // six bits at bit offset `bit` of the big-endian byte stream
+    for (size_t k = 0; k < 6 && (bit + k) / 8 < n_bytes; ++k)
+      if (six >> (5 - k) & 1u) bytes[(bit + k) / 8] |= static_cast<uint8_t>(0x80u >> ((bit + k) % 8));
+  }
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = (bytes[i / 8] >> (i % 8)) & 1u;
+}
+
+}  // namespace
+
+MethodInfo method_info() {
+  return {"sparse24", "2:4 structured-sparse pretraining of the FFN linears (transposable masks, masked decay, dense fine-tuning)",
+          add_keys, make, {}};
+}
+
+int64_t Sparse24Method::dense_start(int64_t max_steps) const {
+  return max_steps - std::llround(static_cast<double>(max_steps) * config_.dense_finetune_fraction);
+}
+
+void Sparse24Method::build_targets(const GPT& model) {
+  const ModelConfig& c = model.config();
+  FRUGAL_CHECK(c.n_embd % 4 == 0 && c.ffn_hidden() % 4 == 0,
+               "methods.sparse24 needs model.n_embd ({}) and the FFN width ({}) divisible by 4 for "
+               "4x4 mask blocks; change the model size or disable the method", c.n_embd, c.ffn_hidden());
+  std::vector<GPT::Linear> which = {GPT::Linear::Fc, GPT::Linear::Gate, GPT::Linear::FcProj};
+  if (config_.include_attention) which.insert(which.begin(), {GPT::Linear::Qkv, GPT::Linear::Proj});
+  targets_.clear();
+  for (int l = 0; l < c.n_layer; ++l)
+    for (GPT::Linear w : which) {
+      if (model.linear_weight_offset(l, w) == GPT::kAbsent) continue;
+      Target t;
+      t.layer = l;
+      t.which = w;
+      std::tie(t.OC, t.IC) = model.linear_shape(w);
+      t.mask.assign(static_cast<size_t>(t.OC) * t.IC, 0);
+      targets_.push_back(std::move(t));
+    }
+}
+
+double Sparse24Method::compute_masks(GPT& model) {
+  size_t changed = 0, total = 0;
+  std::vector<uint8_t> fresh;
+  for (Target& t : targets_) {
+    const float* W = model.params() + model.linear_weight_offset(t.layer, t.which);
+    fresh.resize(t.mask.size());
+    if (config_.transposable)
+      transposable_mask_24(W, t.OC, t.IC, fresh.data());
+    else
+      row_mask_24(W, t.OC, t.IC, fresh.data());
+    changed += static_cast<size_t>(std::llround(flip_rate(t.mask.data(), fresh.data(), fresh.size()) * fresh.size()));
+    total += fresh.size();
+    std::copy(fresh.begin(), fresh.end(), t.mask.begin());  // the format keeps t.mask.data()
+  }
+  const bool first = !have_masks_;
+  have_masks_ = true;
+  return first || total == 0 ? 0.0 : static_cast<double>(changed) / static_cast<double>(total);
+}
+
+void Sparse24Method::install(GPT& model, bool sparse) {
+  for (Target& t : targets_) {
+    if (sparse && !t.format)
+      t.format = std::make_shared<Sparse24Format>(t.mask.data(), config_.transposable, config_.mvue);
+    model.set_linear_format(t.layer, t.which, sparse ? t.format : nullptr);
+  }
+  installed_ = sparse;
+}
+
+void Sparse24Method::apply_masked_decay(TrainContext& ctx) const {
+  GPT& model = ctx.model;
+  const float lambda = static_cast<float>(config_.decay);
+  for (const Target& t : targets_) {
+    const size_t offset = model.linear_weight_offset(t.layer, t.which);
+    if (offset < model.trainable_begin()) continue;  // frozen: no gradient, no update
+    const float* W = model.params() + offset;
+    float* g = model.grads() + offset;
+    const uint8_t* m = t.mask.data();
+    const size_t n = t.mask.size();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i)
+      if (!m[i]) g[i] += lambda * W[i];
+  }
+}
+
+bool Sparse24Method::match(Event event, const TrainContext&) const {
+  switch (event) {
+    case Event::Init:
+    case Event::FitStart: return true;
+    case Event::BatchStart: return installed_ && config_.mvue;
+    case Event::BeforeOptimStep: return installed_ && config_.decay > 0;
+    case Event::AfterOptimStep: return installed_;
+    case Event::Reconfigure: return pending_ != Pending::None;
+    default: return false;
+  }
+}
+
+void Sparse24Method::apply(Event event, TrainContext& ctx) {
+  GPT& model = ctx.model;
+  switch (event) {
+    case Event::Init:
+      build_targets(model);
+      break;
+    case Event::FitStart:  // after --init-from or a resume, the weights and state are final here
+      finetune_ = finetune_ || ctx.step >= dense_start(ctx.max_steps);
+      if (!finetune_) {
+        if (!have_masks_) compute_masks(model);
+        install(model, true);
+      }
+      break;
+    case Event::BatchStart:
+      for (size_t i = 0; i < targets_.size(); ++i)
+        targets_[i].format->set_random_key(
+            mix64(mix64(ctx.settings.train.seed ^ 0x5A24u) + static_cast<uint64_t>(ctx.step) * targets_.size() + i));
+      break;
+    case Event::BeforeOptimStep:
+      apply_masked_decay(ctx);
+      break;
+    case Event::AfterOptimStep: {
+      const int64_t next = ctx.step + 1;
+      if (next == dense_start(ctx.max_steps) && next < ctx.max_steps)
+        pending_ = Pending::GoDense;
+      else if (next % config_.mask_interval == 0 && next < ctx.max_steps)
+        pending_ = Pending::UpdateMasks;
+      if (pending_ != Pending::None) ctx.request_reconfigure = true;
+      break;
+    }
+    case Event::Reconfigure:
+      if (pending_ == Pending::GoDense) {
+        install(model, false);
+        finetune_ = true;
+      } else {
+        flip_rate_ = compute_masks(model);
+        ++mask_updates_;
+        for (Target& t : targets_)
+          t.format->refresh(model.params() + model.linear_weight_offset(t.layer, t.which), t.OC, t.IC);
+        if (ctx.metrics) (*ctx.metrics)["flip_rate"] = flip_rate_;
+      }
+      pending_ = Pending::None;
+      break;
+    default:
+      break;
+  }
+}
+
+nlohmann::json Sparse24Method::save_state() const {
+  nlohmann::json masks = nlohmann::json::object();
+  if (have_masks_)
+    for (const Target& t : targets_) masks[target_key(t)] = encode_mask(t.mask);
+  return {{"finetune", finetune_}, {"have_masks", have_masks_}, {"mask_updates", mask_updates_},
+          {"flip_rate", flip_rate_}, {"masks", masks}};
+}
+
+void Sparse24Method::load_state(const nlohmann::json& s) {
+  finetune_ = s.at("finetune");
+  have_masks_ = s.at("have_masks");
+  mask_updates_ = s.at("mask_updates");
+  flip_rate_ = s.at("flip_rate");
+  if (!have_masks_) return;
+  const nlohmann::json& masks = s.at("masks");
+  for (Target& t : targets_) {
+    const std::string key = target_key(t);
+    FRUGAL_CHECK(masks.contains(key), "the checkpoint has no sparse24 mask for {} (methods.sparse24."
+                 "include_attention changed?); resume with the settings it was written with", key);
+    decode_mask(masks.at(key).get<std::string>(), t.mask, key);
+  }
+}
+
+}  // namespace frugal::sparse24

@@ -1,0 +1,251 @@
+// The sparse24 method plugin: mask validity and transposability after training, row-only masks,
+// the masked decay term, bit-exact resume of the mask state, forward through the 2:4 formats equal
+// to a dense model with masked weights, FLOP accounting, the flip-rate log, dense fine-tuning,
+// and the MVUE estimator.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "frugal/core/rng.h"
+#include "frugal/data/prepare.h"
+#include "frugal/methods/sparse24/format.h"
+#include "frugal/methods/sparse24/plugin.h"
+#include "frugal/train/flops.h"
+#include "frugal/train/trainer.h"
+#include "temp_dir.h"
+
+using namespace frugal;
+using frugal::sparse24::Sparse24Method;
+using frugal::testing::TempDir;
+
+namespace {
+
+std::string make_data(const TempDir& dir) {
+  std::ifstream in(std::string(FRUGAL_SOURCE_DIR) + "/data/tinyshakespeare/input.txt");
+  std::string text(40000, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  std::ofstream(dir.file("text.txt")) << text;
+  data::PrepareOptions o;
+  o.tokenizer = "char";
+  o.inputs = {dir.file("text.txt")};
+  o.out_dir = dir.file("data");
+  data::prepare(o);
+  return o.out_dir;
+}
+
+io::Config config(const std::string& data, const std::string& out, std::vector<std::string> extra) {
+  std::vector<std::string> o = {"data.dir=" + data, "train.out_dir=" + out, "model.n_layer=2",
+                                "model.n_head=2", "model.n_embd=32", "model.block_size=32",
+                                "train.batch_size=4", "train.max_steps=8", "train.eval_interval=4",
+                                "train.eval_batches=2", "train.log_interval=1", "optim.warmup_steps=2",
+                                "sample.count=0", "methods.sparse24.mask_interval=2"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return io::Config::load(run_schema(), "", o);
+}
+
+Sparse24Method& method_of(Trainer& t) {
+  auto* m = dynamic_cast<Sparse24Method*>(t.methods().methods().at(0).get());
+  EXPECT_NE(m, nullptr);
+  return *m;
+}
+
+// Every row (and, when transposable, every column) of every 4x4 block keeps exactly two entries.
+void expect_valid_mask(const Sparse24Method::Target& t, bool transposable) {
+  for (int bo = 0; bo < t.OC / 4; ++bo)
+    for (int bi = 0; bi < t.IC / 4; ++bi)
+      for (int i = 0; i < 4; ++i) {
+        int row = 0, col = 0;
+        for (int j = 0; j < 4; ++j) {
+          row += t.mask[size_t(4 * bo + i) * t.IC + 4 * bi + j];
+          col += t.mask[size_t(4 * bo + j) * t.IC + 4 * bi + i];
+        }
+        ASSERT_EQ(row, 2) << "layer " << t.layer << " block " << bo << "," << bi << " row " << i;
+        if (transposable) {
+          ASSERT_EQ(col, 2) << "layer " << t.layer << " block " << bo << "," << bi << " col " << i;
+        }
+      }
+}
+
+std::map<int64_t, nlohmann::json> read_metrics(const std::string& run_dir) {
+  std::map<int64_t, nlohmann::json> out;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    out[j.at("step").get<int64_t>()] = j;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Sparse24Method, MasksAreTransposable24AfterTrainingAndFlipRateIsLogged) {
+  TempDir dir;
+  Trainer t(config(make_data(dir), dir.file("run"), {"methods.sparse24.dense_finetune_fraction=0"}), {.quiet = true});
+  const FitResult r = t.fit();
+  for (float l : r.losses) EXPECT_TRUE(std::isfinite(l));
+  const Sparse24Method& m = method_of(t);
+  ASSERT_EQ(m.targets().size(), 4u) << "fc and fc_proj of 2 blocks";
+  for (const auto& target : m.targets()) {
+    expect_valid_mask(target, true);
+    EXPECT_NE(t.model().linear_format(target.layer, target.which), nullptr);
+  }
+  EXPECT_TRUE(m.sparse_active());
+  EXPECT_EQ(m.mask_updates(), 3) << "after steps 2, 4 and 6 (none after the last step)";
+  const auto metrics = read_metrics(dir.file("run"));
+  for (int64_t step = 1; step <= 8; ++step) {
+    const bool update = step == 2 || step == 4 || step == 6;
+    ASSERT_EQ(metrics.at(step).contains("flip_rate"), update) << step;
+    if (update) {
+      const double rate = metrics.at(step).at("flip_rate");
+      EXPECT_GE(rate, 0.0);
+      EXPECT_LE(rate, 1.0);
+    }
+  }
+  EXPECT_GT(metrics.at(2).at("flip_rate").get<double>(), 0.0) << "lr 6e-4 over 2 steps moves some masks";
+}
+
+TEST(Sparse24Method, RowOnlyMasksAre24PerRowAndTrain) {
+  TempDir dir;
+  Trainer t(config(make_data(dir), dir.file("run"),
+                   {"methods.sparse24.transposable=false", "methods.sparse24.dense_finetune_fraction=0",
+                    "train.max_steps=4"}),
+            {.quiet = true});
+  for (float l : t.fit().losses) EXPECT_TRUE(std::isfinite(l));
+  const Sparse24Method& m = method_of(t);
+  size_t non_transposable_blocks = 0;
+  for (const auto& target : m.targets()) {
+    expect_valid_mask(target, false);
+    for (int bo = 0; bo < target.OC / 4; ++bo)
+      for (int bi = 0; bi < target.IC / 4; ++bi) {
+        bool bad = false;
+        for (int c = 0; c < 4; ++c) {
+          int col = 0;
+          for (int r = 0; r < 4; ++r) col += target.mask[size_t(4 * bo + r) * target.IC + 4 * bi + c];
+          bad |= col != 2;
+        }
+        non_transposable_blocks += bad;
+      }
+  }
+  EXPECT_GT(non_transposable_blocks, 0u) << "row-only masks should not all be transposable";
+}
+
+TEST(Sparse24Method, MaskedDecayAddsLambdaTimesPrunedWeightsToClippedGradients) {
+  TempDir dir;
+  Trainer t(config(make_data(dir), dir.file("run"), {"methods.sparse24.decay=0.25"}), {.quiet = true});
+  Sparse24Method& m = method_of(t);
+  GPT& model = t.model();
+  AdamW optim(model.table(), t.settings().optim);
+  TrainContext ctx{model, optim, t.settings()};
+  ctx.max_steps = 8;
+  m.apply(Event::FitStart, ctx);
+  ASSERT_TRUE(m.match(Event::BeforeOptimStep, ctx));
+  model.zero_grad();
+  for (size_t i = 0; i < model.num_floats(); ++i) model.grads()[i] = 0.5f;
+  m.apply(Event::BeforeOptimStep, ctx);
+  std::vector<bool> is_target(model.num_floats(), false);
+  for (const auto& target : m.targets()) {
+    const size_t o = model.linear_weight_offset(target.layer, target.which);
+    for (size_t i = 0; i < target.mask.size(); ++i) {
+      is_target[o + i] = true;
+      const float expect = target.mask[i] ? 0.5f : 0.5f + 0.25f * model.params()[o + i];
+      ASSERT_EQ(model.grads()[o + i], expect) << target.layer << " " << i;
+    }
+  }
+  size_t others = 0;
+  for (size_t i = 0; i < model.num_floats(); ++i)
+    if (!is_target[i]) {
+      ASSERT_EQ(model.grads()[i], 0.5f) << i;
+      ++others;
+    }
+  EXPECT_GT(others, 0u) << "attention, embeddings and norms get no masked decay";
+}
+
+TEST(Sparse24Method, ForwardEqualsDenseModelWithMaskedWeightsAndFlopsHalve) {
+  TempDir dir;
+  Trainer t(config(make_data(dir), dir.file("run"), {"methods.sparse24.dense_finetune_fraction=0", "model.mlp=swiglu",
+                                                        "train.max_steps=3"}),
+            {.quiet = true});
+  t.fit();
+  GPT& sparse = t.model();
+  const Sparse24Method& m = method_of(t);
+  ASSERT_EQ(m.targets().size(), 6u) << "fc, c_gate and fc_proj of 2 blocks";
+  GPT dense(sparse.config());
+  std::copy(sparse.params(), sparse.params() + sparse.num_floats(), dense.params());
+  for (const auto& target : m.targets()) {
+    float* w = dense.params() + dense.linear_weight_offset(target.layer, target.which);
+    for (size_t i = 0; i < target.mask.size(); ++i)
+      if (!target.mask[i]) w[i] = 0.0f;
+  }
+  const int B = 2, T = 32, V = sparse.config().vocab_size;
+  std::vector<int32_t> tokens(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7 + 3) % V;
+  std::vector<float> a(size_t(B) * T * V), b(a.size());
+  sparse.logits(tokens.data(), B, T, a.data());
+  dense.logits(tokens.data(), B, T, b.data());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f * (1 + std::fabs(b[i]))) << i;
+
+  const StepFlops fs = count_step_flops(sparse, B, T), fd = count_step_flops(dense, B, T);
+  const double C = sparse.config().n_embd, H = sparse.config().ffn_hidden();
+  const double ffn = 2.0 * B * T * 3 * C * H;  // fc, gate, fc_proj
+  EXPECT_DOUBLE_EQ(fd.executed[1].forward - fs.executed[1].forward, ffn / 2);
+  EXPECT_DOUBLE_EQ(fd.executed[1].backward_input - fs.executed[1].backward_input, ffn / 2);
+  EXPECT_DOUBLE_EQ(fd.executed[1].backward_weight, fs.executed[1].backward_weight);
+}
+
+TEST(Sparse24Method, ResumesBitExactlyWithMaskStateAndFinetunesDense) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  // 8 steps: masks after steps 2 and 4; dense from step 6 on (8 - 8/4).
+  const std::vector<std::string> s24 = {"methods.sparse24.dense_finetune_fraction=0.25",
+                                        "methods.sparse24.decay=2e-3"};
+  Trainer straight(config(data, dir.file("a"), s24), {.quiet = true});
+  const FitResult all = straight.fit();
+  EXPECT_FALSE(method_of(straight).sparse_active());
+  for (const auto& target : method_of(straight).targets())
+    EXPECT_EQ(straight.model().linear_format(target.layer, target.which), nullptr);
+  EXPECT_EQ(method_of(straight).mask_updates(), 2);
+
+  auto with_ckpt = s24;
+  with_ckpt.push_back("train.checkpoint_interval=3");  // step 3: between mask updates
+  Trainer first(config(data, dir.file("b"), with_ckpt), {.quiet = true});
+  first.fit();
+  std::filesystem::remove_all(dir.file("b/checkpoints/step_00000006"));
+  std::ofstream(dir.file("b/checkpoints/latest")) << "step_00000003\n";
+  Trainer resumed(config(data, dir.file("b"), s24), {.resume = dir.file("b"), .quiet = true});
+  const FitResult rest = resumed.fit();
+  ASSERT_EQ(rest.losses.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(rest.losses[i], all.losses[3 + i]) << "step " << 3 + i;
+  const auto& ta = method_of(straight).targets();
+  const auto& tb = method_of(resumed).targets();
+  for (size_t i = 0; i < ta.size(); ++i) EXPECT_EQ(ta[i].mask, tb[i].mask) << i;
+  EXPECT_EQ(method_of(resumed).mask_updates(), 2);
+  EXPECT_EQ(method_of(resumed).last_flip_rate(), method_of(straight).last_flip_rate());
+  for (size_t i = 0; i < straight.model().num_floats(); ++i)
+    ASSERT_EQ(straight.model().params()[i], resumed.model().params()[i]) << i;
+}
+
+TEST(Sparse24Method, MvueIsUnbiasedAnd24AlongTokens) {
+  const int N = 9, OC = 5, draws = 4000;
+  std::vector<float> dout(N * OC), out(N * OC);
+  for (int i = 0; i < N * OC; ++i) dout[i] = std::sin(1.7f * i + 0.3f) * (i % 6 == 0 ? 0.0f : 1.0f);
+  std::vector<double> mean(N * OC, 0.0);
+  for (int d = 0; d < draws; ++d) {
+    sparse24::mvue24_rows(out.data(), dout.data(), N, OC, mix64(d));
+    for (int p = 0; p < N / 2; ++p)
+      for (int o = 0; o < OC; ++o) {
+        const float a = dout[2 * p * OC + o], b = dout[(2 * p + 1) * OC + o];
+        const float sa = out[2 * p * OC + o], sb = out[(2 * p + 1) * OC + o];
+        ASSERT_TRUE(sa == 0.0f || sb == 0.0f) << "one entry per pair of rows";
+        ASSERT_FLOAT_EQ(std::fabs(sa) + std::fabs(sb), std::fabs(a) + std::fabs(b));
+      }
+    for (int o = 0; o < OC; ++o) ASSERT_EQ(out[(N - 1) * OC + o], dout[(N - 1) * OC + o]) << "odd last row copied";
+    for (int i = 0; i < N * OC; ++i) mean[i] += out[i] / double(draws);
+  }
+  for (int i = 0; i < N * OC; ++i) EXPECT_NEAR(mean[i], dout[i], 0.06) << i;
+
+  TempDir dir;
+  Trainer t(config(make_data(dir), dir.file("run"), {"methods.sparse24.mvue=true", "train.max_steps=3"}),
+            {.quiet = true});
+  for (float l : t.fit().losses) EXPECT_TRUE(std::isfinite(l));
+}
