@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "frugal/core/profile.h"
 #include "frugal/kernels/ops.h"
@@ -27,24 +28,36 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* inp, const float* weight, int N, int C, int OC,
                      bool accumulate_dinp) {
   FRUGAL_PROFILE("matmul bwd");
-  if (dinp)  // dinp (N,C) = dout (N,OC) · weight (OC,C)
+  if (dinp) {  // dinp (N,C) = dout (N,OC) · weight (OC,C)
+    FRUGAL_PROFILE("matmul bwd: input grad");
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
                 accumulate_dinp ? 1.0f : 0.0f, dinp, C);
-  if (dweight)  // dweight (OC,C) += dout ᵀ (OC,N) · inp (N,C)
+  }
+  if (dweight) {  // dweight (OC,C) += dout ᵀ (OC,N) · inp (N,C)
+    FRUGAL_PROFILE("matmul bwd: weight grad");
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
                 dweight, C);
+  }
   if (dbias) {
-    // Each thread owns a slice of output channels and sums its columns over all rows in order.
-    constexpr int kSlice = 64;
-    const int slices = (OC + kSlice - 1) / kSlice;
+    FRUGAL_PROFILE("matmul bwd: bias grad");
+    // Column sums of dout: fixed chunks of rows are summed contiguously (streaming reads), then
+    // the chunk partials are added in chunk order, so the result does not depend on threads.
+    constexpr int kRows = 64;
+    const int chunks = (N + kRows - 1) / kRows;
+    std::vector<float> partial(static_cast<size_t>(chunks) * OC, 0.0f);
 #pragma omp parallel for schedule(static) if (static_cast<long>(N) * OC >= (1 << 16))
-    for (int s = 0; s < slices; ++s) {
-      const int o0 = s * kSlice, o1 = std::min(OC, o0 + kSlice);
-      for (int i = 0; i < N; ++i) {
+    for (int ch = 0; ch < chunks; ++ch) {
+      float* acc = partial.data() + static_cast<size_t>(ch) * OC;
+      for (int i = ch * kRows; i < std::min(N, (ch + 1) * kRows); ++i) {
         const float* d = dout + static_cast<size_t>(i) * OC;
 #pragma omp simd
-        for (int o = o0; o < o1; ++o) dbias[o] += d[o];
+        for (int o = 0; o < OC; ++o) acc[o] += d[o];
       }
+    }
+    for (int ch = 0; ch < chunks; ++ch) {
+      const float* acc = partial.data() + static_cast<size_t>(ch) * OC;
+#pragma omp simd
+      for (int o = 0; o < OC; ++o) dbias[o] += acc[o];
     }
   }
 }
