@@ -12,5 +12,6 @@ void add_tokenize_commands(CLI::App& app);  // tokenize + detokenize
 void add_export_command(CLI::App& app);
 void add_import_command(CLI::App& app);
 void add_report_command(CLI::App& app);
+void add_experiment_command(CLI::App& app);
 
 }  // namespace frugal::cli
