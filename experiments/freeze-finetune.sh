@@ -1,11 +1,11 @@
 #!/bin/sh
 # Prepares the pretraining / fine-tuning split of Tiny Shakespeare and runs
-# experiments/freeze-finetune.toml. The first 80% of the text is the pretraining corpus; the
-# held-out last 20% is the fine-tuning corpus (its first 90% for training, last 10% validation).
+# experiments/freeze-finetune.toml. The first 85% of the text is the pretraining corpus; the
+# held-out last 15% is the fine-tuning corpus (its first 90% for training, last 10% validation).
 # Both data directories must share one character vocabulary, and the held-out part lacks three
 # characters ($ & 3): the fine-tuning directory's validation inputs are its own 10% followed by the
 # pretraining text, so the vocabulary covers both; evaluation reads only the first
-# eval_batches·batch_size·seq_len = 8192 tokens, which lie inside the held-out 10% (22308 tokens).
+# eval_batches·batch_size·seq_len = 8192 tokens, which lie inside the held-out 10% (16731 tokens).
 # Usage: experiments/freeze-finetune.sh [FRUGAL_BINARY=build/frugal] [OUT=runs/freeze-finetune]
 set -eu
 FRUGAL=${1:-build/frugal}
@@ -14,7 +14,7 @@ TEXT=data/tinyshakespeare/input.txt
 WORK=runs/freeze-finetune-data
 mkdir -p "$WORK"
 SIZE=$(wc -c < "$TEXT")
-PRE=$((SIZE * 8 / 10))
+PRE=$((SIZE * 85 / 100))
 head -c "$PRE" "$TEXT" > "$WORK/pretrain.txt"
 tail -c +$((PRE + 1)) "$TEXT" > "$WORK/heldout.txt"
 HELD=$((SIZE - PRE))

@@ -29,7 +29,7 @@ struct AutoCacheConfig {
 // costs more than reading its cached output when the prefix's forward FLOPs per cached byte
 // exceed this many (memory: a memcpy; disk: a read from the spill file, page cache cold).
 inline constexpr double kMemoryBreakEvenFlopsPerByte = 4.0;
-inline constexpr double kDiskBreakEvenFlopsPerByte = 40.0;
+inline constexpr double kDiskBreakEvenFlopsPerByte = 60.0;
 
 // Forward FLOPs of blocks [0, k) per cached byte (T·C floats) of one sample.
 double prefix_flops_per_byte(const GPT& model, int T, int k);
