@@ -53,8 +53,8 @@ CacheStats read_stats(const std::string& run_dir) {
   CacheStats s;
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
-    s.hits += j.value("autocache_hits", int64_t{0});
-    s.misses += j.value("autocache_misses", int64_t{0});
+    s.hits = std::max(s.hits, j.value("autocache_hits", int64_t{0}));  // cumulative counts
+    s.misses = std::max(s.misses, j.value("autocache_misses", int64_t{0}));
     s.max_on_disk = std::max(s.max_on_disk, j.value("autocache_on_disk", int64_t{0}));
   }
   return s;

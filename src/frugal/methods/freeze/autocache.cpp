@@ -105,7 +105,6 @@ void AutoCache::add_metrics(nlohmann::json& record) {
   record["autocache_misses"] = misses_;
   record["autocache_samples"] = cache_->samples();
   record["autocache_on_disk"] = cache_->entries_on_disk();
-  hits_ = misses_ = 0;
 }
 
 }  // namespace frugal::freeze

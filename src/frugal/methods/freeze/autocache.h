@@ -49,7 +49,7 @@ class AutoCache {
   void serve(TrainContext& ctx, int frozen);
   // AfterForward: stores the frozen prefix's output of the micro-batch's samples.
   void store(const TrainContext& ctx, int frozen);
-  // BatchEnd: hits / misses of the step and the cache's size.
+  // BatchEnd: micro-batches served / not served so far and the cache's size.
   void add_metrics(nlohmann::json& record);
 
  private:
@@ -59,7 +59,7 @@ class AutoCache {
   bool active_ = false;
   std::unique_ptr<PrefixCache> cache_;
   Buffer<float> batch_;  // (B,T,C) assembled prefix output
-  int64_t hits_ = 0, misses_ = 0;
+  int64_t hits_ = 0, misses_ = 0;  // cumulative over this fit
 };
 
 }  // namespace frugal::freeze
