@@ -1,8 +1,10 @@
 // The experiment runner: a tiny experiment (pretraining, a baseline, a freezing run and a run
 // from scratch) writes one run directory per run, results.md and report.md; pretrained runs start
-// from the pretraining's weights; malformed experiment files are refused with the reason.
+// from the pretraining's weights; malformed experiment files are refused with the reason, also by
+// the `frugal experiment` command.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -118,4 +120,15 @@ TEST(Experiment, RefusesMalformedFiles) {
   expect_error("runs = 3\n[[run]]\nname = \"a\"\n", "unknown key 'runs'");
   expect_error("[[run]]\nname = \"a\"\npretrained = true\n", "[pretrain]");
   expect_error("[base]\nmodel.n_layer = \"four\"\n[[run]]\nname = \"a\"\n", "model.n_layer");
+}
+
+TEST(Experiment, CommandReportsAMissingFile) {
+  std::FILE* p = ::popen((std::string(FRUGAL_BINARY) + " experiment /nonexistent/exp.toml 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  const int status = ::pclose(p);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("experiment file /nonexistent/exp.toml not found"), std::string::npos) << out;
 }

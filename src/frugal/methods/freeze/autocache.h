@@ -2,8 +2,9 @@
 // fed back to GPT::forward (TrainContext::prefix_output) when the sample is revisited, so the
 // frozen blocks do not run again. When the prefix grows from m to k blocks, entries at level m
 // stay valid (blocks below m never change again): a micro-batch whose samples all hold level m is
-// fed at level m and only blocks [m, k) run; its output is stored at level k. Old-level entries
-// are dropped once every cached sample holds the new level. Exact: the cached tensors are the
+// fed at level m and only blocks [m, k) run; its output is stored at level k. While level m is
+// still held, newly cached samples get it too (so batches mixing old and new samples share a
+// level); it is dropped once every cached sample holds level k. Exact: the cached tensors are the
 // bits the prefix would compute again (per-sample deterministic kernels, no dropout).
 #pragma once
 #include <memory>
