@@ -15,5 +15,6 @@ void add_import_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_sample_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
+void add_experiment_command(CLI::App& app);
 
 }  // namespace frugal::cli

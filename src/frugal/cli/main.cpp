@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   frugal::cli::add_report_command(app);
   frugal::cli::add_sample_command(app);
   frugal::cli::add_eval_command(app);
+  frugal::cli::add_experiment_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -48,6 +48,7 @@ struct TrainContext {
   int64_t max_steps = 0;
   int micro = 0;          // micro-batch index (BeforeForward .. AfterBackward)
   int batch = 0;          // B
+  int64_t num_samples = 0;  // distinct training sample ids (one epoch); 0: unknown (bench)
   const int32_t* inputs = nullptr;      // (B,T) current micro-batch
   const int32_t* targets = nullptr;     // (B,T)
   const int64_t* sample_ids = nullptr;  // (B) stable ids of the micro-batch's sequences

@@ -21,6 +21,7 @@ TrainContext StepRunner::context(int64_t step, nlohmann::json* record) {
   ctx.step = step;
   ctx.max_steps = settings_.train.max_steps;
   ctx.batch = settings_.train.batch_size;
+  ctx.num_samples = num_samples_;
   ctx.metrics = record;
   return ctx;
 }

@@ -33,6 +33,8 @@ class StepRunner {
   // A context for events outside a step (Init, FitStart, Eval, Checkpoint, FitEnd).
   TrainContext context(int64_t step, nlohmann::json* record = nullptr);
   StepResult run(int64_t step, float lr, const BatchSource& next_batch, nlohmann::json* record);
+  // The number of distinct training samples, passed to methods (TrainContext::num_samples).
+  void set_num_samples(int64_t n) { num_samples_ = n; }
 
  private:
   GPT& model_;
@@ -41,6 +43,7 @@ class StepRunner {
   const RunSettings& settings_;
   std::vector<int32_t> inputs_, targets_;
   std::vector<int64_t> ids_;
+  int64_t num_samples_ = 0;
 };
 
 }  // namespace frugal

@@ -90,6 +90,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   optim_ = std::make_unique<AdamW>(model_->table(), settings_.optim);
   methods_ = MethodSet::from_config(config_);
   runner_ = std::make_unique<StepRunner>(*model_, *optim_, methods_, settings_);
+  runner_->set_num_samples(train_loader_->num_samples());
   {
     TrainContext ctx = runner_->context(0);
     methods_.fire(Event::Init, ctx);

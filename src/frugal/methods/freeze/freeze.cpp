@@ -17,7 +17,12 @@ void add_keys(io::ConfigSchema& s, const std::string& p) {
       .add_float(p + ".alpha", 0.0, "progressive schedule: ceil(L(1-(1-alpha)^T)) frozen after interval T; 0: off", Range::half_open(0, 1))
       .add_int(p + ".interval", 100, "steps per freeze interval", Range::at_least(1))
       .add_bool(p + ".adaptive", false, "also bound the schedule by the gradient-change criterion (min of both)")
-      .add_int(p + ".max_frozen", -1, "most blocks ever frozen; -1: n_layer - 1", Range::at_least(-1));
+      .add_int(p + ".max_frozen", -1, "most blocks ever frozen; -1: n_layer - 1", Range::at_least(-1))
+      .add_string(p + ".autocache", "auto", "cache the frozen prefix's output per sample: on only when "
+                  "it pays (auto), always (on; needs model.dropout = 0) or never (off)", {"auto", "on", "off"})
+      .add_int(p + ".cache_memory_mb", 2048, "AutoCache memory budget; entries beyond it spill to disk",
+               Range::at_least(0))
+      .add_string(p + ".cache_dir", "", "AutoCache spill directory; empty: <train.out_dir>/autocache");
 }
 
 std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
@@ -27,6 +32,9 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   f.interval = static_cast<int>(c.get_int(p + ".interval"));
   f.adaptive = c.get_bool(p + ".adaptive");
   f.max_frozen = static_cast<int>(c.get_int(p + ".max_frozen"));
+  f.autocache.mode = parse_autocache_mode(c.get_string(p + ".autocache"));
+  f.autocache.memory_mb = c.get_int(p + ".cache_memory_mb");
+  f.autocache.dir = c.get_string(p + ".cache_dir");
   FRUGAL_CHECK(!f.adaptive || f.alpha > 0, "methods.freeze.adaptive needs methods.freeze.alpha > 0 "
                "(the adaptive criterion is bounded by the schedule)");
   return std::make_unique<FreezeMethod>(f);
@@ -51,6 +59,9 @@ bool FreezeMethod::match(Event event, const TrainContext& ctx) const {
       return true;
     case Event::AfterGradReduce:
       return config_.adaptive;
+    case Event::BeforeForward:
+    case Event::AfterForward:
+      return autocache_.active();
     case Event::AfterOptimStep:
       return config_.alpha > 0 && (ctx.step + 1) % config_.interval == 0;
     case Event::BatchEnd:
@@ -69,9 +80,17 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
                    config_.frozen_layers, L);
       frozen_ = target_ = config_.frozen_layers;
       model.set_frozen_prefix(frozen_);
+      autocache_.check(ctx.settings);
       break;
     case Event::FitStart:  // after a resume, load_state() may have moved the boundary
       model.set_frozen_prefix(frozen_);
+      autocache_.update(ctx, frozen_, ctx.step);
+      break;
+    case Event::BeforeForward:
+      autocache_.serve(ctx, frozen_);
+      break;
+    case Event::AfterForward:
+      autocache_.store(ctx, frozen_);
       break;
     case Event::AfterGradReduce: {  // accumulate per-block gradient norms over the interval
       norm_sum_.resize(L, 0.0);
@@ -101,10 +120,12 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
       if (target_ != frozen_) {
         frozen_ = target_;
         model.set_frozen_prefix(frozen_);
+        autocache_.update(ctx, frozen_, ctx.step + 1);
       }
       break;
     case Event::BatchEnd:
       (*ctx.metrics)["frozen_layers"] = frozen_;
+      autocache_.add_metrics(*ctx.metrics);
       break;
     default:
       break;

@@ -1,8 +1,10 @@
 // The `freeze` method plugin: a fixed frozen prefix (fine-tuning) and/or PipeTransformer's
 // progressive freezing (α schedule per interval, optionally bounded by the adaptive gradient-change
 // criterion). Frozen blocks (with the embeddings) form a bottom-up prefix: they run no backward and
-// leave the optimizer (GPT::set_frozen_prefix), changed only at the Reconfigure safe point.
+// leave the optimizer (GPT::set_frozen_prefix), changed only at the Reconfigure safe point. With
+// AutoCache the prefix's output is cached per sample and fed back on revisits (autocache.h).
 #pragma once
+#include "frugal/methods/freeze/autocache.h"
 #include "frugal/methods/method.h"
 
 namespace frugal::freeze {
@@ -13,13 +15,14 @@ struct FreezeConfig {
   int interval = 100;     // steps per freeze interval
   bool adaptive = false;  // min(α bound, gradient-change criterion)
   int max_frozen = -1;    // cap on the frozen prefix; -1: n_layer - 1
+  AutoCacheConfig autocache;
 };
 
 MethodInfo method_info();
 
 class FreezeMethod final : public Method {
  public:
-  explicit FreezeMethod(FreezeConfig config) : config_(config) {}
+  explicit FreezeMethod(FreezeConfig config) : config_(config), autocache_(config.autocache) {}
   std::string name() const override { return "freeze"; }
   Capabilities capabilities() const override { return {.changes_trainable_set = true}; }
   bool match(Event event, const TrainContext& ctx) const override;
@@ -28,10 +31,12 @@ class FreezeMethod final : public Method {
   void load_state(const nlohmann::json& state) override;
 
   int frozen() const { return frozen_; }
+  bool autocache_active() const { return autocache_.active(); }
 
  private:
   int cap(const GPT& model) const;
   FreezeConfig config_;
+  AutoCache autocache_;
   int frozen_ = 0, target_ = 0, intervals_done_ = 0;
   std::vector<double> norm_sum_, prev_norm_;
   int norm_samples_ = 0;

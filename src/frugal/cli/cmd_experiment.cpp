@@ -1,0 +1,39 @@
+// `frugal experiment EXPERIMENT.toml [--out DIR] [--no-plots]`: runs an experiment's pretraining
+// and runs one after another and writes DIR/results.md and DIR/report.md with the plots.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "frugal/cli/commands.h"
+#include "frugal/train/experiment.h"
+
+namespace frugal::cli {
+
+namespace {
+struct ExperimentArgs {
+  std::string path, out;
+  bool no_plots = false;
+};
+}  // namespace
+
+void add_experiment_command(CLI::App& app) {
+  auto args = std::make_shared<ExperimentArgs>();
+  CLI::App* cmd = app.add_subcommand("experiment", "run a baseline and variants on the same data, "
+                                     "seed and evaluation schedule, and compare them");
+  cmd->add_option("experiment", args->path, "experiment file (TOML), e.g. experiments/freeze-finetune.toml")->required();
+  cmd->add_option("--out", args->out, "results directory (default: runs/<experiment name>)");
+  cmd->add_flag("--no-plots", args->no_plots, "write the tables only (no gnuplot needed)");
+  cmd->callback([args] {
+    const Experiment e = load_experiment(args->path);
+    ExperimentOptions o;
+    o.out_dir = args->out.empty() ? "runs/" + std::filesystem::path(args->path).stem().string() : args->out;
+    o.plots = !args->no_plots;
+    o.command = fmt::format("frugal experiment {}{}{}", args->path,
+                            args->out.empty() ? "" : " --out " + args->out, args->no_plots ? " --no-plots" : "");
+    const ReportTable table = run_experiment(e, o);
+    fmt::print("{}\nwrote {}/results.md and {}/report.md\n", markdown(table), o.out_dir, o.out_dir);
+  });
+}
+
+}  // namespace frugal::cli

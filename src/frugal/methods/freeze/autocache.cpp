@@ -1,0 +1,110 @@
+// AutoCache for the freeze method; see autocache.h.
+#include "frugal/methods/freeze/autocache.h"
+
+#include <filesystem>
+
+#include "frugal/core/error.h"
+#include "frugal/train/flops.h"
+#include "frugal/train/run_config.h"
+
+namespace frugal::freeze {
+
+AutoCacheMode parse_autocache_mode(const std::string& s) {
+  if (s == "off") return AutoCacheMode::Off;
+  if (s == "on") return AutoCacheMode::On;
+  if (s == "auto") return AutoCacheMode::Auto;
+  fail("methods.freeze.autocache = \"{}\" is not one of \"auto\", \"on\", \"off\"", s);
+}
+
+double prefix_flops_per_byte(const GPT& model, int T, int k) {
+  const StepFlops f = count_step_flops(model, 1, T);
+  double flops = 0;
+  for (int l = 0; l < k; ++l) flops += f.dense[l + 1].forward;
+  return flops / (double(T) * model.config().n_embd * sizeof(float));
+}
+
+void AutoCache::check(const RunSettings& settings) const {
+  FRUGAL_CHECK(config_.mode != AutoCacheMode::On || settings.model.dropout == 0.0f,
+               "methods.freeze.autocache = \"on\" needs model.dropout = 0 (with dropout the frozen "
+               "blocks' output differs at every visit and cannot be cached); set model.dropout = 0 "
+               "or methods.freeze.autocache = \"auto\"");
+}
+
+bool AutoCache::pays(const TrainContext& ctx, int frozen, int64_t next_step) const {
+  const TrainSettings& t = ctx.settings.train;
+  if (frozen == 0 || ctx.settings.model.dropout != 0.0f || ctx.num_samples <= 0) return false;
+  const int64_t visits = (ctx.max_steps - next_step) * t.batch_size * t.grad_accum;
+  if (visits <= ctx.num_samples) return false;  // no sample comes back
+  const double bytes = double(ctx.num_samples) * t.seq_len * ctx.settings.model.n_embd * sizeof(float);
+  const bool spills = bytes > double(config_.memory_mb) * (1 << 20);
+  return prefix_flops_per_byte(ctx.model, t.seq_len, frozen) >
+         (spills ? kDiskBreakEvenFlopsPerByte : kMemoryBreakEvenFlopsPerByte);
+}
+
+void AutoCache::update(const TrainContext& ctx, int frozen, int64_t next_step) {
+  active_ = config_.mode == AutoCacheMode::On ||
+            (config_.mode == AutoCacheMode::Auto && pays(ctx, frozen, next_step));
+  if (!active_) {
+    cache_.reset();
+    return;
+  }
+  if (cache_) return;
+  const TrainSettings& t = ctx.settings.train;
+  const size_t floats = size_t(t.seq_len) * ctx.settings.model.n_embd;
+  const std::string dir = config_.dir.empty() ? (std::filesystem::path(t.out_dir) / "autocache").string()
+                                              : config_.dir;
+  cache_ = std::make_unique<PrefixCache>(floats, size_t(config_.memory_mb) << 20,
+                                         (std::filesystem::path(dir) / "prefix_cache.bin").string());
+  batch_.resize(floats * t.batch_size);
+}
+
+void AutoCache::serve(TrainContext& ctx, int frozen) {
+  if (!active_ || frozen == 0) return;
+  const int B = ctx.batch;
+  // The deepest level <= frozen that every sample of the micro-batch holds.
+  const std::vector<int> first = cache_->levels(ctx.sample_ids[0]);
+  for (auto level = first.rbegin(); level != first.rend(); ++level) {
+    if (*level > frozen) continue;
+    bool all = true;
+    for (int b = 1; b < B && all; ++b) all = cache_->has(ctx.sample_ids[b], *level);
+    if (!all) continue;
+    const size_t floats = cache_->sample_floats();
+    for (int b = 0; b < B; ++b) cache_->read(ctx.sample_ids[b], *level, batch_.data() + b * floats);
+    ctx.prefix_output = batch_.data();
+    ctx.prefix_blocks = *level;
+    ++hits_;
+    return;
+  }
+  ++misses_;
+}
+
+void AutoCache::store(const TrainContext& ctx, int frozen) {
+  if (!active_ || frozen == 0) return;
+  const size_t floats = cache_->sample_floats();
+  // Levels this forward computed: above the one it was fed at (all, without a cached prefix).
+  const int fed = ctx.prefix_output ? ctx.prefix_blocks : 0;
+  auto store_level = [&](int level) {
+    const float* out = ctx.model.block_output(level - 1);  // (B,T,C)
+    for (int b = 0; b < ctx.batch; ++b)
+      if (!cache_->has(ctx.sample_ids[b], level)) cache_->write(ctx.sample_ids[b], level, out + b * floats);
+  };
+  if (fed < frozen) store_level(frozen);
+  // While an older level is still held, new samples get it too, so micro-batches mixing them
+  // with samples cached before the prefix grew share that level and are served.
+  for (const int level : cache_->held_levels())
+    if (level > fed && level < frozen) store_level(level);
+  // Older levels go once every cached sample holds the current one.
+  if (cache_->count(frozen) == cache_->samples())
+    for (const int level : cache_->held_levels())
+      if (level != frozen) cache_->drop_level(level);
+}
+
+void AutoCache::add_metrics(nlohmann::json& record) {
+  if (!active_) return;
+  record["autocache_hits"] = hits_;
+  record["autocache_misses"] = misses_;
+  record["autocache_samples"] = cache_->samples();
+  record["autocache_on_disk"] = cache_->entries_on_disk();
+}
+
+}  // namespace frugal::freeze

@@ -1,0 +1,64 @@
+// PrefixCache: the store behind AutoCache. Holds activation tensors (T,C floats) keyed by
+// (training sample id, level), where the level is the number of frozen blocks the tensor is the
+// output of. A sample may hold several levels at once (the old one stays until every cached
+// sample has the new one, so micro-batches mixing both can still be served). Entries live in
+// memory up to a byte budget; beyond it they spill to fixed-size slots of one file on disk. Freed
+// slots are reused. It knows nothing of models: the freeze method decides what is valid.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace frugal::freeze {
+
+class PrefixCache {
+ public:
+  // sample_floats: floats per entry (T·C); memory_bytes: in-memory budget; spill_path: the file
+  // that holds entries beyond the budget (created on the first spill, removed by the destructor).
+  PrefixCache(size_t sample_floats, size_t memory_bytes, std::string spill_path);
+  ~PrefixCache();
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  bool has(int64_t id, int level) const;
+  // The levels held for `id`, ascending (empty when none).
+  std::vector<int> levels(int64_t id) const;
+  // Copies entry (id, level), which must exist, to out (T,C).
+  void read(int64_t id, int level, float* out) const;
+  // Stores (or replaces) entry (id, level): data (T,C).
+  void write(int64_t id, int level, const float* data);
+  // Removes every entry at `level`.
+  void drop_level(int level);
+  void clear();
+
+  size_t samples() const { return index_.size(); }  // distinct sample ids held
+  size_t count(int level) const;                     // entries at `level`
+  std::vector<int> held_levels() const;              // levels with entries, ascending
+  size_t entries_on_disk() const { return disk_used_; }
+  size_t sample_floats() const { return floats_; }
+
+ private:
+  struct Entry {
+    int level;
+    bool on_disk;
+    size_t slot;  // index into memory_ or into the spill file
+  };
+  void release(const Entry& e);
+  void open_spill_file();
+  const Entry* find(int64_t id, int level) const;
+
+  size_t floats_, memory_slots_max_;
+  std::string spill_path_;
+  int fd_ = -1;
+  std::unordered_map<int64_t, std::vector<Entry>> index_;  // per id, sorted by level
+  std::map<int, size_t> level_counts_;
+  std::vector<std::unique_ptr<float[]>> memory_;
+  std::vector<size_t> free_memory_, free_disk_;
+  size_t disk_slots_ = 0, disk_used_ = 0;
+};
+
+}  // namespace frugal::freeze

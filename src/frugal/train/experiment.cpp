@@ -1,0 +1,159 @@
+// The experiment runner; see experiment.h.
+#include "frugal/train/experiment.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "frugal/core/error.h"
+#include "frugal/train/run_config.h"
+#include "frugal/train/trainer.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> string_list(const toml::node_view<const toml::node>& node, const std::string& where) {
+  std::vector<std::string> out;
+  if (!node) return out;
+  const toml::array* array = node.as_array();
+  FRUGAL_CHECK(array, "{}: `set` must be a list of \"key=value\" strings", where);
+  for (const toml::node& element : *array) {
+    const auto s = element.value<std::string>();
+    FRUGAL_CHECK(s && s->find('=') != std::string::npos,
+                 "{}: every entry of `set` must be a \"key=value\" string", where);
+    out.push_back(*s);
+  }
+  return out;
+}
+
+}  // namespace
+
+Experiment load_experiment(const std::string& path) {
+  FRUGAL_CHECK(fs::exists(path), "experiment file {} not found", path);
+  toml::table doc;
+  try {
+    doc = toml::parse_file(path);
+  } catch (const toml::parse_error& err) {
+    fail("{}:{}:{}: {}", path, err.source().begin.line, err.source().begin.column, err.description());
+  }
+  static const std::set<std::string> known = {"description", "target_loss", "base", "pretrain", "run"};
+  for (const auto& [key, value] : doc)
+    FRUGAL_CHECK(known.count(std::string(key.str())), "{}: unknown key '{}'; an experiment has "
+                 "description, target_loss, [base], [pretrain] and [[run]]", path, key.str());
+  Experiment e;
+  e.path = path;
+  e.description = doc["description"].value_or(std::string());
+  if (const auto t = doc["target_loss"]) {
+    e.target_loss = t.value<double>();
+    FRUGAL_CHECK(e.target_loss, "{}: target_loss must be a number", path);
+  }
+  if (const toml::table* base = doc["base"].as_table()) {
+    std::ostringstream text;
+    text << *base;
+    e.base_toml = text.str();
+  }
+  if (const toml::table* pre = doc["pretrain"].as_table()) {
+    e.pretrain_steps = (*pre)["steps"].value_or(int64_t{0});
+    FRUGAL_CHECK(e.pretrain_steps > 0, "{}: [pretrain] needs steps > 0", path);
+    e.pretrain_overrides = string_list((*pre)["set"], path + " [pretrain]");
+  }
+  const toml::array* runs = doc["run"].as_array();
+  FRUGAL_CHECK(runs && !runs->empty(), "{}: no [[run]] entries; add at least a baseline run", path);
+  std::set<std::string> names = {"pretrain"};
+  for (const toml::node& node : *runs) {
+    const toml::table* t = node.as_table();
+    FRUGAL_CHECK(t, "{}: every [[run]] must be a table", path);
+    ExperimentRun r;
+    r.name = (*t)["name"].value_or(std::string());
+    const std::string where = fmt::format("{} run '{}'", path, r.name);
+    FRUGAL_CHECK(!r.name.empty() && r.name.find_first_of("/\\ ") == std::string::npos,
+                 "{}: every [[run]] needs a name without spaces or slashes (it names its directory)", path);
+    FRUGAL_CHECK(names.insert(r.name).second, "{}: the run name '{}' is used twice (or is the "
+                 "reserved 'pretrain')", path, r.name);
+    r.overrides = string_list((*t)["set"], where);
+    r.pretrained = (*t)["pretrained"].value_or(e.pretrain_steps > 0);
+    FRUGAL_CHECK(!r.pretrained || e.pretrain_steps > 0, "{}: pretrained = true needs a [pretrain] table", where);
+    e.runs.push_back(std::move(r));
+  }
+  for (const ExperimentRun& r : e.runs) experiment_config(e, &r, "check");  // fail early
+  if (e.pretrain_steps > 0) experiment_config(e, nullptr, "check");
+  return e;
+}
+
+io::Config experiment_config(const Experiment& e, const ExperimentRun* run, const std::string& out_dir) {
+  io::Config config(run_schema());
+  config.merge_toml(e.base_toml, e.path + " [base]");
+  if (run) {
+    config.apply_overrides(run->overrides);
+  } else {
+    config.apply_overrides(e.pretrain_overrides);
+    config.set("train.max_steps", std::to_string(e.pretrain_steps));
+  }
+  config.set("train.out_dir", out_dir);
+  return config;
+}
+
+namespace {
+
+std::string results_markdown(const Experiment& e, const ExperimentOptions& o, const ReportTable& table) {
+  std::string md = fmt::format("# Experiment {}\n\n", fs::path(e.path).stem().string());
+  if (!e.description.empty()) md += e.description + "\n\n";
+  md += fmt::format("Command: `{}`\n\n", o.command.empty() ? "frugal experiment " + e.path : o.command);
+  if (e.pretrain_steps > 0)
+    md += fmt::format("Pretraining: {} dense steps{}; runs marked *pretrained* start from its final "
+                      "checkpoint.\n\n", e.pretrain_steps,
+                      e.pretrain_overrides.empty() ? "" : fmt::format(" with `{}`", fmt::join(e.pretrain_overrides, " ")));
+  md += "| run | pretrained | overrides |\n|---|---|---|\n";
+  for (const ExperimentRun& r : e.runs)
+    md += fmt::format("| {} | {} | {} |\n", r.name, r.pretrained ? "yes" : "no",
+                      r.overrides.empty() ? "(base)" : fmt::format("`{}`", fmt::join(r.overrides, "` `")));
+  md += "\n" + markdown(table) + "\n";
+  if (o.plots)
+    for (const char* plot : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep})
+      md += fmt::format("![{0}]({0}.png)\n", plot);
+  return md;
+}
+
+}  // namespace
+
+ReportTable run_experiment(const Experiment& e, const ExperimentOptions& o) {
+  FRUGAL_CHECK(!o.out_dir.empty(), "no output directory for the experiment; pass --out DIR");
+  fs::create_directories(o.out_dir);
+  auto train = [&](const std::string& name, const io::Config& config, const std::string& init_from) {
+    if (!o.quiet) fmt::print("=== {} ===\n", name);
+    Trainer trainer(config, {.init_from = init_from, .quiet = o.quiet});
+    const FitResult r = trainer.fit();
+    FRUGAL_CHECK(!r.interrupted, "the experiment was interrupted during run '{}'", name);
+    if (!o.quiet)
+      fmt::print("{}: {} steps in {:.1f} s, val loss {:.4f}\n", name, r.steps, r.seconds, r.final_val_loss);
+  };
+  const std::string pretrain_dir = (fs::path(o.out_dir) / "pretrain").string();
+  if (e.pretrain_steps > 0) {
+    fs::remove_all(pretrain_dir);
+    train("pretrain", experiment_config(e, nullptr, pretrain_dir), "");
+  }
+  std::vector<std::string> dirs, names;
+  for (const ExperimentRun& r : e.runs) {
+    const std::string dir = (fs::path(o.out_dir) / r.name).string();
+    fs::remove_all(dir);
+    train(r.name, experiment_config(e, &r, dir), r.pretrained ? pretrain_dir : "");
+    dirs.push_back(dir);
+    names.push_back(r.name);
+  }
+  ReportOptions report;
+  report.target_loss = e.target_loss;
+  report.names = names;
+  report.plots = o.plots;
+  const ReportTable table = write_report(dirs, o.out_dir, report);
+  const std::string md = results_markdown(e, o, table);
+  std::ofstream((fs::path(o.out_dir) / "results.md").string()) << md;
+  return table;
+}
+
+}  // namespace frugal

@@ -1,0 +1,58 @@
+// Experiments: `frugal experiment EXPERIMENT.toml` runs a baseline and its variants on the same
+// data, seed and evaluation schedule, one after another with all threads, then writes the
+// comparison (report.md with plots, results.md). File format (see docs/commands/experiment.md):
+//   description = "..."            # optional
+//   target_loss = 1.60             # optional; default: the baseline's final validation loss
+//   [base]                         # run-config overrides shared by every run (tables or dotted keys)
+//   [pretrain]                     # optional dense run; runs start from its final checkpoint
+//   steps = 400
+//   set = ["data.dir=..."]
+//   [[run]]                        # the first run is the baseline
+//   name = "no-freeze"
+//   set = ["methods.freeze.alpha=0.33"]
+//   pretrained = true              # default true when [pretrain] exists; false: from scratch
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "frugal/io/config.h"
+#include "frugal/train/report.h"
+
+namespace frugal {
+
+struct ExperimentRun {
+  std::string name;
+  std::vector<std::string> overrides;  // "key=value"
+  bool pretrained = true;
+};
+
+struct Experiment {
+  std::string path, description;
+  std::string base_toml;  // the [base] table as TOML text
+  int64_t pretrain_steps = 0;  // 0: no pretraining
+  std::vector<std::string> pretrain_overrides;
+  std::optional<double> target_loss;
+  std::vector<ExperimentRun> runs;
+};
+
+// Parses and checks an experiment file (every run's config is resolved once, so a bad key fails
+// before anything trains). Throws Error naming the file and the problem.
+Experiment load_experiment(const std::string& path);
+
+// The resolved run config of a run (nullptr: the pretraining run) writing to out_dir.
+io::Config experiment_config(const Experiment& e, const ExperimentRun* run, const std::string& out_dir);
+
+struct ExperimentOptions {
+  std::string out_dir;   // one run directory per run (and `pretrain`), report.md, results.md
+  std::string command;   // the command line, recorded in results.md
+  bool plots = true;
+  bool quiet = false;    // no training progress output
+};
+
+// Runs the pretraining (when any) and every run sequentially, then writes the report. Returns
+// the comparison table.
+ReportTable run_experiment(const Experiment& e, const ExperimentOptions& options);
+
+}  // namespace frugal

@@ -1,0 +1,134 @@
+// The experiment runner: a tiny experiment (pretraining, a baseline, a freezing run and a run
+// from scratch) writes one run directory per run, results.md and report.md; pretrained runs start
+// from the pretraining's weights; malformed experiment files are refused with the reason, also by
+// the `frugal experiment` command.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "frugal/core/error.h"
+#include "frugal/data/prepare.h"
+#include "frugal/train/experiment.h"
+#include "frugal/train/report.h"
+#include "temp_dir.h"
+
+using namespace frugal;
+using frugal::testing::TempDir;
+
+namespace {
+
+std::string make_data(const TempDir& dir) {
+  std::ifstream in(std::string(FRUGAL_SOURCE_DIR) + "/data/tinyshakespeare/input.txt");
+  std::string text(6000, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  std::ofstream(dir.file("text.txt")) << text;
+  data::PrepareOptions o;
+  o.tokenizer = "char";
+  o.inputs = {dir.file("text.txt")};
+  o.out_dir = dir.file("data");
+  data::prepare(o);
+  return o.out_dir;
+}
+
+std::string write_file(const TempDir& dir, const std::string& name, const std::string& text) {
+  std::ofstream(dir.file(name)) << text;
+  return dir.file(name);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+float first_loss(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  std::getline(in, line);
+  return nlohmann::json::parse(line).at("loss").get<float>();
+}
+
+}  // namespace
+
+TEST(Experiment, RunsEveryRunAndWritesTheReport) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::string path = write_file(dir, "tiny.toml", R"(
+description = "a tiny freezing experiment"
+[base]
+data.dir = ")" + data + R"("
+train = { batch_size = 4, max_steps = 6, eval_interval = 3, eval_batches = 2, log_interval = 1, threads = 1 }
+model = { n_layer = 2, n_head = 2, n_embd = 32, block_size = 32 }
+optim.warmup_steps = 1
+sample.count = 0
+[pretrain]
+steps = 20
+[[run]]
+name = "dense"
+[[run]]
+name = "frozen"
+set = ["methods.freeze.frozen_layers=1"]
+[[run]]
+name = "scratch"
+pretrained = false
+)");
+  const Experiment e = load_experiment(path);
+  ASSERT_EQ(e.runs.size(), 3u);
+  EXPECT_EQ(e.pretrain_steps, 20);
+  EXPECT_TRUE(e.runs[1].pretrained);
+  EXPECT_FALSE(e.runs[2].pretrained);
+  const std::string out = dir.file("out");
+  const ReportTable table = run_experiment(e, {.out_dir = out, .command = "frugal experiment tiny.toml",
+                                               .plots = false, .quiet = true});
+  ASSERT_EQ(table.rows.size(), 3u);
+  for (const auto& row : table.rows) {
+    EXPECT_EQ(row.steps, 6) << row.name;
+    EXPECT_TRUE(row.final_val_loss.has_value()) << row.name;
+  }
+  EXPECT_EQ(table.rows[0].name, "dense");
+  for (const char* run : {"pretrain", "dense", "frozen", "scratch"})
+    EXPECT_TRUE(std::filesystem::exists(out + "/" + run + "/metrics.jsonl")) << run;
+  // Pretrained runs start from the same weights (same first loss), lower than from scratch.
+  EXPECT_EQ(first_loss(out + "/dense"), first_loss(out + "/frozen"));
+  EXPECT_LT(first_loss(out + "/dense"), first_loss(out + "/scratch"));
+  const std::string results = read_file(out + "/results.md");
+  EXPECT_NE(results.find("frugal experiment tiny.toml"), std::string::npos);
+  EXPECT_NE(results.find("methods.freeze.frozen_layers=1"), std::string::npos);
+  EXPECT_NE(results.find("| scratch |"), std::string::npos) << results;
+  EXPECT_TRUE(std::filesystem::exists(out + "/report.md"));
+}
+
+TEST(Experiment, RefusesMalformedFiles) {
+  TempDir dir;
+  auto expect_error = [&](const std::string& text, const std::string& fragment) {
+    const std::string path = write_file(dir, "bad.toml", text);
+    try {
+      load_experiment(path);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(fragment), std::string::npos) << err.what();
+    }
+  };
+  expect_error("[base]\ntrain.batch_size = 2\n", "no [[run]]");
+  expect_error("[[run]]\nname = \"a\"\n[[run]]\nname = \"a\"\n", "used twice");
+  expect_error("[[run]]\nname = \"a\"\nset = [\"optim.lr\"]\n", "key=value");
+  expect_error("[[run]]\nname = \"a\"\nset = [\"optim.lrr=1\"]\n", "optim.lr");
+  expect_error("runs = 3\n[[run]]\nname = \"a\"\n", "unknown key 'runs'");
+  expect_error("[[run]]\nname = \"a\"\npretrained = true\n", "[pretrain]");
+  expect_error("[base]\nmodel.n_layer = \"four\"\n[[run]]\nname = \"a\"\n", "model.n_layer");
+}
+
+TEST(Experiment, CommandReportsAMissingFile) {
+  std::FILE* p = ::popen((std::string(FRUGAL_BINARY) + " experiment /nonexistent/exp.toml 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  const int status = ::pclose(p);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("experiment file /nonexistent/exp.toml not found"), std::string::npos) << out;
+}
