@@ -2,12 +2,12 @@
 // logits stay within a fixed scratch budget; no (N,V) logits buffer is ever allocated. Per chunk:
 // logits = x · W[:V]ᵀ (GEMM), a vectorised stable softmax per row turning logits into
 // dlogits = (p - onehot) * dloss in place, then dx = dlogits · W[:V] and dW[:V] += dlogitsᵀ · x.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "frugal/kernels/cpu/gemm.h"
 #include "frugal/kernels/cpu/simd_math.h"
 #include "frugal/core/profile.h"
 #include "frugal/kernels/ops.h"
@@ -71,8 +71,7 @@ void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const flo
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
     const float* x = inp + static_cast<size_t>(r0) * C;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, x, C, weight, C, 0.0f,
-                logits.data(), V);
+    cpu::sgemm(false, true, rows, V, C, 1.0f, x, C, weight, C, 0.0f, logits.data(), V);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; ++i) {
       float* z = logits.data() + static_cast<size_t>(i) * V;
@@ -85,17 +84,14 @@ void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const flo
       losses[r0 + i] = softmax_xent_row(z, V, target, dloss, want_grad);
     }
     if (dinp)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits.data(), V,
-                  weight, C, 0.0f, dinp + static_cast<size_t>(r0) * C, C);
+      cpu::sgemm(false, false, rows, C, V, 1.0f, logits.data(), V, weight, C, 0.0f, dinp + static_cast<size_t>(r0) * C, C);
     if (dweight)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits.data(), V, x,
-                  C, 1.0f, dweight, C);
+      cpu::sgemm(true, false, V, C, rows, 1.0f, logits.data(), V, x, C, 1.0f, dweight, C);
   }
 }
 
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, V, C, 1.0f, inp, C, weight, C, 0.0f,
-              logits, V);
+  cpu::sgemm(false, true, N, V, C, 1.0f, inp, C, weight, C, 0.0f, logits, V);
 }
 
 }  // namespace frugal::kernels

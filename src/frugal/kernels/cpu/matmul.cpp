@@ -1,11 +1,11 @@
 // Dense linear layers through OpenBLAS (OpenMP variant): the only BLAS call sites of frugal are in
 // kernels/cpu/. Bias handling and bias gradients are vectorised loops around the GEMMs.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "frugal/kernels/cpu/gemm.h"
 #include "frugal/core/profile.h"
 #include "frugal/kernels/ops.h"
 
@@ -21,7 +21,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
     for (int i = 0; i < N; ++i) std::memcpy(out + static_cast<size_t>(i) * OC, bias, sizeof(float) * OC);
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+  cpu::sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -30,13 +30,11 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   FRUGAL_PROFILE("matmul bwd");
   if (dinp) {  // dinp (N,C) = dout (N,OC) · weight (OC,C)
     FRUGAL_PROFILE("matmul bwd: input grad");
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+    cpu::sgemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
   }
   if (dweight) {  // dweight (OC,C) += dout ᵀ (OC,N) · inp (N,C)
     FRUGAL_PROFILE("matmul bwd: weight grad");
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dweight, C);
+    cpu::sgemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   }
   if (dbias) {
     FRUGAL_PROFILE("matmul bwd: bias grad");

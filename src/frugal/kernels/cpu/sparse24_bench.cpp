@@ -1,7 +1,7 @@
-// 2:4 kernel benchmark: dense cblas_sgemm vs the 2:4 kernels, interleaved, medians.
+// 2:4 kernel benchmark: the dense SGEMM (kernels/cpu/gemm.h) vs the 2:4 kernels, interleaved, medians.
+#include "frugal/kernels/cpu/gemm.h"
 #include "frugal/kernels/cpu/sparse24_bench.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -62,13 +62,11 @@ void bench_layer(std::vector<Sparse24BenchRow>& rows, const char* layer, int N, 
   }
 
   auto dense_fwd = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, X.data(), IC, W.data(),
-                IC, 0.0f, Y.data(), OC);
+    cpu::sgemm(false, true, N, OC, IC, 1.0f, X.data(), IC, W.data(), IC, 0.0f, Y.data(), OC);
   };
   auto sparse_fwd = [&] { sparse24_matmul_forward(Y.data(), X.data(), packed, nullptr, N); };
   auto dense_bwd = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dY.data(), OC,
-                W.data(), IC, 0.0f, dX.data(), IC);
+    cpu::sgemm(false, false, N, IC, OC, 1.0f, dY.data(), OC, W.data(), IC, 0.0f, dX.data(), IC);
   };
   auto sparse_bwd = [&] { sparse24_matmul_backward_input(dX.data(), dY.data(), packed, N, false); };
 
