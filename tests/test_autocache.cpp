@@ -7,11 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/error.h"
-#include "frugal/data/prepare.h"
 #include "frugal/methods/freeze/autocache.h"
 #include "frugal/methods/freeze/prefix_cache.h"
 #include "frugal/train/trainer.h"
 #include "temp_dir.h"
+#include "train_data.h"
 
 using namespace frugal;
 using frugal::freeze::PrefixCache;
@@ -21,18 +21,7 @@ namespace {
 
 // 1200 characters: 67 training samples of 16 tokens, so a 30-step run of batch 8 (8 steps per
 // epoch) sees every sample three times or more.
-std::string make_data(const TempDir& dir) {
-  std::ifstream in(std::string(FRUGAL_SOURCE_DIR) + "/data/tinyshakespeare/input.txt");
-  std::string text(1200, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  std::ofstream(dir.file("text.txt")) << text;
-  data::PrepareOptions o;
-  o.tokenizer = "char";
-  o.inputs = {dir.file("text.txt")};
-  o.out_dir = dir.file("data");
-  data::prepare(o);
-  return o.out_dir;
-}
+std::string make_data(const TempDir& dir) { return frugal::testing::make_shakespeare_data(dir, 1200); }
 
 io::Config config(const std::string& data, const std::string& out, std::vector<std::string> extra) {
   std::vector<std::string> o = {"data.dir=" + data, "train.out_dir=" + out, "model.n_layer=4",

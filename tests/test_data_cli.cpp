@@ -11,27 +11,15 @@
 #include "frugal/data/shard.h"
 #include "frugal/data/text.h"
 #include "frugal/data/tokenizer.h"
+#include "run_cli.h"
 
 namespace fs = std::filesystem;
 
+using frugal::testing::CliResult;
+using frugal::testing::contains;
+using frugal::testing::run_frugal;
+
 namespace {
-
-struct Result {
-  int rc;
-  std::string output;  // stdout and stderr
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(FRUGAL_BINARY) + " " + args + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  Result r{-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 fs::path temp_dir(const std::string& name) {
   fs::path dir = fs::temp_directory_path() / ("frugal_test_cli_" + name + "_" + std::to_string(::getpid()));
@@ -42,32 +30,30 @@ fs::path temp_dir(const std::string& name) {
 
 void write_file(const fs::path& p, std::string_view bytes) { std::ofstream(p, std::ios::binary) << bytes; }
 
-bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
-
 }  // namespace
 
 TEST(DataCli, TokenizeAndDetokenizeRoundTrip) {
   const fs::path dir = temp_dir("tok");
   const std::string text = "Hello world<|endoftext|> It's 2024 — naïve 😀\n\tend\n";
   write_file(dir / "in.txt", text);
-  Result r = run("tokenize " + (dir / "in.txt").string() + " > " + (dir / "ids.txt").string());
+  CliResult r = run_frugal("tokenize " + (dir / "in.txt").string() + " > " + (dir / "ids.txt").string());
   ASSERT_EQ(r.rc, 0) << r.output;
   const auto tok = frugal::data::load_tokenizer("gpt2");
   std::string expected;
   for (int32_t id : tok->encode(text)) expected += std::to_string(id) + " ";
   expected.back() = '\n';
   EXPECT_EQ(frugal::data::read_text_file((dir / "ids.txt").string()), expected);
-  r = run("detokenize " + (dir / "ids.txt").string());
+  r = run_frugal("detokenize " + (dir / "ids.txt").string());
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_EQ(r.output, text);
 
-  r = run("tokenize --text-eot --pieces " + (dir / "in.txt").string());
+  r = run_frugal("tokenize --text-eot --pieces " + (dir / "in.txt").string());
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_TRUE(contains(r.output, R"("Hello" " world" "<" "|" "end" "of" "text" "|" ">" " It" "'s")")) << r.output;
   EXPECT_TRUE(contains(r.output, R"("\n" "\t" "end" "\n")")) << r.output;
 
   write_file(dir / "bad_ids.txt", "15496 99999\n");
-  r = run("detokenize - < " + (dir / "bad_ids.txt").string());
+  r = run_frugal("detokenize - < " + (dir / "bad_ids.txt").string());
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.output, "'99999' at byte offset 6 is not a token id")) << r.output;
 }
@@ -78,7 +64,7 @@ TEST(DataCli, PrepareGpt2WritesShardsAndTokenizer) {
   write_file(dir / "a.txt", a);
   write_file(dir / "b.txt", b);
   const fs::path out = dir / "out";
-  const Result r = run("prepare --input " + (dir / "a.txt").string() + " --input " +
+  const CliResult r = run_frugal("prepare --input " + (dir / "a.txt").string() + " --input " +
                        (dir / "b.txt").string() + " --out " + out.string() + " --val-fraction 0.25");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "MB/s")) << r.output;
@@ -102,29 +88,29 @@ TEST(DataCli, PrepareGpt2WritesShardsAndTokenizer) {
 TEST(DataCli, PrepareCharReadsXzAndRejectsBadInput) {
   const fs::path dir = temp_dir("char");
   const std::string xz = frugal::data::data_dir() + "/wikitext-2/train.txt.xz";
-  Result r = run("prepare --tokenizer char --input " + xz + " --out " + (dir / "out").string());
+  CliResult r = run_frugal("prepare --tokenizer char --input " + xz + " --out " + (dir / "out").string());
   ASSERT_EQ(r.rc, 0) << r.output;
   const auto train = frugal::data::TokenShard::open((dir / "out" / "train.bin").string());
   const auto val = frugal::data::TokenShard::open((dir / "out" / "val.bin").string());
   EXPECT_EQ(train.size() + val.size(), 10780437);  // characters of train.txt (data/wikitext-2/SOURCE.md)
 
   write_file(dir / "bad.txt", "good text\nthen \xC3\x28 bad");
-  r = run("prepare --input " + (dir / "bad.txt").string() + " --out " + (dir / "bad").string());
+  r = run_frugal("prepare --input " + (dir / "bad.txt").string() + " --out " + (dir / "bad").string());
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.output, "not valid UTF-8")) << r.output;
   EXPECT_TRUE(contains(r.output, "byte offset 15")) << r.output;
   EXPECT_TRUE(contains(r.output, "iconv")) << r.output;
   EXPECT_FALSE(fs::exists(dir / "bad" / "train.bin"));
 
-  r = run("prepare --input " + (dir / "missing.txt").string() + " --out " + (dir / "m").string());
+  r = run_frugal("prepare --input " + (dir / "missing.txt").string() + " --out " + (dir / "m").string());
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.output, "cannot open")) << r.output;
 
   write_file(dir / "v.txt", "abc\n");
-  r = run("prepare --tokenizer char --input " + (dir / "v.txt").string() + " --out " + (dir / "v").string());
+  r = run_frugal("prepare --tokenizer char --input " + (dir / "v.txt").string() + " --out " + (dir / "v").string());
   ASSERT_EQ(r.rc, 0) << r.output;
   write_file(dir / "q.txt", "abz\n");
-  r = run("tokenize --tokenizer char:" + (dir / "v" / "tokenizer.json").string() + " " + (dir / "q.txt").string());
+  r = run_frugal("tokenize --tokenizer char:" + (dir / "v" / "tokenizer.json").string() + " " + (dir / "q.txt").string());
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.output, "'z' (U+007A) at byte offset 2 is not in the character vocabulary")) << r.output;
 }

@@ -10,28 +10,17 @@
 #include <sstream>
 
 #include "frugal/core/error.h"
-#include "frugal/data/prepare.h"
 #include "frugal/train/experiment.h"
 #include "frugal/train/report.h"
 #include "temp_dir.h"
+#include "train_data.h"
 
 using namespace frugal;
 using frugal::testing::TempDir;
 
 namespace {
 
-std::string make_data(const TempDir& dir) {
-  std::ifstream in(std::string(FRUGAL_SOURCE_DIR) + "/data/tinyshakespeare/input.txt");
-  std::string text(6000, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  std::ofstream(dir.file("text.txt")) << text;
-  data::PrepareOptions o;
-  o.tokenizer = "char";
-  o.inputs = {dir.file("text.txt")};
-  o.out_dir = dir.file("data");
-  data::prepare(o);
-  return o.out_dir;
-}
+std::string make_data(const TempDir& dir) { return frugal::testing::make_shakespeare_data(dir, 6000); }
 
 std::string write_file(const TempDir& dir, const std::string& name, const std::string& text) {
   std::ofstream(dir.file(name)) << text;

@@ -18,30 +18,15 @@
 #include "frugal/train/run_config.h"
 #include "frugal/train/sampler.h"
 #include "temp_dir.h"
+#include "run_cli.h"
 
 namespace fs = std::filesystem;
 
+using frugal::testing::CliResult;
+using frugal::testing::contains;
+using frugal::testing::run_frugal;
+
 namespace {
-
-struct Result {
-  int rc;
-  std::string output;
-};
-
-// Runs the binary; `redirect` says where stderr goes ("2>&1" merges it into the output).
-Result run(const std::string& args, const std::string& redirect = "2>&1") {
-  const std::string cmd = std::string(FRUGAL_BINARY) + " " + args + " " + redirect;
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  Result r{-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
 constexpr int kSeqLen = 16;
 
@@ -82,7 +67,7 @@ class InferCli : public ::testing::Test {
 };
 
 TEST_F(InferCli, SampleStreamsWhatGenerateMakes) {
-  const Result r = run("sample " + run_.string() + " --prompt 'the ' --max-tokens 40 --temperature 0.7 "
+  const CliResult r = run_frugal("sample " + run_.string() + " --prompt 'the ' --max-tokens 40 --temperature 0.7 "
                        "--top-k 10 --top-p 0.9 --seed 4", "2>/dev/null");
   ASSERT_EQ(r.rc, 0) << r.output;
   const auto model = frugal::load_checkpoint_model(checkpoint_);
@@ -95,14 +80,14 @@ TEST_F(InferCli, SampleStreamsWhatGenerateMakes) {
 }
 
 TEST_F(InferCli, SampleCountSeedsAndStats) {
-  const Result a = run("sample " + checkpoint_ + " --count 2 --max-tokens 30 --seed 9", "2>/dev/null");
+  const CliResult a = run_frugal("sample " + checkpoint_ + " --count 2 --max-tokens 30 --seed 9", "2>/dev/null");
   ASSERT_EQ(a.rc, 0) << a.output;
   const size_t second = a.output.find("--- sample 2 ---\n");
   ASSERT_NE(second, std::string::npos) << a.output;
   EXPECT_NE(a.output.substr(17, 31), a.output.substr(second + 17, 31)) << "samples 1 and 2 share a seed";
-  EXPECT_EQ(run("sample " + checkpoint_ + " --count 2 --max-tokens 30 --seed 9", "2>/dev/null").output, a.output);
-  EXPECT_NE(run("sample " + checkpoint_ + " --count 2 --max-tokens 30 --seed 10", "2>/dev/null").output, a.output);
-  const Result stats = run("sample " + checkpoint_ + " --max-tokens 5 --threads 1", "2>&1 >/dev/null");
+  EXPECT_EQ(run_frugal("sample " + checkpoint_ + " --count 2 --max-tokens 30 --seed 9", "2>/dev/null").output, a.output);
+  EXPECT_NE(run_frugal("sample " + checkpoint_ + " --count 2 --max-tokens 30 --seed 10", "2>/dev/null").output, a.output);
+  const CliResult stats = run_frugal("sample " + checkpoint_ + " --max-tokens 5 --threads 1", "2>&1 >/dev/null");
   EXPECT_TRUE(contains(stats.output, "5 tokens in")) << stats.output;
   EXPECT_TRUE(contains(stats.output, "1 threads")) << stats.output;
 }
@@ -120,13 +105,13 @@ TEST_F(InferCli, SampleRejectsBadArguments) {
       {"--prompt 'the Zebra'", "'Z' (U+005A) at byte offset 4 is not in the character vocabulary"},
   };
   for (const auto& [args, message] : cases) {
-    const Result r = run("sample " + ckpt + " " + args);
+    const CliResult r = run_frugal("sample " + ckpt + " " + args);
     EXPECT_EQ(r.rc, 1) << args << ": " << r.output;
     EXPECT_TRUE(r.output.starts_with("error: ")) << args << ": " << r.output;
     EXPECT_TRUE(contains(r.output, message)) << args << ": " << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
   }
-  const Result missing = run("sample " + (tmp_.path() / "nothing").string());
+  const CliResult missing = run_frugal("sample " + (tmp_.path() / "nothing").string());
   EXPECT_EQ(missing.rc, 1) << missing.output;
 }
 
@@ -157,7 +142,7 @@ TEST_F(InferCli, EvalMatchesFullSequenceLoss) {
   const double expected = expected_val_loss(checkpoint_, data_, &sequences);
   ASSERT_GT(sequences, 3);
   // Batches of 3: the last batch is short unless 3 divides the count; every token weighs the same.
-  const Result r = run("eval " + run_.string() + " --batch-size 3 --json");
+  const CliResult r = run_frugal("eval " + run_.string() + " --batch-size 3 --json");
   ASSERT_EQ(r.rc, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["sequences"], sequences);
@@ -169,11 +154,11 @@ TEST_F(InferCli, EvalMatchesFullSequenceLoss) {
 }
 
 TEST_F(InferCli, EvalOptions) {
-  Result r = run("eval " + checkpoint_ + " --batch-size 2 --max-batches 1 --json");
+  CliResult r = run_frugal("eval " + checkpoint_ + " --batch-size 2 --max-batches 1 --json");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_EQ(nlohmann::json::parse(r.output)["sequences"], 2);
 
-  r = run("eval " + checkpoint_ + " --split train --data " + data_.string() + " --seq-len 8");
+  r = run_frugal("eval " + checkpoint_ + " --split train --data " + data_.string() + " --seq-len 8");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "train.bin")) << r.output;
   EXPECT_TRUE(contains(r.output, "sequences of 8 tokens")) << r.output;
@@ -189,12 +174,12 @@ TEST_F(InferCli, EvalRejectsBadArguments) {
       {"--seq-len 64", "--seq-len 64 exceeds the model's block_size 32"},
   };
   for (const auto& [args, message] : cases) {
-    const Result r = run("eval " + run_.string() + " " + args);
+    const CliResult r = run_frugal("eval " + run_.string() + " " + args);
     EXPECT_EQ(r.rc, 1) << args << ": " << r.output;
     EXPECT_TRUE(contains(r.output, message)) << args << ": " << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
   }
-  EXPECT_NE(run("eval " + run_.string() + " --split test").rc, 0);
+  EXPECT_NE(run_frugal("eval " + run_.string() + " --split test").rc, 0);
 }
 
 }  // namespace

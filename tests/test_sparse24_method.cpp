@@ -8,12 +8,12 @@
 #include <map>
 
 #include "frugal/core/rng.h"
-#include "frugal/data/prepare.h"
 #include "frugal/methods/sparse24/format.h"
 #include "frugal/methods/sparse24/plugin.h"
 #include "frugal/train/flops.h"
 #include "frugal/train/trainer.h"
 #include "temp_dir.h"
+#include "train_data.h"
 
 using namespace frugal;
 using frugal::sparse24::Sparse24Method;
@@ -21,18 +21,7 @@ using frugal::testing::TempDir;
 
 namespace {
 
-std::string make_data(const TempDir& dir) {
-  std::ifstream in(std::string(FRUGAL_SOURCE_DIR) + "/data/tinyshakespeare/input.txt");
-  std::string text(40000, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  std::ofstream(dir.file("text.txt")) << text;
-  data::PrepareOptions o;
-  o.tokenizer = "char";
-  o.inputs = {dir.file("text.txt")};
-  o.out_dir = dir.file("data");
-  data::prepare(o);
-  return o.out_dir;
-}
+std::string make_data(const TempDir& dir) { return frugal::testing::make_shakespeare_data(dir, 40000); }
 
 io::Config config(const std::string& data, const std::string& out, std::vector<std::string> extra) {
   std::vector<std::string> o = {"data.dir=" + data, "train.out_dir=" + out, "model.n_layer=2",

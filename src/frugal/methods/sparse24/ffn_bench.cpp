@@ -17,18 +17,6 @@
 namespace frugal::sparse24 {
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double time_ms(const std::function<void()>& f) {
-  Timer t;
-  f();
-  return t.ms();
-}
-
 void fill_normal(Buffer<float>& b, uint64_t seed, float scale) {
   Rng rng(seed, 0);
   for (size_t i = 0; i < b.size(); ++i) b[i] = scale * static_cast<float>(rng.normal());
