@@ -3,15 +3,8 @@
 // Called only after a run-time CPU check. The standard and project headers are included before the
 // target pragma, so their inline functions stay plain x86-64-v3 code; attention_tiles.h has
 // internal linkage only, so nothing compiled here can be picked by the linker for other code.
-
-// GCC 12 reports the self-initialised _mm512_undefined_ps() inside the max/min intrinsics as
-// "(maybe) used uninitialized", a false positive; silenced for the intrinsic headers only (the
-// pragma state is looked up at the header's lines).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+// simd_math.h comes first: it includes <immintrin.h> with GCC 12's false AVX-512 warnings off.
+#include "frugal/kernels/cpu/simd_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,7 +13,6 @@
 
 #include "frugal/core/error.h"
 #include "frugal/kernels/cpu/attention.h"
-#include "frugal/kernels/cpu/simd_math.h"
 
 #pragma GCC target("avx512f")
 #include "frugal/kernels/cpu/attention_tiles.h"

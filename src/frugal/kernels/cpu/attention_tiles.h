@@ -325,7 +325,7 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
         _mm256_storeu_ps(orow + c, _mm256_mul_ps(va, _mm256_loadu_ps(orow + c)));
     }
     gemm_tile<Isa>(w.o.data(), HS, Operand{w.st.data(), 1, kTile}, V, C3, nq, HS, nk, true,
-              Causal::QueryRowsKeyInner, off);  // O += P·V, P read through Pᵀ
+                   Causal::QueryRowsKeyInner, off);  // O += P·V, P read through Pᵀ
   }
   for (int i = 0; i < nq; ++i) {
     float* dst = out + d.at(b, q0 + i, d.C, h);
@@ -417,14 +417,15 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
 template <class Isa>
 void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   const Dims d(B, T, C, NH);
-  const int heads = B * NH, items = heads * d.n_tiles;
+  const int items = B * NH * d.n_tiles;
 #pragma omp parallel
   {
     ForwardScratch w(d.HS);
-    // Longest query tiles (most key tiles) first; each item writes only its own rows.
+    // Head by head, so that a head's K and V stay in cache across its query tiles; within a head
+    // the longest query tiles (most key tiles) first. Each item writes only its own rows.
 #pragma omp for schedule(dynamic, 1)
     for (int item = 0; item < items; ++item) {
-      const int qt = d.n_tiles - 1 - item / heads, bh = item % heads;
+      const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
       forward_query_tile<Isa>(out, lse, qkv, d, bh / NH, bh % NH, qt, w);
     }
   }

@@ -3,7 +3,15 @@
 // after a run-time AVX-512F check). exp uses a range reduction to [-ln2/2, ln2/2] and a degree-6
 // polynomial (max rel. error ~2e-7); both widths give bit-identical lanes.
 #pragma once
+// GCC 12 reports the self-initialised _mm512_undefined_ps() inside several AVX-512 intrinsics as
+// "(maybe) used uninitialized" (a false positive, fixed in later GCC). The state is looked up at
+// the intrinsic header's lines, so it is silenced around the header's first inclusion: include
+// this file before anything else that includes <immintrin.h> in code that calls exp512.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 namespace frugal::kernels::cpu {
 
