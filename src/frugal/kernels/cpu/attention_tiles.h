@@ -300,10 +300,10 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
   const int C3 = 3 * d.C, HS = d.HS, q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
   const int nq_pad = round_up8(nq);
   transpose_tile(w.qt.data(), kTile, qkv + d.at(b, q0, C3, h), C3, nq, HS);  // Qᵀ (HS x queries)
-  std::fill(w.o.begin(), w.o.end(), 0.0f);
   // A finite "minus infinity" keeps every rescale factor exp(m_old - m_new) NaN-free.
   std::fill(w.m.begin(), w.m.end(), -std::numeric_limits<float>::max());
   std::fill(w.l.begin(), w.l.end(), 0.0f);
+  bool first = true;  // the first active key tile overwrites O: no zeroing, no rescaling
   for (int kt = 0; kt <= qt; ++kt) {
     if (!tile_active(qt, kt)) continue;
     const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0), off = q0 - k0;
@@ -317,15 +317,16 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
       (masked ? softmax_update<Isa, true> : softmax_update<Isa, false>)(
           w.st.data(), nk, c, nq, off, d.scale, w.m.data(), w.l.data(), w.alpha.data());
     }
-    for (int i = 0; i < nq; ++i) {
+    for (int i = 0; i < nq && !first; ++i) {
       if (w.alpha[i] == 1.0f) continue;
       float* orow = w.o.data() + i * HS;
       const __m256 va = _mm256_set1_ps(w.alpha[i]);
       for (int c = 0; c < HS; c += 8)
         _mm256_storeu_ps(orow + c, _mm256_mul_ps(va, _mm256_loadu_ps(orow + c)));
     }
-    gemm_tile<Isa>(w.o.data(), HS, Operand{w.st.data(), 1, kTile}, V, C3, nq, HS, nk, true,
-                   Causal::QueryRowsKeyInner, off);  // O += P·V, P read through Pᵀ
+    gemm_tile<Isa>(w.o.data(), HS, Operand{w.st.data(), 1, kTile}, V, C3, nq, HS, nk, !first,
+                   Causal::QueryRowsKeyInner, off);  // O (+)= P·V, P read through Pᵀ
+    first = false;
   }
   for (int i = 0; i < nq; ++i) {
     float* dst = out + d.at(b, q0 + i, d.C, h);
