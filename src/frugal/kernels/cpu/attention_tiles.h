@@ -337,11 +337,14 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
   }
 }
 
-// Per-thread scratch for the backward of one (batch, head): tile buffers and D (T).
+// Per-thread scratch for the backward of one (batch, head): tile buffers, D (T), and per query
+// tile whether its dQ rows have been written yet.
 struct BackwardScratch {
   std::vector<float> kt, vt, p, ds, D;
-  BackwardScratch(int HS, int T)
-      : kt(HS * kTile), vt(HS * kTile), p(kTile * kTile), ds(kTile * kTile), D(T) {}
+  std::vector<char> dq_written;
+  BackwardScratch(int HS, int T, int n_tiles)
+      : kt(HS * kTile), vt(HS * kTile), p(kTile * kTile), ds(kTile * kTile), D(T),
+        dq_written(n_tiles) {}
 };
 
 // dS row in place over dP (kTile-wide rows): dS_j = P_j · (dP_j - D_i) · scale for j < n_valid,
@@ -363,15 +366,15 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
                    const float* lse, const Dims& d, int b, int h, BackwardScratch& w) {
   const int C3 = 3 * d.C, HS = d.HS;
   const float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
-  for (int t = 0; t < d.T; ++t) {  // D_t = rowsum(dO_t ∘ O_t); zero dq
+  for (int t = 0; t < d.T; ++t) {  // D_t = rowsum(dO_t ∘ O_t)
     const float* g = dout + d.at(b, t, d.C, h);
     const float* o = out + d.at(b, t, d.C, h);
     __m256 acc = _mm256_setzero_ps();
     for (int c = 0; c < HS; c += 8)
       acc = _mm256_fmadd_ps(_mm256_loadu_ps(g + c), _mm256_loadu_ps(o + c), acc);
     w.D[t] = hsum(acc);
-    std::fill_n(dqkv + d.at(b, t, C3, h), HS, 0.0f);
   }
+  std::fill(w.dq_written.begin(), w.dq_written.end(), 0);
   for (int kt = 0; kt < d.n_tiles; ++kt) {
     const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0), nk_pad = round_up8(nk);
     const float* K = qkv + d.at(b, k0, C3, h) + d.C;
@@ -402,8 +405,9 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
                 off);  // dV += Pᵀ·dO
       gemm_tile<Isa>(dK, C3, ds_t, Q, C3, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
                 off);  // dK += dSᵀ·Q
-      gemm_tile<Isa>(dQ, C3, Operand{ds, kTile, 1}, K, C3, nq, HS, nk, true, Causal::QueryRowsKeyInner,
-                off);  // dQ += dS·K
+      gemm_tile<Isa>(dQ, C3, Operand{ds, kTile, 1}, K, C3, nq, HS, nk, w.dq_written[qt] != 0,
+                     Causal::QueryRowsKeyInner, off);  // dQ (+)= dS·K, the first time overwritten
+      w.dq_written[qt] = 1;
       first = false;
     }
     if (first)  // no active query tile: these keys get no gradient
@@ -412,6 +416,10 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
         std::fill_n(dV + static_cast<size_t>(j) * C3, HS, 0.0f);
       }
   }
+  for (int qt = 0; qt < d.n_tiles; ++qt)  // no active key tile: these queries get no gradient
+    if (!w.dq_written[qt])
+      for (int t = qt * kTile; t < std::min(d.T, (qt + 1) * kTile); ++t)
+        std::fill_n(dqkv + d.at(b, t, C3, h), HS, 0.0f);
 }
 
 // The kernels' entry points for traits Isa; each parallel work item is computed by one thread.
@@ -438,7 +446,7 @@ void backward(float* dqkv, const float* dout, const float* qkv, const float* out
   const Dims d(B, T, C, NH);
 #pragma omp parallel
   {
-    BackwardScratch w(d.HS, T);
+    BackwardScratch w(d.HS, T, d.n_tiles);
 #pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; ++bh)
       backward_head<Isa>(dqkv, dout, qkv, out, lse, d, bh / NH, bh % NH, w);
