@@ -19,8 +19,8 @@ bool cpu_has_avx512() {
 std::atomic<AttentionIsa> g_isa{AttentionIsa::Auto};
 
 AttentionIsa resolve(AttentionIsa isa) {
-  if (isa == AttentionIsa::Auto) return cpu_has_avx512() ? AttentionIsa::Avx512 : AttentionIsa::Avx2;
-  return isa;
+  if (isa != AttentionIsa::Auto) return isa;
+  return cpu_has_avx512() ? AttentionIsa::Avx512 : AttentionIsa::Avx2;
 }
 
 const attention_detail::IsaKernels& active_kernels() {

@@ -85,8 +85,10 @@ template <class Isa>
 void probability_row(float* s, int n_pad, int n_valid, float scale, float lse) {
   const typename Isa::reg vs = Isa::set1(scale), vshift = Isa::set1(-lse);
   int j = 0;
-  for (; j < n_valid; j += Isa::kLanes)
-    Isa::store(s + j, Isa::keep(Isa::range(0, n_valid - j), Isa::exp(Isa::fma(Isa::load(s + j), vs, vshift))));
+  for (; j < n_valid; j += Isa::kLanes) {
+    const typename Isa::reg p = Isa::exp(Isa::fma(Isa::load(s + j), vs, vshift));
+    Isa::store(s + j, Isa::keep(Isa::range(0, n_valid - j), p));
+  }
   for (; j < n_pad; ++j) s[j] = 0.0f;
 }
 
@@ -161,9 +163,10 @@ void gemm_panel(float* C, int ldc, Operand A, const float* B, int ldb, int M, in
     if (causal == Causal::QueryRowsKeyInner) k_end = std::clamp(m + mr + off, 0, K);
     if (causal == Causal::KeyRowsQueryInner) k_begin = std::clamp(m - off, 0, K);
     // Operand fields go as scalars: a struct argument costs a store-forwarding stall per call.
-    micro_kernel_rows<Isa, NV>(mr, C + m * ldc, ldc, A.data + m * A.row_stride + k_begin * A.k_stride,
-                          A.row_stride, A.k_stride, B + static_cast<size_t>(k_begin) * ldb, ldb,
-                          std::max(0, k_end - k_begin), accumulate);
+    micro_kernel_rows<Isa, NV>(mr, C + m * ldc, ldc,
+                               A.data + m * A.row_stride + k_begin * A.k_stride, A.row_stride,
+                               A.k_stride, B + static_cast<size_t>(k_begin) * ldb, ldb,
+                               std::max(0, k_end - k_begin), accumulate);
   }
 }
 
@@ -181,7 +184,8 @@ void gemm_tile(float* C, int ldc, Operand A, const float* B, int ldb, int M, int
   for (; n + L <= N; n += L)
     gemm_panel<Isa, 1>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, off);
   for (; n < N; n += L8)
-    gemm_panel<typename Isa::Narrow, 1>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, off);
+    gemm_panel<typename Isa::Narrow, 1>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal,
+                                        off);
 }
 
 // dst[c][r] = src[r][c] for an 8x8 block (leading dimensions ld_dst, ld_src).
@@ -276,7 +280,8 @@ void softmax_update(float* st, int nk, int c, int nq, int off, float scale, floa
     const reg sj = Isa::mul(Isa::load(st + j * kTile + c), vs);
     m_max = kMasked ? Isa::select(valid(j), Isa::max(m_max, sj), m_max) : Isa::max(m_max, sj);
   }
-  const reg m_new = Isa::select(Isa::gt(m_max, Isa::add(m_old, Isa::set1(kShiftSlack))), m_max, m_old);
+  const reg m_new =
+      Isa::select(Isa::gt(m_max, Isa::add(m_old, Isa::set1(kShiftSlack))), m_max, m_old);
   const reg neg_m = Isa::sub(Isa::zero(), m_new);
   reg sum = Isa::zero();
   for (int j = 0; j < j_end; ++j) {
@@ -310,7 +315,7 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
     const float* K = qkv + d.at(b, k0, C3, h) + d.C;
     const float* V = K + d.C;
     gemm_tile<Isa>(w.st.data(), kTile, Operand{K, size_t(C3), 1}, w.qt.data(), kTile, nk, nq_pad,
-                 HS, false, Causal::KeyRowsQueryCols, off);  // Sᵀ = K·Qᵀ
+                   HS, false, Causal::KeyRowsQueryCols, off);  // Sᵀ = K·Qᵀ
     for (int c = 0; c < nq_pad; c += Isa::kLanes) {
       // padding lanes or above the diagonal
       const bool masked = c + Isa::kLanes > nq || nk - 1 > c + off;
@@ -355,7 +360,8 @@ void ds_row(float* ds, const float* p, int n_pad, int n_valid, float D_i, float 
   int j = 0;
   for (; j < n_valid; j += Isa::kLanes) {
     const typename Isa::reg pj = Isa::mul(Isa::load(p + j), vs);
-    Isa::store(ds + j, Isa::keep(Isa::range(0, n_valid - j), Isa::mul(pj, Isa::sub(Isa::load(ds + j), vd))));
+    const typename Isa::reg dsj = Isa::mul(pj, Isa::sub(Isa::load(ds + j), vd));
+    Isa::store(ds + j, Isa::keep(Isa::range(0, n_valid - j), dsj));
   }
   for (; j < n_pad; ++j) ds[j] = 0.0f;
 }
@@ -391,10 +397,10 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
       const float* dO = dout + d.at(b, q0, d.C, h);
       float* dQ = dqkv + d.at(b, q0, C3, h);
       float *p = w.p.data(), *ds = w.ds.data();
-      gemm_tile<Isa>(p, kTile, Operand{Q, size_t(C3), 1}, w.kt.data(), kTile, nq, nk_pad, HS, false,
-                Causal::QueryRowsKeyCols, off);  // S = Q·Kᵀ
-      gemm_tile<Isa>(ds, kTile, Operand{dO, size_t(d.C), 1}, w.vt.data(), kTile, nq, nk_pad, HS, false,
-                Causal::QueryRowsKeyCols, off);  // dP = dO·Vᵀ
+      gemm_tile<Isa>(p, kTile, Operand{Q, size_t(C3), 1}, w.kt.data(), kTile, nq, nk_pad, HS,
+                     false, Causal::QueryRowsKeyCols, off);  // S = Q·Kᵀ
+      gemm_tile<Isa>(ds, kTile, Operand{dO, size_t(d.C), 1}, w.vt.data(), kTile, nq, nk_pad, HS,
+                     false, Causal::QueryRowsKeyCols, off);  // dP = dO·Vᵀ
       for (int i = 0; i < nq; ++i) {  // P = exp(S·scale - lse); dS = P ∘ (dP - D)·scale
         const int n_valid = causal_valid(q0 + i, k0, nk);
         probability_row<Isa>(p + i * kTile, nk_pad, n_valid, d.scale, lse_bh[q0 + i]);
@@ -402,9 +408,9 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
       }
       const Operand p_t{p, 1, kTile}, ds_t{ds, 1, kTile};  // Pᵀ, dSᵀ as views
       gemm_tile<Isa>(dV, C3, p_t, dO, d.C, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
-                off);  // dV += Pᵀ·dO
+                     off);  // dV += Pᵀ·dO
       gemm_tile<Isa>(dK, C3, ds_t, Q, C3, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
-                off);  // dK += dSᵀ·Q
+                     off);  // dK += dSᵀ·Q
       gemm_tile<Isa>(dQ, C3, Operand{ds, kTile, 1}, K, C3, nq, HS, nk, w.dq_written[qt] != 0,
                      Causal::QueryRowsKeyInner, off);  // dQ (+)= dS·K, the first time overwritten
       w.dq_written[qt] = 1;
