@@ -43,7 +43,6 @@ inline int causal_valid(int q, int k0, int nk) { return std::clamp(q - k0 + 1, 0
 
 inline int round_up8(int n) { return (n + 7) & ~7; }
 
-
 // AVX2/FMA traits: 8 lanes, masks are all-ones/zero lanes, a 6 x 16 micro-kernel (12 ymm
 // accumulators).
 struct Avx2 {
