@@ -1,5 +1,6 @@
 // Benchmark of the fused causal attention kernels: GFLOP/s of forward and backward on the model
-// shapes, next to the OpenBLAS SGEMM rate measured in the same run.
+// shapes for each instruction set the CPU has (AVX2, AVX-512), next to the OpenBLAS SGEMM rate
+// measured in the same run.
 // FLOPs counted (causal, useful work only; diagonal tiles compute some masked scores besides):
 //   scores per head = T(T+1)/2; each costs 2·HS per matrix product.
 //   forward  = 2 products (Q·Kᵀ, P·V)                                = 2·B·NH·HS·T(T+1)
@@ -16,6 +17,7 @@
 #include "frugal/core/rng.h"
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
+#include "frugal/kernels/cpu/attention.h"
 #include "frugal/kernels/cpu/blas_peak.h"
 #include "frugal/kernels/ops.h"
 
@@ -50,7 +52,9 @@ void bench_attention(int B, int T, int C, int NH, int reps) {
   const std::vector<float> qkv = random_floats(3 * n, 0), dout = random_floats(n, 1);
   std::vector<float> out(n), lse(static_cast<size_t>(B) * NH * T), dqkv(3 * n);
   const double fwd_flops = 2.0 * B * NH * (C / NH) * T * (T + 1.0);
-  std::printf("attention B=%d T=%d C=%d NH=%d HS=%d:", B, T, C, NH, C / NH);
+  std::printf("attention %-6s B=%d T=%d C=%d NH=%d HS=%d:",
+              frugal::kernels::attention_isa_name(frugal::kernels::attention_active_isa()), B, T,
+              C, NH, C / NH);
   print("forward:", best_seconds([&] {
     frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
   }, reps), fwd_flops);
@@ -79,9 +83,16 @@ int main(int argc, char** argv) {
   const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
   frugal::set_num_threads(threads);
   std::printf("threads=%d reps=%d\n", threads, reps);
-  bench_attention(8, 256, 384, 6, reps);
-  bench_attention(12, 64, 128, 4, reps);
-  bench_attention(4, 64, 768, 12, reps);
+  using frugal::kernels::AttentionIsa;
+  std::vector<AttentionIsa> isas = {AttentionIsa::Avx2};
+  if (__builtin_cpu_supports("avx512f")) isas.push_back(AttentionIsa::Avx512);
+  for (AttentionIsa isa : isas) {
+    frugal::kernels::attention_set_isa(isa);
+    bench_attention(8, 256, 384, 6, reps);
+    bench_attention(12, 64, 128, 4, reps);
+    bench_attention(4, 64, 768, 12, reps);
+  }
+  frugal::kernels::attention_set_isa(AttentionIsa::Auto);
   bench_sgemm(2048, 384, 384, reps);    // the QKV-sized linear of the first shape
   bench_sgemm(1024, 1024, 1024, reps);  // square, for the peak
 }

@@ -1,5 +1,6 @@
 // Tests of causal self-attention: the fp64 reference against finite differences, the optimised
-// CPU kernel (float) against the reference (fp64) on many shapes, and thread-count determinism.
+// CPU kernels (float; AVX2 and, where the CPU has it, AVX-512) against the reference (fp64) on many
+// shapes, and thread-count determinism.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -9,12 +10,16 @@
 #include <vector>
 
 #include "frugal/core/error.h"
+#include "frugal/kernels/cpu/attention.h"
 #include "frugal/kernels/ops.h"
 #include "frugal/kernels/ref/attention_ref.h"
 #include "gradcheck.h"
 
 namespace {
 
+using frugal::kernels::AttentionIsa;
+using frugal::kernels::attention_isa_name;
+using frugal::kernels::attention_set_isa;
 using frugal::testing::max_rel_error;
 using frugal::testing::numeric_gradient;
 using frugal::testing::random_vector;
@@ -53,6 +58,24 @@ Pass<float> run_optimised(const std::vector<float>& qkv, const std::vector<float
   frugal::kernels::attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
                                       r.lse.data(), s.B, s.T, s.C, s.NH);
   return r;
+}
+
+// Every instruction set this CPU can run.
+std::vector<AttentionIsa> isas() {
+  std::vector<AttentionIsa> out = {AttentionIsa::Avx2};
+  if (__builtin_cpu_supports("avx512f")) out.push_back(AttentionIsa::Avx512);
+  return out;
+}
+
+// Runs check() once per instruction set, then restores the automatic choice.
+template <class F>
+void for_each_isa(F&& check) {
+  for (AttentionIsa isa : isas()) {
+    SCOPED_TRACE(attention_isa_name(isa));
+    EXPECT_EQ(attention_set_isa(isa), isa);
+    check();
+  }
+  attention_set_isa(AttentionIsa::Auto);
 }
 
 // Random qkv in [-2, 2): scores q·k/sqrt(HS) then have std ~1.3, so softmax rows are far from
@@ -100,10 +123,12 @@ class AttentionOptimised : public ::testing::TestWithParam<Shape> {};
 void expect_matches_reference(const std::vector<double>& qkv, const Shape& s) {
   const std::vector<double> dout = random_vector(size_t(s.B) * s.T * s.C, 20 + s.T);
   const Pass<double> ref = run_reference(qkv, dout, s);
-  const Pass<float> opt = run_optimised(to_float(qkv), to_float(dout), s);
-  EXPECT_LT(max_rel_error(to_double(opt.out), ref.out), kForwardTol);
-  EXPECT_LT(max_rel_error(to_double(opt.lse), ref.lse), kForwardTol);
-  EXPECT_LT(max_rel_error(to_double(opt.dqkv), ref.dqkv), kBackwardTol);
+  for_each_isa([&] {
+    const Pass<float> opt = run_optimised(to_float(qkv), to_float(dout), s);
+    EXPECT_LT(max_rel_error(to_double(opt.out), ref.out), kForwardTol);
+    EXPECT_LT(max_rel_error(to_double(opt.lse), ref.lse), kForwardTol);
+    EXPECT_LT(max_rel_error(to_double(opt.dqkv), ref.dqkv), kBackwardTol);
+  });
 }
 
 TEST_P(AttentionOptimised, MatchesReference) {
@@ -130,18 +155,20 @@ TEST_P(AttentionOptimised, SameBitsOnOneAndTwoThreads) {
   const Shape s = GetParam();
   const std::vector<float> qkv = to_float(random_qkv(s, 30));
   const std::vector<float> dout = to_float(random_vector(size_t(s.B) * s.T * s.C, 31));
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const Pass<float> one = run_optimised(qkv, dout, s);
-  omp_set_num_threads(2);
-  const Pass<float> two = run_optimised(qkv, dout, s);
-  omp_set_num_threads(saved);
   auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   };
-  EXPECT_TRUE(same(one.out, two.out));
-  EXPECT_TRUE(same(one.lse, two.lse));
-  EXPECT_TRUE(same(one.dqkv, two.dqkv));
+  const int saved = omp_get_max_threads();
+  for_each_isa([&] {
+    omp_set_num_threads(1);
+    const Pass<float> one = run_optimised(qkv, dout, s);
+    omp_set_num_threads(2);
+    const Pass<float> two = run_optimised(qkv, dout, s);
+    EXPECT_TRUE(same(one.out, two.out));
+    EXPECT_TRUE(same(one.lse, two.lse));
+    EXPECT_TRUE(same(one.dqkv, two.dqkv));
+  });
+  omp_set_num_threads(saved);
 }
 
 // T=1; T below, at and above the 64-wide tile and not a multiple of it; HS 8/24/32/64/256 (24
@@ -158,8 +185,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionOptimised,
 
 TEST(AttentionOptimised, RejectsUnsupportedHeadSize) {
   std::vector<float> qkv(3 * 12), out(12), lse(1);
-  EXPECT_THROW(frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, 1, 12, 1),
-               frugal::Error);
+  for_each_isa([&] {
+    EXPECT_THROW(
+        frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, 1, 12, 1),
+        frugal::Error);
+  });
+}
+
+TEST(AttentionOptimised, AutoPicksAvx512WhereAvailable) {
+  const AttentionIsa want =
+      __builtin_cpu_supports("avx512f") ? AttentionIsa::Avx512 : AttentionIsa::Avx2;
+  EXPECT_EQ(attention_set_isa(AttentionIsa::Auto), want);
+  EXPECT_EQ(frugal::kernels::attention_active_isa(), want);
+  if (want == AttentionIsa::Avx2)
+    EXPECT_THROW(attention_set_isa(AttentionIsa::Avx512), frugal::Error);
 }
 
 }  // namespace

@@ -1,0 +1,35 @@
+// Fused causal attention on CPU: instruction-set selection (the kernels themselves are
+// attention_forward / attention_backward in kernels/ops.h), and the per-instruction-set entry
+// points behind it (attention_avx2.cpp, attention_avx512.cpp).
+#pragma once
+
+namespace frugal::kernels {
+
+// Instruction set of the attention kernels. Auto picks AVX-512 when the CPU has AVX-512F (checked
+// once), else AVX2/FMA. Results are deterministic per instruction set and thread count; the two
+// instruction sets differ in the last bits (different register blocking, same tolerances).
+enum class AttentionIsa { Auto, Avx2, Avx512 };
+// Selects the kernels for all later calls (tests and benchmarks compare both); throws when the CPU
+// lacks the requested instruction set. Returns the instruction set now in use.
+AttentionIsa attention_set_isa(AttentionIsa isa);
+AttentionIsa attention_active_isa();
+const char* attention_isa_name(AttentionIsa isa);
+
+namespace attention_detail {
+
+// qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T); see attention_forward in kernels/ops.h.
+using ForwardFn = void (*)(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+// dout (B,T,C), qkv (B,T,3C), out (B,T,C), lse (B,NH,T) -> dqkv (B,T,3C), overwritten.
+using BackwardFn = void (*)(float* dqkv, const float* dout, const float* qkv, const float* out,
+                            const float* lse, int B, int T, int C, int NH);
+
+struct IsaKernels {
+  ForwardFn forward;
+  BackwardFn backward;
+};
+
+const IsaKernels& avx2_kernels();
+const IsaKernels& avx512_kernels();  // call only when the CPU has AVX-512F
+
+}  // namespace attention_detail
+}  // namespace frugal::kernels

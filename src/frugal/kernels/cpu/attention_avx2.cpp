@@ -1,0 +1,12 @@
+// AVX2/FMA instantiation of the fused causal attention: 8-lane vectors, 6 x 16 micro-kernel.
+#include "frugal/kernels/cpu/attention.h"
+#include "frugal/kernels/cpu/attention_tiles.h"
+
+namespace frugal::kernels::attention_detail {
+
+const IsaKernels& avx2_kernels() {
+  static const IsaKernels k{&forward<Avx2>, &backward<Avx2>};
+  return k;
+}
+
+}  // namespace frugal::kernels::attention_detail

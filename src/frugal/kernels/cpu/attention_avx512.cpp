@@ -1,0 +1,56 @@
+// AVX-512F instantiation of the fused causal attention: 16-lane zmm vectors with mask registers,
+// an 8 x 32 micro-kernel (16 zmm accumulators), 8-column remainders with the AVX2 traits.
+// Called only after a run-time CPU check. The standard and project headers are included before the
+// target pragma, so their inline functions stay plain x86-64-v3 code; attention_tiles.h has
+// internal linkage only, so nothing compiled here can be picked by the linker for other code.
+// simd_math.h comes first: it includes <immintrin.h> with GCC 12's false AVX-512 warnings off.
+#include "frugal/kernels/cpu/simd_math.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "frugal/core/error.h"
+#include "frugal/kernels/cpu/attention.h"
+
+#pragma GCC target("avx512f")
+#include "frugal/kernels/cpu/attention_tiles.h"
+
+namespace frugal::kernels::attention_detail {
+namespace {
+
+struct Avx512 {
+  using reg = __m512;
+  using mask = __mmask16;
+  using Narrow = Avx2;
+  static constexpr int kLanes = 16, kMR = 8;
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg set1(float x) { return _mm512_set1_ps(x); }
+  static reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
+  static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  static reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
+  static reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
+  static reg exp(reg x) { return cpu::exp512(x); }
+  static mask gt(reg a, reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static mask range(int lo, int hi) {
+    const unsigned below_hi = (1u << std::clamp(hi, 0, kLanes)) - 1;
+    const unsigned below_lo = (1u << std::clamp(lo, 0, kLanes)) - 1;
+    return static_cast<mask>(below_hi & ~below_lo);
+  }
+  static reg select(mask m, reg a, reg b) { return _mm512_mask_blend_ps(m, b, a); }
+  static reg keep(mask m, reg x) { return _mm512_maskz_mov_ps(m, x); }
+};
+
+}  // namespace
+
+const IsaKernels& avx512_kernels() {
+  static const IsaKernels k{&forward<Avx512>, &backward<Avx512>};
+  return k;
+}
+
+}  // namespace frugal::kernels::attention_detail

@@ -1,0 +1,462 @@
+// Internal to the fused causal attention (CPU, flash-attention style, OpenMP): the tile loops,
+// written once over a vector-traits type Isa and instantiated per instruction set
+// (attention_avx2.cpp, attention_avx512.cpp; attention.cpp dispatches).
+// Forward: per (batch, head, query tile), stream the key tiles with an online softmax; only O(T)
+// per-row statistics (lse) leave the kernel. Backward: per (batch, head), key tiles outside and
+// query tiles inside; scores are recomputed from q, k and lse, dK/dV/dQ accumulate straight into
+// dqkv (each (batch, head) owns its columns). Every product is one register-blocked micro-kernel
+// C (+)= A·B that broadcasts elements of A (any row/inner strides, so transposed operands cost
+// nothing) and FMAs contiguous rows of B. See docs/attention.md.
+//
+// Isa provides: reg, mask, kLanes, kMR (micro-kernel rows), Narrow (traits for an 8-column
+// remainder), zero(), set1(x), load(p), store(p, v), bcast(p), fma(a, b, c) = a·b + c, add, sub,
+// mul, max, exp, gt(a, b) (lane mask a > b), range(lo, hi) (lanes lo <= i < hi), select(m, a, b)
+// (m ? a : b) and keep(m, x) (m ? x : 0). The O(T·HS) loops (transposes, rescaling, the output
+// write, D) stay 8-wide AVX2 in every instantiation.
+//
+// Everything here has internal linkage (unnamed namespace): the AVX-512 translation unit compiles
+// this header under `#pragma GCC target("avx512f")`, and no inline function of it may be shared
+// with (and picked by the linker for) the AVX2 one.
+#pragma once
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "frugal/core/error.h"
+#include "frugal/kernels/cpu/simd_math.h"
+
+namespace frugal::kernels::attention_detail {
+namespace {
+
+constexpr int kTile = 64;  // queries per query tile = keys per key tile
+
+// Which (query tile, key tile) pairs hold any unmasked score. Only causal today; a block-sparse
+// pattern (local window + strided columns for Mixed Sparsity Training) narrows this predicate,
+// and the loops below then skip whole tiles. Per-score masking happens only on diagonal tiles.
+inline bool tile_active(int q_tile, int k_tile) { return k_tile <= q_tile; }
+
+// Number of keys k0..k0+nk-1 that query q may attend to (causal: keys up to q itself).
+inline int causal_valid(int q, int k0, int nk) { return std::clamp(q - k0 + 1, 0, nk); }
+
+inline int round_up8(int n) { return (n + 7) & ~7; }
+
+// AVX2/FMA traits: 8 lanes, masks are all-ones/zero lanes, a 6 x 16 micro-kernel (12 ymm
+// accumulators).
+struct Avx2 {
+  using reg = __m256;
+  using mask = __m256;
+  using Narrow = Avx2;
+  static constexpr int kLanes = 8, kMR = 6;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg set1(float x) { return _mm256_set1_ps(x); }
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+  static reg bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+  static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
+  static reg exp(reg x) { return cpu::exp256(x); }
+  static mask gt(reg a, reg b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static mask range(int lo, int hi) {
+    const __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), i),
+                                                   _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i)));
+  }
+  static reg select(mask m, reg a, reg b) { return _mm256_blendv_ps(b, a, m); }
+  static reg keep(mask m, reg x) { return _mm256_and_ps(x, m); }
+};
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// Backward P row in place over S (a kTile-wide row): s_j = exp(s_j·scale - lse) for j <
+// n_valid, 0 up to n_pad (and up to the end of the last vector). Lanes at or after n_valid may hold
+// garbage (a skipped block leaves them unwritten); the mask zeroes them, even NaN.
+template <class Isa>
+void probability_row(float* s, int n_pad, int n_valid, float scale, float lse) {
+  const typename Isa::reg vs = Isa::set1(scale), vshift = Isa::set1(-lse);
+  int j = 0;
+  for (; j < n_valid; j += Isa::kLanes) {
+    const typename Isa::reg p = Isa::exp(Isa::fma(Isa::load(s + j), vs, vshift));
+    Isa::store(s + j, Isa::keep(Isa::range(0, n_valid - j), p));
+  }
+  for (; j < n_pad; ++j) s[j] = 0.0f;
+}
+
+// Which index of a tile product runs over queries and which over keys, so that the all-masked
+// corner of a diagonal tile (key j > query i + off, off = q0 - k0) is skipped in whole
+// micro-kernel blocks. Off-diagonal tiles (off >= kTile) skip nothing.
+enum class Causal {
+  QueryRowsKeyCols,   // C (queries x keys): S = Q·Kᵀ, dP = dO·Vᵀ (skipped blocks left unwritten)
+  KeyRowsQueryCols,   // C (keys x queries): Sᵀ = K·Qᵀ (skipped blocks left unwritten)
+  QueryRowsKeyInner,  // rows queries, inner dim keys: O += P·V, dQ += dS·K
+  KeyRowsQueryInner,  // rows keys, inner dim queries: dV += Pᵀ·dO, dK += dSᵀ·Q
+};
+
+// A read-only matrix operand whose element (row r, inner index k) is data[r·row_stride +
+// k·k_stride]: row-major, or a transposed view of a row-major buffer at no cost.
+struct Operand {
+  const float* data;
+  size_t row_stride, k_stride;
+};
+
+// C (MR x L·NV) = or += A (MR x K) · B (K x L·NV), L = Isa::kLanes; C and B row-major. The
+// accumulator array is fully unrolled so that it lives in registers across the k loop.
+template <class Isa, int MR, int NV>
+inline void micro_kernel(float* C, int ldc, const float* A, size_t a_rs, size_t a_ks,
+                         const float* B, int ldb, int K, bool accumulate) {
+  constexpr int L = Isa::kLanes;
+  typename Isa::reg acc[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[r][v] = Isa::zero();
+  for (int k = 0; k < K; ++k) {
+    const float* b = B + static_cast<size_t>(k) * ldb;
+    typename Isa::reg bk[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) bk[v] = Isa::load(b + v * L);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const typename Isa::reg a = Isa::bcast(A + r * a_rs + k * a_ks);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[r][v] = Isa::fma(a, bk[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      float* c = C + r * ldc + v * L;
+      Isa::store(c, accumulate ? Isa::add(acc[r][v], Isa::load(c)) : acc[r][v]);
+    }
+}
+
+// micro_kernel for mr = 1..MR rows.
+template <class Isa, int NV, int MR = Isa::kMR>
+void micro_kernel_rows(int mr, float* C, int ldc, const float* A, size_t a_rs, size_t a_ks,
+                       const float* B, int ldb, int K, bool accumulate) {
+  if constexpr (MR > 1)
+    if (mr < MR)
+      return micro_kernel_rows<Isa, NV, MR - 1>(mr, C, ldc, A, a_rs, a_ks, B, ldb, K, accumulate);
+  micro_kernel<Isa, MR, NV>(C, ldc, A, a_rs, a_ks, B, ldb, K, accumulate);
+}
+
+// One column panel (columns n0..n0+L·NV of the product) over all M rows, in blocks of Isa::kMR.
+template <class Isa, int NV>
+void gemm_panel(float* C, int ldc, Operand A, const float* B, int ldb, int M, int K,
+                bool accumulate, int n0, Causal causal, int off) {
+  for (int m = 0; m < M; m += Isa::kMR) {
+    const int mr = std::min(Isa::kMR, M - m);
+    int k_begin = 0, k_end = K;
+    if (causal == Causal::QueryRowsKeyCols && n0 > m + mr - 1 + off) continue;
+    if (causal == Causal::KeyRowsQueryCols && m > n0 + Isa::kLanes * NV - 1 + off) continue;
+    if (causal == Causal::QueryRowsKeyInner) k_end = std::clamp(m + mr + off, 0, K);
+    if (causal == Causal::KeyRowsQueryInner) k_begin = std::clamp(m - off, 0, K);
+    // Operand fields go as scalars: a struct argument costs a store-forwarding stall per call.
+    micro_kernel_rows<Isa, NV>(mr, C + m * ldc, ldc,
+                               A.data + m * A.row_stride + k_begin * A.k_stride, A.row_stride,
+                               A.k_stride, B + static_cast<size_t>(k_begin) * ldb, ldb,
+                               std::max(0, k_end - k_begin), accumulate);
+  }
+}
+
+// C (M x N) = or += A (M x K) · B (K x N), N a multiple of 8, C and B row-major; a tile product
+// with its causal structure (off = q0 - k0 of the tile pair). Panels of 2 vectors, then one,
+// then 8-column remainders with the narrow traits.
+template <class Isa>
+void gemm_tile(float* C, int ldc, Operand A, const float* B, int ldb, int M, int N, int K,
+               bool accumulate, Causal causal, int off) {
+  constexpr int L = Isa::kLanes, L8 = Isa::Narrow::kLanes;
+  static_assert(L8 == 8, "the remainder panels are 8 columns wide");
+  int n = 0;
+  for (; n + 2 * L <= N; n += 2 * L)
+    gemm_panel<Isa, 2>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, off);
+  for (; n + L <= N; n += L)
+    gemm_panel<Isa, 1>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, off);
+  for (; n < N; n += L8)
+    gemm_panel<typename Isa::Narrow, 1>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal,
+                                        off);
+}
+
+// dst[c][r] = src[r][c] for an 8x8 block (leading dimensions ld_dst, ld_src).
+inline void transpose8x8(float* dst, int ld_dst, const float* src, size_t ld_src) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld_src);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      r[i + h] = _mm256_shuffle_ps(t[i + h], t[i + h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + h + 2] = _mm256_shuffle_ps(t[i + h], t[i + h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+  // r[0..3] now hold columns 0, 2, 1, 3 of rows 0-3 (low lanes) and columns 4, 6, 5, 7 (high
+  // lanes); r[4..7] the same for rows 4-7. Joining lanes gives the eight output rows.
+  const int order[4] = {0, 2, 1, 3};
+  for (int c = 0; c < 4; ++c) {
+    _mm256_storeu_ps(dst + c * ld_dst, _mm256_permute2f128_ps(r[order[c]], r[4 + order[c]], 0x20));
+    _mm256_storeu_ps(dst + (c + 4) * ld_dst,
+                     _mm256_permute2f128_ps(r[order[c]], r[4 + order[c]], 0x31));
+  }
+}
+
+// dst (cols x ld_dst) = srcᵀ for src (rows x cols, leading dimension ld_src), cols a multiple of
+// 8; dst columns rows..round_up8(rows) are zeroed so the padded tile is safe to multiply.
+void transpose_tile(float* dst, int ld_dst, const float* src, size_t ld_src, int rows, int cols) {
+  const int full = rows & ~7;
+  for (int r = 0; r < full; r += 8)
+    for (int c = 0; c < cols; c += 8)
+      transpose8x8(dst + c * ld_dst + r, ld_dst, src + r * ld_src + c, ld_src);
+  for (int c = 0; c < cols; ++c) {
+    float* d = dst + c * ld_dst;
+    for (int r = full; r < rows; ++r) d[r] = src[r * ld_src + c];
+    for (int r = rows; r < round_up8(rows); ++r) d[r] = 0.0f;
+  }
+}
+
+// Shape bookkeeping shared by forward and backward.
+struct Dims {
+  int B, T, C, NH, HS;
+  int n_tiles;
+  float scale;
+  Dims(int B_, int T_, int C_, int NH_) : B(B_), T(T_), C(C_), NH(NH_) {
+    FRUGAL_CHECK(B > 0 && T > 0 && NH > 0 && C % NH == 0,
+                 "attention: need B, T, NH > 0 and C divisible by NH (got B={} T={} C={} NH={}); "
+                 "fix the model config",
+                 B, T, C, NH);
+    HS = C / NH;
+    FRUGAL_CHECK(HS % 8 == 0 && HS <= 256,
+                 "attention: head size C/NH = {} must be a multiple of 8 and at most 256; choose "
+                 "n_head so that n_embd/n_head fits",
+                 HS);
+    n_tiles = (T + kTile - 1) / kTile;
+    scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  }
+  // Offset of row t of batch b, head h, in a (B,T,width) tensor.
+  size_t at(int b, int t, int width, int h) const {
+    return (static_cast<size_t>(b) * T + t) * width + static_cast<size_t>(h) * HS;
+  }
+};
+
+// Per-thread scratch for the forward of one query tile.
+struct ForwardScratch {
+  std::vector<float> qt, st, o, m, l, alpha;
+  explicit ForwardScratch(int HS)
+      : qt(HS * kTile), st(kTile * kTile), o(kTile * HS), m(kTile), l(kTile), alpha(kTile) {}
+};
+
+// The running max used as the softmax shift only moves when the true max exceeds it by more than
+// this (so P <= e^8 before normalisation): most key tiles then leave it alone and the partial
+// outputs need no rescaling. Exact in exact arithmetic; lse = shift + log(sum) either way.
+constexpr float kShiftSlack = 8.0f;
+
+// Online-softmax update for query lanes c..c+L-1 (L = Isa::kLanes) from the score tile Sᵀ (keys x
+// queries, nk rows): new shift m, P = exp(S·scale - m) in place (masked lanes 0), running sum l
+// rescaled; alpha (L) receives the factor by which these queries' partial outputs must be
+// rescaled. Valid (key j, query i): j <= i + off (causal) and i < nq; other lanes may hold garbage.
+// kMasked = false when every lane is valid (the block lies below the diagonal, inside the tile).
+template <class Isa, bool kMasked>
+void softmax_update(float* st, int nk, int c, int nq, int off, float scale, float* m, float* l,
+                    float* alpha) {
+  using reg = typename Isa::reg;
+  // Lane i (query c + i) sees key j when j - off - c <= i < nq - c.
+  auto valid = [&](int j) { return Isa::range(j - off - c, nq - c); };
+  // Keys past the last one any of these L queries sees get P = 0 without exp.
+  const int j_end = kMasked ? std::clamp(c + Isa::kLanes + off, 0, nk) : nk;
+  const reg vs = Isa::set1(scale), m_old = Isa::load(m + c);
+  reg m_max = m_old;
+  for (int j = 0; j < j_end; ++j) {
+    const reg sj = Isa::mul(Isa::load(st + j * kTile + c), vs);
+    m_max = kMasked ? Isa::select(valid(j), Isa::max(m_max, sj), m_max) : Isa::max(m_max, sj);
+  }
+  const reg m_new =
+      Isa::select(Isa::gt(m_max, Isa::add(m_old, Isa::set1(kShiftSlack))), m_max, m_old);
+  const reg neg_m = Isa::sub(Isa::zero(), m_new);
+  reg sum = Isa::zero();
+  for (int j = 0; j < j_end; ++j) {
+    float* sj = st + j * kTile + c;
+    reg p = Isa::exp(Isa::fma(Isa::load(sj), vs, neg_m));
+    if constexpr (kMasked) p = Isa::keep(valid(j), p);
+    Isa::store(sj, p);
+    sum = Isa::add(sum, p);
+  }
+  for (int j = j_end; j < nk; ++j) Isa::store(st + j * kTile + c, Isa::zero());
+  const reg a = Isa::exp(Isa::add(m_old, neg_m));  // exactly 1 where the shift stayed
+  Isa::store(alpha + c, a);
+  Isa::store(l + c, Isa::fma(Isa::load(l + c), a, sum));
+  Isa::store(m + c, m_new);
+}
+
+// One query tile of one head: out rows q0..q0+nq-1 and their lse.
+template <class Isa>
+void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d, int b, int h,
+                        int qt, ForwardScratch& w) {
+  const int C3 = 3 * d.C, HS = d.HS, q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
+  const int nq_pad = round_up8(nq);
+  transpose_tile(w.qt.data(), kTile, qkv + d.at(b, q0, C3, h), C3, nq, HS);  // Qᵀ (HS x queries)
+  // A finite "minus infinity" keeps every rescale factor exp(m_old - m_new) NaN-free.
+  std::fill(w.m.begin(), w.m.end(), -std::numeric_limits<float>::max());
+  std::fill(w.l.begin(), w.l.end(), 0.0f);
+  bool first = true;  // the first active key tile overwrites O: no zeroing, no rescaling
+  for (int kt = 0; kt <= qt; ++kt) {
+    if (!tile_active(qt, kt)) continue;
+    const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0), off = q0 - k0;
+    const float* K = qkv + d.at(b, k0, C3, h) + d.C;
+    const float* V = K + d.C;
+    gemm_tile<Isa>(w.st.data(), kTile, Operand{K, size_t(C3), 1}, w.qt.data(), kTile, nk, nq_pad,
+                   HS, false, Causal::KeyRowsQueryCols, off);  // Sᵀ = K·Qᵀ
+    for (int c = 0; c < nq_pad; c += Isa::kLanes) {
+      // padding lanes or above the diagonal
+      const bool masked = c + Isa::kLanes > nq || nk - 1 > c + off;
+      (masked ? softmax_update<Isa, true> : softmax_update<Isa, false>)(
+          w.st.data(), nk, c, nq, off, d.scale, w.m.data(), w.l.data(), w.alpha.data());
+    }
+    for (int i = 0; i < nq && !first; ++i) {
+      if (w.alpha[i] == 1.0f) continue;
+      float* orow = w.o.data() + i * HS;
+      const __m256 va = _mm256_set1_ps(w.alpha[i]);
+      for (int c = 0; c < HS; c += 8)
+        _mm256_storeu_ps(orow + c, _mm256_mul_ps(va, _mm256_loadu_ps(orow + c)));
+    }
+    gemm_tile<Isa>(w.o.data(), HS, Operand{w.st.data(), 1, kTile}, V, C3, nq, HS, nk, !first,
+                   Causal::QueryRowsKeyInner, off);  // O (+)= P·V, P read through Pᵀ
+    first = false;
+  }
+  for (int i = 0; i < nq; ++i) {
+    float* dst = out + d.at(b, q0 + i, d.C, h);
+    const __m256 inv = _mm256_set1_ps(1.0f / w.l[i]);
+    for (int c = 0; c < HS; c += 8)
+      _mm256_storeu_ps(dst + c, _mm256_mul_ps(inv, _mm256_loadu_ps(w.o.data() + i * HS + c)));
+    lse[(static_cast<size_t>(b) * d.NH + h) * d.T + q0 + i] = w.m[i] + std::log(w.l[i]);
+  }
+}
+
+// Per-thread scratch for the backward of one (batch, head): tile buffers, D (T), and per query
+// tile whether its dQ rows have been written yet.
+struct BackwardScratch {
+  std::vector<float> kt, vt, p, ds, D;
+  std::vector<char> dq_written;
+  BackwardScratch(int HS, int T, int n_tiles)
+      : kt(HS * kTile), vt(HS * kTile), p(kTile * kTile), ds(kTile * kTile), D(T),
+        dq_written(n_tiles) {}
+};
+
+// dS row in place over dP (kTile-wide rows): dS_j = P_j · (dP_j - D_i) · scale for j < n_valid,
+// 0 up to n_pad (and up to the end of the last vector).
+template <class Isa>
+void ds_row(float* ds, const float* p, int n_pad, int n_valid, float D_i, float scale) {
+  const typename Isa::reg vd = Isa::set1(D_i), vs = Isa::set1(scale);
+  int j = 0;
+  for (; j < n_valid; j += Isa::kLanes) {
+    const typename Isa::reg pj = Isa::mul(Isa::load(p + j), vs);
+    const typename Isa::reg dsj = Isa::mul(pj, Isa::sub(Isa::load(ds + j), vd));
+    Isa::store(ds + j, Isa::keep(Isa::range(0, n_valid - j), dsj));
+  }
+  for (; j < n_pad; ++j) ds[j] = 0.0f;
+}
+
+// dqkv for one (batch, head): this call owns its dq, dk and dv columns entirely.
+template <class Isa>
+void backward_head(float* dqkv, const float* dout, const float* qkv, const float* out,
+                   const float* lse, const Dims& d, int b, int h, BackwardScratch& w) {
+  const int C3 = 3 * d.C, HS = d.HS;
+  const float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
+  for (int t = 0; t < d.T; ++t) {  // D_t = rowsum(dO_t ∘ O_t)
+    const float* g = dout + d.at(b, t, d.C, h);
+    const float* o = out + d.at(b, t, d.C, h);
+    __m256 acc = _mm256_setzero_ps();
+    for (int c = 0; c < HS; c += 8)
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(g + c), _mm256_loadu_ps(o + c), acc);
+    w.D[t] = hsum(acc);
+  }
+  std::fill(w.dq_written.begin(), w.dq_written.end(), 0);
+  for (int kt = 0; kt < d.n_tiles; ++kt) {
+    const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0), nk_pad = round_up8(nk);
+    const float* K = qkv + d.at(b, k0, C3, h) + d.C;
+    const float* V = K + d.C;
+    float* dK = dqkv + d.at(b, k0, C3, h) + d.C;  // dK, dV of this key tile: written by the
+    float* dV = dK + d.C;                         // first active query tile, then accumulated
+    transpose_tile(w.kt.data(), kTile, K, C3, nk, HS);
+    transpose_tile(w.vt.data(), kTile, V, C3, nk, HS);
+    bool first = true;
+    for (int qt = kt; qt < d.n_tiles; ++qt) {
+      if (!tile_active(qt, kt)) continue;
+      const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0), off = q0 - k0;
+      const float* Q = qkv + d.at(b, q0, C3, h);
+      const float* dO = dout + d.at(b, q0, d.C, h);
+      float* dQ = dqkv + d.at(b, q0, C3, h);
+      float *p = w.p.data(), *ds = w.ds.data();
+      gemm_tile<Isa>(p, kTile, Operand{Q, size_t(C3), 1}, w.kt.data(), kTile, nq, nk_pad, HS,
+                     false, Causal::QueryRowsKeyCols, off);  // S = Q·Kᵀ
+      gemm_tile<Isa>(ds, kTile, Operand{dO, size_t(d.C), 1}, w.vt.data(), kTile, nq, nk_pad, HS,
+                     false, Causal::QueryRowsKeyCols, off);  // dP = dO·Vᵀ
+      for (int i = 0; i < nq; ++i) {  // P = exp(S·scale - lse); dS = P ∘ (dP - D)·scale
+        const int n_valid = causal_valid(q0 + i, k0, nk);
+        probability_row<Isa>(p + i * kTile, nk_pad, n_valid, d.scale, lse_bh[q0 + i]);
+        ds_row<Isa>(ds + i * kTile, p + i * kTile, nk_pad, n_valid, w.D[q0 + i], d.scale);
+      }
+      const Operand p_t{p, 1, kTile}, ds_t{ds, 1, kTile};  // Pᵀ, dSᵀ as views
+      gemm_tile<Isa>(dV, C3, p_t, dO, d.C, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
+                     off);  // dV += Pᵀ·dO
+      gemm_tile<Isa>(dK, C3, ds_t, Q, C3, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
+                     off);  // dK += dSᵀ·Q
+      gemm_tile<Isa>(dQ, C3, Operand{ds, kTile, 1}, K, C3, nq, HS, nk, w.dq_written[qt] != 0,
+                     Causal::QueryRowsKeyInner, off);  // dQ (+)= dS·K, the first time overwritten
+      w.dq_written[qt] = 1;
+      first = false;
+    }
+    if (first)  // no active query tile: these keys get no gradient
+      for (int j = 0; j < nk; ++j) {
+        std::fill_n(dK + static_cast<size_t>(j) * C3, HS, 0.0f);
+        std::fill_n(dV + static_cast<size_t>(j) * C3, HS, 0.0f);
+      }
+  }
+  for (int qt = 0; qt < d.n_tiles; ++qt)  // no active key tile: these queries get no gradient
+    if (!w.dq_written[qt])
+      for (int t = qt * kTile; t < std::min(d.T, (qt + 1) * kTile); ++t)
+        std::fill_n(dqkv + d.at(b, t, C3, h), HS, 0.0f);
+}
+
+// The kernels' entry points for traits Isa; each parallel work item is computed by one thread.
+template <class Isa>
+void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  const Dims d(B, T, C, NH);
+  const int items = B * NH * d.n_tiles;
+#pragma omp parallel
+  {
+    ForwardScratch w(d.HS);
+    // Head by head, so that a head's K and V stay in cache across its query tiles; within a head
+    // the longest query tiles (most key tiles) first. Each item writes only its own rows.
+#pragma omp for schedule(dynamic, 1)
+    for (int item = 0; item < items; ++item) {
+      const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
+      forward_query_tile<Isa>(out, lse, qkv, d, bh / NH, bh % NH, qt, w);
+    }
+  }
+}
+
+template <class Isa>
+void backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+              int B, int T, int C, int NH) {
+  const Dims d(B, T, C, NH);
+#pragma omp parallel
+  {
+    BackwardScratch w(d.HS, T, d.n_tiles);
+#pragma omp for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; ++bh)
+      backward_head<Isa>(dqkv, dout, qkv, out, lse, d, bh / NH, bh % NH, w);
+  }
+}
+
+}  // namespace
+}  // namespace frugal::kernels::attention_detail
