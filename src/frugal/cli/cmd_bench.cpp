@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "frugal/cli/commands.h"
+#include "frugal/kernels/cpu/gemm.h"
 #include "frugal/core/threading.h"
 #include "frugal/kernels/cpu/sparse24_bench.h"
 #include "frugal/methods/sparse24/ffn_bench.h"
@@ -35,14 +36,16 @@ void bench_sparse24_kernels(const BenchArgs& args) {
   const auto blocks = sparse24::run_ffn_benchmark(f);
   const char* isa = kernels::sparse24_isa_name(kernels::sparse24_active_isa());
   if (args.json) {
-    const nlohmann::json j = {{"kernel", "sparse24"}, {"isa", isa}, {"threads", num_threads()},
+    const nlohmann::json j = {{"kernel", "sparse24"}, {"isa", isa},
+                              {"dense_gemm", kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend())}, {"threads", num_threads()},
                               {"repeats", args.repeats}, {"products", kernels::sparse24_rows_to_json(products)},
                               {"ffn_block", sparse24::ffn_rows_to_json(blocks)}, {"mask_interval", f.mask_interval}};
     fmt::print("{}\n", j.dump(2));
     return;
   }
-  fmt::print("2:4 kernels ({}) vs dense OpenBLAS, {} threads, medians of {} interleaved runs; GFLOP/s "
-             "counted as 2*N*IC*OC for both\n{}\n{}", isa, num_threads(), args.repeats,
+  fmt::print("2:4 kernels ({}) vs dense SGEMM ({}), {} threads, medians of {} interleaved runs; GFLOP/s "
+             "counted as 2*N*IC*OC for both\n{}\n{}", isa,
+             kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()), num_threads(), args.repeats,
              kernels::format_sparse24_table(products), sparse24::format_ffn_table(blocks, f.mask_interval));
 }
 }  // namespace
