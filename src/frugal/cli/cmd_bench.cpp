@@ -81,8 +81,9 @@ void add_bench_command(CLI::App& app) {
       fmt::print("{}\n", r.to_json(args->preset, num_threads()));
       return;
     }
-    fmt::print("preset {} ({:.2f}M parameters, B={} T={}), {} threads\n", args->preset,
-               r.parameters / 1e6, r.batch, r.seq_len, num_threads());
+    fmt::print("preset {} ({:.2f}M parameters, B={} T={}), {} threads, dense GEMM {}\n", args->preset,
+               r.parameters / 1e6, r.batch, r.seq_len, num_threads(),
+               kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()));
     fmt::print("{}\n", r.memory_plan);
     fmt::print("{:.2f} ms/step (min {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of measured GEMM peak "
                "{:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
