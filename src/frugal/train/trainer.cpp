@@ -181,15 +181,19 @@ FitResult Trainer::fit() {
   };
 
   FitResult result;
-  Timer wall, window;
+  Timer wall;
   wall_started_ = &wall;
+  // Training time of the steps since the last log line (evaluation and checkpoints excluded).
+  double window_seconds = 0;
   int64_t window_steps = 0;
   float val_loss = NAN;
   int64_t step = start_step_;
   for (; step < t.max_steps; ++step) {
     nlohmann::json record{{"step", step + 1}};
     const float lr = lr_at(settings_.optim, step, t.max_steps);
+    Timer step_timer;
     const StepResult r = runner_->run(step, lr, next_batch, &record);
+    window_seconds += step_timer.seconds();
     const double loss = r.loss;
     const PhaseFlops& executed = r.executed;
     flops_executed_ += executed.model();
@@ -207,7 +211,7 @@ FitResult Trainer::fit() {
     }
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
     if ((step + 1) % t.log_interval == 0 || eval_now) {
-      const double dt = window.seconds() / window_steps;
+      const double dt = window_seconds / window_steps;
       const double tok_s = double(N) * t.grad_accum / dt;
       const double mfu = executed.model() / dt / peak;
       record.update({{"loss", loss}, {"lr", lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tok_s},
@@ -232,7 +236,7 @@ FitResult Trainer::fit() {
         }
         std::fflush(stdout);
       }
-      window.reset();
+      window_seconds = 0;
       window_steps = 0;
     }
     if (last) {
