@@ -148,11 +148,12 @@ long long pack_classed(Sparse24Matrix& m, const PatternOf& pattern_of, bool tran
   const int tiles = m.rows / 4, G = m.cols / 4, chunks = chunk_count(G);
   const uint16_t* codes = block_codes().data() + (transposed ? 1u << 16 : 0u);
   long long bad_unit = -1;
-  // Chunk-major: the blocks of one chunk of all tiles come from a band of W that stays in cache
-  // (for Wᵀ, 96 rows of W), whichever way W is read.
-#pragma omp parallel for collapse(2) schedule(static) reduction(max : bad_unit)
-  for (int ch = 0; ch < chunks; ++ch)
-    for (int t = 0; t < tiles; ++t) {
+  // A tile's chunks in turn read consecutive blocks of A's rows; for Aᵀ the tiles of one chunk
+  // in turn do (a band of 96 rows of A, which stays in cache).
+#pragma omp parallel for schedule(static) reduction(max : bad_unit)
+  for (long long i = 0; i < static_cast<long long>(tiles) * chunks; ++i) {
+      const int t = static_cast<int>(transposed ? i % tiles : i / chunks);
+      const int ch = static_cast<int>(transposed ? i / tiles : i % chunks);
       const int g0 = ch * kChunkGroups, g1 = std::min(G, g0 + kChunkGroups);
       uint16_t code[kChunkGroups];
       uint8_t* count = m.class_counts.data() + (static_cast<size_t>(t) * chunks + ch) * kClasses;
