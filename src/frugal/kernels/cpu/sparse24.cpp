@@ -54,7 +54,7 @@ void resize_matrix(Sparse24Matrix& m, int rows, int cols, bool classed) {
   m.classed = classed;
 }
 
-// Packs one unit (8 values, 8 offsets) from a 4x4 block: row r of the unit keeps the entries
+// Packs one row-only unit (8 values, 8 offsets) from a 4x4 block: row r of the unit keeps the entries
 // at(r, c) whose bit c of keep[r] is set. Branch-free (mask bits are unpredictable); returns
 // false when some keep[r] does not have exactly two bits.
 template <class At>
