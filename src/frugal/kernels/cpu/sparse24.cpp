@@ -45,7 +45,8 @@ int chunk_count(int groups) { return (groups + kChunkGroups - 1) / kChunkGroups;
 void resize_matrix(Sparse24Matrix& m, int rows, int cols, bool classed) {
   const size_t units = static_cast<size_t>(rows / 4) * (cols / 4);
   const size_t offsets = units * (classed ? 4 : 8);
-  const size_t counts = classed ? static_cast<size_t>(rows / 4) * chunk_count(cols / 4) * kClasses : 0;
+  const size_t counts =
+      classed ? static_cast<size_t>(rows / 4) * chunk_count(cols / 4) * kClasses : 0;
   if (m.values.size() != units * 8) m.values.resize(units * 8);
   if (m.offsets.size() != offsets) m.offsets.resize(offsets);
   if (m.class_counts.size() != counts) m.class_counts.resize(counts);
@@ -54,8 +55,8 @@ void resize_matrix(Sparse24Matrix& m, int rows, int cols, bool classed) {
   m.classed = classed;
 }
 
-// Packs one row-only unit (8 values, 8 offsets) from a 4x4 block: row r of the unit keeps the entries
-// at(r, c) whose bit c of keep[r] is set. Branch-free (mask bits are unpredictable); returns
+// Packs one row-only unit (8 values, 8 offsets) from a 4x4 block: row r of the unit keeps the
+// entries at(r, c) whose bit c of keep[r] is set. Branch-free (mask bits are unpredictable); returns
 // false when some keep[r] does not have exactly two bits.
 template <class At>
 bool pack_unit(float* values, uint16_t* offsets, const uint32_t keep[4], const At& at) {
