@@ -2,15 +2,19 @@
 //
 // A 2:4 matrix A (R,K) keeps exactly two entries in every group of 4 consecutive entries of a
 // row. It is packed in 4-row tiles, the layout the micro-kernel streams: for tile t (rows 4t..4t+3)
-// and group g (columns 4g..4g+3), one unit holds the 8 kept values (row by row, in column order)
-// and their 8 uint16 offsets: in-group column × 384, the byte offset of that column's row in the
-// micro-kernel's transposed input panel (96 floats per row), so the kernel adds the offset to a
-// pointer and FMAs, with no index arithmetic. Units are stored tile-major (unit t * K/4 + g), so
-// a tile's run of groups is contiguous.
+// and group g (columns 4g..4g+3), one unit holds 8 kept values and the byte offsets of the input
+// panel rows they multiply (in-group column × 384: the micro-kernel's transposed input panel has
+// 96 floats per row), so the kernel adds an offset to a pointer and FMAs, with no index
+// arithmetic. Units are stored tile-major (unit t * K/4 + g), so a tile's run of groups is
+// contiguous.
 //
 // A transposably masked linear weight W (OC,IC) is packed twice from the same mask: W (2:4 along
-// IC) for the forward product and Wᵀ (2:4 along OC) for the input gradient. Repack after every
-// optimizer step (one parallel pass over W and the mask).
+// IC) for the forward product and Wᵀ (2:4 along OC) for the input gradient. Each 4x4 block then
+// keeps two entries per column too, so a unit holds one offset per block column ("slot", relative
+// to the start of its chunk of 24 groups) and the two values of the rows reading it; within each
+// chunk of a tile the units are sorted by the block's row structure (one of 6 classes, see
+// sparse24_microkernel.h) with the count of each class stored. Repack after every optimizer step
+// (one parallel pass over W and the mask per packing).
 #pragma once
 #include <cstdint>
 
@@ -19,9 +23,13 @@
 namespace frugal::kernels {
 
 struct Sparse24Matrix {
-  int rows = 0, cols = 0;    // R, K of the dense matrix
-  Buffer<float> values;      // (R/4, K/4, 4, 2) kept values
-  Buffer<uint16_t> offsets;  // (R/4, K/4, 4, 2) in-group column × panel row bytes
+  int rows = 0, cols = 0;         // R, K of the dense matrix
+  bool classed = false;           // transposable layout (slots, class-sorted) vs row-only
+  Buffer<float> values;           // (R/4, K/4, 8) kept values: row-only (4 rows, 2 each);
+                                  // classed (4 slots, rows a and b of the class)
+  Buffer<uint16_t> offsets;       // row-only (R/4, K/4, 8): in-group column × panel row bytes;
+                                  // classed (R/4, K/4, 4): slot's column within its chunk × bytes
+  Buffer<uint8_t> class_counts;   // classed: (R/4, chunks, 6) units of each class per chunk
 };
 
 struct Sparse24Weight {

@@ -22,7 +22,8 @@ constexpr int kVectors = 3;
 }  // namespace
 
 const IsaKernel& avx2_kernel() {
-  static const IsaKernel k{16, &chunk_kernel<Avx2, kVectors>};
+  static const IsaKernel k{&general_chunk_kernel<Avx2, kVectors>,
+                          &class_chunk_kernel<Avx2, kVectors>};
   return k;
 }
 

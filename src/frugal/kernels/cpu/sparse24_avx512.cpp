@@ -24,7 +24,8 @@ constexpr int kVectors = 6;
 }  // namespace
 
 const IsaKernel& avx512_kernel() {
-  static const IsaKernel k{24, &chunk_kernel<Avx512, kVectors>};
+  static const IsaKernel k{&general_chunk_kernel<Avx512, kVectors>,
+                          &class_chunk_kernel<Avx512, kVectors>};
   return k;
 }
 
