@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -198,4 +199,34 @@ TEST(Sparse24Pack, RowOnlyPackingRunsTheForwardAndRefusesTheInputGradient) {
   EXPECT_THROW(sparse24_matmul_backward_input(dx.data(), got.data(), packed, N, false), Error);
   mask[1] ^= 1;
   EXPECT_THROW(sparse24_pack(packed, W.data(), mask.data(), OC, IC, false), Error);
+}
+
+// After an optimizer step only the values change: sparse24_refresh_values must give exactly the
+// packing a full sparse24_pack of the new weights gives (several chunks, both mask kinds).
+TEST(Sparse24Pack, RefreshValuesEqualsAFullRepack) {
+  const int N = 50, OC = 200, IC = 104;  // Wᵀ has 50 groups: two full chunks and a partial one
+  const auto W0 = random_vec(static_cast<size_t>(OC) * IC, 50);
+  const auto W1 = random_vec(W0.size(), 51);
+  const auto X = random_vec(static_cast<size_t>(N) * IC, 52);
+  for (bool transposable : {true, false}) {
+    SCOPED_TRACE(transposable ? "transposable" : "row-only");
+    std::vector<uint8_t> mask(W0.size());
+    if (transposable)
+      sparse24::transposable_mask_24(W0.data(), OC, IC, mask.data());
+    else
+      sparse24::row_mask_24(W0.data(), OC, IC, mask.data());
+    Sparse24Weight refreshed, fresh;
+    sparse24_pack(refreshed, W0.data(), mask.data(), OC, IC, transposable);
+    sparse24_refresh_values(refreshed, W1.data());
+    sparse24_pack(fresh, W1.data(), mask.data(), OC, IC, transposable);
+    for (auto [a, b] : {std::pair{&refreshed.w, &fresh.w}, {&refreshed.wt, &fresh.wt}})
+      ASSERT_TRUE(std::equal(a->values.data(), a->values.data() + a->values.size(), b->values.data(),
+                             b->values.data() + b->values.size()));
+    std::vector<float> y(static_cast<size_t>(N) * OC);
+    sparse24_matmul_forward(y.data(), X.data(), refreshed, nullptr, N);
+    std::vector<double> want(y.size());
+    ref::sparse24_matmul_forward<double>(want.data(), to_double(X).data(), W1.data(), mask.data(),
+                                         nullptr, N, IC, OC);
+    EXPECT_LT(max_scaled_error(y, want, IC), 1e-5);
+  }
 }

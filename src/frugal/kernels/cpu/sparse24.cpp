@@ -42,7 +42,17 @@ const IsaKernel& active_kernel() {
 
 int chunk_count(int groups) { return (groups + kChunkGroups - 1) / kChunkGroups; }
 
-void resize_matrix(Sparse24Matrix& m, int rows, int cols, bool classed) {
+// Chunk ch covers groups [g0, g0 + L); the unit of tile t at position i is first + t * L + i.
+struct ChunkSpan {
+  int g0, L;
+  size_t first;
+};
+ChunkSpan chunk_span(int ch, int groups, int tiles) {
+  const int g0 = ch * kChunkGroups;
+  return {g0, std::min(kChunkGroups, groups - g0), static_cast<size_t>(g0) * tiles};
+}
+
+void resize_matrix(Sparse24Matrix& m, int rows, int cols, bool classed, bool transposed) {
   const size_t units = static_cast<size_t>(rows / 4) * (cols / 4);
   const size_t offsets = units * (classed ? 4 : 8);
   const size_t counts =
@@ -50,27 +60,11 @@ void resize_matrix(Sparse24Matrix& m, int rows, int cols, bool classed) {
   if (m.values.size() != units * 8) m.values.resize(units * 8);
   if (m.offsets.size() != offsets) m.offsets.resize(offsets);
   if (m.class_counts.size() != counts) m.class_counts.resize(counts);
+  if (m.sources.size() != units) m.sources.resize(units);
   m.rows = rows;
   m.cols = cols;
   m.classed = classed;
-}
-
-// Packs one row-only unit (8 values, 8 offsets) from a 4x4 block: row r of the unit keeps the
-// entries at(r, c) whose bit c of keep[r] is set. Branch-free (mask bits are unpredictable); returns
-// false when some keep[r] does not have exactly two bits.
-template <class At>
-bool pack_unit(float* values, uint16_t* offsets, const uint32_t keep[4], const At& at) {
-  bool ok = true;
-  for (int r = 0; r < 4; ++r) {
-    const uint32_t k = keep[r] | 0x30u;  // guard bits keep both ctz defined for bad masks
-    const int c0 = __builtin_ctz(k), c1 = __builtin_ctz(k & (k - 1)) & 3;
-    ok &= __builtin_popcount(keep[r]) == 2;
-    values[2 * r] = at(r, c0 & 3);
-    values[2 * r + 1] = at(r, c1);
-    offsets[2 * r] = static_cast<uint16_t>((c0 & 3) * kPanelRowBytes);
-    offsets[2 * r + 1] = static_cast<uint16_t>(c1 * kPanelRowBytes);
-  }
-  return ok;
+  m.transposed = transposed;
 }
 
 // Classifies a 4x4 block, keep[r] = kept bits of row r (bit c: column c), for the class kernel:
@@ -112,77 +106,127 @@ bool classify_block(const uint32_t keep[4], int& cls, int slot_col[4]) {
   }
 }
 
-// Class and slot columns of every 4x4 block pattern p (bit 4r + c: entry (r, c) kept), read as
-// is (index p) or transposed (index 65536 + p): the class in the high byte (kInvalidCode when the
-// block is not transposable 2:4), slot j's column in bits 2j..2j+1. Built once; only the 90
-// valid patterns are ever hot in the cache.
+// Class and slot columns of every 4x4 block pattern p (bit 4r + c: entry (r, c) kept): the class
+// in the high byte (kInvalidCode when the block is not transposable 2:4), slot j's column in bits
+// 2j..2j+1. Built once.
 constexpr uint16_t kInvalidCode = 0xff00;
 
 const std::vector<uint16_t>& block_codes() {
   static const std::vector<uint16_t> codes = [] {
-    std::vector<uint16_t> out(2u << 16);
-    for (int transposed = 0; transposed < 2; ++transposed)
-      for (uint32_t p = 0; p < (1u << 16); ++p) {
-        uint32_t keep[4] = {0, 0, 0, 0};
-        for (int r = 0; r < 4; ++r)
-          for (int c = 0; c < 4; ++c)
-            if ((p >> (4 * r + c)) & 1u) keep[transposed ? c : r] |= 1u << (transposed ? r : c);
-        int cls = 0, slot_col[4];
-        out[(transposed << 16) | p] =
-            classify_block(keep, cls, slot_col)
-                ? static_cast<uint16_t>(cls << 8 | slot_col[0] | slot_col[1] << 2 |
-                                        slot_col[2] << 4 | slot_col[3] << 6)
-                : kInvalidCode;
-      }
+    std::vector<uint16_t> out(1u << 16);
+    for (uint32_t p = 0; p < (1u << 16); ++p) {
+      const uint32_t keep[4] = {p & 15u, (p >> 4) & 15u, (p >> 8) & 15u, p >> 12};
+      int cls = 0, slot_col[4];
+      out[p] = classify_block(keep, cls, slot_col)
+                   ? static_cast<uint16_t>(cls << 8 | slot_col[0] | slot_col[1] << 2 |
+                                           slot_col[2] << 4 | slot_col[3] << 6)
+                   : kInvalidCode;
+    }
     return out;
   }();
   return codes;
 }
 
-// Packs a transposable A (m.rows, m.cols) in the class layout: pattern_of(t, g) gives the kept
-// bits of the block (tile t, group g) of A, or of Aᵀ when transposed; at(row, col) the value of
-// A. Within each chunk of a tile the units are counting-sorted by class. Returns the largest unit
-// index t * K/4 + g of a block that is not transposable 2:4, or -1.
-template <class PatternOf, class At>
-long long pack_classed(Sparse24Matrix& m, const PatternOf& pattern_of, bool transposed,
-                       const At& at) {
+// The 4x4 bit pattern transposed: bit 4r + c moves to bit 4c + r.
+uint32_t transpose_pattern(uint32_t p) {
+  uint32_t t = 0;
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) t |= ((p >> (4 * r + c)) & 1u) << (4 * c + r);
+  return t;
+}
+
+// Builds the layout of m (offsets, class counts, sources; not the values) from pattern_of(t, g),
+// the kept bits of A's block (tile t, group g) (bit 4r + c: A entry (r, c)). Classed: within
+// each chunk of a tile the units are counting-sorted by class. Returns the largest t * K/4 + g
+// of a block that is not 2:4 (classed: in rows and columns; row-only: in rows), or -1.
+template <class PatternOf>
+long long build_layout(Sparse24Matrix& m, const PatternOf& pattern_of) {
   const int tiles = m.rows / 4, G = m.cols / 4, chunks = chunk_count(G);
-  const uint16_t* codes = block_codes().data() + (transposed ? 1u << 16 : 0u);
+  const uint16_t* codes = block_codes().data();
+  const bool transposed = m.transposed;
+  // entry of the W block that A's entry (r, c) of the same block is
+  auto entry = [transposed](int r, int c) {
+    return static_cast<uint64_t>(transposed ? 4 * c + r : 4 * r + c);
+  };
   long long bad_unit = -1;
-  // A tile's chunks in turn read consecutive blocks of A's rows; for Aᵀ the tiles of one chunk
-  // in turn do (a band of 96 rows of A, which stays in cache).
 #pragma omp parallel for schedule(static) reduction(max : bad_unit)
-  for (long long i = 0; i < static_cast<long long>(tiles) * chunks; ++i) {
-      const int t = static_cast<int>(transposed ? i % tiles : i / chunks);
-      const int ch = static_cast<int>(transposed ? i / tiles : i % chunks);
-      const int g0 = ch * kChunkGroups, g1 = std::min(G, g0 + kChunkGroups);
-      uint16_t code[kChunkGroups];
-      uint8_t* count = m.class_counts.data() + (static_cast<size_t>(t) * chunks + ch) * kClasses;
-      std::fill(count, count + kClasses, uint8_t{0});
-      for (int g = g0; g < g1; ++g) {
-        code[g - g0] = codes[pattern_of(t, g)];
-        if (code[g - g0] == kInvalidCode)
-          bad_unit = std::max(bad_unit, static_cast<long long>(t) * G + g);
-        else
-          ++count[code[g - g0] >> 8];
-      }
-      size_t next[kClasses];  // unit index of the next block of each class
-      next[0] = static_cast<size_t>(t) * G + g0;
-      for (int c = 1; c < kClasses; ++c) next[c] = next[c - 1] + count[c - 1];
-      for (int g = g0; g < g1; ++g) {
-        const int cls = code[g - g0] >> 8;
-        if (cls >= kClasses) continue;
-        const sparse24_detail::SlotRows& rows = kClassRows[cls];
-        const size_t u = next[cls]++;
-        for (int j = 0; j < 4; ++j) {
-          const int col = 4 * g + ((code[g - g0] >> (2 * j)) & 3);
-          m.values[u * 8 + 2 * j] = at(4 * t + rows.a[j], col);
-          m.values[u * 8 + 2 * j + 1] = at(4 * t + rows.b[j], col);
-          m.offsets[u * 4 + j] = static_cast<uint16_t>((col - 4 * g0) * kPanelRowBytes);
+  for (long long i = 0; i < static_cast<long long>(chunks) * tiles; ++i) {
+    const int ch = static_cast<int>(i / tiles), t = static_cast<int>(i % tiles);
+    const ChunkSpan span = chunk_span(ch, G, tiles);
+    const size_t first = span.first + static_cast<size_t>(t) * span.L;
+    auto mark_bad = [&](int j) {
+      bad_unit = std::max(bad_unit, static_cast<long long>(t) * G + span.g0 + j);
+    };
+    if (!m.classed) {
+      for (int j = 0; j < span.L; ++j) {
+        const uint32_t p = pattern_of(t, span.g0 + j);
+        const size_t u = first + j;
+        uint64_t src = static_cast<uint64_t>(j) << 32;
+        for (int r = 0; r < 4; ++r) {
+          const uint32_t bits = (p >> (4 * r)) & 15u;
+          if (__builtin_popcount(bits) != 2) mark_bad(j);
+          const int c0 = __builtin_ctz(bits | 16u) & 3, c1 = __builtin_ctz((bits & (bits - 1)) | 16u) & 3;
+          m.offsets[u * 8 + 2 * r] = static_cast<uint16_t>((4 * j + c0) * kPanelRowBytes);
+          m.offsets[u * 8 + 2 * r + 1] = static_cast<uint16_t>((4 * j + c1) * kPanelRowBytes);
+          src |= entry(r, c0) << (8 * r) | entry(r, c1) << (8 * r + 4);
         }
+        m.sources[u] = src;
       }
+      continue;
     }
+    uint16_t code[kChunkGroups];
+    uint8_t* count = m.class_counts.data() + static_cast<size_t>(i) * kClasses;
+    std::fill(count, count + kClasses, uint8_t{0});
+    for (int j = 0; j < span.L; ++j) {
+      code[j] = codes[pattern_of(t, span.g0 + j)];
+      if (code[j] == kInvalidCode)
+        mark_bad(j);
+      else
+        ++count[code[j] >> 8];
+    }
+    size_t next[kClasses];  // unit index of the next block of each class
+    next[0] = first;
+    for (int c = 1; c < kClasses; ++c) next[c] = next[c - 1] + count[c - 1];
+    for (int j = 0; j < span.L; ++j) {
+      const int cls = code[j] >> 8;
+      if (cls >= kClasses) continue;
+      const sparse24_detail::SlotRows& rows = kClassRows[cls];
+      const size_t u = next[cls]++;
+      uint64_t src = static_cast<uint64_t>(j) << 32;
+      for (int k = 0; k < 4; ++k) {
+        const int col = (code[j] >> (2 * k)) & 3;
+        m.offsets[u * 4 + k] = static_cast<uint16_t>((4 * j + col) * kPanelRowBytes);
+        src |= entry(rows.a[k], col) << (8 * k) | entry(rows.b[k], col) << (8 * k + 4);
+      }
+      m.sources[u] = src;
+    }
+  }
   return bad_unit;
+}
+
+// Gathers m's values from W (OC, IC) through the sources of its layout: per unit one 8-wide
+// gather from its W block. For A = W the tiles' runs of a chunk are visited tile by tile (rows of
+// W in order); for A = Wᵀ chunk by chunk (a band of 96 rows of W, which stays in cache).
+void fill_values(Sparse24Matrix& m, const float* W, int IC) {
+  const int tiles = m.rows / 4, G = m.cols / 4, chunks = chunk_count(G);
+  const bool transposed = m.transposed;
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const __m256i stride = _mm256_set1_epi32(IC), nibble = _mm256_set1_epi32(15), three = _mm256_set1_epi32(3);
+#pragma omp parallel for schedule(static)
+  for (long long i = 0; i < static_cast<long long>(chunks) * tiles; ++i) {
+    const int ch = static_cast<int>(transposed ? i / tiles : i % chunks);
+    const int t = static_cast<int>(transposed ? i % tiles : i / chunks);
+    const ChunkSpan span = chunk_span(ch, G, tiles);
+    const size_t first = span.first + static_cast<size_t>(t) * span.L;
+    for (int j = 0; j < span.L; ++j) {
+      const uint64_t src = m.sources[first + j];
+      const int g = span.g0 + static_cast<int>((src >> 32) & 255u);
+      const size_t row0 = 4 * static_cast<size_t>(transposed ? g : t), col0 = 4 * static_cast<size_t>(transposed ? t : g);
+      const __m256i e = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(src)), shifts), nibble);
+      const __m256i off = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(e, 2), stride), _mm256_and_si256(e, three));
+      _mm256_storeu_ps(m.values.data() + (first + j) * 8, _mm256_i32gather_ps(W + row0 * IC + col0, off, 4));
+    }
+  }
 }
 
 // ---- transposes (8x8 AVX blocks, scalar edges) ----
@@ -207,26 +251,32 @@ inline void transpose8x8(__m256 v[8]) {
 }
 
 // dst (cols, rows) = (or += when Accumulate) src (rows, cols)ᵀ + col_bias (rows) or null.
-// The outer loop runs over bands of 8 dst rows, so the dst rows are written as streams: dst
-// strides are often multiples of 4 KiB, and scattering across many dst rows at once would thrash
-// one L1 set.
+// The 8x8 blocks are visited in bands of 8 src rows when src_bands (the reads stream: an input
+// panel read column by column would touch 96 cache lines of memory per step, measured 2.5x
+// slower), else in bands of 8 dst rows (the writes stream: dst strides are often multiples of
+// 4 KiB, and scattering across many dst rows at once would thrash one L1 set).
 template <bool Accumulate>
 void transpose_into(float* dst, size_t dst_ld, const float* src, size_t src_ld, int rows, int cols,
-                    const float* col_bias) {
+                    const float* col_bias, bool src_bands) {
   const int rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
-  for (int j = 0; j < cols8; j += 8) {
-    for (int i = 0; i < rows8; i += 8) {
-      __m256 v[8];
-      for (int r = 0; r < 8; ++r) v[r] = _mm256_loadu_ps(src + (i + r) * src_ld + j);
-      transpose8x8(v);
-      const __m256 bias = col_bias ? _mm256_loadu_ps(col_bias + i) : _mm256_setzero_ps();
-      for (int c = 0; c < 8; ++c) {
-        float* d = dst + (j + c) * dst_ld + i;
-        __m256 x = _mm256_add_ps(v[c], bias);
-        if constexpr (Accumulate) x = _mm256_add_ps(x, _mm256_loadu_ps(d));
-        _mm256_storeu_ps(d, x);
-      }
+  auto block = [&](int i, int j) {
+    __m256 v[8];
+    for (int r = 0; r < 8; ++r) v[r] = _mm256_loadu_ps(src + (i + r) * src_ld + j);
+    transpose8x8(v);
+    const __m256 bias = col_bias ? _mm256_loadu_ps(col_bias + i) : _mm256_setzero_ps();
+    for (int c = 0; c < 8; ++c) {
+      float* d = dst + (j + c) * dst_ld + i;
+      __m256 x = _mm256_add_ps(v[c], bias);
+      if constexpr (Accumulate) x = _mm256_add_ps(x, _mm256_loadu_ps(d));
+      _mm256_storeu_ps(d, x);
     }
+  };
+  if (src_bands) {
+    for (int i = 0; i < rows8; i += 8)
+      for (int j = 0; j < cols8; j += 8) block(i, j);
+  } else {
+    for (int j = 0; j < cols8; j += 8)
+      for (int i = 0; i < rows8; i += 8) block(i, j);
   }
   auto scalar = [&](int i, int j) {
     float x = src[i * src_ld + j] + (col_bias ? col_bias[i] : 0.0f);
@@ -259,7 +309,7 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
                       int N, bool accumulate) {
   const IsaKernel& isa = active_kernel();
   const sparse24_detail::ChunkKernel kernel = A.classed ? isa.classed : isa.general;
-  const int R = A.rows, K = A.cols, G = K / 4, tiles = R / 4;
+  const int R = A.rows, K = A.cols, G = K / 4, tiles = R / 4, chunks = chunk_count(G);
   constexpr int NR = kPanelWidth;
   const int panels = (N + NR - 1) / NR;
   if (N <= 0 || R == 0) return;
@@ -272,19 +322,22 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
 #pragma omp for schedule(dynamic, 1)
     for (int p = 0; p < panels; ++p) {
       const int n0 = p * NR, rows = std::min(NR, N - n0);
-      transpose_into<false>(P, NR, inp + static_cast<size_t>(n0) * K, K, rows, K, nullptr);
+      transpose_into<false>(P, NR, inp + static_cast<size_t>(n0) * K, K, rows, K, nullptr, true);
       if (rows < NR)
         for (int k = 0; k < K; ++k)
           std::fill(P + static_cast<size_t>(k) * NR + rows, P + static_cast<size_t>(k + 1) * NR, 0.0f);
-      for (int g0 = 0; g0 < G; g0 += kChunkGroups)
-        kernel(ChunkArgs{C, P + static_cast<size_t>(4) * g0 * NR, A.values.data(), A.offsets.data(),
-                         A.class_counts.data(), G, 0, tiles, g0, std::min(G, g0 + kChunkGroups),
-                         g0 == 0});
+      for (int ch = 0; ch < chunks; ++ch) {
+        const ChunkSpan span = chunk_span(ch, G, tiles);
+        kernel(ChunkArgs{C, P + static_cast<size_t>(4) * span.g0 * NR, A.values.data() + span.first * 8,
+                         A.offsets.data() + span.first * (A.classed ? 4 : 8),
+                         A.classed ? A.class_counts.data() + static_cast<size_t>(ch) * tiles * kClasses : nullptr,
+                         span.L, 0, tiles, ch == 0});
+      }
       float* dst = out + static_cast<size_t>(n0) * R;
       if (accumulate)
-        transpose_into<true>(dst, R, C, NR, R, rows, bias);
+        transpose_into<true>(dst, R, C, NR, R, rows, bias, false);
       else
-        transpose_into<false>(dst, R, C, NR, R, rows, bias);
+        transpose_into<false>(dst, R, C, NR, R, rows, bias, false);
     }
   }
 }
@@ -304,41 +357,26 @@ void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int
                OC, IC);
   out.OC = OC;
   out.IC = IC;
-  const int GO = OC / 4, GI = IC / 4;
+  const int GI = IC / 4;
   // kept bits of mask row `row`, columns col..col+3
   auto row_bits = [&](int row, int col) {
     const uint8_t* m = mask + static_cast<size_t>(row) * IC + col;
     return uint32_t{m[0] != 0} | uint32_t{m[1] != 0} << 1 | uint32_t{m[2] != 0} << 2 |
            uint32_t{m[3] != 0} << 3;
   };
-  long long bad_unit = -1;  // W block (bad_unit / GI, bad_unit % GI)
+  // kept bits of the W block at rows 4*bo.., columns 4*bi.. (bit 4r + c: entry (r, c))
+  auto w_pattern = [&](int bo, int bi) {
+    return row_bits(4 * bo, 4 * bi) | row_bits(4 * bo + 1, 4 * bi) << 4 |
+           row_bits(4 * bo + 2, 4 * bi) << 8 | row_bits(4 * bo + 3, 4 * bi) << 12;
+  };
+  resize_matrix(out.w, OC, IC, transposable, false);
+  // W block (bad_unit / GI, bad_unit % GI); when W's blocks are transposable 2:4, so are Wᵀ's
+  const long long bad_unit = build_layout(out.w, w_pattern);
   if (transposable) {
-    resize_matrix(out.w, OC, IC, true);
-    resize_matrix(out.wt, IC, OC, true);
-    // kept bits of the W block at rows 4*bo.., columns 4*bi.. (bit 4r + c: entry (r, c))
-    auto w_pattern = [&](int bo, int bi) {
-      return row_bits(4 * bo, 4 * bi) | row_bits(4 * bo + 1, 4 * bi) << 4 |
-             row_bits(4 * bo + 2, 4 * bi) << 8 | row_bits(4 * bo + 3, 4 * bi) << 12;
-    };
-    auto wt_pattern = [&](int t, int g) { return w_pattern(g, t); };  // Wᵀ block (t, g)
-    auto w_at = [&](int r, int c) { return W[static_cast<size_t>(r) * IC + c]; };
-    auto wt_at = [&](int r, int c) { return w_at(c, r); };
-    bad_unit = pack_classed(out.w, w_pattern, false, w_at);
-    if (bad_unit < 0) pack_classed(out.wt, wt_pattern, true, wt_at);  // Wᵀ blocks are then valid too
+    resize_matrix(out.wt, IC, OC, true, true);
+    if (bad_unit < 0) build_layout(out.wt, [&](int t, int g) { return transpose_pattern(w_pattern(g, t)); });
   } else {
-    resize_matrix(out.w, OC, IC, false);
     out.wt = Sparse24Matrix{};
-#pragma omp parallel for schedule(static) reduction(max : bad_unit)
-    for (int bo = 0; bo < GO; ++bo)
-      for (int bi = 0; bi < GI; ++bi) {
-        const size_t origin = static_cast<size_t>(4 * bo) * IC + 4 * bi;
-        auto w_at = [&](int r, int c) { return W[origin + static_cast<size_t>(r) * IC + c]; };
-        uint32_t rows[4];
-        for (int r = 0; r < 4; ++r) rows[r] = row_bits(4 * bo + r, 4 * bi);
-        const size_t unit = static_cast<size_t>(bo) * GI + bi;
-        if (!pack_unit(out.w.values.data() + unit * 8, out.w.offsets.data() + unit * 8, rows, w_at))
-          bad_unit = std::max(bad_unit, static_cast<long long>(unit));
-      }
   }
   if (bad_unit >= 0) {
     out.OC = 0;
@@ -346,6 +384,13 @@ void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int
          "in every row{}; build the mask with sparse24::{}", 4 * (bad_unit / GI), 4 * (bad_unit % GI),
          transposable ? " and column" : "", transposable ? "transposable_mask_24" : "row_mask_24");
   }
+  sparse24_refresh_values(out, W);
+}
+
+void sparse24_refresh_values(Sparse24Weight& packed, const float* W) {
+  check_packed(packed, "sparse24_refresh_values");
+  fill_values(packed.w, W, packed.IC);
+  if (packed.wt.rows > 0) fill_values(packed.wt, W, packed.IC);
 }
 
 void sparse24_matmul_forward(float* out, const float* inp, const Sparse24Weight& weight,

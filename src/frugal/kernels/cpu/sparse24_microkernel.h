@@ -40,8 +40,9 @@ constexpr SlotRows kClassRows[kClasses] = {
     {{0, 0, 2, 2}, {1, 1, 3, 3}}, {{0, 0, 1, 1}, {2, 2, 3, 3}}, {{0, 0, 1, 1}, {3, 3, 2, 2}},
 };
 
-// One chunk of the panel: groups [g0,g1) of A's columns, xchunk = P + 4*g0*kPanelWidth.
-// values/offsets/class_counts are the packed matrix's arrays, groups = K/4; tiles [t0,t1) of
+// One chunk of the panel: `groups` groups of A's columns starting at g0, xchunk = P +
+// 4*g0*kPanelWidth. values/offsets/class_counts point at the chunk's first unit (units are
+// stored chunk-major: tile t's units of the chunk start at unit t * groups); tiles [t0,t1) of
 // C (R, kPanelWidth) are computed (= when overwrite, else +=).
 struct ChunkArgs {
   float* C;
@@ -49,7 +50,7 @@ struct ChunkArgs {
   const float* values;
   const uint16_t* offsets;
   const uint8_t* class_counts;
-  int groups, t0, t1, g0, g1;
+  int groups, t0, t1;
   bool overwrite;
 };
 using ChunkKernel = void (*)(const ChunkArgs& args);
@@ -94,14 +95,14 @@ inline const float* row_at(const char* base, unsigned offset) {
   return x;
 }
 
-// General kernel: per kept value 1 broadcast, NV loads, NV FMAs.
+// General kernel: per kept value 1 broadcast, NV loads, NV FMAs (memory operands).
 template <class V, int NV>
 void general_chunk_kernel(const ChunkArgs& s) {
   for_each_strip<V, NV>(s, [&](typename V::reg(&acc)[4][NV], const char* xg, int t) {
-    const size_t unit = static_cast<size_t>(t) * s.groups + s.g0;
+    const size_t unit = static_cast<size_t>(t) * s.groups;
     const float* a = s.values + unit * 8;
     const uint16_t* off = s.offsets + unit * 8;
-    for (int g = s.g0; g < s.g1; ++g, a += 8, off += 8, xg += 4 * kPanelRowBytes) {
+    for (int g = 0; g < s.groups; ++g, a += 8, off += 8) {
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
         const float* x0 = row_at(xg, off[2 * r]);
@@ -116,8 +117,9 @@ void general_chunk_kernel(const ChunkArgs& s) {
   });
 }
 
-// n units of class Cls: per slot 2 broadcasts, NV loads, 2·NV FMAs. Offsets are relative to the
-// chunk start (they include the group's position in the chunk).
+// n units of class Cls: per slot 2 broadcasts, NV loads, 2·NV FMAs. The loaded panel vector is
+// pinned in a register (empty asm): left alone, GCC folds it into one FMA as a memory operand and
+// reloads it for the other, which makes the loop load-bound (measured: 1.25x slower in L1).
 template <class V, int NV, int Cls>
 inline void class_run(typename V::reg (&acc)[4][NV], const char* xg, const float*& a,
                       const uint16_t*& off, int n) {
@@ -126,11 +128,12 @@ inline void class_run(typename V::reg (&acc)[4][NV], const char* xg, const float
     [&]<int... J>(std::integer_sequence<int, J...>) {
       (
           [&] {
-            const float* x = row_at(xg, off[J]);
+            const float* x = reinterpret_cast<const float*>(xg + off[J]);
             const typename V::reg va = V::bcast(a + 2 * J), vb = V::bcast(a + 2 * J + 1);
 #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) {
-              const typename V::reg xv = V::load(x + v * V::kLanes);
+              typename V::reg xv = V::load(x + v * V::kLanes);
+              __asm__("" : "+v"(xv));
               acc[rows.a[J]][v] = V::fma(va, xv, acc[rows.a[J]][v]);
               acc[rows.b[J]][v] = V::fma(vb, xv, acc[rows.b[J]][v]);
             }
@@ -142,12 +145,11 @@ inline void class_run(typename V::reg (&acc)[4][NV], const char* xg, const float
 
 template <class V, int NV>
 void class_chunk_kernel(const ChunkArgs& s) {
-  const int chunks = (s.groups + kChunkGroups - 1) / kChunkGroups, chunk = s.g0 / kChunkGroups;
   for_each_strip<V, NV>(s, [&](typename V::reg(&acc)[4][NV], const char* xg, int t) {
-    const size_t unit = static_cast<size_t>(t) * s.groups + s.g0;
+    const size_t unit = static_cast<size_t>(t) * s.groups;
     const float* a = s.values + unit * 8;
     const uint16_t* off = s.offsets + unit * 4;
-    const uint8_t* n = s.class_counts + (static_cast<size_t>(t) * chunks + chunk) * kClasses;
+    const uint8_t* n = s.class_counts + static_cast<size_t>(t) * kClasses;
     [&]<int... Cls>(std::integer_sequence<int, Cls...>) {
       (class_run<V, NV, Cls>(acc, xg, a, off, n[Cls]), ...);
     }(std::make_integer_sequence<int, kClasses>{});

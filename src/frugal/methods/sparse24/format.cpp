@@ -2,6 +2,7 @@
 #include "frugal/methods/sparse24/format.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "frugal/core/rng.h"
 #include "frugal/kernels/ops.h"
@@ -32,10 +33,16 @@ Sparse24Format::Sparse24Format(const uint8_t* mask, bool transposable, bool mvue
     : mask_(mask), transposable_(transposable), mvue_(mvue) {}
 
 void Sparse24Format::refresh(const float* weight, int OC, int C) {
-  kernels::sparse24_pack(packed_, weight, mask_, OC, C, transposable_);
+  const size_t n = static_cast<size_t>(OC) * C;
+  if (packed_.OC == OC && packed_.IC == C && packed_mask_.size() == n &&
+      std::memcmp(packed_mask_.data(), mask_, n) == 0) {
+    kernels::sparse24_refresh_values(packed_, weight);
+  } else {
+    kernels::sparse24_pack(packed_, weight, mask_, OC, C, transposable_);
+    packed_mask_.assign(mask_, mask_ + n);
+  }
   if (transposable_) return;
-  masked_.resize(static_cast<size_t>(OC) * C);
-  const size_t n = masked_.size();
+  masked_.resize(n);
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; ++i) masked_[i] = mask_[i] ? weight[i] : 0.0f;
 }

@@ -1,6 +1,6 @@
 // Sparse24Format: the execution format of a 2:4-masked linear layer (METHODS.md section 4).
 // The dense master weight W stays in the parameter buffer; the format keeps the mask ⊙ W packed
-// for the 2:4 kernels and repacks it in refresh() after every optimizer step.
+// for the 2:4 kernels and refreshes its values in refresh() after every optimizer step.
 //   forward         Y = X · S(W)ᵀ          2:4 kernel
 //   input gradient  dX = dY · S(W)         2:4 kernel (transposable mask); with a row-only mask
 //                                          Wᵀ is not 2:4, so a dense GEMM on a masked copy of W
@@ -50,6 +50,9 @@ class Sparse24Format final : public LinearFormat {
   const uint8_t* mask_;
   bool transposable_, mvue_;
   kernels::Sparse24Weight packed_;
+  // The mask packed_'s layout was built from: refresh() rebuilds the layout only when the mask
+  // differs (after a mask update), and otherwise just gathers the new values.
+  std::vector<uint8_t> packed_mask_;
   std::vector<float> masked_;       // (OC, IC) mask ⊙ W, row-only masks only
   std::vector<float> dout_sparse_;  // (N, OC) MVUE scratch
   uint64_t key_ = 0, calls_ = 0;
