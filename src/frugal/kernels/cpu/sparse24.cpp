@@ -3,6 +3,7 @@
 #include "frugal/kernels/cpu/sparse24.h"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -302,9 +303,12 @@ struct Scratch {
 };
 
 // out (N,R) = (or += when accumulate) inp (N,K) · S(A)ᵀ + bias (R) or null.
-// Threads take whole panels of NR input rows dynamically: no barriers, and a thread slowed down
-// by other load on a shared machine simply takes fewer panels. Each output element is computed
-// by one thread in a fixed order, so results do not depend on the thread count.
+// Threads take work items dynamically: no barriers, and a thread slowed down by other load on a
+// shared machine simply takes fewer. An item is a panel of NR input rows times a range of A's
+// tiles: all tiles when there are many panels; with few (N = 1024 is 11 panels, which 2 threads
+// split 6:5) the tiles are cut in one range per thread so the items divide evenly, at the cost of
+// transposing each input panel once per range. Each output element is computed by one thread in
+// a fixed order, so results do not depend on the thread count.
 void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, const float* bias,
                       int N, bool accumulate) {
   const IsaKernel& isa = active_kernel();
@@ -313,6 +317,8 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
   constexpr int NR = kPanelWidth;
   const int panels = (N + NR - 1) / NR;
   if (N <= 0 || R == 0) return;
+  const int threads = omp_get_max_threads();
+  const int ranges = panels % threads != 0 && panels < 8 * threads ? std::min(threads, tiles) : 1;
 
 #pragma omp parallel
   {
@@ -320,7 +326,10 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
     float* P = Scratch::ensure(scratch.panel, static_cast<size_t>(K) * NR);
     float* C = Scratch::ensure(scratch.c, static_cast<size_t>(R) * NR);
 #pragma omp for schedule(dynamic, 1)
-    for (int p = 0; p < panels; ++p) {
+    for (int item = 0; item < panels * ranges; ++item) {
+      const int p = item / ranges, range = item % ranges;
+      const int t0 = static_cast<int>(static_cast<long long>(tiles) * range / ranges);
+      const int t1 = static_cast<int>(static_cast<long long>(tiles) * (range + 1) / ranges);
       const int n0 = p * NR, rows = std::min(NR, N - n0);
       transpose_into<false>(P, NR, inp + static_cast<size_t>(n0) * K, K, rows, K, nullptr, true);
       if (rows < NR)
@@ -331,13 +340,16 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
         kernel(ChunkArgs{C, P + static_cast<size_t>(4) * span.g0 * NR, A.values.data() + span.first * 8,
                          A.offsets.data() + span.first * (A.classed ? 4 : 8),
                          A.classed ? A.class_counts.data() + static_cast<size_t>(ch) * tiles * kClasses : nullptr,
-                         span.L, 0, tiles, ch == 0});
+                         span.L, t0, t1, ch == 0});
       }
-      float* dst = out + static_cast<size_t>(n0) * R;
+      // rows 4*t0.. of C are outᵀ columns 4*t0..
+      float* dst = out + static_cast<size_t>(n0) * R + 4 * t0;
+      const float* c = C + static_cast<size_t>(4) * t0 * NR;
+      const float* b = bias ? bias + 4 * t0 : nullptr;
       if (accumulate)
-        transpose_into<true>(dst, R, C, NR, R, rows, bias, false);
+        transpose_into<true>(dst, R, c, NR, 4 * (t1 - t0), rows, b, false);
       else
-        transpose_into<false>(dst, R, C, NR, R, rows, bias, false);
+        transpose_into<false>(dst, R, c, NR, 4 * (t1 - t0), rows, b, false);
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
 #include "frugal/kernels/ops.h"
 
@@ -33,6 +34,7 @@ Sparse24Format::Sparse24Format(const uint8_t* mask, bool transposable, bool mvue
     : mask_(mask), transposable_(transposable), mvue_(mvue) {}
 
 void Sparse24Format::refresh(const float* weight, int OC, int C) {
+  FRUGAL_PROFILE("sparse24 refresh");
   const size_t n = static_cast<size_t>(OC) * C;
   if (packed_.OC == OC && packed_.IC == C && packed_mask_.size() == n &&
       std::memcmp(packed_mask_.data(), mask_, n) == 0) {
@@ -49,6 +51,7 @@ void Sparse24Format::refresh(const float* weight, int OC, int C) {
 
 void Sparse24Format::forward(float* out, const float* inp, const float*, const float* bias, int N,
                              int, int) {
+  FRUGAL_PROFILE("sparse24 fwd");
   kernels::sparse24_matmul_forward(out, inp, packed_, bias, N);
 }
 
@@ -56,6 +59,7 @@ void Sparse24Format::backward(float* dinp, float* dweight, float* dbias, const f
                               const float* inp, const float* weight, int N, int C, int OC,
                               bool accumulate_dinp) {
   if (dinp) {
+    FRUGAL_PROFILE("sparse24 bwd: input grad");
     if (transposable_)
       kernels::sparse24_matmul_backward_input(dinp, dout, packed_, N, accumulate_dinp);
     else

@@ -1,6 +1,8 @@
 // The sparse24 plugin; see plugin.h.
 #include "frugal/methods/sparse24/plugin.h"
 
+#include "frugal/core/profile.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -144,6 +146,7 @@ void Sparse24Method::install(GPT& model, bool sparse) {
 }
 
 void Sparse24Method::apply_masked_decay(TrainContext& ctx) const {
+  FRUGAL_PROFILE("sparse24 masked decay");
   GPT& model = ctx.model;
   const float lambda = static_cast<float>(config_.decay);
   for (const Target& t : targets_) {
@@ -154,8 +157,7 @@ void Sparse24Method::apply_masked_decay(TrainContext& ctx) const {
     const uint8_t* m = t.mask.data();
     const size_t n = t.mask.size();
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; ++i)
-      if (!m[i]) g[i] += lambda * W[i];
+    for (size_t i = 0; i < n; ++i) g[i] += (m[i] ? 0.0f : lambda) * W[i];  // branch-free
   }
 }
 
