@@ -117,9 +117,11 @@ void general_chunk_kernel(const ChunkArgs& s) {
   });
 }
 
-// n units of class Cls: per slot 2 broadcasts, NV loads, 2·NV FMAs. The loaded panel vector is
-// pinned in a register (empty asm): left alone, GCC folds it into one FMA as a memory operand and
-// reloads it for the other, which makes the loop load-bound (measured: 1.25x slower in L1).
+// n units of class Cls: per slot 2 broadcasts, NV loads, 2·NV FMAs. Offsets are relative to the
+// chunk start (they include the group's position in the chunk). (GCC folds the panel vector into
+// one FMA as a memory operand and reloads it for the other; pinning it in a register with an
+// empty asm was 1.25x faster with everything in L1 but made no difference in the products, which
+// are bound by the memory side.)
 template <class V, int NV, int Cls>
 inline void class_run(typename V::reg (&acc)[4][NV], const char* xg, const float*& a,
                       const uint16_t*& off, int n) {
@@ -132,8 +134,7 @@ inline void class_run(typename V::reg (&acc)[4][NV], const char* xg, const float
             const typename V::reg va = V::bcast(a + 2 * J), vb = V::bcast(a + 2 * J + 1);
 #pragma GCC unroll 8
             for (int v = 0; v < NV; ++v) {
-              typename V::reg xv = V::load(x + v * V::kLanes);
-              __asm__("" : "+v"(xv));
+              const typename V::reg xv = V::load(x + v * V::kLanes);
               acc[rows.a[J]][v] = V::fma(va, xv, acc[rows.a[J]][v]);
               acc[rows.b[J]][v] = V::fma(vb, xv, acc[rows.b[J]][v]);
             }
