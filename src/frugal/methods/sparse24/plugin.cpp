@@ -1,13 +1,12 @@
 // The sparse24 plugin; see plugin.h.
 #include "frugal/methods/sparse24/plugin.h"
 
-#include "frugal/core/profile.h"
-
 #include <fmt/format.h>
 
 #include <cmath>
 
 #include "frugal/core/error.h"
+#include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
 #include "frugal/methods/sparse24/mask.h"
 #include "frugal/train/run_config.h"
