@@ -1,4 +1,4 @@
-// bench_sparse24: 2:4 sparse FFN products vs dense OpenBLAS GEMM, side by side.
+// bench_sparse24: 2:4 sparse FFN products vs the dense SGEMM (kernels/cpu/gemm.h: oneDNN, or OpenBLAS), side by side.
 // Usage: bench_sparse24 [--threads 2] [--repeats 9] [--isa auto|avx2|avx512] [--rows 1024,4096]
 //                       [--channels 384,768] [--json]
 #include <CLI/CLI.hpp>
@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   Sparse24BenchOptions o;
   bool json = false;
   std::string isa = "auto";
-  CLI::App app{"2:4 sparse FFN products vs dense OpenBLAS GEMM"};
+  CLI::App app{"2:4 sparse FFN products vs the dense SGEMM library"};
   app.add_option("--threads", o.threads, "threads for OpenMP and OpenBLAS");
   app.add_option("--repeats", o.repeats, "interleaved repetitions per product (median taken)");
   app.add_option("--isa", isa, "micro-kernel: auto, avx2 or avx512")

@@ -23,7 +23,7 @@ constexpr int kVectors = 3;
 
 const IsaKernel& avx2_kernel() {
   static const IsaKernel k{&general_chunk_kernel<Avx2, kVectors>,
-                          &class_chunk_kernel<Avx2, kVectors>};
+                          &class_chunk_kernel<Avx2, kVectors>, nullptr};
   return k;
 }
 

@@ -55,9 +55,24 @@ struct ChunkArgs {
 };
 using ChunkKernel = void (*)(const ChunkArgs& args);
 
+// dst (cols, rows) = (or += when accumulate) src (rows, cols)ᵀ + col_bias (rows) or null, for
+// rows and cols multiples of the block size; blocks visited in bands of src rows when src_bands,
+// else of dst rows (see transpose_into in sparse24.cpp).
+struct TransposeArgs {
+  float* dst;
+  size_t dst_ld;
+  const float* src;
+  size_t src_ld;
+  int rows, cols;
+  const float* col_bias;
+  bool src_bands, accumulate;
+};
+using BlockTranspose = void (*)(const TransposeArgs& args);
+
 struct IsaKernel {
   ChunkKernel general;  // row-only packing: 8 values, 8 offsets per unit
   ChunkKernel classed;  // transposable packing: 8 values, 4 slot offsets per unit, class-sorted
+  BlockTranspose transpose16;  // 16x16 blocks, or null (the 8x8 AVX transposes do it all)
 };
 
 const IsaKernel& avx2_kernel();
