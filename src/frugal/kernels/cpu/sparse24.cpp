@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <span>
 #include <vector>
 
 #include "frugal/core/error.h"
@@ -22,6 +23,7 @@ using sparse24_detail::kClasses;
 using sparse24_detail::kClassRows;
 using sparse24_detail::kPanelRowBytes;
 using sparse24_detail::kPanelWidth;
+using sparse24_detail::TransposeArgs;
 
 // ---- instruction-set selection ----
 
@@ -230,83 +232,55 @@ void fill_values(Sparse24Matrix& m, const float* W, int IC) {
   }
 }
 
-// ---- transposes (16x16 AVX-512 or 8x8 AVX blocks, scalar edges) ----
+// ---- transposes ----
 
-// Transposes the 8x8 block in v in place: v[j][i] <- v[i][j].
-inline void transpose8x8(__m256 v[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+// The transpose of args (sparse24_detail::TransposeArgs) by the block transposes of `isas`, widest
+// first: each takes the whole blocks of what is left, the next ones the right and bottom strips,
+// scalar code the last edges. With AVX-512 the 16x16 blocks (64 shuffles per 256 values against
+// 96 for 8x8 blocks) made the products 3-10% faster at C = 384 and changed nothing at C = 768,
+// where the transposes wait on memory (docs/sparse24.md).
+void transpose_region(const TransposeArgs& a, std::span<const IsaKernel* const> isas) {
+  if (a.rows <= 0 || a.cols <= 0) return;
+  if (isas.empty()) {
+    for (int j = 0; j < a.cols; ++j)
+      for (int i = 0; i < a.rows; ++i) {
+        const float x = a.src[i * a.src_ld + j] + (a.col_bias ? a.col_bias[i] : 0.0f);
+        float& d = a.dst[j * a.dst_ld + i];
+        d = a.accumulate ? d + x : x;
+      }
+    return;
   }
-  for (int i = 0; i < 2; ++i)
-    for (int h = 0; h < 2; ++h) {
-      const __m256 a = t[4 * i + h], b = t[4 * i + 2 + h];
-      u[4 * i + 2 * h] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0));
-      u[4 * i + 2 * h + 1] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2));
-    }
-  for (int i = 0; i < 4; ++i) {
-    v[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
-    v[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+  const int B = isas[0]->transpose_block;
+  const int rows_b = a.rows / B * B, cols_b = a.cols / B * B;
+  if (rows_b > 0 && cols_b > 0) {
+    TransposeArgs whole = a;
+    whole.rows = rows_b;
+    whole.cols = cols_b;
+    isas[0]->transpose(whole);
   }
+  TransposeArgs right = a;  // src columns [cols_b, cols), all rows
+  right.dst += cols_b * a.dst_ld;
+  right.src += cols_b;
+  right.cols = a.cols - cols_b;
+  TransposeArgs bottom = a;  // src rows [rows_b, rows), columns [0, cols_b)
+  bottom.dst += rows_b;
+  bottom.src += rows_b * a.src_ld;
+  bottom.rows = a.rows - rows_b;
+  bottom.cols = cols_b;
+  if (a.col_bias) bottom.col_bias += rows_b;
+  transpose_region(right, isas.subspan(1));
+  transpose_region(bottom, isas.subspan(1));
 }
 
-// dst (cols, rows) = (or += when Accumulate) src (rows, cols)ᵀ + col_bias (rows) or null.
-// The 8x8 blocks are visited in bands of 8 src rows when src_bands (the reads stream: an input
-// panel read column by column would touch 96 cache lines of memory per step, measured 2.5x
-// slower), else in bands of 8 dst rows (the writes stream: dst strides are often multiples of
-// 4 KiB, and scattering across many dst rows at once would thrash one L1 set).
-template <bool Accumulate>
-void transpose8_into(float* dst, size_t dst_ld, const float* src, size_t src_ld, int rows, int cols,
-                     const float* col_bias, bool src_bands) {
-  const int rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
-  auto block = [&](int i, int j) {
-    __m256 v[8];
-    for (int r = 0; r < 8; ++r) v[r] = _mm256_loadu_ps(src + (i + r) * src_ld + j);
-    transpose8x8(v);
-    const __m256 bias = col_bias ? _mm256_loadu_ps(col_bias + i) : _mm256_setzero_ps();
-    for (int c = 0; c < 8; ++c) {
-      float* d = dst + (j + c) * dst_ld + i;
-      __m256 x = _mm256_add_ps(v[c], bias);
-      if constexpr (Accumulate) x = _mm256_add_ps(x, _mm256_loadu_ps(d));
-      _mm256_storeu_ps(d, x);
-    }
-  };
-  if (src_bands) {
-    for (int i = 0; i < rows8; i += 8)
-      for (int j = 0; j < cols8; j += 8) block(i, j);
-  } else {
-    for (int j = 0; j < cols8; j += 8)
-      for (int i = 0; i < rows8; i += 8) block(i, j);
-  }
-  auto scalar = [&](int i, int j) {
-    float x = src[i * src_ld + j] + (col_bias ? col_bias[i] : 0.0f);
-    float& d = dst[j * dst_ld + i];
-    d = Accumulate ? d + x : x;
-  };
-  for (int j = cols8; j < cols; ++j)
-    for (int i = 0; i < rows; ++i) scalar(i, j);
-  for (int j = 0; j < cols8; ++j)
-    for (int i = rows8; i < rows; ++i) scalar(i, j);
-}
-
-// transpose8_into, with the full 16x16 blocks done by the instruction set's wider transpose when
-// it has one (AVX-512: 3-10% faster products at C = 384, no change at C = 768 where the
-// transposes wait on memory; docs/sparse24.md); the 8x8 code takes the right and bottom strips.
-template <bool Accumulate>
+// dst (cols, rows) = (or += when accumulate) src (rows, cols)ᵀ + col_bias (rows) or null; blocks
+// in bands of src rows when src_bands, else of dst rows (see transpose_blocks).
 void transpose_into(float* dst, size_t dst_ld, const float* src, size_t src_ld, int rows, int cols,
-                    const float* col_bias, bool src_bands) {
-  int rows16 = 0, cols16 = 0;
-  if (const sparse24_detail::BlockTranspose wide = active_kernel().transpose16) {
-    rows16 = rows / 16 * 16;
-    cols16 = cols / 16 * 16;
-    if (rows16 > 0 && cols16 > 0)
-      wide({dst, dst_ld, src, src_ld, rows16, cols16, col_bias, src_bands, Accumulate});
-  }
-  transpose8_into<Accumulate>(dst + cols16 * dst_ld, dst_ld, src + cols16, src_ld, rows, cols - cols16,
-                              col_bias, src_bands);
-  transpose8_into<Accumulate>(dst + rows16, dst_ld, src + rows16 * src_ld, src_ld, rows - rows16, cols16,
-                              col_bias ? col_bias + rows16 : nullptr, src_bands);
+                    const float* col_bias, bool src_bands, bool accumulate) {
+  const IsaKernel* active = &active_kernel();
+  const IsaKernel* avx2 = &sparse24_detail::avx2_kernel();
+  const IsaKernel* chain[] = {active, avx2};
+  transpose_region({dst, dst_ld, src, src_ld, rows, cols, col_bias, src_bands, accumulate},
+                   std::span<const IsaKernel* const>(chain, active == avx2 ? 1 : 2));
 }
 
 // ---- driver ----
@@ -350,7 +324,7 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
       const int t0 = static_cast<int>(static_cast<long long>(tiles) * range / ranges);
       const int t1 = static_cast<int>(static_cast<long long>(tiles) * (range + 1) / ranges);
       const int n0 = p * NR, rows = std::min(NR, N - n0);
-      transpose_into<false>(P, NR, inp + static_cast<size_t>(n0) * K, K, rows, K, nullptr, true);
+      transpose_into(P, NR, inp + static_cast<size_t>(n0) * K, K, rows, K, nullptr, true, false);
       if (rows < NR)
         for (int k = 0; k < K; ++k)
           std::fill(P + static_cast<size_t>(k) * NR + rows, P + static_cast<size_t>(k + 1) * NR, 0.0f);
@@ -365,10 +339,7 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
       float* dst = out + static_cast<size_t>(n0) * R + 4 * t0;
       const float* c = C + static_cast<size_t>(4) * t0 * NR;
       const float* b = bias ? bias + 4 * t0 : nullptr;
-      if (accumulate)
-        transpose_into<true>(dst, R, c, NR, 4 * (t1 - t0), rows, b, false);
-      else
-        transpose_into<false>(dst, R, c, NR, 4 * (t1 - t0), rows, b, false);
+      transpose_into(dst, R, c, NR, 4 * (t1 - t0), rows, b, false, accumulate);
     }
   }
 }

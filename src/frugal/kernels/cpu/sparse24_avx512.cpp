@@ -20,13 +20,14 @@ struct Avx512 {
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
   static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
 };
 
 constexpr int kVectors = 6;
 
 // Transposes the 16x16 block in r in place (r[c] becomes column c), in four shuffle stages of 16.
-inline void transpose16x16(__m512 r[16]) {
+void transpose16x16(__m512* r) {
   __m512 t[16], u[16];
   // t: per 128-bit lane, rows 2i and 2i+1 interleaved (lo: elements 0, 1; hi: elements 2, 3)
   for (int i = 0; i < 8; ++i) {
@@ -53,41 +54,12 @@ inline void transpose16x16(__m512 r[16]) {
   }
 }
 
-template <bool Accumulate>
-void transpose16_blocks(const TransposeArgs& a) {
-  auto block = [&](int i, int j) {
-    __m512 v[16];
-    for (int r = 0; r < 16; ++r) v[r] = _mm512_loadu_ps(a.src + (i + r) * a.src_ld + j);
-    transpose16x16(v);
-    const __m512 bias = a.col_bias ? _mm512_loadu_ps(a.col_bias + i) : _mm512_setzero_ps();
-    for (int c = 0; c < 16; ++c) {
-      float* d = a.dst + (j + c) * a.dst_ld + i;
-      __m512 x = _mm512_add_ps(v[c], bias);
-      if constexpr (Accumulate) x = _mm512_add_ps(x, _mm512_loadu_ps(d));
-      _mm512_storeu_ps(d, x);
-    }
-  };
-  if (a.src_bands) {
-    for (int i = 0; i < a.rows; i += 16)
-      for (int j = 0; j < a.cols; j += 16) block(i, j);
-  } else {
-    for (int j = 0; j < a.cols; j += 16)
-      for (int i = 0; i < a.rows; i += 16) block(i, j);
-  }
-}
-
-void transpose16(const TransposeArgs& a) {
-  if (a.accumulate)
-    transpose16_blocks<true>(a);
-  else
-    transpose16_blocks<false>(a);
-}
-
 }  // namespace
 
 const IsaKernel& avx512_kernel() {
   static const IsaKernel k{&general_chunk_kernel<Avx512, kVectors>,
-                          &class_chunk_kernel<Avx512, kVectors>, &transpose16};
+                          &class_chunk_kernel<Avx512, kVectors>,
+                          &transpose_whole_blocks<Avx512, transpose16x16>, 16};
   return k;
 }
 

@@ -55,9 +55,7 @@ struct ChunkArgs {
 };
 using ChunkKernel = void (*)(const ChunkArgs& args);
 
-// dst (cols, rows) = (or += when accumulate) src (rows, cols)ᵀ + col_bias (rows) or null, for
-// rows and cols multiples of the block size; blocks visited in bands of src rows when src_bands,
-// else of dst rows (see transpose_into in sparse24.cpp).
+// dst (cols, rows) = (or += when accumulate) src (rows, cols)ᵀ + col_bias (rows) or null.
 struct TransposeArgs {
   float* dst;
   size_t dst_ld;
@@ -72,13 +70,54 @@ using BlockTranspose = void (*)(const TransposeArgs& args);
 struct IsaKernel {
   ChunkKernel general;  // row-only packing: 8 values, 8 offsets per unit
   ChunkKernel classed;  // transposable packing: 8 values, 4 slot offsets per unit, class-sorted
-  BlockTranspose transpose16;  // 16x16 blocks, or null (the 8x8 AVX transposes do it all)
+  // The transpose of the whole blocks of transpose_block x transpose_block (rows and cols of the
+  // args must be multiples of it); the driver does the edges with narrower ones.
+  BlockTranspose transpose;
+  int transpose_block;
 };
 
 const IsaKernel& avx2_kernel();
 const IsaKernel& avx512_kernel();
 
-// V provides: reg, kLanes, zero(), load(p), store(p, v), bcast(p), fma(a, b, c) = a*b + c.
+// The whole kLanes x kLanes blocks of a transpose (TransposeArgs), each transposed in registers by
+// BlockT(reg[kLanes]) (afterwards reg c holds column c). The blocks are visited in bands of src
+// rows when src_bands (the reads stream: an input panel read column by column would touch 96
+// cache lines of memory per step, measured 2.5x slower), else in bands of dst rows (the writes
+// stream: dst strides are often multiples of 4 KiB, and scattering across many dst rows at once
+// would thrash one L1 set).
+template <class V, void (*BlockT)(typename V::reg*), bool Accumulate>
+void transpose_blocks(const TransposeArgs& a) {
+  constexpr int B = V::kLanes;
+  auto block = [&](int i, int j) {
+    typename V::reg v[B];
+    for (int r = 0; r < B; ++r) v[r] = V::load(a.src + (i + r) * a.src_ld + j);
+    BlockT(v);
+    const typename V::reg bias = a.col_bias ? V::load(a.col_bias + i) : V::zero();
+    for (int c = 0; c < B; ++c) {
+      float* d = a.dst + (j + c) * a.dst_ld + i;
+      typename V::reg x = V::add(v[c], bias);
+      if constexpr (Accumulate) x = V::add(x, V::load(d));
+      V::store(d, x);
+    }
+  };
+  if (a.src_bands) {
+    for (int i = 0; i < a.rows; i += B)
+      for (int j = 0; j < a.cols; j += B) block(i, j);
+  } else {
+    for (int j = 0; j < a.cols; j += B)
+      for (int i = 0; i < a.rows; i += B) block(i, j);
+  }
+}
+
+template <class V, void (*BlockT)(typename V::reg*)>
+void transpose_whole_blocks(const TransposeArgs& a) {
+  if (a.accumulate)
+    transpose_blocks<V, BlockT, true>(a);
+  else
+    transpose_blocks<V, BlockT, false>(a);
+}
+
+// V provides: reg, kLanes, zero(), load(p), store(p, v), bcast(p), add(a, b), fma(a, b, c) = a*b + c.
 // The panel's kPanelWidth columns are covered in strips of NV vectors; Body(acc, xg, unit)
 // adds the tile's units of one chunk for the strip starting at byte pointer xg.
 template <class V, int NV, class Body>
