@@ -52,7 +52,7 @@ def main():
             continue
         out_dir = os.path.join(args.out, name)
         sets = base + [f"data.dir={data_dir}", f"train.out_dir={out_dir}"] + run.get("set", [])
-        cmd = [args.frugal, "train", os.path.join(ROOT, "configs", "shakespeare-char.toml")]
+        cmd = [args.frugal, "train", os.path.join(ROOT, "configs", "shakespeare-char.toml"), "--overwrite"]
         for s in sets:
             cmd += ["--set", s]
         print("==>", name, flush=True)

@@ -109,6 +109,9 @@ TEST(Experiment, RefusesMalformedFiles) {
   expect_error("runs = 3\n[[run]]\nname = \"a\"\n", "unknown key 'runs'");
   expect_error("[[run]]\nname = \"a\"\npretrained = true\n", "[pretrain]");
   expect_error("[base]\nmodel.n_layer = \"four\"\n[[run]]\nname = \"a\"\n", "model.n_layer");
+  // a run's directory is deleted and rewritten: its name must not reach outside the output
+  for (const char* name : {"..", ".", ".hidden", "a/b", "a b", ""})
+    expect_error(fmt::format("[[run]]\nname = \"{}\"\n", name), "run name");
 }
 
 TEST(Experiment, CommandReportsAMissingFile) {

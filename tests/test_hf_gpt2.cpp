@@ -132,6 +132,12 @@ TEST_P(HfRoundTrip, ImportWritesALoadableCheckpoint) {
   const auto loaded = load_checkpoint_model(checkpoint);
   expect_same_config(model->config(), loaded->config());
   expect_same_params(*model, *loaded);
+  // A second import into the same run would replace (and once deleted) its checkpoints.
+  const std::string again = error_of([&] {
+    io::import_hf_gpt2(dir.file("hf"), dir.file("run"), char_tokenizer_spec(dir));
+  });
+  EXPECT_NE(again.find("already holds checkpoints"), std::string::npos) << again;
+  EXPECT_EQ(resolve_checkpoint(dir.file("run")), checkpoint);
 }
 
 INSTANTIATE_TEST_SUITE_P(Head, HfRoundTrip, ::testing::Values(true, false),

@@ -115,9 +115,83 @@ TEST(Trainer, CheckpointFromAnotherShapeIsRefused) {
   Trainer a(tiny_config(data, dir.file("a"), {"train.max_steps=1"}), {.quiet = true});
   a.fit();
   const std::string msg = error_of([&] {
-    Trainer b(tiny_config(data, dir.file("b"), {"model.n_embd=64"}), {.resume = dir.file("a"), .quiet = true});
+    Trainer b(tiny_config(data, dir.file("b"), {"model.n_embd=64"}), {.init_from = dir.file("a"), .quiet = true});
   });
   EXPECT_NE(msg.find("different model shape"), std::string::npos) << msg;
+}
+
+TEST(Trainer, ResumeWithAnotherModelOrBatchConfigIsRefused) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  Trainer a(tiny_config(data, dir.file("a"), {"train.max_steps=1"}), {.quiet = true});
+  a.fit();
+  // n_head leaves every tensor shape unchanged; batch_size changes the data order
+  const std::string msg = error_of([&] {
+    Trainer b(tiny_config(data, dir.file("a"), {"train.max_steps=4", "model.n_head=4", "train.batch_size=2"}),
+              {.resume = dir.file("a"), .quiet = true});
+  });
+  EXPECT_NE(msg.find("model.n_head = 2 in the checkpoint, 4 now"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train.batch_size = 4 in the checkpoint, 2 now"), std::string::npos) << msg;
+  const std::string done = error_of([&] {
+    Trainer c(tiny_config(data, dir.file("a"), {"train.max_steps=1"}), {.resume = dir.file("a"), .quiet = true});
+  });
+  EXPECT_NE(done.find("nothing is left to train"), std::string::npos) << done;
+}
+
+TEST(Trainer, AnExistingRunIsReplacedOnlyWithOverwrite) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::string out = dir.file("run");
+  Trainer(tiny_config(data, out, {"train.max_steps=3", "train.checkpoint_interval=1", "train.keep_checkpoints=5"}),
+          {.quiet = true}).fit();
+  const auto metrics_size = fs::file_size(out + "/metrics.jsonl");
+  const std::string msg = error_of([&] { Trainer t(tiny_config(data, out, {"train.max_steps=2"}), {.quiet = true}); });
+  EXPECT_NE(msg.find("--overwrite"), std::string::npos) << msg;
+  EXPECT_EQ(resolve_checkpoint(out), out + "/checkpoints/step_00000003") << "a refused run must not touch the old one";
+  EXPECT_EQ(fs::file_size(out + "/metrics.jsonl"), metrics_size);
+
+  Trainer(tiny_config(data, out, {"train.max_steps=2"}), {.quiet = true, .overwrite = true}).fit();
+  std::vector<std::string> kept;
+  for (const auto& e : fs::directory_iterator(out + "/checkpoints")) kept.push_back(e.path().filename());
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"latest", "step_00000002"})) << "the old run's checkpoints are gone";
+  EXPECT_NE(error_of([&] { Trainer t(tiny_config(data, ""), {.quiet = true}); }).find("train.out_dir is empty"),
+            std::string::npos);
+}
+
+TEST(Trainer, ResumingFromAnOlderCheckpointPrunesOnlyOlderOnes) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::string out = dir.file("run");
+  Trainer(tiny_config(data, out, {"train.max_steps=6", "train.checkpoint_interval=2", "train.keep_checkpoints=5"}),
+          {.quiet = true}).fit();
+  // keep_checkpoints = 1: writing step 4 again replaces it and deletes step 2, never itself or step 6
+  Trainer resumed(tiny_config(data, out, {"train.max_steps=4", "train.checkpoint_interval=2", "train.keep_checkpoints=1"}),
+                  {.resume = out + "/checkpoints/step_00000002", .quiet = true});
+  resumed.fit();
+  std::vector<std::string> kept;
+  for (const auto& e : fs::directory_iterator(out + "/checkpoints")) kept.push_back(e.path().filename());
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"latest", "step_00000004", "step_00000006"}));
+  EXPECT_EQ(resolve_checkpoint(out), out + "/checkpoints/step_00000004");
+  EXPECT_EQ(load_checkpoint_model(resolve_checkpoint(out))->config().n_embd, 32);
+}
+
+TEST(Trainer, ResumeDropsALogLineCutOffByACrash) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::string out = dir.file("run");
+  Trainer(tiny_config(data, out, {"train.max_steps=2", "train.log_interval=1"}), {.quiet = true}).fit();
+  std::ofstream(out + "/metrics.jsonl", std::ios::app) << "{\"step\": 3, \"loss\": 4.0";
+  Trainer(tiny_config(data, out, {"train.max_steps=3", "train.log_interval=1"}), {.resume = out, .quiet = true}).fit();
+  std::ifstream metrics(out + "/metrics.jsonl");
+  int64_t last_step = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    last_step = j.value("step", last_step);
+  }
+  EXPECT_EQ(last_step, 3);
 }
 
 TEST(Trainer, FullDiskKeepsThePreviousCheckpoint) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The quickstart: installs dependencies, builds frugal, prepares Tiny Shakespeare at the character
-# level, trains a small GPT for about three minutes and prints samples.
+# level, trains a small GPT for about three minutes (replacing the run of an earlier quickstart)
+# and prints samples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
@@ -9,4 +10,4 @@ data=runs/data/shakespeare-char
 if [ ! -f "$data/train.bin" ]; then
   ./build/frugal prepare --tokenizer char --input data/tinyshakespeare/input.txt --out "$data"
 fi
-./build/frugal train configs/shakespeare-char.toml "$@"
+./build/frugal train configs/shakespeare-char.toml --overwrite "$@"

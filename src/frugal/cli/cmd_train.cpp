@@ -23,6 +23,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--set", args->overrides, "override a config key: --set optim.lr=3e-4 (repeatable)");
   cmd->add_option("--resume", args->options.resume, "continue a run bit-exactly from its latest checkpoint (run or checkpoint directory)");
   cmd->add_option("--init-from", args->options.init_from, "start from a checkpoint's weights with a fresh optimizer (e.g. from `frugal import`)");
+  cmd->add_flag("--overwrite", args->options.overwrite, "train.out_dir may hold an earlier run: delete its checkpoints and metrics and start over");
   cmd->callback([args] {
     io::Config config = io::Config::load(run_schema(), args->config_path, args->overrides);
     Trainer trainer(config, args->options);

@@ -91,22 +91,6 @@ std::string toml_float(double v) {
   return s;
 }
 
-// A value as TOML source text.
-std::string toml_value(const ConfigValue& v) {
-  struct Visitor {
-    std::string operator()(int64_t i) const { return std::to_string(i); }
-    std::string operator()(double d) const { return toml_float(d); }
-    std::string operator()(bool b) const { return b ? "true" : "false"; }
-    std::string operator()(const std::string& s) const { return toml_string(s); }
-    std::string operator()(const std::vector<std::string>& list) const {
-      std::string out = "[";
-      for (size_t i = 0; i < list.size(); ++i) out += (i ? ", " : "") + toml_string(list[i]);
-      return out + "]";
-    }
-  };
-  return std::visit(Visitor{}, v);
-}
-
 const char* expectation(ConfigType t) {
   switch (t) {
     case ConfigType::Int: return "an integer";
@@ -271,6 +255,22 @@ std::string markdown_cell(const std::string& s) {
 }
 
 }  // namespace
+
+std::string toml_value(const ConfigValue& v) {
+  struct Visitor {
+    std::string operator()(int64_t i) const { return std::to_string(i); }
+    std::string operator()(double d) const { return toml_float(d); }
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(const std::string& s) const { return toml_string(s); }
+    std::string operator()(const std::vector<std::string>& list) const {
+      std::string out = "[";
+      for (size_t i = 0; i < list.size(); ++i) out += (i ? ", " : "") + toml_string(list[i]);
+      return out + "]";
+    }
+  };
+  return std::visit(Visitor{}, v);
+}
+
 
 const char* config_type_name(ConfigType t) {
   switch (t) {

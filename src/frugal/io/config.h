@@ -19,6 +19,9 @@ namespace frugal::io {
 // The alternatives of ConfigValue are in ConfigType order.
 enum class ConfigType { Int, Float, Bool, String, Strings };
 using ConfigValue = std::variant<int64_t, double, bool, std::string, std::vector<std::string>>;
+
+// A value as TOML source text ("3", "0.1", "true", "\"text\"", "[\"a\", \"b\"]").
+std::string toml_value(const ConfigValue& v);
 const char* config_type_name(ConfigType t);  // "int", "float", "bool", "string", "list of strings"
 
 // Numeric bounds; each side optional and inclusive or exclusive. Default: unbounded.

@@ -331,6 +331,8 @@ std::unique_ptr<GPT> read_hf_gpt2(const std::string& hf_dir) {
 
 std::string import_hf_gpt2(const std::string& hf_dir, const std::string& out_dir,
                            const std::string& tokenizer_spec) {
+  FRUGAL_CHECK(!run_has_checkpoints(out_dir), "{} already holds checkpoints; `frugal import` "
+               "writes a new run: give it an empty or new directory", out_dir);
   const std::unique_ptr<GPT> model = read_hf_gpt2(hf_dir);
   const ModelConfig& m = model->config();
   std::string spec = tokenizer_spec;

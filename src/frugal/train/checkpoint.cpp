@@ -41,16 +41,39 @@ void fsync_dir(const fs::path& dir) {
   }
 }
 
-std::vector<fs::path> checkpoint_dirs(const fs::path& root) {
-  std::vector<fs::path> dirs;
+// The step of a checkpoint directory name "step_<digits>", or -1 for anything else (temporary
+// ".tmp" and ".old" directories included).
+int64_t checkpoint_step(const std::string& name) {
+  if (!name.starts_with("step_") || name.size() == 5 || name.size() > 5 + 18) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+// The checkpoint directories under root, by step.
+std::vector<std::pair<int64_t, fs::path>> checkpoint_dirs(const fs::path& root) {
+  std::vector<std::pair<int64_t, fs::path>> dirs;
   if (!fs::exists(root)) return dirs;
   for (const auto& e : fs::directory_iterator(root)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.starts_with("step_") && name.find('.') == std::string::npos)
-      dirs.push_back(e.path());
+    const int64_t step = checkpoint_step(e.path().filename().string());
+    if (e.is_directory() && step >= 0) dirs.emplace_back(step, e.path());
   }
   std::sort(dirs.begin(), dirs.end());
   return dirs;
+}
+
+// After writing the checkpoint of `step`: keeps the newest keep_last - 1 older ones and deletes
+// the rest of the older ones. The new one is never deleted, and newer ones (left by the run this
+// one resumed from an earlier checkpoint of) are left alone: they are a user's data.
+void prune_checkpoints(const fs::path& root, int64_t step, int keep_last) {
+  std::vector<fs::path> older;
+  for (const auto& [s, dir] : checkpoint_dirs(root))
+    if (s < step) older.push_back(dir);
+  const size_t keep_older = static_cast<size_t>(keep_last - 1);
+  for (size_t i = 0; i + keep_older < older.size(); ++i) fs::remove_all(older[i]);
 }
 
 }  // namespace
@@ -64,8 +87,10 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
   const std::string name = fmt::format("step_{:08}", state.step);
   const fs::path final_dir = root / name;
   const fs::path tmp_dir = root / (name + ".tmp");
+  const fs::path old_dir = root / (name + ".old");  // an earlier checkpoint of the same step
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
+  bool replaced = false;
   try {
     const ParamTable& table = model.table();
     io::SafeTensors weights;
@@ -94,18 +119,30 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
     io::write_safetensors((tmp_dir / "train_state.safetensors").string(), train_state);
     io::write_file_atomic((tmp_dir / "tokenizer.json").string(), bytes_of(tokenizer_json));
     fsync_dir(tmp_dir);
-    fs::remove_all(final_dir);  // a stale one from an earlier run of the same step
+    // Replacing a checkpoint of the same step (a resumed run redoing steps): move the old one
+    // aside first, so that at every instant one complete copy exists under a known name.
+    if (fs::exists(final_dir)) {
+      fs::remove_all(old_dir);
+      fs::rename(final_dir, old_dir);
+      replaced = true;
+    }
     fs::rename(tmp_dir, final_dir);
     fsync_dir(root);
     io::write_file_atomic((root / "latest").string(), bytes_of(name + "\n"));
   } catch (...) {
     std::error_code ignored;
+    if (replaced && !fs::exists(final_dir)) fs::rename(old_dir, final_dir, ignored);
     fs::remove_all(tmp_dir, ignored);
     throw;
   }
-  auto dirs = checkpoint_dirs(root);
-  for (size_t i = 0; i + keep_last < dirs.size(); ++i) fs::remove_all(dirs[i]);
+  fs::remove_all(old_dir);
+  prune_checkpoints(root, state.step, keep_last);
   return final_dir.string();
+}
+
+bool run_has_checkpoints(const std::string& run_dir) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  return fs::exists(root / "latest") || !checkpoint_dirs(root).empty();
 }
 
 std::string resolve_checkpoint(const std::string& path) {
@@ -118,9 +155,14 @@ std::string resolve_checkpoint(const std::string& path) {
   std::string name = read_small_file(latest);
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
   const fs::path dir = p / "checkpoints" / name;
+  const fs::path old_copy = p / "checkpoints" / (name + ".old");
   FRUGAL_CHECK(fs::exists(dir / "model.safetensors"),
-               "{} names checkpoint {} but it is missing; pass one of the step_* directories "
-               "under {} instead", latest.string(), name, (p / "checkpoints").string());
+               "{} names checkpoint {} but it is missing; {}", latest.string(), name,
+               fs::exists(old_copy / "model.safetensors")
+                   ? fmt::format("the run stopped while replacing it and its earlier copy is {}: "
+                                 "rename that to {} and retry", old_copy.string(), dir.string())
+                   : fmt::format("pass one of the step_* directories under {} instead",
+                                 (p / "checkpoints").string()));
   return dir.string();
 }
 

@@ -33,10 +33,14 @@ struct TrainState {
 };
 
 // Writes a checkpoint of `model` (and, when optim is non-null, its moments) into
-// run_dir/checkpoints/step_<step>/ and keeps only the newest `keep_last` (>= 1). Returns its path.
+// run_dir/checkpoints/step_<step>/ (replacing one of the same step) and keeps it and the newest
+// keep_last - 1 older ones (keep_last >= 1); newer ones are never deleted. Returns its path.
 std::string save_checkpoint(const std::string& run_dir, const io::Config& config, const GPT& model,
                             const AdamW* optim, const TrainState& state,
                             const std::string& tokenizer_json, int keep_last);
+
+// Whether run_dir already holds checkpoints (a run that new training must not silently replace).
+bool run_has_checkpoints(const std::string& run_dir);
 
 // Resolves a run directory (its latest checkpoint) or a checkpoint directory to the checkpoint
 // directory. Throws Error saying what to do when there is none.

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -17,6 +19,15 @@ namespace frugal {
 namespace fs = std::filesystem;
 
 namespace {
+
+// A run's name becomes a directory under the experiment's output, which is deleted and rewritten:
+// only plain names, so that it can never be "..", "." or a path.
+bool valid_run_name(const std::string& name) {
+  if (name.empty() || name.front() == '.') return false;
+  return std::all_of(name.begin(), name.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '_' || c == '-' || c == '.';
+  });
+}
 
 std::vector<std::string> string_list(const toml::node_view<const toml::node>& node, const std::string& where) {
   std::vector<std::string> out;
@@ -72,8 +83,8 @@ Experiment load_experiment(const std::string& path) {
     ExperimentRun r;
     r.name = (*t)["name"].value_or(std::string());
     const std::string where = fmt::format("{} run '{}'", path, r.name);
-    FRUGAL_CHECK(!r.name.empty() && r.name.find_first_of("/\\ ") == std::string::npos,
-                 "{}: every [[run]] needs a name without spaces or slashes (it names its directory)", path);
+    FRUGAL_CHECK(valid_run_name(r.name), "{}: the run name '{}' is not usable as a directory name: "
+                 "use letters, digits, '_', '-' and '.', not starting with '.'", path, r.name);
     FRUGAL_CHECK(names.insert(r.name).second, "{}: the run name '{}' is used twice (or is the "
                  "reserved 'pretrain')", path, r.name);
     r.overrides = string_list((*t)["set"], where);

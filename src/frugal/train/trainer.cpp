@@ -36,18 +36,39 @@ std::shared_ptr<const data::TokenShard> open_split(const std::string& dir, const
   return std::make_shared<const data::TokenShard>(data::TokenShard::open(path));
 }
 
-// On resume from an older checkpoint, forget the log lines of the steps about to be redone.
+// On resume, forget the log lines of the steps about to be redone (resuming from an older
+// checkpoint) and any line a crash cut off.
 void drop_metrics_after(const std::string& path, int64_t step) {
   std::ifstream in(path);
   std::string line, kept;
   while (std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > step) break;
+    if (j.is_discarded()) continue;  // a line cut off by a crash: `frugal report` would reject it
+    if (j.contains("step") && j["step"].get<int64_t>() > step) break;
     kept += line + "\n";
   }
   in.close();
   io::write_file_atomic(path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kept.data()), kept.size()));
+}
+
+// The keys a resumed run must share with its checkpoint: the model (the tensor shapes do not show
+// e.g. n_head) and what defines the batches. One "key: stored vs now" line per difference.
+std::vector<std::string> resume_differences(const io::Config& stored, const io::Config& now,
+                                            int resolved_vocab_size) {
+  std::vector<std::string> out;
+  for (const io::ConfigKey& key : now.schema().keys()) {
+    const std::string& k = key.name;
+    if (!k.starts_with("model.") && k != "train.seq_len" && k != "train.batch_size" &&
+        k != "train.grad_accum" && k != "train.seed")
+      continue;
+    io::ConfigValue now_value = now.get(k);
+    if (k == "model.vocab_size" && std::get<int64_t>(now_value) == 0) now_value = int64_t{resolved_vocab_size};
+    if (stored.get(k) != now_value)
+      out.push_back(fmt::format("{} = {} in the checkpoint, {} now", k, io::toml_value(stored.get(k)),
+                                io::toml_value(now_value)));
+  }
+  return out;
 }
 
 std::string format_duration(double s) {
@@ -96,8 +117,16 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
     methods_.fire(Event::Init, ctx);
   }
   if (!options.init_from.empty()) load_checkpoint_params(resolve_checkpoint(options.init_from), *model_);
+  bool continues_out_dir = false;  // resuming the run that lives in out_dir
   if (!options.resume.empty()) {
     const std::string dir = resolve_checkpoint(options.resume);
+    const std::vector<std::string> changed = resume_differences(checkpoint_config(dir, config_.schema()), config_, m.vocab_size);
+    FRUGAL_CHECK(changed.empty(), "--resume {}: the config differs from the one the checkpoint was "
+                 "trained with ({}); resume with the run's own config (frugal train RUN/config.toml "
+                 "--resume RUN), or start a new run from its weights with --init-from",
+                 dir, fmt::join(changed, "; "));
+    continues_out_dir = fs::weakly_canonical(fs::path(dir)).parent_path().parent_path() ==
+                        fs::weakly_canonical(fs::path(t.out_dir));
     load_checkpoint_params(dir, *model_);
     const TrainState state = load_checkpoint_state(dir, *optim_);
     start_step_ = state.step;
@@ -106,21 +135,33 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
     wall_offset_ = state.wall_seconds;
     methods_.load_state(state.methods);
     train_loader_->restore({state.loader_epoch, state.loader_position});
+    FRUGAL_CHECK(start_step_ < t.max_steps, "the checkpoint {} is at step {} and train.max_steps "
+                 "is {}: nothing is left to train; raise it (--set train.max_steps=N) to continue",
+                 dir, start_step_, t.max_steps);
     if (!options_.quiet) fmt::print("resumed from {} at step {}\n", dir, start_step_);
   }
 
+  FRUGAL_CHECK(!t.out_dir.empty(), "train.out_dir is empty; set it to the directory this run "
+               "should write, e.g. --set train.out_dir=runs/my-run");
+  metrics_path_ = (fs::path(t.out_dir) / "metrics.jsonl").string();
+  if (!continues_out_dir && (run_has_checkpoints(t.out_dir) ||
+                             (fs::exists(metrics_path_) && fs::file_size(metrics_path_) > 0))) {
+    FRUGAL_CHECK(options.overwrite, "train.out_dir = {0} already holds a run (checkpoints or "
+                 "metrics.jsonl); continue it with --resume {0}, choose another train.out_dir, or "
+                 "pass --overwrite to delete that run's checkpoints and metrics and start over",
+                 t.out_dir);
+    fs::remove_all(fs::path(t.out_dir) / "checkpoints");
+  }
   fs::create_directories(t.out_dir);
   // Keep the model.vocab_size actually used in the saved config.
   config_.set("model.vocab_size", std::to_string(m.vocab_size));
   const std::string toml = config_.to_toml();
   io::write_file_atomic((fs::path(t.out_dir) / "config.toml").string(),
                         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(toml.data()), toml.size()));
-  metrics_path_ = (fs::path(t.out_dir) / "metrics.jsonl").string();
-  if (options.resume.empty()) {
-    std::ofstream(metrics_path_, std::ios::trunc);
-  } else {
+  if (continues_out_dir)
     drop_metrics_after(metrics_path_, start_step_);
-  }
+  else
+    std::ofstream(metrics_path_, std::ios::trunc);
 }
 
 std::string Trainer::save(int64_t step) {

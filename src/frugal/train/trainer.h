@@ -22,6 +22,9 @@ struct TrainerOptions {
   std::string resume;     // run or checkpoint directory: continue bit-exactly where it stopped
   std::string init_from;  // checkpoint directory: start from its weights with a fresh optimizer
   bool quiet = false;     // no progress output (tests)
+  // train.out_dir may already hold a run (checkpoints or metrics): without resume (of that run)
+  // training refuses to start unless overwrite, which deletes that run's checkpoints and log.
+  bool overwrite = false;
 };
 
 struct FitResult {
