@@ -82,14 +82,19 @@ FfnBenchRow bench_block(int N, int C, const FfnBenchOptions& o) {
     f1.refresh(ffn.w1.data(), H, C);
     f2.refresh(ffn.w2.data(), C, H);
   };
+  auto decay = [&] {
+    add_masked_decay(ffn.dw1.data(), ffn.w1.data(), m1.data(), m1.size(), o.decay);
+    add_masked_decay(ffn.dw2.data(), ffn.w2.data(), m2.data(), m2.size(), o.decay);
+  };
   repack();
   ffn.step(nullptr, nullptr);
   ffn.step(&f1, &f2);
-  std::vector<double> dense, sparse, pack, mask;
+  std::vector<double> dense, sparse, pack, decayed, mask;
   for (int r = 0; r < o.repeats; ++r) {
     dense.push_back(time_ms([&] { ffn.step(nullptr, nullptr); }));
     sparse.push_back(time_ms([&] { ffn.step(&f1, &f2); }));
     pack.push_back(time_ms(repack));
+    decayed.push_back(time_ms(decay));
     if (r < std::max(3, o.repeats / 3)) mask.push_back(time_ms(search));
   }
   FfnBenchRow row;
@@ -98,8 +103,9 @@ FfnBenchRow bench_block(int N, int C, const FfnBenchOptions& o) {
   row.dense_ms = median(dense);
   row.sparse_ms = median(sparse);
   row.repack_ms = median(pack);
+  row.decay_ms = median(decayed);
   row.mask_ms = median(mask);
-  row.sparse_step_ms = row.sparse_ms + row.repack_ms + row.mask_ms / o.mask_interval;
+  row.sparse_step_ms = row.sparse_ms + row.repack_ms + row.decay_ms + row.mask_ms / o.mask_interval;
   row.ratio = row.dense_ms / row.sparse_step_ms;
   return row;
 }
@@ -115,12 +121,12 @@ std::vector<FfnBenchRow> run_ffn_benchmark(const FfnBenchOptions& options) {
 
 std::string format_ffn_table(const std::vector<FfnBenchRow>& rows, int mask_interval) {
   std::string s = fmt::format("FFN block fwd+bwd (fc 4CxC, GELU, fc_proj Cx4C); 2:4 step = fwd+bwd + repack + "
-                              "mask search / {}\n{:>5} {:>5} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6}\n",
-                              mask_interval, "N", "C", "dense ms", "2:4 ms", "repack ms", "mask ms",
-                              "2:4 step ms", "ratio");
+                              "masked decay + mask search / {}\n{:>5} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6}\n",
+                              mask_interval, "N", "C", "dense ms", "2:4 ms", "repack ms", "decay ms",
+                              "mask ms", "2:4 step ms", "ratio");
   for (const auto& r : rows)
-    s += fmt::format("{:>5} {:>5} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>11.3f} {:>6.2f}\n", r.N, r.C,
-                     r.dense_ms, r.sparse_ms, r.repack_ms, r.mask_ms, r.sparse_step_ms, r.ratio);
+    s += fmt::format("{:>5} {:>5} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>11.3f} {:>6.2f}\n", r.N, r.C,
+                     r.dense_ms, r.sparse_ms, r.repack_ms, r.decay_ms, r.mask_ms, r.sparse_step_ms, r.ratio);
   return s;
 }
 
@@ -128,7 +134,7 @@ nlohmann::json ffn_rows_to_json(const std::vector<FfnBenchRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : rows)
     out.push_back({{"N", r.N}, {"C", r.C}, {"dense_ms", r.dense_ms}, {"sparse_ms", r.sparse_ms},
-                   {"repack_ms", r.repack_ms}, {"mask_ms", r.mask_ms},
+                   {"repack_ms", r.repack_ms}, {"decay_ms", r.decay_ms}, {"mask_ms", r.mask_ms},
                    {"sparse_step_ms", r.sparse_step_ms}, {"ratio", r.ratio}});
   return out;
 }

@@ -93,6 +93,11 @@ void row_mask_24(const float* W, int R, int K, uint8_t* mask) {
   }
 }
 
+void add_masked_decay(float* grad, const float* W, const uint8_t* mask, size_t n, float lambda) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) grad[i] += (mask[i] ? 0.0f : lambda) * W[i];  // branch-free
+}
+
 double flip_rate(const uint8_t* old_mask, const uint8_t* new_mask, size_t n) {
   if (n == 0) return 0.0;
   size_t changed = 0;

@@ -24,6 +24,10 @@ void transposable_mask_24(const float* W, int R, int K, uint8_t* mask);
 // (ties: the lower column index wins). Requires K % 4 == 0.
 void row_mask_24(const float* W, int R, int K, uint8_t* mask);
 
+// Masked decay (METHODS.md section 4), added to the gradient after clipping:
+// grad[i] += lambda * W[i] where mask[i] == 0 (the pruned weights decay towards zero).
+void add_masked_decay(float* grad, const float* W, const uint8_t* mask, size_t n, float lambda);
+
 // Fraction of the n entries where old_mask and new_mask differ (0 when n == 0).
 double flip_rate(const uint8_t* old_mask, const uint8_t* new_mask, size_t n);
 

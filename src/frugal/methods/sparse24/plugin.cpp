@@ -151,12 +151,7 @@ void Sparse24Method::apply_masked_decay(TrainContext& ctx) const {
   for (const Target& t : targets_) {
     const size_t offset = model.linear_weight_offset(t.layer, t.which);
     if (offset < model.trainable_begin()) continue;  // frozen: no gradient, no update
-    const float* W = model.params() + offset;
-    float* g = model.grads() + offset;
-    const uint8_t* m = t.mask.data();
-    const size_t n = t.mask.size();
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; ++i) g[i] += (m[i] ? 0.0f : lambda) * W[i];  // branch-free
+    add_masked_decay(model.grads() + offset, model.params() + offset, t.mask.data(), t.mask.size(), lambda);
   }
 }
 
