@@ -178,3 +178,12 @@ TEST(AutoCache, BreakEvenIntensityGrowsWithThePrefix) {
   // per token: linears 2·12C² + attention 2·C·(T+1) (causal mean), over 4C bytes
   EXPECT_DOUBLE_EQ(one, (2.0 * 12 * 32 * 32 * 16 + 2.0 * 32 * 16 * 17) / (16 * 32 * 4));
 }
+
+TEST(AutoCache, StaysExactWhenSparse24SwitchesTheFrozenBlocksToDense) {
+  // sparse24's dense fine-tuning (the last half of the 30 steps) changes what the frozen blocks
+  // compute: outputs cached through their 2:4 formats must not be served after the switch.
+  const auto stats = expect_same_losses({"methods.freeze.frozen_layers=2", "methods.sparse24.mask_interval=5",
+                                         "methods.sparse24.dense_finetune_fraction=0.5"},
+                                        {{"methods.freeze.autocache=on"}});
+  EXPECT_GT(stats[0].hits, 0) << "the cache must have served micro-batches before and after the switch";
+}

@@ -40,6 +40,7 @@ GPT::GPT(const ModelConfig& config) : config_(config), table_(ParamTable::build(
                        off(p + "mlp.c_proj.weight"), off(p + "mlp.c_proj.bias")});
   }
   formats_.resize(config_.n_layer);
+  format_changed_at_.assign(config_.n_layer, 0);
   lnf_w_ = off("transformer.ln_f.weight");
   lnf_b_ = off("transformer.ln_f.bias");
   plan_.parameters = plan_.gradients = table_.total() * sizeof(float);
@@ -211,8 +212,10 @@ size_t GPT::linear_weight_offset(int layer, Linear which) const {
 void GPT::set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format) {
   FRUGAL_CHECK(layer >= 0 && layer < config_.n_layer, "internal: no block {}", layer);
   FRUGAL_CHECK(linear_weight_offset(layer, which) != kAbsent, "internal: block {} has no such linear", layer);
-  formats_[layer][static_cast<int>(which)] = std::move(format);
-  if (LinearFormat* f = formats_[layer][static_cast<int>(which)].get()) {
+  std::shared_ptr<LinearFormat>& slot = formats_[layer][static_cast<int>(which)];
+  if (slot != format) format_changed_at_[layer] = ++format_changes_;
+  slot = std::move(format);
+  if (LinearFormat* f = slot.get()) {
     const auto [oc, ic] = linear_shape(which);
     f->refresh(params_.data() + linear_weight_offset(layer, which), oc, ic);
   }
@@ -220,6 +223,12 @@ void GPT::set_linear_format(int layer, Linear which, std::shared_ptr<LinearForma
 
 LinearFormat* GPT::linear_format(int layer, Linear which) const {
   return formats_.at(layer)[static_cast<int>(which)].get();
+}
+
+uint64_t GPT::prefix_format_version(int blocks) const {
+  uint64_t version = 0;
+  for (int l = 0; l < std::min(blocks, config_.n_layer); ++l) version = std::max(version, format_changed_at_[l]);
+  return version;
 }
 
 void GPT::refresh_formats() {

@@ -62,6 +62,9 @@ class GPT {
   // refreshes it from the current weight.
   void set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format);
   LinearFormat* linear_format(int layer, Linear which) const;
+  // Changes whenever set_linear_format gives one of blocks [0, blocks) another format: what a
+  // cache of those blocks' outputs (AutoCache) must be invalidated on. 0 before any change.
+  uint64_t prefix_format_version(int blocks) const;
   // The parameter-buffer offset of a block linear's weight (kAbsent for Gate without a gated MLP).
   size_t linear_weight_offset(int layer, Linear which) const;
   // Shape (OC, IC) of a block linear.
@@ -122,6 +125,8 @@ class GPT {
   Buffer<float> params_, grads_;
   std::vector<BlockOffsets> blocks_;
   std::vector<std::array<std::shared_ptr<LinearFormat>, kLinears>> formats_;
+  std::vector<uint64_t> format_changed_at_;  // per block: the format_changes_ of its last change
+  uint64_t format_changes_ = 0;
   size_t lnf_w_, lnf_b_;
 
   int B_ = 0, T_ = 0, frozen_ = 0;

@@ -60,6 +60,11 @@ void AutoCache::update(const TrainContext& ctx, int frozen, int64_t next_step) {
 
 void AutoCache::serve(TrainContext& ctx, int frozen) {
   if (!active_ || frozen == 0) return;
+  // Entries of every level are outputs of blocks below `frozen`.
+  if (const uint64_t version = ctx.model.prefix_format_version(frozen); version != format_version_) {
+    cache_->clear();
+    format_version_ = version;
+  }
   const int B = ctx.batch;
   // The deepest level <= frozen that every sample of the micro-batch holds.
   const std::vector<int> first = cache_->levels(ctx.sample_ids[0]);

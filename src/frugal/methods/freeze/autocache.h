@@ -60,6 +60,10 @@ class AutoCache {
   bool active_ = false;
   std::unique_ptr<PrefixCache> cache_;
   Buffer<float> batch_;  // (B,T,C) assembled prefix output
+  // GPT::prefix_format_version of the frozen prefix the entries were computed with: another
+  // method (sparse24 at its dense fine-tuning switch) changing a frozen block's format makes
+  // every entry stale.
+  uint64_t format_version_ = 0;
   int64_t hits_ = 0, misses_ = 0;  // cumulative over this fit
 };
 
