@@ -3,6 +3,7 @@
 #include "frugal/io/config.h"
 
 #include <algorithm>
+#include <limits>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -287,6 +288,7 @@ const char* config_type_name(ConfigType t) {
 
 Range Range::closed(double lo, double hi) { return Range{lo, hi, true, true}; }
 Range Range::half_open(double lo, double hi) { return Range{lo, hi, true, false}; }
+Range Range::left_open(double lo, double hi) { return Range{lo, hi, false, true}; }
 Range Range::at_least(double lo) { return Range{lo, std::nullopt, true, true}; }
 Range Range::above(double lo) { return Range{lo, std::nullopt, false, true}; }
 
@@ -557,6 +559,13 @@ const T& typed(const Config& c, const std::string& key, ConfigType type) {
 
 int64_t Config::get_int(const std::string& key) const {
   return typed<int64_t>(*this, key, ConfigType::Int);
+}
+int Config::get_int32(const std::string& key) const {
+  const int64_t v = get_int(key);
+  FRUGAL_CHECK(v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max(),
+               "{} = {} is out of range: it must fit a 32-bit int (at most {})", key, v,
+               std::numeric_limits<int>::max());
+  return static_cast<int>(v);
 }
 double Config::get_float(const std::string& key) const {
   return typed<double>(*this, key, ConfigType::Float);

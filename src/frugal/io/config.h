@@ -31,6 +31,7 @@ struct Range {
 
   static Range closed(double lo, double hi);     // [lo, hi]
   static Range half_open(double lo, double hi);  // [lo, hi)
+  static Range left_open(double lo, double hi);  // (lo, hi]
   static Range at_least(double lo);              // [lo, inf)
   static Range above(double lo);                 // (lo, inf)
   bool contains(double v) const;                 // false for NaN
@@ -111,6 +112,7 @@ class Config {
   const ConfigValue& get(const std::string& key) const;
   // Each throws Error for an unknown key or a key of another type.
   int64_t get_int(const std::string& key) const;
+  int get_int32(const std::string& key) const;  // get_int, an Error when it does not fit an int
   double get_float(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   const std::string& get_string(const std::string& key) const;

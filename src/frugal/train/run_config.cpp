@@ -65,7 +65,7 @@ io::ConfigSchema run_schema() {
       .add_int("sample.max_tokens", p.max_tokens, "tokens per sample", Range::at_least(1))
       .add_float("sample.temperature", p.temperature, "softmax temperature", Range::above(0))
       .add_int("sample.top_k", p.top_k, "keep the k most likely tokens; 0 keeps all", Range::at_least(0))
-      .add_float("sample.top_p", p.top_p, "nucleus sampling mass", Range::closed(0, 1))
+      .add_float("sample.top_p", p.top_p, "nucleus sampling mass", Range::left_open(0, 1))
       .add_string("sample.prompt", p.prompt, "text the samples start from")
       .add_int("sample.seed", static_cast<int64_t>(p.seed), "sampling seed", Range::at_least(0));
   for (const MethodInfo& m : registered_methods()) {
@@ -115,12 +115,12 @@ std::vector<bool> recompute_blocks(const std::string& spec, int n_layer) {
 RunSettings run_settings(const io::Config& c) {
   RunSettings r;
   ModelConfig& m = r.model;
-  m.vocab_size = static_cast<int>(c.get_int("model.vocab_size"));
-  m.block_size = static_cast<int>(c.get_int("model.block_size"));
-  m.n_layer = static_cast<int>(c.get_int("model.n_layer"));
-  m.n_head = static_cast<int>(c.get_int("model.n_head"));
-  m.n_embd = static_cast<int>(c.get_int("model.n_embd"));
-  m.ffn_mult = static_cast<int>(c.get_int("model.ffn_mult"));
+  m.vocab_size = c.get_int32("model.vocab_size");
+  m.block_size = c.get_int32("model.block_size");
+  m.n_layer = c.get_int32("model.n_layer");
+  m.n_head = c.get_int32("model.n_head");
+  m.n_embd = c.get_int32("model.n_embd");
+  m.ffn_mult = c.get_int32("model.ffn_mult");
   m.mlp = parse_mlp_kind(c.get_string("model.mlp"));
   m.tied_head = c.get_bool("model.tied_head");
   m.bias = c.get_bool("model.bias");
@@ -135,29 +135,29 @@ RunSettings run_settings(const io::Config& c) {
   o.eps = static_cast<float>(c.get_float("optim.eps"));
   o.weight_decay = static_cast<float>(c.get_float("optim.weight_decay"));
   o.grad_clip = static_cast<float>(c.get_float("optim.grad_clip"));
-  o.warmup_steps = static_cast<int>(c.get_int("optim.warmup_steps"));
+  o.warmup_steps = c.get_int32("optim.warmup_steps");
   TrainSettings& t = r.train;
   t.data_dir = c.get_string("data.dir");
   t.out_dir = c.get_string("train.out_dir");
-  t.batch_size = static_cast<int>(c.get_int("train.batch_size"));
-  t.seq_len = static_cast<int>(c.get_int("train.seq_len"));
+  t.batch_size = c.get_int32("train.batch_size");
+  t.seq_len = c.get_int32("train.seq_len");
   if (t.seq_len == 0) t.seq_len = m.block_size;
-  t.grad_accum = static_cast<int>(c.get_int("train.grad_accum"));
+  t.grad_accum = c.get_int32("train.grad_accum");
   t.max_steps = c.get_int("train.max_steps");
   t.max_seconds = c.get_float("train.max_seconds");
   t.seed = static_cast<uint64_t>(c.get_int("train.seed"));
-  t.threads = static_cast<int>(c.get_int("train.threads"));
+  t.threads = c.get_int32("train.threads");
   t.recompute = c.get_string("train.recompute");
-  t.eval_interval = static_cast<int>(c.get_int("train.eval_interval"));
-  t.eval_batches = static_cast<int>(c.get_int("train.eval_batches"));
-  t.log_interval = static_cast<int>(c.get_int("train.log_interval"));
-  t.checkpoint_interval = static_cast<int>(c.get_int("train.checkpoint_interval"));
-  t.keep_checkpoints = static_cast<int>(c.get_int("train.keep_checkpoints"));
+  t.eval_interval = c.get_int32("train.eval_interval");
+  t.eval_batches = c.get_int32("train.eval_batches");
+  t.log_interval = c.get_int32("train.log_interval");
+  t.checkpoint_interval = c.get_int32("train.checkpoint_interval");
+  t.keep_checkpoints = c.get_int32("train.keep_checkpoints");
   SampleSettings& p = r.sample;
-  p.count = static_cast<int>(c.get_int("sample.count"));
-  p.max_tokens = static_cast<int>(c.get_int("sample.max_tokens"));
+  p.count = c.get_int32("sample.count");
+  p.max_tokens = c.get_int32("sample.max_tokens");
   p.temperature = c.get_float("sample.temperature");
-  p.top_k = static_cast<int>(c.get_int("sample.top_k"));
+  p.top_k = c.get_int32("sample.top_k");
   p.top_p = c.get_float("sample.top_p");
   p.prompt = c.get_string("sample.prompt");
   p.seed = static_cast<uint64_t>(c.get_int("sample.seed"));

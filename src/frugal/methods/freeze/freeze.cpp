@@ -27,11 +27,11 @@ void add_keys(io::ConfigSchema& s, const std::string& p) {
 
 std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   FreezeConfig f;
-  f.frozen_layers = static_cast<int>(c.get_int(p + ".frozen_layers"));
+  f.frozen_layers = c.get_int32(p + ".frozen_layers");
   f.alpha = c.get_float(p + ".alpha");
-  f.interval = static_cast<int>(c.get_int(p + ".interval"));
+  f.interval = c.get_int32(p + ".interval");
   f.adaptive = c.get_bool(p + ".adaptive");
-  f.max_frozen = static_cast<int>(c.get_int(p + ".max_frozen"));
+  f.max_frozen = c.get_int32(p + ".max_frozen");
   f.autocache.mode = parse_autocache_mode(c.get_string(p + ".autocache"));
   f.autocache.memory_mb = c.get_int(p + ".cache_memory_mb");
   f.autocache.dir = c.get_string(p + ".cache_dir");

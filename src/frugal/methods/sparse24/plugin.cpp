@@ -27,7 +27,7 @@ void add_keys(io::ConfigSchema& s, const std::string& p) {
 
 std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   Sparse24Config s;
-  s.mask_interval = static_cast<int>(c.get_int(p + ".mask_interval"));
+  s.mask_interval = c.get_int32(p + ".mask_interval");
   s.decay = c.get_float(p + ".decay");
   s.transposable = c.get_bool(p + ".transposable");
   s.dense_finetune_fraction = c.get_float(p + ".dense_finetune_fraction");
