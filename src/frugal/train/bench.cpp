@@ -1,6 +1,7 @@
 // Training-step benchmark; see bench.h.
 #include "frugal/train/bench.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -22,7 +23,8 @@ namespace {
 constexpr const char* kStepScope = "step (total)";  // the profiler's whole: every other scope nests in it
 }  // namespace
 
-BenchPreset bench_preset(const std::string& name, const std::vector<std::string>& overrides) {
+BenchPreset bench_preset(const std::string& name, const std::vector<std::string>& overrides,
+                         std::optional<int> warmup, std::optional<int> steps) {
   struct Shape {
     int vocab, layers, heads, embd, T, B, warmup, steps;
   };
@@ -31,14 +33,26 @@ BenchPreset bench_preset(const std::string& name, const std::vector<std::string>
   else if (name == "M") p = {65, 6, 6, 384, 256, 8, 3, 10};
   else if (name == "L") p = {50257, 12, 12, 768, 64, 4, 2, 5};
   else fail("unknown bench preset '{}'; use S, M or L", name);
-  BenchPreset b{io::Config(run_schema()), p.warmup, p.steps};
+  BenchPreset b{io::Config(run_schema()), warmup.value_or(p.warmup), steps.value_or(p.steps)};
   for (auto [key, value] : {std::pair{"model.vocab_size", p.vocab}, {"model.n_layer", p.layers},
                             {"model.n_head", p.heads}, {"model.n_embd", p.embd},
                             {"model.block_size", p.T}, {"train.seq_len", p.T},
-                            {"train.batch_size", p.B}, {"train.max_steps", p.warmup + p.steps},
-                            {"optim.warmup_steps", 0}})
+                            {"train.batch_size", p.B}, {"optim.warmup_steps", 0}})
     b.config.set(key, std::to_string(value));
+  const int64_t default_max_steps = b.config.get_int("train.max_steps");
   b.config.apply_overrides(overrides);
+  const int max_steps = b.warmup + b.steps;
+  if (const int64_t asked = b.config.get_int("train.max_steps"); asked != default_max_steps)
+    b.notes.push_back(fmt::format("train.max_steps = {} replaced by {} (warmup + steps): the bench "
+                                  "runs that many steps", asked, max_steps));
+  b.config.set("train.max_steps", std::to_string(max_steps));
+  const std::string finetune = "methods.sparse24.dense_finetune_fraction";
+  if (b.config.section_present("methods.sparse24") && b.config.get_float(finetune) > 0) {
+    b.notes.push_back(fmt::format("{} = {:g} replaced by 0: the bench times 2:4 steps, and the dense "
+                                  "fine-tuning phase would fall inside them", finetune,
+                                  b.config.get_float(finetune)));
+    b.config.set(finetune, "0");
+  }
   return b;
 }
 

@@ -3,6 +3,7 @@
 // MFU against the measured GEMM peak, and peak resident memory.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,14 +12,20 @@
 namespace frugal {
 
 struct BenchPreset {
-  io::Config config;  // the run config: preset values, then the --set overrides
+  io::Config config;  // the run config: preset values, the --set overrides, the bench's own keys
   int warmup = 3, steps = 10;
   bool profile = false;  // time each kernel during the timed steps
+  std::vector<std::string> notes;  // config values the bench replaced, one line each, for the user
 };
 
 // Presets of issue #2 — "S", "M", "L" (GPT-2 small) — expressed as run-config values, then
-// `--set key=value` overrides (any run-config key, methods included). Throws for an unknown preset.
-BenchPreset bench_preset(const std::string& name, const std::vector<std::string>& overrides = {});
+// `--set key=value` overrides (any run-config key, methods included), then the step counts (unset:
+// the preset's). The config then describes the run the bench makes, so methods that schedule off
+// train.max_steps see its horizon: train.max_steps = warmup + steps. And the timed steps measure
+// the methods' steady state: sparse24's dense fine-tuning, which would fall inside them, is
+// turned off. Replaced values are listed in `notes`. Throws for an unknown preset.
+BenchPreset bench_preset(const std::string& name, const std::vector<std::string>& overrides = {},
+                         std::optional<int> warmup = {}, std::optional<int> steps = {});
 
 struct BenchResult {
   double ms_per_step = 0, ms_min = 0, tokens_per_s = 0, mfu = 0;
