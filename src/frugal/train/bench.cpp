@@ -125,9 +125,9 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   r.tokens_per_s = double(t.batch_size) * t.seq_len * t.grad_accum / median;
   r.model_flops_per_step = last.executed.model();
   r.dense_flops_per_step = last.dense.model();
+  r.peak_rss_bytes = peak_rss_bytes();  // before the GEMM peak measurement allocates its matrices
   r.peak_flops = measure_gemm_peak_flops();
   r.mfu = r.model_flops_per_step / median / r.peak_flops;
-  r.peak_rss_bytes = peak_rss_bytes();
   r.parameters = model.table().num_parameters(s.model);
   r.memory_plan = model.memory_plan().describe(optim.state_bytes());
   r.profile = kernel_profile;
