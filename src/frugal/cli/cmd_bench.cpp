@@ -92,9 +92,9 @@ void add_bench_command(CLI::App& app) {
                r.parameters / 1e6, r.batch, r.seq_len, num_threads(),
                kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()));
     fmt::print("{}\n", r.memory_plan);
-    fmt::print("{:.2f} ms/step (min {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of measured GEMM peak "
-               "{:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
-               r.ms_per_step, r.ms_min, r.tokens_per_s, 100 * r.mfu, r.peak_flops / 1e9,
+    fmt::print("{:.2f} ms/step (median; min {:.2f}, mean {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of "
+               "measured GEMM peak {:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
+               r.ms_per_step, r.ms_min, r.ms_mean, r.tokens_per_s, 100 * r.mfu, r.peak_flops / 1e9,
                r.peak_rss_bytes / 1048576.0);
     if (!r.profile.empty()) fmt::print("{}", r.profile);
     if (r.model_flops_per_step < r.dense_flops_per_step)

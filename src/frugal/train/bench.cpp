@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <numeric>
 
 #include "frugal/core/error.h"
 #include "frugal/core/memory.h"
@@ -60,7 +61,7 @@ std::string BenchResult::to_json(const std::string& preset, int threads) const {
   nlohmann::json j{{"impl", "frugal"},          {"preset", preset},
                    {"dense_gemm", kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend())},
                    {"threads", threads},        {"tokens_per_s", tokens_per_s},
-                   {"ms_per_step", ms_per_step}, {"ms_min", ms_min},
+                   {"ms_per_step", ms_per_step}, {"ms_min", ms_min}, {"ms_mean", ms_mean},
                    {"mfu", mfu},                {"model_flops_per_step", model_flops_per_step},
                    {"dense_flops_per_step", dense_flops_per_step},
                    {"peak_gemm_flops", peak_flops}, {"peak_rss_bytes", peak_rss_bytes},
@@ -95,8 +96,8 @@ BenchResult run_train_bench(const BenchPreset& preset) {
     }
     for (int b = 0; b < t.batch_size; ++b) ids[b] = b;
   };
-  std::vector<double> times;
-  StepResult last;
+  std::vector<double> times;  // of the timed steps
+  PhaseFlops executed, dense;  // summed over the timed steps (they change with the methods' state)
   for (int step = 0; step < preset.warmup + preset.steps; ++step) {
     nlohmann::json record;
     if (step == preset.warmup && preset.profile) {
@@ -104,17 +105,22 @@ BenchResult run_train_bench(const BenchPreset& preset) {
       profile::enable(true);
     }
     Timer timer;
+    StepResult result;
     {
       FRUGAL_PROFILE(kStepScope);
-      last = runner.run(step, s.optim.lr, random_batch, &record);
+      result = runner.run(step, s.optim.lr, random_batch, &record);
     }
-    if (step >= preset.warmup) times.push_back(timer.seconds());
+    if (step < preset.warmup) continue;
+    times.push_back(timer.seconds());
+    executed += result.executed;
+    dense += result.dense;
   }
   std::string kernel_profile;
   if (preset.profile) {
     profile::enable(false);
     kernel_profile = profile::report(kStepScope);
   }
+  const double seconds = std::accumulate(times.begin(), times.end(), 0.0);
   std::sort(times.begin(), times.end());
   BenchResult r;
   const double median = times[times.size() / 2];
@@ -122,12 +128,13 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   r.seq_len = t.seq_len;
   r.ms_per_step = median * 1e3;
   r.ms_min = times.front() * 1e3;
+  r.ms_mean = seconds / preset.steps * 1e3;
   r.tokens_per_s = double(t.batch_size) * t.seq_len * t.grad_accum / median;
-  r.model_flops_per_step = last.executed.model();
-  r.dense_flops_per_step = last.dense.model();
+  r.model_flops_per_step = executed.model() / preset.steps;
+  r.dense_flops_per_step = dense.model() / preset.steps;
   r.peak_rss_bytes = peak_rss_bytes();  // before the GEMM peak measurement allocates its matrices
   r.peak_flops = measure_gemm_peak_flops();
-  r.mfu = r.model_flops_per_step / median / r.peak_flops;
+  r.mfu = executed.model() / seconds / r.peak_flops;
   r.parameters = model.table().num_parameters(s.model);
   r.memory_plan = model.memory_plan().describe(optim.state_bytes());
   r.profile = kernel_profile;

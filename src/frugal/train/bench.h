@@ -27,8 +27,11 @@ struct BenchPreset {
 BenchPreset bench_preset(const std::string& name, const std::vector<std::string>& overrides = {},
                          std::optional<int> warmup = {}, std::optional<int> steps = {});
 
+// Over the timed steps: ms_per_step and tokens_per_s from the median step time (robust on a shared
+// machine); ms_min; the mean step time, executed and dense-equivalent model FLOPs per step and
+// MFU from their sums (FLOPs change from step to step with the methods' state).
 struct BenchResult {
-  double ms_per_step = 0, ms_min = 0, tokens_per_s = 0, mfu = 0;
+  double ms_per_step = 0, ms_min = 0, ms_mean = 0, tokens_per_s = 0, mfu = 0;
   double model_flops_per_step = 0, dense_flops_per_step = 0, peak_flops = 0;
   uint64_t peak_rss_bytes = 0;
   size_t parameters = 0;
