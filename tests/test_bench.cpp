@@ -27,5 +27,21 @@ TEST(Bench, Sparse24IsTimedWithoutItsDenseFineTuning) {
   EXPECT_TRUE(b.notes.empty());
 }
 
+TEST(Bench, AutoCacheServesTheFrozenPrefixAsInALaterEpoch) {
+  const std::vector<std::string> tiny = {"model.n_layer=2", "model.n_head=2", "model.n_embd=32",
+                                         "model.block_size=16", "train.seq_len=16",
+                                         "train.batch_size=2", "model.dropout=0",
+                                         "methods.freeze.frozen_layers=1"};
+  auto run = [&](const std::string& autocache) {
+    std::vector<std::string> overrides = tiny;
+    overrides.push_back("methods.freeze.autocache=" + autocache);
+    return run_train_bench(bench_preset("S", overrides, 1, 2));
+  };
+  const BenchResult cached = run("auto"), recomputed = run("off");
+  EXPECT_EQ(cached.dense_flops_per_step, recomputed.dense_flops_per_step);
+  EXPECT_LT(cached.model_flops_per_step, recomputed.model_flops_per_step)
+      << "the timed steps should skip the frozen block's forward";
+}
+
 }  // namespace
 }  // namespace frugal

@@ -66,7 +66,10 @@ void add_bench_command(CLI::App& app) {
   cmd->footer("The bench runs warmup + steps steps and sets train.max_steps to that, so schedules see "
               "its horizon. It times the methods' steady state: with methods.sparse24, "
               "dense_finetune_fraction is set to 0 (its dense phase would fall inside the timed "
-              "steps; a note on stderr says so). To time dense steps, leave methods.sparse24 out.");
+              "steps; a note on stderr says so). To time dense steps, leave methods.sparse24 out. "
+              "The same B random samples make up every step, as in a later epoch: with "
+              "methods.freeze, AutoCache serves the frozen prefix as in training; "
+              "methods.freeze.autocache=off times freezing alone.");
   cmd->add_option("--kernel", args->kernel, "benchmark kernels instead of training steps: sparse24 "
                   "(2:4 vs dense GEMM on FFN shapes, and a whole FFN block)")
       ->check(CLI::IsMember({"sparse24"}));

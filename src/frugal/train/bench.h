@@ -1,6 +1,6 @@
 // The training-step benchmark behind `frugal bench`: times full steps (forward, backward, AdamW,
-// and the enabled methods' events) on random tokens after warm-up, and reports ms/step, tokens/s,
-// MFU against the measured GEMM peak, and peak resident memory.
+// and the enabled methods' events) on a fixed batch of random tokens after warm-up, and reports
+// ms/step, tokens/s, MFU against the measured GEMM peak, and peak resident memory.
 #pragma once
 #include <cstdint>
 #include <optional>
