@@ -65,7 +65,8 @@ std::string BenchResult::to_json(const std::string& preset, int threads) const {
                    {"mfu", mfu},                {"model_flops_per_step", model_flops_per_step},
                    {"dense_flops_per_step", dense_flops_per_step},
                    {"peak_gemm_flops", peak_flops}, {"peak_rss_bytes", peak_rss_bytes},
-                   {"parameters", parameters},  {"batch", batch}, {"seq_len", seq_len}};
+                   {"parameters", parameters},  {"batch", batch}, {"seq_len", seq_len},
+                   {"warmup", warmup},          {"steps", steps}};
   return j.dump();
 }
 
@@ -130,7 +131,10 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   const double seconds = std::accumulate(times.begin(), times.end(), 0.0);
   std::sort(times.begin(), times.end());
   BenchResult r;
-  const double median = times[times.size() / 2];
+  const size_t n = times.size();  // the median as Python's statistics.median (tools/bench_torch.py)
+  const double median = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  r.warmup = preset.warmup;
+  r.steps = preset.steps;
   r.batch = t.batch_size;
   r.seq_len = t.seq_len;
   r.ms_per_step = median * 1e3;

@@ -35,7 +35,7 @@ struct BenchResult {
   double model_flops_per_step = 0, dense_flops_per_step = 0, peak_flops = 0;
   uint64_t peak_rss_bytes = 0;
   size_t parameters = 0;
-  int batch = 0, seq_len = 0;
+  int batch = 0, seq_len = 0, warmup = 0, steps = 0;
   std::string memory_plan;
   std::string profile;  // per-kernel table when BenchPreset::profile
   std::string to_json(const std::string& preset, int threads) const;
