@@ -1,6 +1,7 @@
 // Benchmark of the fused causal attention kernels: GFLOP/s of forward and backward on the model
-// shapes for each instruction set the CPU has (AVX2, AVX-512), next to the OpenBLAS SGEMM rate
-// measured in the same run.
+// shapes for each instruction set the CPU has (AVX2, AVX-512), next to the SGEMM rate of frugal's
+// dense GEMM library (kernels/cpu/gemm.h: oneDNN by default, FRUGAL_GEMM=openblas) measured in the
+// same run.
 // FLOPs counted (causal, useful work only; diagonal tiles compute some masked scores besides):
 //   scores per head = T(T+1)/2; each costs 2·HS per matrix product.
 //   forward  = 2 products (Q·Kᵀ, P·V)                                = 2·B·NH·HS·T(T+1)
@@ -19,6 +20,7 @@
 #include "frugal/core/timer.h"
 #include "frugal/kernels/cpu/attention.h"
 #include "frugal/kernels/cpu/blas_peak.h"
+#include "frugal/kernels/cpu/gemm.h"
 #include "frugal/kernels/ops.h"
 
 namespace {
@@ -69,7 +71,8 @@ void bench_sgemm(int M, int N, int K, int reps) {
   const std::vector<float> a = random_floats(static_cast<size_t>(M) * K, 2),
                            b = random_floats(static_cast<size_t>(K) * N, 3);
   std::vector<float> c(static_cast<size_t>(M) * N);
-  std::printf("OpenBLAS sgemm M=%d N=%d K=%d:", M, N, K);
+  std::printf("%s sgemm M=%d N=%d K=%d:",
+              frugal::kernels::cpu::gemm_backend_name(frugal::kernels::cpu::gemm_backend()), M, N, K);
   print("", best_seconds([&] {
     frugal::kernels::cpu::reference_sgemm(M, N, K, a.data(), b.data(), c.data());
   }, reps), 2.0 * M * N * K);

@@ -33,7 +33,10 @@ def main():
     ap.add_argument("--frugal", default=os.path.join(ROOT, "build", "frugal"))
     ap.add_argument("--only", nargs="*", help="run only these names (the report still covers all finished runs)")
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "sparse24"))
+    ap.add_argument("--threads", type=int, help="train.threads for every run (default: the spec's, 0 = all cores)")
     args = ap.parse_args()
+    if args.threads is not None and args.threads < 0:
+        ap.error("--threads must be at least 0")
     with open(os.path.join(ROOT, "experiments", "sparse24.toml"), "rb") as f:
         spec = tomllib.load(f)
     base = flatten(spec["base"])
@@ -52,6 +55,9 @@ def main():
             continue
         out_dir = os.path.join(args.out, name)
         sets = base + [f"data.dir={data_dir}", f"train.out_dir={out_dir}"] + run.get("set", [])
+        if args.threads is not None:  # same for every run, so the wall-clock columns compare
+            sets.append(f"train.threads={args.threads}")
+        # the experiment owns its run directories: a rerun replaces them
         cmd = [args.frugal, "train", os.path.join(ROOT, "configs", "shakespeare-char.toml"), "--overwrite"]
         for s in sets:
             cmd += ["--set", s]

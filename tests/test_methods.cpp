@@ -181,4 +181,9 @@ TEST(Flops, MatchHandComputedValuesForASmallConfig) {
   EXPECT_DOUBLE_EQ(f.dense_total().model(), 2 * (3 * linear + 3 * attention) + 3 * head);
   f = count_step_flops(model, B, T, 1);  // block 0 served from cache
   EXPECT_DOUBLE_EQ(f.executed[1].forward, 0);
+
+  model.set_frozen_prefix(2);  // every block frozen: the head's input gradient still runs for ln_f
+  f = count_step_flops(model, B, T);
+  EXPECT_DOUBLE_EQ(f.executed[3].backward_input, head);
+  EXPECT_DOUBLE_EQ(f.executed_total().model(), 2 * (linear + attention) + 2 * head);
 }

@@ -1,7 +1,9 @@
 """PyTorch speed baseline: training steps of tools/torch_gpt.py in float32 on CPU.
 
 One step = forward, backward, AdamW step, zero_grad(set_to_none=True) on a fixed random batch.
-Presets match `frugal bench --preset`. Run with Debian's torch (OpenBLAS, OpenMP variant):
+Presets, warm-up and timed step counts match `frugal bench --preset`, and so does the statistic:
+each timed step is timed alone and ms/step and tokens/s come from the median step time.
+Run with Debian's torch (OpenBLAS, OpenMP variant):
 
     /usr/bin/python3 tools/bench_torch.py --preset M --threads 2 [--warmup 3 --steps 10] [--json]
 """
@@ -9,6 +11,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import sys
 import time
 
@@ -18,7 +21,9 @@ PRESETS = {
     "M": (dict(vocab_size=65, n_layer=6, n_head=6, n_embd=384), 8, 256),
     "L": (dict(vocab_size=50257, n_layer=12, n_head=12, n_embd=768), 4, 64),  # GPT-2 small
 }
-DEFAULT_STEPS = {"S": (5, 30), "M": (3, 10), "L": (3, 10)}  # (warmup, timed steps)
+# (warmup, timed steps): those of `frugal bench` (src/frugal/train/bench.cpp), so that
+# tools/compare_torch.py compares the same runs.
+DEFAULT_STEPS = {"S": (5, 30), "M": (3, 10), "L": (2, 5)}
 
 
 def parse_args():
@@ -79,24 +84,32 @@ def main():
     load_before = os.getloadavg()[0]  # the machine may be shared: record how busy it was
     for _ in range(args.warmup):
         step()
-    start = time.perf_counter()
+    times = []
     for _ in range(args.steps):
+        start = time.perf_counter()
         loss = step()
-    seconds = time.perf_counter() - start
+        times.append(time.perf_counter() - start)
 
-    ms_per_step = 1000.0 * seconds / args.steps
+    # The median step time, as frugal bench reports it: robust to steps slowed by other load.
+    ms_per_step = 1000.0 * statistics.median(times)
+    n_params = sum(p.numel() for p in model.parameters())
+    vocab_matrices = 1 if cfg.tied_head else 2
     result = dict(
         impl="pytorch",
         preset=args.preset,
         threads=args.threads,
-        tokens_per_s=B * T * args.steps / seconds,
+        tokens_per_s=B * T / (ms_per_step / 1000.0),
         ms_per_step=ms_per_step,
+        ms_min=1000.0 * min(times),
+        ms_mean=1000.0 * statistics.mean(times),
         peak_rss_bytes=peak_rss_bytes(),
         steps=args.steps,
         warmup=args.warmup,
         batch=B,
         seq_len=T,
-        n_params=sum(p.numel() for p in model.parameters()),
+        n_params=n_params,  # with the vocabulary padding rows
+        # Counted as frugal bench counts them: without the padding rows V..Vp-1.
+        parameters=n_params - vocab_matrices * (cfg.padded_vocab() - cfg.vocab_size) * cfg.n_embd,
         final_loss=loss,
         torch_version=torch.__version__,
         blas=blas_library(),
@@ -108,7 +121,7 @@ def main():
     else:
         print(
             f"pytorch {torch.__version__} preset {args.preset} (B={B}, T={T}, {result['n_params'] / 1e6:.2f}M params), "
-            f"{args.threads} threads: {ms_per_step:.1f} ms/step, {result['tokens_per_s']:.0f} tokens/s, "
+            f"{args.threads} threads: {ms_per_step:.1f} ms/step (median), {result['tokens_per_s']:.0f} tokens/s, "
             f"peak RSS {result['peak_rss_bytes'] / 2**20:.0f} MiB, loss {loss:.4f}\n"
             f"BLAS: {result['blas']}; load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
         )

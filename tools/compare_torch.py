@@ -6,9 +6,12 @@ each (alternating spreads the load of a shared machine over both), then prints m
 
     /usr/bin/python3 tools/compare_torch.py --preset S M L --threads 2 [--repeats 5] [--json]
 
-Each command must print one JSON object (its last JSON line is used) with at least tokens_per_s,
-ms_per_step and peak_rss_bytes. --frugal-cmd / --torch-cmd replace the program part of a command
-(frugal still gets `bench`, both get the options), e.g. to test this script with a fake benchmark.
+Each command must print one JSON object (its last JSON line is used) with at least tokens_per_s
+and ms_per_step (both from the median step time on both sides), peak_rss_bytes, and the run's
+batch, seq_len, parameters (without vocabulary padding rows), warmup and steps: the script stops
+with an error when the two sides did not run the same model, batch and step counts.
+--frugal-cmd / --torch-cmd replace the program part of a command (frugal still gets `bench`, both
+get the options), e.g. to test this script with a fake benchmark.
 """
 import argparse
 import json
@@ -20,7 +23,9 @@ import sys
 
 TOOLS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TOOLS)
-REQUIRED = ("tokens_per_s", "ms_per_step", "peak_rss_bytes")
+MEASURED = ("tokens_per_s", "ms_per_step", "peak_rss_bytes")
+SAME_RUN = ("batch", "seq_len", "parameters", "warmup", "steps")  # must agree between the sides
+REQUIRED = MEASURED + SAME_RUN
 
 
 def parse_args():
@@ -63,6 +68,15 @@ def run_bench(name, program, preset, threads, timeout):
     sys.exit(f"error: {name} printed no JSON object: {shlex.join(cmd)}\nstdout: {proc.stdout.strip()[-500:]}")
 
 
+def check_same_run(preset, frugal, pytorch):
+    """Exits with an error unless both results describe the same model, batch and step counts."""
+    differ = [f"{key} {frugal[key]} vs {pytorch[key]}" for key in SAME_RUN if frugal[key] != pytorch[key]]
+    if differ:
+        sys.exit(f"error: preset {preset}: frugal and pytorch did not run the same benchmark "
+                 f"(frugal vs pytorch: {', '.join(differ)}); align the presets in "
+                 f"src/frugal/train/bench.cpp and tools/bench_torch.py")
+
+
 def compare(preset, args, programs):
     """Alternates the two benchmarks; returns the medians of one preset as a dict."""
     runs = {name: [] for name in programs}
@@ -70,10 +84,11 @@ def compare(preset, args, programs):
         for name, program in programs.items():
             runs[name].append(run_bench(name, program, preset, args.threads, args.timeout))
             print(f"  {preset} {name}: {runs[name][-1]['tokens_per_s']:.0f} tokens/s", file=sys.stderr)
+        check_same_run(preset, runs["frugal"][-1], runs["pytorch"][-1])
     ratios = [f["tokens_per_s"] / t["tokens_per_s"] for f, t in zip(runs["frugal"], runs["pytorch"])]
     summary = dict(preset=preset, threads=args.threads, repeats=args.repeats, ratio_median=statistics.median(ratios))
     for name, results in runs.items():
-        for key in REQUIRED:
+        for key in MEASURED:
             summary[f"{name}_{key}_median"] = statistics.median(r[key] for r in results)
         summary[f"{name}_tokens_per_s_all"] = [r["tokens_per_s"] for r in results]
     if all("mfu" in r for r in runs["frugal"]):

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 
 #include "frugal/cli/commands.h"
 #include "frugal/kernels/cpu/gemm.h"
@@ -56,11 +57,19 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--preset", args->preset, "model preset: S, M or L (GPT-2 small)")
       ->check(CLI::IsMember({"S", "M", "L"}));
   cmd->add_option("--threads", args->threads, "threads (default: all cores)");
-  cmd->add_option("--steps", args->steps, "timed steps (default: per preset)");
-  cmd->add_option("--warmup", args->warmup, "untimed warm-up steps (default: per preset)");
+  cmd->add_option("--steps", args->steps, "timed steps (default: per preset)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--warmup", args->warmup, "untimed warm-up steps (default: per preset)")
+      ->check(CLI::Range(0, 100000));
   cmd->add_flag("--json", args->json, "print one JSON object");
   cmd->add_flag("--profile", args->profile, "print time per kernel over the timed steps");
   cmd->add_option("--set", args->overrides, "override a run-config key, e.g. --set model.n_layer=8 (repeatable)");
+  cmd->footer("The bench runs warmup + steps steps and sets train.max_steps to that, so schedules see "
+              "its horizon. It times the methods' steady state: with methods.sparse24, "
+              "dense_finetune_fraction is set to 0 (its dense phase would fall inside the timed "
+              "steps; a note on stderr says so). To time dense steps, leave methods.sparse24 out. "
+              "The same B random samples make up every step, as in a later epoch: with "
+              "methods.freeze, AutoCache serves the frozen prefix as in training; "
+              "methods.freeze.autocache=off times freezing alone.");
   cmd->add_option("--kernel", args->kernel, "benchmark kernels instead of training steps: sparse24 "
                   "(2:4 vs dense GEMM on FFN shapes, and a whole FFN block)")
       ->check(CLI::IsMember({"sparse24"}));
@@ -72,10 +81,11 @@ void add_bench_command(CLI::App& app) {
       bench_sparse24_kernels(*args);
       return;
     }
-    BenchPreset setup = bench_preset(args->preset, args->overrides);
-    if (args->steps > 0) setup.steps = args->steps;
-    if (args->warmup >= 0) setup.warmup = args->warmup;
+    BenchPreset setup = bench_preset(args->preset, args->overrides,
+                                     args->warmup >= 0 ? std::optional(args->warmup) : std::nullopt,
+                                     args->steps > 0 ? std::optional(args->steps) : std::nullopt);
     setup.profile = args->profile;
+    for (const std::string& note : setup.notes) fmt::print(stderr, "note: {}\n", note);
     BenchResult r = run_train_bench(setup);
     if (args->json) {
       fmt::print("{}\n", r.to_json(args->preset, num_threads()));
@@ -85,9 +95,9 @@ void add_bench_command(CLI::App& app) {
                r.parameters / 1e6, r.batch, r.seq_len, num_threads(),
                kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()));
     fmt::print("{}\n", r.memory_plan);
-    fmt::print("{:.2f} ms/step (min {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of measured GEMM peak "
-               "{:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
-               r.ms_per_step, r.ms_min, r.tokens_per_s, 100 * r.mfu, r.peak_flops / 1e9,
+    fmt::print("{:.2f} ms/step (median; min {:.2f}, mean {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of "
+               "measured GEMM peak {:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
+               r.ms_per_step, r.ms_min, r.ms_mean, r.tokens_per_s, 100 * r.mfu, r.peak_flops / 1e9,
                r.peak_rss_bytes / 1048576.0);
     if (!r.profile.empty()) fmt::print("{}", r.profile);
     if (r.model_flops_per_step < r.dense_flops_per_step)

@@ -8,6 +8,8 @@
 #include <map>
 #include <vector>
 
+#include "frugal/core/error.h"
+
 namespace frugal::profile {
 namespace {
 
@@ -31,15 +33,18 @@ void enable(bool on) { g_enabled = on; }
 bool enabled() { return g_enabled; }
 void reset() { table().clear(); }
 
-std::string report() {
+std::string report(const std::string& whole) {
   std::vector<std::pair<std::string, Entry>> rows(table().begin(), table().end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
-  long long total = 0;
-  for (const auto& r : rows) total += r.second.ns;
+  const auto it = table().find(whole);
+  FRUGAL_CHECK(it != table().end() && it->second.ns > 0, "internal: profile scope '{}' never ran", whole);
+  const long long total = it->second.ns;
   std::string out = fmt::format("{:<28} {:>8} {:>11} {:>7}\n", "scope", "calls", "total ms", "share");
   for (const auto& [name, e] : rows)
     out += fmt::format("{:<28} {:>8} {:>11.2f} {:>6.1f}%\n", name, e.calls, e.ns / 1e6,
-                       total ? 100.0 * e.ns / total : 0.0);
+                       100.0 * e.ns / total);
+  out += fmt::format("share = time in the scope / time in \"{}\"; scopes nest, so shares add up to "
+                     "more than 100%\n", whole);
   return out;
 }
 

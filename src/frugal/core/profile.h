@@ -9,8 +9,9 @@ namespace frugal::profile {
 void enable(bool on);
 bool enabled();
 void reset();
-// A table of scopes sorted by total time: name, calls, total ms, share.
-std::string report();
+// A table of scopes sorted by total time: name, calls, total ms, and the share of the time of
+// scope `whole` (scopes nest, so the shares of all scopes add up to more than 100%).
+std::string report(const std::string& whole);
 
 class Scope {
  public:

@@ -1,9 +1,11 @@
 // Training-step benchmark; see bench.h.
 #include "frugal/train/bench.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <numeric>
 
 #include "frugal/core/error.h"
 #include "frugal/core/memory.h"
@@ -18,7 +20,12 @@
 
 namespace frugal {
 
-BenchPreset bench_preset(const std::string& name, const std::vector<std::string>& overrides) {
+namespace {
+constexpr const char* kStepScope = "step (total)";  // the profiler's whole: every other scope nests in it
+}  // namespace
+
+BenchPreset bench_preset(const std::string& name, const std::vector<std::string>& overrides,
+                         std::optional<int> warmup, std::optional<int> steps) {
   struct Shape {
     int vocab, layers, heads, embd, T, B, warmup, steps;
   };
@@ -27,14 +34,26 @@ BenchPreset bench_preset(const std::string& name, const std::vector<std::string>
   else if (name == "M") p = {65, 6, 6, 384, 256, 8, 3, 10};
   else if (name == "L") p = {50257, 12, 12, 768, 64, 4, 2, 5};
   else fail("unknown bench preset '{}'; use S, M or L", name);
-  BenchPreset b{io::Config(run_schema()), p.warmup, p.steps};
+  BenchPreset b{io::Config(run_schema()), warmup.value_or(p.warmup), steps.value_or(p.steps)};
   for (auto [key, value] : {std::pair{"model.vocab_size", p.vocab}, {"model.n_layer", p.layers},
                             {"model.n_head", p.heads}, {"model.n_embd", p.embd},
                             {"model.block_size", p.T}, {"train.seq_len", p.T},
-                            {"train.batch_size", p.B}, {"train.max_steps", p.warmup + p.steps},
-                            {"optim.warmup_steps", 0}})
+                            {"train.batch_size", p.B}, {"optim.warmup_steps", 0}})
     b.config.set(key, std::to_string(value));
+  const int64_t default_max_steps = b.config.get_int("train.max_steps");
   b.config.apply_overrides(overrides);
+  const int max_steps = b.warmup + b.steps;
+  if (const int64_t asked = b.config.get_int("train.max_steps"); asked != default_max_steps)
+    b.notes.push_back(fmt::format("train.max_steps = {} replaced by {} (warmup + steps): the bench "
+                                  "runs that many steps", asked, max_steps));
+  b.config.set("train.max_steps", std::to_string(max_steps));
+  const std::string finetune = "methods.sparse24.dense_finetune_fraction";
+  if (b.config.section_present("methods.sparse24") && b.config.get_float(finetune) > 0) {
+    b.notes.push_back(fmt::format("{} = {:g} replaced by 0: the bench times 2:4 steps, and the dense "
+                                  "fine-tuning phase would fall inside them", finetune,
+                                  b.config.get_float(finetune)));
+    b.config.set(finetune, "0");
+  }
   return b;
 }
 
@@ -42,11 +61,12 @@ std::string BenchResult::to_json(const std::string& preset, int threads) const {
   nlohmann::json j{{"impl", "frugal"},          {"preset", preset},
                    {"dense_gemm", kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend())},
                    {"threads", threads},        {"tokens_per_s", tokens_per_s},
-                   {"ms_per_step", ms_per_step}, {"ms_min", ms_min},
+                   {"ms_per_step", ms_per_step}, {"ms_min", ms_min}, {"ms_mean", ms_mean},
                    {"mfu", mfu},                {"model_flops_per_step", model_flops_per_step},
                    {"dense_flops_per_step", dense_flops_per_step},
                    {"peak_gemm_flops", peak_flops}, {"peak_rss_bytes", peak_rss_bytes},
-                   {"parameters", parameters},  {"batch", batch}, {"seq_len", seq_len}};
+                   {"parameters", parameters},  {"batch", batch}, {"seq_len", seq_len},
+                   {"warmup", warmup},          {"steps", steps}};
   return j.dump();
 }
 
@@ -63,22 +83,29 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   AdamW optim(model.table(), s.optim);
   MethodSet methods = MethodSet::from_config(preset.config);
   StepRunner runner(model, optim, methods, s);
+  // The data set is B random sequences (ids 0..B-1), and every micro-batch is all of them: each
+  // step is like a step of a later epoch, so methods that depend on samples coming back work as
+  // in training (AutoCache serves the frozen prefix from memory once the first step filled it).
+  const size_t N = size_t(t.batch_size) * t.seq_len;
+  std::vector<int32_t> data_inputs(N), data_targets(N);
+  Rng rng(t.seed, 7);
+  for (size_t i = 0; i < N; ++i) {
+    data_inputs[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
+    data_targets[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
+  }
+  runner.set_num_samples(t.batch_size);
+  const BatchSource whole_data_set = [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
+    std::copy(data_inputs.begin(), data_inputs.end(), inputs);
+    std::copy(data_targets.begin(), data_targets.end(), targets);
+    std::iota(ids, ids + t.batch_size, int64_t{0});
+  };
   {
     TrainContext ctx = runner.context(0);
     methods.fire(Event::Init, ctx);
     methods.fire(Event::FitStart, ctx);
   }
-  // Random tokens; every step sees the same batch ids so caches behave as in a later epoch.
-  Rng rng(t.seed, 7);
-  const BatchSource random_batch = [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
-    for (int i = 0; i < t.batch_size * t.seq_len; ++i) {
-      inputs[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
-      targets[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
-    }
-    for (int b = 0; b < t.batch_size; ++b) ids[b] = b;
-  };
-  std::vector<double> times;
-  StepResult last;
+  std::vector<double> times;  // of the timed steps
+  PhaseFlops executed, dense;  // summed over the timed steps (they change with the methods' state)
   for (int step = 0; step < preset.warmup + preset.steps; ++step) {
     nlohmann::json record;
     if (step == preset.warmup && preset.profile) {
@@ -86,30 +113,39 @@ BenchResult run_train_bench(const BenchPreset& preset) {
       profile::enable(true);
     }
     Timer timer;
+    StepResult result;
     {
-      FRUGAL_PROFILE("step (total)");
-      last = runner.run(step, s.optim.lr, random_batch, &record);
+      FRUGAL_PROFILE(kStepScope);
+      result = runner.run(step, s.optim.lr, whole_data_set, &record);
     }
-    if (step >= preset.warmup) times.push_back(timer.seconds());
+    if (step < preset.warmup) continue;
+    times.push_back(timer.seconds());
+    executed += result.executed;
+    dense += result.dense;
   }
   std::string kernel_profile;
   if (preset.profile) {
     profile::enable(false);
-    kernel_profile = profile::report();
+    kernel_profile = profile::report(kStepScope);
   }
+  const double seconds = std::accumulate(times.begin(), times.end(), 0.0);
   std::sort(times.begin(), times.end());
   BenchResult r;
-  const double median = times[times.size() / 2];
+  const size_t n = times.size();  // the median as Python's statistics.median (tools/bench_torch.py)
+  const double median = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+  r.warmup = preset.warmup;
+  r.steps = preset.steps;
   r.batch = t.batch_size;
   r.seq_len = t.seq_len;
   r.ms_per_step = median * 1e3;
   r.ms_min = times.front() * 1e3;
+  r.ms_mean = seconds / preset.steps * 1e3;
   r.tokens_per_s = double(t.batch_size) * t.seq_len * t.grad_accum / median;
-  r.model_flops_per_step = last.executed.model();
-  r.dense_flops_per_step = last.dense.model();
+  r.model_flops_per_step = executed.model() / preset.steps;
+  r.dense_flops_per_step = dense.model() / preset.steps;
+  r.peak_rss_bytes = peak_rss_bytes();  // before the GEMM peak measurement allocates its matrices
   r.peak_flops = measure_gemm_peak_flops();
-  r.mfu = r.model_flops_per_step / median / r.peak_flops;
-  r.peak_rss_bytes = peak_rss_bytes();
+  r.mfu = executed.model() / seconds / r.peak_flops;
   r.parameters = model.table().num_parameters(s.model);
   r.memory_plan = model.memory_plan().describe(optim.state_bytes());
   r.profile = kernel_profile;

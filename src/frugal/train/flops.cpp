@@ -89,7 +89,7 @@ StepFlops count_step_flops(const GPT& model, int B, int T, int cached_prefix_blo
   const auto [hb, he_end] = table.layer_range(L);
   hd.optimizer = 12 * params_in_range(table, hb, he_end);
   he.forward = head;
-  he.backward_input = frozen < L ? head : 0;
+  he.backward_input = head;  // the final LayerNorm's gradient needs it even with every block frozen
   const bool head_trains = !c.tied_head || frozen == 0;
   he.backward_weight = head_trains ? head : 0;
   he.optimizer = hd.optimizer;

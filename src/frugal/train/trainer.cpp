@@ -224,8 +224,9 @@ FitResult Trainer::fit() {
   FitResult result;
   Timer wall;
   wall_started_ = &wall;
-  // Training time of the steps since the last log line (evaluation and checkpoints excluded).
-  double window_seconds = 0;
+  // Training time and executed model FLOPs of the steps since the last log line (evaluation and
+  // checkpoints excluded): MFU over the window, as the FLOPs per step change with the methods.
+  double window_seconds = 0, window_flops = 0;
   int64_t window_steps = 0;
   float val_loss = NAN;
   int64_t step = start_step_;
@@ -238,6 +239,7 @@ FitResult Trainer::fit() {
     const double loss = r.loss;
     const PhaseFlops& executed = r.executed;
     flops_executed_ += executed.model();
+    window_flops += executed.model();
     flops_dense_ += r.dense.model();
     ++window_steps;
     result.final_train_loss = static_cast<float>(loss);
@@ -254,7 +256,7 @@ FitResult Trainer::fit() {
     if ((step + 1) % t.log_interval == 0 || eval_now) {
       const double dt = window_seconds / window_steps;
       const double tok_s = double(N) * t.grad_accum / dt;
-      const double mfu = executed.model() / dt / peak;
+      const double mfu = window_flops / window_seconds / peak;
       record.update({{"loss", loss}, {"lr", lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tok_s},
                      {"ms_per_step", dt * 1e3}, {"mfu", mfu}, {"flops", flops_executed_},
                      {"dense_flops", flops_dense_}, {"wall_s", wall_offset_ + wall.seconds()},
@@ -277,7 +279,7 @@ FitResult Trainer::fit() {
         }
         std::fflush(stdout);
       }
-      window_seconds = 0;
+      window_seconds = window_flops = 0;
       window_steps = 0;
     }
     if (last) {

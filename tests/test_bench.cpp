@@ -1,0 +1,47 @@
+// `frugal bench`'s run config and what its timed steps run (train/bench.h).
+#include <gtest/gtest.h>
+
+#include "frugal/train/bench.h"
+
+namespace frugal {
+namespace {
+
+TEST(Bench, MaxStepsIsTheBenchRunAfterEveryOverride) {
+  BenchPreset b = bench_preset("S");
+  EXPECT_EQ(b.config.get_int("train.max_steps"), b.warmup + b.steps);
+  EXPECT_TRUE(b.notes.empty());
+  b = bench_preset("S", {"train.max_steps=1000"}, 1, 4);
+  EXPECT_EQ(b.warmup, 1);
+  EXPECT_EQ(b.steps, 4);
+  EXPECT_EQ(b.config.get_int("train.max_steps"), 5);
+  ASSERT_EQ(b.notes.size(), 1u);
+  EXPECT_NE(b.notes[0].find("train.max_steps = 1000"), std::string::npos) << b.notes[0];
+}
+
+TEST(Bench, Sparse24IsTimedWithoutItsDenseFineTuning) {
+  BenchPreset b = bench_preset("S", {"methods.sparse24={}"});
+  EXPECT_EQ(b.config.get_float("methods.sparse24.dense_finetune_fraction"), 0.0);
+  ASSERT_EQ(b.notes.size(), 1u);
+  EXPECT_NE(b.notes[0].find("dense_finetune_fraction"), std::string::npos) << b.notes[0];
+  b = bench_preset("S", {"methods.sparse24.dense_finetune_fraction=0"});
+  EXPECT_TRUE(b.notes.empty());
+}
+
+TEST(Bench, AutoCacheServesTheFrozenPrefixAsInALaterEpoch) {
+  const std::vector<std::string> tiny = {"model.n_layer=2", "model.n_head=2", "model.n_embd=32",
+                                         "model.block_size=16", "train.seq_len=16",
+                                         "train.batch_size=2", "model.dropout=0",
+                                         "methods.freeze.frozen_layers=1"};
+  auto run = [&](const std::string& autocache) {
+    std::vector<std::string> overrides = tiny;
+    overrides.push_back("methods.freeze.autocache=" + autocache);
+    return run_train_bench(bench_preset("S", overrides, 1, 2));
+  };
+  const BenchResult cached = run("auto"), recomputed = run("off");
+  EXPECT_EQ(cached.dense_flops_per_step, recomputed.dense_flops_per_step);
+  EXPECT_LT(cached.model_flops_per_step, recomputed.model_flops_per_step)
+      << "the timed steps should skip the frozen block's forward";
+}
+
+}  // namespace
+}  // namespace frugal
