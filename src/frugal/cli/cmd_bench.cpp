@@ -54,15 +54,15 @@ void bench_sparse24_kernels(const BenchArgs& args) {
 void add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "time full training steps of a preset model");
-  cmd->add_option("--preset", args->preset, "model preset: S, M or L (GPT-2 small)")
+  CLI::Option* preset = cmd->add_option("--preset", args->preset, "model preset: S, M or L (GPT-2 small)")
       ->check(CLI::IsMember({"S", "M", "L"}));
   cmd->add_option("--threads", args->threads, "threads (default: all cores)");
-  cmd->add_option("--steps", args->steps, "timed steps (default: per preset)")->check(CLI::Range(1, 100000));
-  cmd->add_option("--warmup", args->warmup, "untimed warm-up steps (default: per preset)")
+  CLI::Option* steps = cmd->add_option("--steps", args->steps, "timed steps (default: per preset)")->check(CLI::Range(1, 100000));
+  CLI::Option* warmup = cmd->add_option("--warmup", args->warmup, "untimed warm-up steps (default: per preset)")
       ->check(CLI::Range(0, 100000));
   cmd->add_flag("--json", args->json, "print one JSON object");
-  cmd->add_flag("--profile", args->profile, "print time per kernel over the timed steps");
-  cmd->add_option("--set", args->overrides, "override a run-config key, e.g. --set model.n_layer=8 (repeatable)");
+  CLI::Option* profile = cmd->add_flag("--profile", args->profile, "print time per kernel over the timed steps");
+  CLI::Option* set = cmd->add_option("--set", args->overrides, "override a run-config key, e.g. --set model.n_layer=8 (repeatable)");
   cmd->footer("The bench runs warmup + steps steps and sets train.max_steps to that, so schedules see "
               "its horizon. It times the methods' steady state: with methods.sparse24, "
               "dense_finetune_fraction is set to 0 (its dense phase would fall inside the timed "
@@ -70,11 +70,14 @@ void add_bench_command(CLI::App& app) {
               "The same B random samples make up every step, as in a later epoch: with "
               "methods.freeze, AutoCache serves the frozen prefix as in training; "
               "methods.freeze.autocache=off times freezing alone.");
-  cmd->add_option("--kernel", args->kernel, "benchmark kernels instead of training steps: sparse24 "
+  CLI::Option* kernel = cmd->add_option("--kernel", args->kernel, "benchmark kernels instead of training steps: sparse24 "
                   "(2:4 vs dense GEMM on FFN shapes, and a whole FFN block)")
       ->check(CLI::IsMember({"sparse24"}));
-  cmd->add_option("--repeats", args->repeats, "interleaved repetitions per kernel measurement (median taken)")
+  CLI::Option* repeats = cmd->add_option("--repeats", args->repeats, "interleaved repetitions per kernel measurement (median taken)")
       ->check(CLI::Range(1, 1000));
+  // The kernel benchmarks have fixed shapes and no training step: refuse what they would ignore.
+  kernel->excludes(preset)->excludes(steps)->excludes(warmup)->excludes(profile)->excludes(set);
+  repeats->needs(kernel);
   cmd->callback([args] {
     set_num_threads(args->threads);
     if (!args->kernel.empty()) {
