@@ -51,7 +51,7 @@ TEST(AtomicFile, WritesAndReplacesWithoutLeavingTempFiles) {
   EXPECT_EQ(read_all(path), "first");
   write_file_atomic(path, bytes_of("second, longer"));
   EXPECT_EQ(read_all(path), "second, longer");
-  write_file_atomic(path, {});
+  write_file_atomic(path, std::span<const uint8_t>{});
   EXPECT_EQ(read_all(path), "");
   EXPECT_EQ(files_in(dir.path()), 1u);
 }

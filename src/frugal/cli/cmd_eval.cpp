@@ -54,8 +54,6 @@ void run_eval(const EvalArgs& a) {
   const int T = a.seq_len > 0 ? a.seq_len : trained_T;
   FRUGAL_CHECK(T <= m.block_size, "--seq-len {} exceeds the model's block_size {}", T, m.block_size);
   data::BatchLoader loader(shard, T, data::LoaderOrder::Sequential);
-  FRUGAL_CHECK(loader.num_samples() > 0, "{} holds {} tokens, fewer than one sequence of {} + 1; "
-               "use a smaller --seq-len", shard_path, shard->size(), T);
 
   const EvalResult r = evaluate_loss(*model, loader, a.batch_size, a.max_batches);
   if (a.json) {

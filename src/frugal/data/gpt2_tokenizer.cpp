@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -118,7 +119,7 @@ struct EncodeScratch {
 class Gpt2Tokenizer final : public Tokenizer {
  public:
   Gpt2Tokenizer(const std::string& dir, const TokenizerOptions& options)
-      : dir_(dir), options_(options), vocab_(1 << 17), pairs_(1 << 19) {
+      : dir_(dir.empty() ? dir : std::filesystem::absolute(dir).lexically_normal().string()), options_(options), vocab_(1 << 17), pairs_(1 << 19) {
     const std::string root = dir.empty() ? data_dir() + "/gpt2-bpe" : dir;
     load_encoder(root + "/encoder.json");
     check_merges(root + "/vocab.bpe");
@@ -374,7 +375,8 @@ class Gpt2Tokenizer final : public Tokenizer {
     for (int i = 0; i >= 0; i = s.next[i]) out.push_back(s.tok[i]);
   }
 
-  std::string dir_;  // "" = the bundled files
+  std::string dir_;  // "" = the bundled files; else absolute, so that a tokenizer.json written
+                    // here (data dirs, checkpoints) works from any working directory
   TokenizerOptions options_;
   Pretokenizer pretok_;
   std::vector<std::string> tokens_;  // id -> bytes

@@ -2,13 +2,13 @@
 #include "frugal/data/prepare.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "frugal/core/error.h"
 #include "frugal/core/timer.h"
 #include "frugal/data/shard.h"
 #include "frugal/data/text.h"
 #include "frugal/data/tokenizer.h"
+#include "frugal/io/atomic_file.h"
 
 namespace frugal::data {
 namespace {
@@ -40,6 +40,9 @@ PrepareResult prepare(const PrepareOptions& o) {
   FRUGAL_CHECK(!o.inputs.empty(), "no input files; pass at least one --input FILE");
   FRUGAL_CHECK(!o.out_dir.empty(), "no output directory; pass --out DIR");
   FRUGAL_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction {} must be in [0, 1)", o.val_fraction);
+  FRUGAL_CHECK(o.val_fraction > 0 || !o.val_inputs.empty(), "--val-fraction 0 without --val-input "
+               "leaves val.bin empty, and training evaluates on it; give a fraction in (0, 1) or "
+               "validation files with --val-input FILE");
   Timer total;
   PrepareResult r;
   const std::vector<std::string> train_texts = read_inputs(o.inputs, r.input_bytes);
@@ -72,10 +75,7 @@ PrepareResult prepare(const PrepareOptions& o) {
   FRUGAL_CHECK(!ec, "cannot create output directory '{}': {}", o.out_dir, ec.message());
   write_shard(o.out_dir + "/train.bin", train, tok->vocab_size());
   write_shard(o.out_dir + "/val.bin", val, tok->vocab_size());
-  const std::string json_path = o.out_dir + "/tokenizer.json";
-  std::ofstream json(json_path, std::ios::binary);
-  json << tok->to_json() << "\n";
-  FRUGAL_CHECK(json.good(), "cannot write '{}'; check the directory is writable", json_path);
+  io::write_file_atomic(o.out_dir + "/tokenizer.json", tok->to_json() + "\n");
 
   r.train_tokens = static_cast<int64_t>(train.size());
   r.val_tokens = static_cast<int64_t>(val.size());

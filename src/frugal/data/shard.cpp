@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "frugal/core/error.h"
+#include "frugal/io/atomic_file.h"
 
 namespace frugal::data {
 namespace {
@@ -29,25 +30,14 @@ static_assert(sizeof(Header) == kShardHeaderBytes);
 
 constexpr const char* kRedo = "re-run `frugal prepare` to write it again";
 
-void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    FRUGAL_CHECK(n > 0, "writing '{}' failed: {}; check the free disk space", path, std::strerror(errno));
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-}
-
 template <class T>
-void write_tokens(int fd, std::span<const int32_t> tokens, const std::string& path) {
+void write_tokens(io::AtomicFileWriter& out, std::span<const int32_t> tokens) {
   constexpr size_t kBlock = 1 << 16;
   std::vector<T> block;
   for (size_t start = 0; start < tokens.size(); start += kBlock) {
     const size_t n = std::min(kBlock, tokens.size() - start);
     block.assign(tokens.begin() + start, tokens.begin() + start + n);
-    write_all(fd, block.data(), n * sizeof(T), path);
+    out.write(block.data(), n * sizeof(T));
   }
 }
 
@@ -68,33 +58,13 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens, int v
   h.count = tokens.size();
   h.vocab_size = static_cast<uint32_t>(vocab_size);
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  FRUGAL_CHECK(fd >= 0, "cannot create '{}': {}; check that the directory exists and is writable",
-               tmp, std::strerror(errno));
-  try {
-    write_all(fd, &h, sizeof(h), tmp);
-    if (h.token_bytes == 2) {
-      write_tokens<uint16_t>(fd, tokens, tmp);
-    } else {
-      write_tokens<uint32_t>(fd, tokens, tmp);
-    }
-    FRUGAL_CHECK(::fsync(fd) == 0, "fsync of '{}' failed: {}; check the disk", tmp, std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  FRUGAL_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '{}' to '{}': {}", tmp,
-               path, std::strerror(errno));
-  // Make the rename itself durable.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  io::AtomicFileWriter out(path);
+  out.write(&h, sizeof(h));
+  if (h.token_bytes == 2)
+    write_tokens<uint16_t>(out, tokens);
+  else
+    write_tokens<uint32_t>(out, tokens);
+  out.commit();
 }
 
 TokenShard TokenShard::open(const std::string& path) {

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/error.h"
 #include "frugal/data/text.h"
+#include "frugal/io/atomic_file.h"
 
 namespace frugal::data {
 
@@ -88,10 +88,7 @@ CharTokenizer CharTokenizer::load(const std::string& path) {
 }
 
 void CharTokenizer::save(const std::string& path) {
-  std::ofstream f(path, std::ios::binary);
-  FRUGAL_CHECK(f, "cannot write '{}'; check that the directory exists and is writable", path);
-  f << to_json() << "\n";
-  FRUGAL_CHECK(f.good(), "writing '{}' failed; check the free disk space", path);
+  io::write_file_atomic(path, to_json() + "\n");
   source_path_ = path;
 }
 

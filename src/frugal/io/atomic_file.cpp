@@ -38,6 +38,9 @@ int write_all(int fd, const uint8_t* data, size_t size) {
   return 0;
 }
 
+
+}  // namespace
+
 int fsync_directory(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return errno;
@@ -46,8 +49,6 @@ int fsync_directory(const std::string& dir) {
   // Some filesystems refuse fsync on directories; that is not a failure of this write.
   return (err == EINVAL || err == EROFS) ? 0 : err;
 }
-
-}  // namespace
 
 AtomicFileWriter::AtomicFileWriter(std::string path)
     : path_(std::move(path)), temp_path_(path_ + ".tmp." + std::to_string(::getpid())) {
@@ -126,6 +127,10 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) 
   AtomicFileWriter writer(path);
   writer.write(bytes);
   writer.commit();
+}
+
+void write_file_atomic(const std::string& path, std::string_view text) {
+  write_file_atomic(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
 }  // namespace frugal::io

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace frugal::io {
@@ -43,5 +44,10 @@ class AtomicFileWriter {
 
 // Replaces `path` with `bytes` atomically (see AtomicFileWriter).
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+void write_file_atomic(const std::string& path, std::string_view text);
+
+// fsync of a directory, making renames into it durable. Returns 0 or the errno; filesystems that
+// refuse to sync directories count as success.
+int fsync_directory(const std::string& dir);
 
 }  // namespace frugal::io

@@ -257,6 +257,8 @@ std::string markdown_cell(const std::string& s) {
 
 }  // namespace
 
+double decimal_value(float f) { return std::stod(fmt::format("{}", f)); }
+
 std::string toml_value(const ConfigValue& v) {
   struct Visitor {
     std::string operator()(int64_t i) const { return std::to_string(i); }

@@ -20,6 +20,10 @@ namespace frugal::io {
 enum class ConfigType { Int, Float, Bool, String, Strings };
 using ConfigValue = std::variant<int64_t, double, bool, std::string, std::vector<std::string>>;
 
+// The double with the shortest decimal form of f (0.1f -> 0.1, not 0.100000001490116), for
+// writing float settings into TOML and JSON files people read.
+double decimal_value(float f);
+
 // A value as TOML source text ("3", "0.1", "true", "\"text\"", "[\"a\", \"b\"]").
 std::string toml_value(const ConfigValue& v);
 const char* config_type_name(ConfigType t);  // "int", "float", "bool", "string", "list of strings"

@@ -60,15 +60,9 @@ void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
 std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("({})", fmt::join(shape, ", ")); }
 
 // A float config value as its shortest decimal (1e-05, not 9.99999974737875e-06).
-double json_float(float v) { return std::stod(fmt::format("{}", v)); }
-
-void write_text_file(const std::string& path, const std::string& text) {
-  write_file_atomic(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-}
-
 void copy_file_atomic(const std::string& from, const std::string& to) {
   FRUGAL_CHECK(fs::exists(from), "tokenizer file '{}' is missing; restore it (data/gpt2-bpe ships it)", from);
-  write_text_file(to, data::read_text_file(from));
+  write_file_atomic(to, data::read_text_file(from));
 }
 
 // Typed access to config.json keys; errors name the file and key.
@@ -188,8 +182,8 @@ void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_
       {"n_head", c.n_head},
       {"n_inner", c.ffn_hidden()},
       {"activation_function", "gelu_new"},
-      {"layer_norm_epsilon", json_float(c.layernorm_eps)},
-      {"initializer_range", json_float(c.init_std)},
+      {"layer_norm_epsilon", decimal_value(c.layernorm_eps)},
+      {"initializer_range", decimal_value(c.init_std)},
       {"resid_pdrop", 0.0},
       {"embd_pdrop", 0.0},
       {"attn_pdrop", 0.0},
@@ -201,7 +195,7 @@ void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_
       {"torch_dtype", "float32"},
   };
   if (eos_token_id >= 0) cfg["bos_token_id"] = cfg["eos_token_id"] = eos_token_id;
-  write_text_file(out_dir + "/config.json", cfg.dump(2) + "\n");
+  write_file_atomic(out_dir + "/config.json", cfg.dump(2) + "\n");
 
   SafeTensors st;
   st.metadata["format"] = "pt";  // transformers refuses safetensors files without it
@@ -221,7 +215,7 @@ void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_
 bool export_hf_tokenizer(const data::Tokenizer& tokenizer, int model_max_length,
                          const std::string& out_dir) {
   fs::create_directories(out_dir);
-  write_text_file(out_dir + "/frugal_tokenizer.json", tokenizer.to_json());
+  write_file_atomic(out_dir + "/frugal_tokenizer.json", tokenizer.to_json());
   const std::string spec = tokenizer.spec();
   if (!spec.starts_with("gpt2")) return false;
   const std::string bpe_dir = spec == "gpt2" ? data::data_dir() + "/gpt2-bpe" : spec.substr(5);
@@ -232,7 +226,7 @@ bool export_hf_tokenizer(const data::Tokenizer& tokenizer, int model_max_length,
   const json tok_cfg = {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", model_max_length},
                         {"bos_token", eot}, {"eos_token", eot}, {"unk_token", eot},
                         {"add_prefix_space", false}};
-  write_text_file(out_dir + "/tokenizer_config.json", tok_cfg.dump(2) + "\n");
+  write_file_atomic(out_dir + "/tokenizer_config.json", tok_cfg.dump(2) + "\n");
   return true;
 }
 

@@ -1,15 +1,12 @@
 // Checkpoint writing and loading; see checkpoint.h for the layout and the atomicity argument.
 #include "frugal/train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "frugal/core/error.h"
+#include "frugal/data/text.h"
 #include "frugal/io/atomic_file.h"
 #include "frugal/io/safetensors.h"
 #include "frugal/train/run_config.h"
@@ -20,26 +17,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFormat = "frugal-v1";
-
-std::span<const uint8_t> bytes_of(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-std::string read_small_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  FRUGAL_CHECK(in, "cannot read {}", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
 
 // The step of a checkpoint directory name "step_<digits>", or -1 for anything else (temporary
 // ".tmp" and ".old" directories included).
@@ -117,8 +94,8 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
       train_state.put_f32("adamw.v", {n}, const_cast<AdamW*>(optim)->v());
     }
     io::write_safetensors((tmp_dir / "train_state.safetensors").string(), train_state);
-    io::write_file_atomic((tmp_dir / "tokenizer.json").string(), bytes_of(tokenizer_json));
-    fsync_dir(tmp_dir);
+    io::write_file_atomic((tmp_dir / "tokenizer.json").string(), tokenizer_json);
+    io::fsync_directory(tmp_dir.string());
     // Replacing a checkpoint of the same step (a resumed run redoing steps): move the old one
     // aside first, so that at every instant one complete copy exists under a known name.
     if (fs::exists(final_dir)) {
@@ -127,8 +104,8 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
       replaced = true;
     }
     fs::rename(tmp_dir, final_dir);
-    fsync_dir(root);
-    io::write_file_atomic((root / "latest").string(), bytes_of(name + "\n"));
+    io::fsync_directory(root.string());
+    io::write_file_atomic((root / "latest").string(), name + "\n");
   } catch (...) {
     std::error_code ignored;
     if (replaced && !fs::exists(final_dir)) fs::rename(old_dir, final_dir, ignored);
@@ -152,7 +129,7 @@ std::string resolve_checkpoint(const std::string& path) {
   const fs::path latest = p / "checkpoints" / "latest";
   FRUGAL_CHECK(fs::exists(latest), "{} holds no checkpoint (no model.safetensors and no "
                "checkpoints/latest); give a run directory that has saved one", path);
-  std::string name = read_small_file(latest);
+  std::string name = data::read_text_file(latest.string());
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
   const fs::path dir = p / "checkpoints" / name;
   const fs::path old_copy = p / "checkpoints" / (name + ".old");

@@ -259,10 +259,7 @@ std::optional<std::string> find_executable(const std::string& name) {
   return std::nullopt;
 }
 
-void write_text(const fs::path& path, const std::string& text) {
-  io::write_file_atomic(path.string(), std::span<const uint8_t>(
-                                           reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-}
+void write_text(const fs::path& path, const std::string& text) { io::write_file_atomic(path.string(), text); }
 
 // One line of a plot: a data file (relative to out_dir), its `using` columns, a legend title, and
 // the run's index (its colour, the same in every plot).

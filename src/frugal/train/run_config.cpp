@@ -13,11 +13,6 @@ namespace frugal {
 
 using io::Range;
 
-namespace {
-// The shortest decimal that reads back as this float, as a double: 0.02f -> 0.02, not 0.0199999995.
-double decimal(float f) { return std::stod(fmt::format("{}", f)); }
-}  // namespace
-
 io::ConfigSchema run_schema() {
   io::ConfigSchema s;
   ModelConfig m;
@@ -30,17 +25,17 @@ io::ConfigSchema run_schema() {
       .add_string("model.mlp", "gelu", "MLP kind", {"gelu", "geglu", "swiglu"})
       .add_bool("model.tied_head", m.tied_head, "LM head shares the token embedding")
       .add_bool("model.bias", m.bias, "biases in linears and LayerNorms")
-      .add_float("model.dropout", decimal(m.dropout), "dropout on the residual branches", Range::half_open(0, 1))
-      .add_float("model.layernorm_eps", decimal(m.layernorm_eps), "LayerNorm epsilon", Range::above(0))
-      .add_float("model.init_std", decimal(m.init_std), "std of the normal weight initialisation", Range::above(0));
+      .add_float("model.dropout", io::decimal_value(m.dropout), "dropout on the residual branches", Range::half_open(0, 1))
+      .add_float("model.layernorm_eps", io::decimal_value(m.layernorm_eps), "LayerNorm epsilon", Range::above(0))
+      .add_float("model.init_std", io::decimal_value(m.init_std), "std of the normal weight initialisation", Range::above(0));
   AdamWConfig o;
-  s.add_float("optim.lr", decimal(o.lr), "peak learning rate", Range::above(0))
-      .add_float("optim.min_lr", decimal(o.min_lr), "learning rate at the end of the cosine decay", Range::at_least(0))
-      .add_float("optim.beta1", decimal(o.beta1), "AdamW beta1", Range::half_open(0, 1))
-      .add_float("optim.beta2", decimal(o.beta2), "AdamW beta2", Range::half_open(0, 1))
-      .add_float("optim.eps", decimal(o.eps), "AdamW epsilon", Range::above(0))
-      .add_float("optim.weight_decay", decimal(o.weight_decay), "decoupled weight decay on 2-D tensors", Range::at_least(0))
-      .add_float("optim.grad_clip", decimal(o.grad_clip), "global gradient-norm clip; 0 disables", Range::at_least(0))
+  s.add_float("optim.lr", io::decimal_value(o.lr), "peak learning rate", Range::above(0))
+      .add_float("optim.min_lr", io::decimal_value(o.min_lr), "learning rate at the end of the cosine decay", Range::at_least(0))
+      .add_float("optim.beta1", io::decimal_value(o.beta1), "AdamW beta1", Range::half_open(0, 1))
+      .add_float("optim.beta2", io::decimal_value(o.beta2), "AdamW beta2", Range::half_open(0, 1))
+      .add_float("optim.eps", io::decimal_value(o.eps), "AdamW epsilon", Range::above(0))
+      .add_float("optim.weight_decay", io::decimal_value(o.weight_decay), "decoupled weight decay on 2-D tensors", Range::at_least(0))
+      .add_float("optim.grad_clip", io::decimal_value(o.grad_clip), "global gradient-norm clip; 0 disables", Range::at_least(0))
       .add_int("optim.warmup_steps", o.warmup_steps, "linear warm-up steps", Range::at_least(0));
   TrainSettings t;
   s.add_string("data.dir", "", "directory written by `frugal prepare` (train.bin, val.bin, tokenizer.json)")

@@ -49,7 +49,7 @@ void drop_metrics_after(const std::string& path, int64_t step) {
     kept += line + "\n";
   }
   in.close();
-  io::write_file_atomic(path, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kept.data()), kept.size()));
+  io::write_file_atomic(path, kept);
 }
 
 // The keys a resumed run must share with its checkpoint: the model (the tensor shapes do not show
@@ -101,9 +101,6 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   auto val = open_split(t.data_dir, "val.bin");
   train_loader_ = std::make_unique<data::BatchLoader>(train, t.seq_len, data::LoaderOrder::Shuffled, t.seed);
   val_loader_ = std::make_unique<data::BatchLoader>(val, t.seq_len, data::LoaderOrder::Sequential);
-  FRUGAL_CHECK(train_loader_->num_samples() > 0 && val_loader_->num_samples() > 0,
-               "the data in {} is shorter than one sequence of {} tokens; use more text or a smaller "
-               "train.seq_len", t.data_dir, t.seq_len + 1);
 
   model_ = std::make_unique<GPT>(m);
   model_->init_weights(t.seed);
@@ -156,8 +153,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   // Keep the model.vocab_size actually used in the saved config.
   config_.set("model.vocab_size", std::to_string(m.vocab_size));
   const std::string toml = config_.to_toml();
-  io::write_file_atomic((fs::path(t.out_dir) / "config.toml").string(),
-                        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(toml.data()), toml.size()));
+  io::write_file_atomic((fs::path(t.out_dir) / "config.toml").string(), toml);
   if (continues_out_dir)
     drop_metrics_after(metrics_path_, start_step_);
   else
