@@ -207,12 +207,14 @@ TEST(Kernels, SumSquaresScaleResidualDropout) {
   double expect = 0;
   for (float v : x) expect += double(v) * v;
   EXPECT_NEAR(k::sum_squares(x.data(), n), expect, 1e-6 * expect);
-  std::vector<float> y = x;
+  std::vector<float> y = x, y_expect(n);
   k::scale_inplace(y.data(), n, 0.5f);
-  EXPECT_EQ(y[n - 1], x[n - 1] * 0.5f);
-  std::vector<float> z(n);
+  for (size_t i = 0; i < n; ++i) y_expect[i] = x[i] * 0.5f;
+  EXPECT_EQ(y, y_expect);
+  std::vector<float> z(n), z_expect(n);
   k::residual_forward(z.data(), x.data(), y.data(), n);
-  EXPECT_EQ(z[n - 1], x[n - 1] + y[n - 1]);
+  for (size_t i = 0; i < n; ++i) z_expect[i] = x[i] + y[i];
+  EXPECT_EQ(z, z_expect);
   std::vector<float> d(n, 1.0f);
   k::dropout_apply(d.data(), n, 0.25f, 42);
   size_t zeros = 0;
