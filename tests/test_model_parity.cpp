@@ -117,14 +117,15 @@ TEST_P(Parity, TenAdamWStepsMatchPyTorch) {
   // Parameters after 10 steps. The key part of c_attn.bias is skipped: its exact gradient is zero
   // (softmax ignores a per-row constant), so Adam turns float rounding noise into full-size steps
   // in both implementations. Elsewhere Adam's normalisation amplifies rounding in tiny gradients
-  // a little, hence 1e-3 relative to the tensor's largest value.
+  // a little (worst seen 1.8e-4), hence 3e-4 relative to the tensor's largest value: tight
+  // enough that a missing weight decay (10 steps of lr·wd = 1e-4 each) fails.
   const int C = f.config.n_embd;
   for (const ParamInfo& e : model.table().entries()) {
     auto golden_final = f64(f.st.at("adamw_final." + e.name));
     std::vector<float> mine(model.params() + e.offset, model.params() + e.offset + e.numel);
     if (e.name.ends_with("c_attn.bias"))
       for (int i = C; i < 2 * C; ++i) mine[i] = static_cast<float>(golden_final[i]);
-    EXPECT_LT(rel_err(mine.data(), golden_final), 1e-3) << e.name;
+    EXPECT_LT(rel_err(mine.data(), golden_final), 3e-4) << e.name;
   }
 }
 
