@@ -1,5 +1,6 @@
-// AdamW against hand-computed values: which tensor kinds take decoupled weight decay, and the
-// frozen prefix the update leaves alone.
+// AdamW against hand-computed values: which tensor kinds take decoupled weight decay, global
+// gradient-norm clipping (and the frozen prefix both leave alone), and the warm-up + cosine
+// learning-rate schedule.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,4 +66,52 @@ TEST(AdamW, UpdateLeavesTheFrozenPrefixAlone) {
     } else {
       ASSERT_NE(params[e.offset], 1.0f) << e.name;
     }
+}
+
+// Gradients (3, 4) at two places have norm 5: clipping to 1 scales them by 1 / (5 + 1e-6).
+TEST(AdamW, ClipScalesToTheGlobalNormOfTheTrainableRange) {
+  const ParamTable table = ParamTable::build(small_config());
+  AdamWConfig oc;
+  oc.grad_clip = 1.0f;
+  const AdamW optim(table, oc);
+  const size_t begin = table.layer_range(0).first, last = table.total() - 1;
+  std::vector<float> grads(table.total(), 0.0f);
+  grads[0] = 100.0f;  // frozen prefix: neither counted nor scaled
+  grads[begin] = 3.0f, grads[last] = -4.0f;
+  EXPECT_FLOAT_EQ(optim.clip(grads.data(), begin), 5.0f);
+  EXPECT_FLOAT_EQ(grads[begin], 0.6f);
+  EXPECT_FLOAT_EQ(grads[last], -0.8f);
+  EXPECT_EQ(grads[0], 100.0f);
+  EXPECT_FLOAT_EQ(AdamW::grad_norm(grads.data(), begin, table.total()), 1.0f);
+
+  // At or below the threshold, and with clipping off, nothing changes; the norm is still returned.
+  for (float clip : {5.0f, 0.0f}) {
+    oc.grad_clip = clip;
+    const AdamW other(table, oc);
+    std::vector<float> g(table.total(), 0.0f);
+    g[begin] = 3.0f, g[last] = -4.0f;
+    EXPECT_FLOAT_EQ(other.clip(g.data(), begin), 5.0f);
+    EXPECT_EQ(g[begin], 3.0f) << "grad_clip " << clip;
+    EXPECT_EQ(g[last], -4.0f) << "grad_clip " << clip;
+  }
+}
+
+// lr 1, min_lr 0.1, 10 warm-up steps, 110 steps: (step + 1) / 10 during warm-up, then
+// 0.1 + 0.9 · (1 + cos(π · (step − 10) / 100)) / 2, then min_lr.
+TEST(LrSchedule, LinearWarmupThenCosineToMinLr) {
+  AdamWConfig c;
+  c.lr = 1.0f, c.min_lr = 0.1f, c.warmup_steps = 10;
+  EXPECT_FLOAT_EQ(lr_at(c, 0, 110), 0.1f);
+  EXPECT_FLOAT_EQ(lr_at(c, 4, 110), 0.5f);
+  EXPECT_FLOAT_EQ(lr_at(c, 9, 110), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 10, 110), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 35, 110), 0.86819805f);  // cos(π/4) = 0.70710678
+  EXPECT_FLOAT_EQ(lr_at(c, 60, 110), 0.55f);        // half way: (lr + min_lr) / 2
+  EXPECT_FLOAT_EQ(lr_at(c, 85, 110), 0.23180195f);  // cos(3π/4)
+  EXPECT_FLOAT_EQ(lr_at(c, 109, 110), 0.10022205f);  // cos(0.99π) = −0.99950656
+  EXPECT_FLOAT_EQ(lr_at(c, 110, 110), 0.1f);
+  EXPECT_FLOAT_EQ(lr_at(c, 500, 110), 0.1f);
+  c.warmup_steps = 0;  // no warm-up: the cosine starts at step 0
+  EXPECT_FLOAT_EQ(lr_at(c, 0, 100), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 50, 100), 0.55f);
 }
