@@ -1,7 +1,8 @@
 // The sparse24 method plugin: mask validity and transposability after training, row-only masks,
 // the masked decay term (after clipping, through StepRunner), bit-exact resume of the mask state,
-// forward through the 2:4 formats equal to a dense model with masked weights, FLOP accounting,
-// the flip-rate log, dense fine-tuning, and the MVUE estimator.
+// forward and every parameter gradient through the 2:4 formats equal to a dense model with masked
+// weights, FLOP accounting, the flip-rate log, dense fine-tuning, and the MVUE estimator (alone
+// and in the model: only masked weight gradients change, unbiased).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -13,12 +14,14 @@
 #include "frugal/train/flops.h"
 #include "frugal/train/step.h"
 #include "frugal/train/trainer.h"
+#include "gradcheck.h"
 #include "model_grad.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
 using namespace frugal;
 using frugal::sparse24::Sparse24Method;
+using frugal::testing::max_error_rel_to_max;
 using frugal::testing::model_gradient;
 using frugal::testing::TempDir;
 
@@ -69,6 +72,20 @@ std::map<int64_t, nlohmann::json> read_metrics(const std::string& run_dir) {
   return out;
 }
 
+// A dense model with the sparse model's parameters and its masks applied to the masked weights:
+// what the 2:4 formats must compute, forward and backward (the straight-through estimator gives
+// the dense master weight the gradient a dense model gets at the masked weights).
+std::unique_ptr<GPT> masked_dense_twin(const GPT& sparse, const Sparse24Method& m) {
+  auto dense = std::make_unique<GPT>(sparse.config());
+  std::copy(sparse.params(), sparse.params() + sparse.num_floats(), dense->params());
+  for (const auto& target : m.targets()) {
+    float* w = dense->params() + dense->linear_weight_offset(target.layer, target.which);
+    for (size_t i = 0; i < target.mask.size(); ++i)
+      if (!target.mask[i]) w[i] = 0.0f;
+  }
+  return dense;
+}
+
 // The sparse24 method on a small freshly initialised model (biases, gated MLP), driven directly
 // without a Trainer or data: Init and FitStart have run, so masks come from the initial weights
 // and the formats are installed. Batches are B = 2 sequences of T = 16 tokens.
@@ -108,6 +125,12 @@ struct DirectRun {
     return s;
   }
 };
+
+bool is_masked_weight(const GPT& model, const Sparse24Method& m, const ParamInfo& e) {
+  for (const auto& target : m.targets())
+    if (model.linear_weight_offset(target.layer, target.which) == e.offset) return true;
+  return false;
+}
 
 }  // namespace
 
@@ -199,6 +222,57 @@ TEST(Sparse24Method, MaskedDecayAddsLambdaTimesPrunedWeightsToClippedGradients) 
   EXPECT_GT(others, 0u) << "attention, embeddings and norms get no masked decay";
 }
 
+// Every parameter gradient through the 2:4 formats equals the dense model's at the masked weights,
+// for transposable (2:4 input-gradient kernel) and row-only masks (dense GEMM on a masked copy).
+// The gated MLP makes c_gate's input gradient accumulate onto c_fc's; linear biases included.
+TEST(Sparse24Method, GradientsEqualDenseModelWithMaskedWeights) {
+  for (bool transposable : {true, false}) {
+    DirectRun run({.transposable = transposable});
+    ASSERT_EQ(run.method().targets().size(), 6u) << "fc, c_gate and fc_proj of 2 blocks";
+    auto dense = masked_dense_twin(run.model, run.method());
+    dense->plan(DirectRun::B, DirectRun::T);
+    const std::vector<float> gs = model_gradient(run.model, run.tokens, run.targets);
+    const std::vector<float> gd = model_gradient(*dense, run.tokens, run.targets);
+    for (const ParamInfo& e : run.model.table().entries())
+      EXPECT_LT(max_error_rel_to_max(gs.data() + e.offset, gd.data() + e.offset, e.numel), 1e-5)
+          << e.name << (transposable ? " (transposable)" : " (row-only)");
+  }
+}
+
+// With MVUE only the weight gradients of the masked linears are estimated: every other gradient,
+// their biases' included, equals the dense model's at the masked weights; the estimated ones
+// differ from it in each draw but their mean over many draws converges to it (unbiased).
+TEST(Sparse24Method, MvueChangesOnlyMaskedWeightGradientsAndIsUnbiasedThere) {
+  DirectRun run({.mvue = true});
+  auto dense = masked_dense_twin(run.model, run.method());
+  dense->plan(DirectRun::B, DirectRun::T);
+  const std::vector<float> gd = model_gradient(*dense, run.tokens, run.targets);
+  const int draws = 200;
+  std::vector<float> first;
+  std::vector<double> mean(gd.size(), 0.0);
+  for (int d = 0; d < draws; ++d) {  // each backward draws new random numbers (the call counter)
+    const std::vector<float> g = model_gradient(run.model, run.tokens, run.targets);
+    if (d == 0) first = g;
+    for (size_t i = 0; i < g.size(); ++i) mean[i] += g[i] / double(draws);
+  }
+  for (const ParamInfo& e : run.model.table().entries()) {
+    const double err = max_error_rel_to_max(first.data() + e.offset, gd.data() + e.offset, e.numel);
+    if (!is_masked_weight(run.model, run.method(), e)) {
+      EXPECT_LT(err, 1e-5) << e.name;
+      continue;
+    }
+    auto distance = [&](auto* g) {  // ‖g − dense‖ over this tensor
+      double s = 0;
+      for (size_t i = 0; i < e.numel; ++i) s += std::pow(double(g[e.offset + i]) - gd[e.offset + i], 2);
+      return std::sqrt(s);
+    };
+    const double one = distance(first.data()), averaged = distance(mean.data());
+    EXPECT_GT(err, 1e-2) << e.name << ": a single MVUE draw should differ from the dense gradient";
+    // Unbiased: the distance shrinks like 1/sqrt(draws) = 0.07; a biased estimator stalls.
+    EXPECT_LT(averaged, 0.2 * one) << e.name;
+  }
+}
+
 TEST(Sparse24Method, ForwardEqualsDenseModelWithMaskedWeightsAndFlopsHalve) {
   TempDir dir;
   Trainer t(config(make_data(dir), dir.file("run"), {"methods.sparse24.dense_finetune_fraction=0", "model.mlp=swiglu",
@@ -208,13 +282,8 @@ TEST(Sparse24Method, ForwardEqualsDenseModelWithMaskedWeightsAndFlopsHalve) {
   GPT& sparse = t.model();
   const Sparse24Method& m = method_of(t);
   ASSERT_EQ(m.targets().size(), 6u) << "fc, c_gate and fc_proj of 2 blocks";
-  GPT dense(sparse.config());
-  std::copy(sparse.params(), sparse.params() + sparse.num_floats(), dense.params());
-  for (const auto& target : m.targets()) {
-    float* w = dense.params() + dense.linear_weight_offset(target.layer, target.which);
-    for (size_t i = 0; i < target.mask.size(); ++i)
-      if (!target.mask[i]) w[i] = 0.0f;
-  }
+  auto dense_model = masked_dense_twin(sparse, m);
+  GPT& dense = *dense_model;
   const int B = 2, T = 32, V = sparse.config().vocab_size;
   std::vector<int32_t> tokens(B * T);
   for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7 + 3) % V;
