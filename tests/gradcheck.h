@@ -34,6 +34,18 @@ inline double max_rel_error(const std::vector<double>& a, const std::vector<doub
   return worst;
 }
 
+// max |a − b| / max |b| over n values: the error relative to the array's largest entry, so small
+// entries (a softmax over many classes, a tiny gradient) still count, unlike max_rel_error.
+template <class A, class B>
+double max_error_rel_to_max(const A* a, const B* b, size_t n) {
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  return diff / scale;
+}
+
 // Deterministic pseudo-random values in [-scale, scale) for test inputs.
 inline std::vector<double> random_vector(size_t n, unsigned seed, double scale = 1.0) {
   std::vector<double> v(n);

@@ -1,7 +1,8 @@
 // The sparse24 method plugin: mask validity and transposability after training, row-only masks,
-// the masked decay term, bit-exact resume of the mask state, forward through the 2:4 formats equal
-// to a dense model with masked weights, FLOP accounting, the flip-rate log, dense fine-tuning,
-// and the MVUE estimator.
+// the masked decay term (after clipping, through StepRunner), bit-exact resume of the mask state,
+// forward and every parameter gradient through the 2:4 formats equal to a dense model with masked
+// weights, FLOP accounting, the flip-rate log, dense fine-tuning, and the MVUE estimator (alone
+// and in the model: only masked weight gradients change, unbiased).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -11,12 +12,17 @@
 #include "frugal/methods/sparse24/format.h"
 #include "frugal/methods/sparse24/plugin.h"
 #include "frugal/train/flops.h"
+#include "frugal/train/step.h"
 #include "frugal/train/trainer.h"
+#include "gradcheck.h"
+#include "model_grad.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
 using namespace frugal;
 using frugal::sparse24::Sparse24Method;
+using frugal::testing::max_error_rel_to_max;
+using frugal::testing::model_gradient;
 using frugal::testing::TempDir;
 
 namespace {
@@ -64,6 +70,66 @@ std::map<int64_t, nlohmann::json> read_metrics(const std::string& run_dir) {
     out[j.at("step").get<int64_t>()] = j;
   }
   return out;
+}
+
+// A dense model with the sparse model's parameters and its masks applied to the masked weights:
+// what the 2:4 formats must compute, forward and backward (the straight-through estimator gives
+// the dense master weight the gradient a dense model gets at the masked weights).
+std::unique_ptr<GPT> masked_dense_twin(const GPT& sparse, const Sparse24Method& m) {
+  auto dense = std::make_unique<GPT>(sparse.config());
+  std::copy(sparse.params(), sparse.params() + sparse.num_floats(), dense->params());
+  for (const auto& target : m.targets()) {
+    float* w = dense->params() + dense->linear_weight_offset(target.layer, target.which);
+    for (size_t i = 0; i < target.mask.size(); ++i)
+      if (!target.mask[i]) w[i] = 0.0f;
+  }
+  return dense;
+}
+
+// The sparse24 method on a small freshly initialised model (biases, gated MLP), driven directly
+// without a Trainer or data: Init and FitStart have run, so masks come from the initial weights
+// and the formats are installed. Batches are B = 2 sequences of T = 16 tokens.
+struct DirectRun {
+  static constexpr int B = 2, T = 16;
+  RunSettings settings;
+  GPT model;
+  AdamW optim;
+  MethodSet methods;
+  std::vector<int32_t> tokens, targets;
+
+  explicit DirectRun(const sparse24::Sparse24Config& s24, float grad_clip = 1.0f)
+      : settings(make_settings(grad_clip)), model(settings.model), optim(model.table(), settings.optim) {
+    model.init_weights(3);
+    model.plan(B, T);
+    std::vector<std::unique_ptr<Method>> list;
+    list.push_back(std::make_unique<Sparse24Method>(s24));
+    methods = MethodSet(std::move(list));
+    TrainContext ctx = context();
+    methods.fire(Event::Init, ctx);
+    methods.fire(Event::FitStart, ctx);
+    for (int i = 0; i < B * T; ++i) tokens.push_back((i * 7 + 3) % 65), targets.push_back((i * 11 + 5) % 65);
+  }
+  TrainContext context() {
+    TrainContext ctx{model, optim, settings};
+    ctx.max_steps = settings.train.max_steps;
+    return ctx;
+  }
+  Sparse24Method& method() { return dynamic_cast<Sparse24Method&>(*methods.methods().at(0)); }
+
+  static RunSettings make_settings(float grad_clip) {
+    RunSettings s;
+    s.model.vocab_size = 65, s.model.block_size = T, s.model.n_layer = 2, s.model.n_head = 2;
+    s.model.n_embd = 32, s.model.mlp = MlpKind::Swiglu, s.model.init_std = 0.1f;
+    s.train.batch_size = B, s.train.seq_len = T, s.train.max_steps = 8;
+    s.optim.grad_clip = grad_clip;
+    return s;
+  }
+};
+
+bool is_masked_weight(const GPT& model, const Sparse24Method& m, const ParamInfo& e) {
+  for (const auto& target : m.targets())
+    if (model.linear_weight_offset(target.layer, target.which) == e.offset) return true;
+  return false;
 }
 
 }  // namespace
@@ -119,35 +185,92 @@ TEST(Sparse24Method, RowOnlyMasksAre24PerRowAndTrain) {
   EXPECT_GT(non_transposable_blocks, 0u) << "row-only masks should not all be transposable";
 }
 
+// Through StepRunner, the way training runs it: after the step the gradient buffer holds the
+// clipped gradient plus λ·(1 − m)⊙W (W before the update) on the masked weights, and just the
+// clipped gradient elsewhere. With a clip far below the gradient norm, decay added before clipping
+// would come out scaled down with everything else.
 TEST(Sparse24Method, MaskedDecayAddsLambdaTimesPrunedWeightsToClippedGradients) {
-  TempDir dir;
-  Trainer t(config(make_data(dir), dir.file("run"), {"methods.sparse24.decay=0.25"}), {.quiet = true});
-  Sparse24Method& m = method_of(t);
-  GPT& model = t.model();
-  AdamW optim(model.table(), t.settings().optim);
-  TrainContext ctx{model, optim, t.settings()};
-  ctx.max_steps = 8;
-  m.apply(Event::FitStart, ctx);
-  ASSERT_TRUE(m.match(Event::BeforeOptimStep, ctx));
-  model.zero_grad();
-  for (size_t i = 0; i < model.num_floats(); ++i) model.grads()[i] = 0.5f;
-  m.apply(Event::BeforeOptimStep, ctx);
+  const float lambda = 0.25f;
+  DirectRun run({.decay = lambda}, 1e-3f);
+  GPT& model = run.model;
+  std::vector<float> expect = model_gradient(model, run.tokens, run.targets);
+  const size_t begin = model.trainable_begin();
+  const float norm = run.optim.clip(expect.data(), begin);
+  ASSERT_GT(norm, 10 * run.settings.optim.grad_clip) << "clipping must scale the gradient down";
+  const std::vector<float> weights(model.params(), model.params() + model.num_floats());
   std::vector<bool> is_target(model.num_floats(), false);
-  for (const auto& target : m.targets()) {
+  for (const auto& target : run.method().targets()) {
     const size_t o = model.linear_weight_offset(target.layer, target.which);
     for (size_t i = 0; i < target.mask.size(); ++i) {
       is_target[o + i] = true;
-      const float expect = target.mask[i] ? 0.5f : 0.5f + 0.25f * model.params()[o + i];
-      ASSERT_EQ(model.grads()[o + i], expect) << target.layer << " " << i;
+      if (!target.mask[i]) expect[o + i] += lambda * weights[o + i];
     }
   }
+
+  StepRunner runner(model, run.optim, run.methods, run.settings);
+  const StepResult r = runner.run(0, 1e-3f, [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
+    std::copy(run.tokens.begin(), run.tokens.end(), inputs);
+    std::copy(run.targets.begin(), run.targets.end(), targets);
+    ids[0] = 0, ids[1] = 1;
+  }, nullptr);
+  EXPECT_EQ(r.grad_norm, norm) << "the reported norm is the one before clipping";
   size_t others = 0;
-  for (size_t i = 0; i < model.num_floats(); ++i)
-    if (!is_target[i]) {
-      ASSERT_EQ(model.grads()[i], 0.5f) << i;
-      ++others;
-    }
+  for (size_t i = 0; i < model.num_floats(); ++i) {
+    ASSERT_NEAR(model.grads()[i], expect[i], 1e-6f * std::fabs(expect[i]) + 1e-12f) << i;
+    others += !is_target[i];
+  }
   EXPECT_GT(others, 0u) << "attention, embeddings and norms get no masked decay";
+}
+
+// Every parameter gradient through the 2:4 formats equals the dense model's at the masked weights,
+// for transposable (2:4 input-gradient kernel) and row-only masks (dense GEMM on a masked copy).
+// The gated MLP makes c_gate's input gradient accumulate onto c_fc's; linear biases included.
+TEST(Sparse24Method, GradientsEqualDenseModelWithMaskedWeights) {
+  for (bool transposable : {true, false}) {
+    DirectRun run({.transposable = transposable});
+    ASSERT_EQ(run.method().targets().size(), 6u) << "fc, c_gate and fc_proj of 2 blocks";
+    auto dense = masked_dense_twin(run.model, run.method());
+    dense->plan(DirectRun::B, DirectRun::T);
+    const std::vector<float> gs = model_gradient(run.model, run.tokens, run.targets);
+    const std::vector<float> gd = model_gradient(*dense, run.tokens, run.targets);
+    for (const ParamInfo& e : run.model.table().entries())
+      EXPECT_LT(max_error_rel_to_max(gs.data() + e.offset, gd.data() + e.offset, e.numel), 1e-5)
+          << e.name << (transposable ? " (transposable)" : " (row-only)");
+  }
+}
+
+// With MVUE only the weight gradients of the masked linears are estimated: every other gradient,
+// their biases' included, equals the dense model's at the masked weights; the estimated ones
+// differ from it in each draw but their mean over many draws converges to it (unbiased).
+TEST(Sparse24Method, MvueChangesOnlyMaskedWeightGradientsAndIsUnbiasedThere) {
+  DirectRun run({.mvue = true});
+  auto dense = masked_dense_twin(run.model, run.method());
+  dense->plan(DirectRun::B, DirectRun::T);
+  const std::vector<float> gd = model_gradient(*dense, run.tokens, run.targets);
+  const int draws = 200;
+  std::vector<float> first;
+  std::vector<double> mean(gd.size(), 0.0);
+  for (int d = 0; d < draws; ++d) {  // each backward draws new random numbers (the call counter)
+    const std::vector<float> g = model_gradient(run.model, run.tokens, run.targets);
+    if (d == 0) first = g;
+    for (size_t i = 0; i < g.size(); ++i) mean[i] += g[i] / double(draws);
+  }
+  for (const ParamInfo& e : run.model.table().entries()) {
+    const double err = max_error_rel_to_max(first.data() + e.offset, gd.data() + e.offset, e.numel);
+    if (!is_masked_weight(run.model, run.method(), e)) {
+      EXPECT_LT(err, 1e-5) << e.name;
+      continue;
+    }
+    auto distance = [&](auto* g) {  // ‖g − dense‖ over this tensor
+      double s = 0;
+      for (size_t i = 0; i < e.numel; ++i) s += std::pow(double(g[e.offset + i]) - gd[e.offset + i], 2);
+      return std::sqrt(s);
+    };
+    const double one = distance(first.data()), averaged = distance(mean.data());
+    EXPECT_GT(err, 1e-2) << e.name << ": a single MVUE draw should differ from the dense gradient";
+    // Unbiased: the distance shrinks like 1/sqrt(draws) = 0.07; a biased estimator stalls.
+    EXPECT_LT(averaged, 0.2 * one) << e.name;
+  }
 }
 
 TEST(Sparse24Method, ForwardEqualsDenseModelWithMaskedWeightsAndFlopsHalve) {
@@ -159,13 +282,8 @@ TEST(Sparse24Method, ForwardEqualsDenseModelWithMaskedWeightsAndFlopsHalve) {
   GPT& sparse = t.model();
   const Sparse24Method& m = method_of(t);
   ASSERT_EQ(m.targets().size(), 6u) << "fc, c_gate and fc_proj of 2 blocks";
-  GPT dense(sparse.config());
-  std::copy(sparse.params(), sparse.params() + sparse.num_floats(), dense.params());
-  for (const auto& target : m.targets()) {
-    float* w = dense.params() + dense.linear_weight_offset(target.layer, target.which);
-    for (size_t i = 0; i < target.mask.size(); ++i)
-      if (!target.mask[i]) w[i] = 0.0f;
-  }
+  auto dense_model = masked_dense_twin(sparse, m);
+  GPT& dense = *dense_model;
   const int B = 2, T = 32, V = sparse.config().vocab_size;
   std::vector<int32_t> tokens(B * T);
   for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7 + 3) % V;

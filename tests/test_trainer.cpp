@@ -2,10 +2,15 @@
 // checkpoints kept/atomic, clear errors for bad configs, data and checkpoints, SIGINT handling.
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "frugal/core/error.h"
 #include "frugal/train/checkpoint.h"
@@ -214,17 +219,42 @@ TEST(Trainer, FullDiskKeepsThePreviousCheckpoint) {
   EXPECT_EQ(model->config().n_embd, 64);
 }
 
+// The signal is sent only once a step line is in the log, so fit() has installed its handler
+// whatever the machine's load. `timeout` is a safety net that never fires in a passing run: it
+// sends INT itself after 120 s, forwards our INT to frugal, and kills frugal 30 s after either
+// (-k) so the test cannot hang; CMake also gives every test a CTest TIMEOUT.
 TEST(TrainerCli, SigintWritesACheckpointAndExitsZero) {
   TempDir dir;
-  const std::string data = make_data(dir);
-  const std::string cmd = std::string("timeout --preserve-status -s INT 3 ") + FRUGAL_BINARY + " train /dev/null --set data.dir=" + data +
-                          " --set train.out_dir=" + dir.file("run") +
+  const std::string data = make_data(dir), log = dir.file("log");
+  const std::string cmd = std::string("exec timeout -k 30 --preserve-status -s INT 120 ") + FRUGAL_BINARY +
+                          " train /dev/null --set data.dir=" + data + " --set train.out_dir=" + dir.file("run") +
                           " --set model.n_layer=2 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=32"
-                          " --set train.max_steps=1000000 --set sample.count=0 > " + dir.file("log") + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "timeout reports 124 only when the program ignored the signal";
+                          " --set train.max_steps=1000000 --set train.log_interval=1 --set sample.count=0 > " +
+                          log + " 2>&1";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  auto read_log = [&] {
+    std::ifstream in(log);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  bool started = false;
+  for (int i = 0; i < 900 && !started; ++i) {
+    started = read_log().find("\nstep 1/") != std::string::npos;
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(pid, SIGINT);  // to timeout, which passes it on to frugal
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const std::string text = read_log();
+  ASSERT_TRUE(started) << "no step line within 90 s:\n" << text;
+  // With --preserve-status, timeout exits with frugal's own status: 0 when frugal caught the
+  // signal, saved and returned; a frugal killed by the signal would make timeout die of it too.
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << "\n" << text;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
   EXPECT_TRUE(fs::exists(dir.file("run/checkpoints/latest")));
-  std::ifstream log(dir.file("log"));
-  std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(text.find("stopped by signal"), std::string::npos) << text;
 }

@@ -1,0 +1,117 @@
+// AdamW against hand-computed values: which tensor kinds take decoupled weight decay, global
+// gradient-norm clipping (and the frozen prefix both leave alone), and the warm-up + cosine
+// learning-rate schedule.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "frugal/model/param_table.h"
+#include "frugal/optim/adamw.h"
+
+using namespace frugal;
+
+namespace {
+
+// Every tensor kind: biases, LayerNorm gains and biases, a gated MLP and an untied head.
+ModelConfig small_config() {
+  ModelConfig c;
+  c.vocab_size = 11, c.block_size = 4, c.n_layer = 2, c.n_head = 1, c.n_embd = 8;
+  c.mlp = MlpKind::Swiglu, c.tied_head = false, c.bias = true;
+  return c;
+}
+
+}  // namespace
+
+// With zero gradients Adam's step is 0 / (0 + eps) = 0, so one update leaves exactly the decay:
+// p ← p · (1 − lr·wd) = 1 · (1 − 0.5·0.4) = 0.8 on decaying tensors, p = 1 elsewhere.
+TEST(AdamW, DecoupledDecayOnlyOnLinearWeightsEmbeddingsAndHead) {
+  const ParamTable table = ParamTable::build(small_config());
+  AdamWConfig oc;
+  oc.lr = 0.5f, oc.weight_decay = 0.4f, oc.grad_clip = 0;
+  AdamW optim(table, oc);
+  std::vector<float> params(table.total(), 1.0f), grads(table.total(), 0.0f);
+  optim.update(params.data(), grads.data(), 0, oc.lr);
+  // Written out by hand rather than from ParamInfo::decays(), which this test checks.
+  const std::vector<std::string> decaying = {
+      "transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight"};
+  const std::vector<std::string> block_decaying = {"attn.c_attn.weight", "attn.c_proj.weight",
+                                                   "mlp.c_fc.weight", "mlp.c_gate.weight",
+                                                   "mlp.c_proj.weight"};
+  size_t checked = 0;
+  for (const ParamInfo& e : table.entries()) {
+    bool decays = std::find(decaying.begin(), decaying.end(), e.name) != decaying.end();
+    for (const std::string& suffix : block_decaying) decays |= e.name.ends_with(suffix);
+    for (size_t i = 0; i < e.numel; ++i) ASSERT_EQ(params[e.offset + i], decays ? 0.8f : 1.0f) << e.name;
+    checked += decays;
+  }
+  EXPECT_EQ(checked, 3u + 2 * block_decaying.size());
+  EXPECT_EQ(table.entries().size(), checked + 2 * 9 + 2) << "5 biases and 4 norm tensors per block, ln_f's 2";
+}
+
+// Tensors starting before `begin` (a frozen prefix) are neither decayed nor moved.
+TEST(AdamW, UpdateLeavesTheFrozenPrefixAlone) {
+  const ParamTable table = ParamTable::build(small_config());
+  AdamWConfig oc;
+  oc.lr = 0.5f, oc.weight_decay = 0.4f, oc.grad_clip = 0;
+  AdamW optim(table, oc);
+  std::vector<float> params(table.total(), 1.0f), grads(table.total(), 0.25f);
+  const size_t begin = table.layer_range(1).first;
+  optim.update(params.data(), grads.data(), begin, oc.lr);
+  for (const ParamInfo& e : table.entries())
+    if (e.offset < begin) {
+      ASSERT_EQ(params[e.offset], 1.0f) << e.name;
+    } else {
+      ASSERT_NE(params[e.offset], 1.0f) << e.name;
+    }
+}
+
+// Gradients (3, 4) at two places have norm 5: clipping to 1 scales them by 1 / (5 + 1e-6).
+TEST(AdamW, ClipScalesToTheGlobalNormOfTheTrainableRange) {
+  const ParamTable table = ParamTable::build(small_config());
+  AdamWConfig oc;
+  oc.grad_clip = 1.0f;
+  const AdamW optim(table, oc);
+  const size_t begin = table.layer_range(0).first, last = table.total() - 1;
+  std::vector<float> grads(table.total(), 0.0f);
+  grads[0] = 100.0f;  // frozen prefix: neither counted nor scaled
+  grads[begin] = 3.0f, grads[last] = -4.0f;
+  EXPECT_FLOAT_EQ(optim.clip(grads.data(), begin), 5.0f);
+  EXPECT_FLOAT_EQ(grads[begin], 0.6f);
+  EXPECT_FLOAT_EQ(grads[last], -0.8f);
+  EXPECT_EQ(grads[0], 100.0f);
+  EXPECT_FLOAT_EQ(AdamW::grad_norm(grads.data(), begin, table.total()), 1.0f);
+
+  // At or below the threshold, and with clipping off, nothing changes; the norm is still returned.
+  for (float clip : {5.0f, 0.0f}) {
+    oc.grad_clip = clip;
+    const AdamW other(table, oc);
+    std::vector<float> g(table.total(), 0.0f);
+    g[begin] = 3.0f, g[last] = -4.0f;
+    EXPECT_FLOAT_EQ(other.clip(g.data(), begin), 5.0f);
+    EXPECT_EQ(g[begin], 3.0f) << "grad_clip " << clip;
+    EXPECT_EQ(g[last], -4.0f) << "grad_clip " << clip;
+  }
+}
+
+// lr 1, min_lr 0.1, 10 warm-up steps, 110 steps: (step + 1) / 10 during warm-up, then
+// 0.1 + 0.9 · (1 + cos(π · (step − 10) / 100)) / 2, then min_lr.
+TEST(LrSchedule, LinearWarmupThenCosineToMinLr) {
+  AdamWConfig c;
+  c.lr = 1.0f, c.min_lr = 0.1f, c.warmup_steps = 10;
+  EXPECT_FLOAT_EQ(lr_at(c, 0, 110), 0.1f);
+  EXPECT_FLOAT_EQ(lr_at(c, 4, 110), 0.5f);
+  EXPECT_FLOAT_EQ(lr_at(c, 9, 110), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 10, 110), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 35, 110), 0.86819805f);  // cos(π/4) = 0.70710678
+  EXPECT_FLOAT_EQ(lr_at(c, 60, 110), 0.55f);        // half way: (lr + min_lr) / 2
+  EXPECT_FLOAT_EQ(lr_at(c, 85, 110), 0.23180195f);  // cos(3π/4)
+  EXPECT_FLOAT_EQ(lr_at(c, 109, 110), 0.10022205f);  // cos(0.99π) = −0.99950656
+  EXPECT_FLOAT_EQ(lr_at(c, 110, 110), 0.1f);
+  EXPECT_FLOAT_EQ(lr_at(c, 500, 110), 0.1f);
+  c.warmup_steps = 0;  // no warm-up: the cosine starts at step 0
+  EXPECT_FLOAT_EQ(lr_at(c, 0, 100), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 50, 100), 0.55f);
+}
