@@ -197,8 +197,9 @@ TEST(AttentionOptimised, AutoPicksAvx512WhereAvailable) {
       __builtin_cpu_supports("avx512f") ? AttentionIsa::Avx512 : AttentionIsa::Avx2;
   EXPECT_EQ(attention_set_isa(AttentionIsa::Auto), want);
   EXPECT_EQ(frugal::kernels::attention_active_isa(), want);
-  if (want == AttentionIsa::Avx2)
+  if (want == AttentionIsa::Avx2) {
     EXPECT_THROW(attention_set_isa(AttentionIsa::Avx512), frugal::Error);
+  }
 }
 
 }  // namespace
