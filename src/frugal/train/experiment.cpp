@@ -124,7 +124,7 @@ std::string results_markdown(const Experiment& e, const ExperimentOptions& o, co
   for (const ExperimentRun& r : e.runs)
     md += fmt::format("| {} | {} | {} |\n", r.name, r.pretrained ? "yes" : "no",
                       r.overrides.empty() ? "(base)" : fmt::format("`{}`", fmt::join(r.overrides, "` `")));
-  md += "\n" + markdown(table) + "\n";
+  md += fmt::format("\n{}\n", markdown(table));
   if (o.plots)
     for (const char* plot : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep})
       md += fmt::format("![{0}]({0}.png)\n", plot);
