@@ -102,6 +102,10 @@ TEST(SafeTensors, RoundTripThroughFile) {
   std::vector<uint8_t> file{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   EXPECT_EQ(file, serialize_safetensors(st));
   EXPECT_EQ(serialize_safetensors(back), serialize_safetensors(st));
+  // Metadata only: the same metadata, no tensor bytes copied.
+  const SafeTensors header = read_safetensors(path, SafeTensorsPart::Metadata);
+  EXPECT_EQ(header.metadata, st.metadata);
+  EXPECT_TRUE(header.tensors.empty());
 }
 
 TEST(SafeTensors, HeaderIsSortedAndPaddedToEightBytes) {

@@ -332,7 +332,8 @@ void SafeTensors::put_f32(const std::string& name, std::vector<int64_t> shape, c
   put(name, DType::F32, std::move(shape), data);
 }
 
-SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what) {
+SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what,
+                              SafeTensorsPart part) {
   if (size < 8) fail("{}: only {} bytes, shorter than the 8-byte header length; {}", what, size,
                      kTruncated);
   uint64_t header_len;
@@ -368,6 +369,7 @@ SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::strin
     }
   }
   parser.check_tiling(entries);
+  if (part == SafeTensorsPart::Metadata) return st;
   for (Entry& e : entries) {
     TensorData& t = st.tensors[e.name];
     t.dtype = e.dtype;
@@ -377,9 +379,9 @@ SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::strin
   return st;
 }
 
-SafeTensors read_safetensors(const std::string& path) {
+SafeTensors read_safetensors(const std::string& path, SafeTensorsPart part) {
   MappedFile file(path);
-  return parse_safetensors(file.data(), file.size(), path);
+  return parse_safetensors(file.data(), file.size(), path, part);
 }
 
 std::vector<uint8_t> serialize_safetensors(const SafeTensors& st) {

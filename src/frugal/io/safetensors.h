@@ -35,11 +35,15 @@ struct SafeTensors {
   void put_f32(const std::string& name, std::vector<int64_t> shape, const float* data);
 };
 
+// What to read: everything, or the header's metadata only (the header is validated in full, but
+// no tensor bytes are copied: a checkpoint's stored config without copying its weights).
+enum class SafeTensorsPart { All, Metadata };
 // Throws frugal::Error with the path and what is wrong (truncated, bad header JSON, offsets out
 // of range or overlapping, unknown dtype, shape/size mismatch).
-SafeTensors read_safetensors(const std::string& path);
+SafeTensors read_safetensors(const std::string& path, SafeTensorsPart part = SafeTensorsPart::All);
 // `what` names the source in error messages (a path, "buffer", ...).
-SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what);
+SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what,
+                              SafeTensorsPart part = SafeTensorsPart::All);
 // The complete file image: header (keys sorted, padded with spaces to a multiple of 8 bytes)
 // followed by the tensors' bytes in name order. Deterministic for equal inputs.
 std::vector<uint8_t> serialize_safetensors(const SafeTensors& st);

@@ -145,7 +145,7 @@ std::string resolve_checkpoint(const std::string& path) {
 
 io::Config checkpoint_config(const std::string& checkpoint_dir, const io::ConfigSchema& schema) {
   const std::string path = (fs::path(checkpoint_dir) / "model.safetensors").string();
-  io::SafeTensors st = io::read_safetensors(path);
+  io::SafeTensors st = io::read_safetensors(path, io::SafeTensorsPart::Metadata);
   auto it = st.metadata.find("config");
   FRUGAL_CHECK(it != st.metadata.end() && st.metadata["format"] == kFormat,
                "{} is not a frugal checkpoint (no frugal-v1 metadata); for Hugging Face files use "
