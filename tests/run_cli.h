@@ -13,9 +13,9 @@ struct CliResult {
   std::string output;
 };
 
-// `redirect` says where stderr goes ("2>&1" merges it into the output).
-inline CliResult run_frugal(const std::string& args, const std::string& redirect = "2>&1") {
-  const std::string cmd = std::string(FRUGAL_BINARY) + " " + args + " " + redirect;
+// Runs a shell command line; `redirect` says where stderr goes ("2>&1" merges it into the output).
+inline CliResult run_shell(const std::string& command, const std::string& redirect = "2>&1") {
+  const std::string cmd = command + " " + redirect;
   std::FILE* p = ::popen(cmd.c_str(), "r");
   CliResult r{-1, ""};
   char buf[4096];
@@ -24,6 +24,10 @@ inline CliResult run_frugal(const std::string& args, const std::string& redirect
   const int status = ::pclose(p);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+inline CliResult run_frugal(const std::string& args, const std::string& redirect = "2>&1") {
+  return run_shell(std::string(FRUGAL_BINARY) + " " + args, redirect);
 }
 
 inline bool contains(const std::string& s, std::string_view part) {

@@ -1,7 +1,11 @@
 // `frugal bench`'s run config and what its timed steps run (train/bench.h).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/threading.h"
 #include "frugal/train/bench.h"
+#include "run_cli.h"
 
 namespace frugal {
 namespace {
@@ -41,6 +45,20 @@ TEST(Bench, AutoCacheServesTheFrozenPrefixAsInALaterEpoch) {
   EXPECT_EQ(cached.dense_flops_per_step, recomputed.dense_flops_per_step);
   EXPECT_LT(cached.model_flops_per_step, recomputed.model_flops_per_step)
       << "the timed steps should skip the frozen block's forward";
+}
+
+// The binary gives libgomp frugal's spin count unless the user chose a wait policy (core/threading.h).
+TEST(BenchCli, OpenMpWaitPolicyDefaultsToAShortSpinAndKeepsTheUsersChoice) {
+  const auto run = [](const std::string& env) {
+    const std::string cmd = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + env + " " FRUGAL_BINARY
+                            " bench --preset S --warmup 0 --steps 1 --set model.n_layer=1 --json";
+    const testing::CliResult r = testing::run_shell(cmd, "2>/dev/null");
+    EXPECT_EQ(r.rc, 0) << r.output;
+    return nlohmann::json::parse(r.output)["omp_wait_policy"].get<std::string>();
+  };
+  EXPECT_EQ(run(""), std::string("GOMP_SPINCOUNT=") + kDefaultOmpSpinCount);
+  EXPECT_EQ(run("OMP_WAIT_POLICY=active"), "OMP_WAIT_POLICY=active");
+  EXPECT_EQ(run("GOMP_SPINCOUNT=7"), "GOMP_SPINCOUNT=7");
 }
 
 }  // namespace

@@ -117,6 +117,10 @@ def print_table(rows):
 
 def main():
     args = parse_args()
+    # Both sides wait in OpenMP barriers the same way: the frugal binary's default wait policy
+    # (GOMP_SPINCOUNT=1000, core/threading.h) unless the user chose one for both.
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = "1000"
     programs = {
         "frugal": (shlex.split(args.frugal_cmd) if args.frugal_cmd else [args.frugal]) + ["bench"],
         "pytorch": shlex.split(args.torch_cmd) if args.torch_cmd

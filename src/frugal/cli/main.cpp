@@ -7,8 +7,10 @@
 
 #include "frugal/cli/commands.h"
 #include "frugal/core/error.h"
+#include "frugal/core/threading.h"
 
 int main(int argc, char** argv) {
+  frugal::reexec_with_default_omp_wait_policy(argv);
   CLI::App app{"frugal: cheap transformer pretraining"};
   app.require_subcommand(1);
   frugal::cli::add_train_command(app);

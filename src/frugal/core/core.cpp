@@ -1,5 +1,6 @@
 // Implementation of the small core utilities: threads, aligned memory, RSS.
 #include <omp.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,20 @@ void set_num_threads(int n) {
 }
 
 int num_threads() { return omp_get_max_threads(); }
+
+void reexec_with_default_omp_wait_policy(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  if (setenv("GOMP_SPINCOUNT", kDefaultOmpSpinCount, 1) != 0) return;
+  execv("/proc/self/exe", argv);  // returns only on failure: run on with libgomp's default
+}
+
+std::string omp_wait_policy() {
+  std::string out;
+  for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}) {
+    if (const char* value = std::getenv(name)) out += (out.empty() ? "" : " ") + std::string(name) + "=" + value;
+  }
+  return out.empty() ? "libgomp default" : out;
+}
 
 void AlignedFree::operator()(void* p) const { std::free(p); }
 

@@ -11,6 +11,7 @@
 #include "frugal/core/memory.h"
 #include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
+#include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
 #include "frugal/kernels/cpu/gemm.h"
 #include "frugal/methods/method_set.h"
@@ -60,7 +61,8 @@ BenchPreset bench_preset(const std::string& name, const std::vector<std::string>
 std::string BenchResult::to_json(const std::string& preset, int threads) const {
   nlohmann::json j{{"impl", "frugal"},          {"preset", preset},
                    {"dense_gemm", kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend())},
-                   {"threads", threads},        {"tokens_per_s", tokens_per_s},
+                   {"threads", threads},        {"omp_wait_policy", omp_wait_policy()},
+                   {"tokens_per_s", tokens_per_s},
                    {"ms_per_step", ms_per_step}, {"ms_min", ms_min}, {"ms_mean", ms_mean},
                    {"mfu", mfu},                {"model_flops_per_step", model_flops_per_step},
                    {"dense_flops_per_step", dense_flops_per_step},
