@@ -23,23 +23,22 @@ std::string parent_directory(const std::string& path) {
   return dir.empty() ? std::string(".") : dir;
 }
 
-// Writes all of [data, data+size) to fd, retrying on short writes and EINTR; returns 0 or errno.
-int write_all(int fd, const uint8_t* data, size_t size) {
+}  // namespace
+
+int write_all(int fd, const void* data, size_t size) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
   while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
+    const ssize_t n = ::write(fd, bytes, size);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
     if (n == 0) return EIO;
-    data += n;
+    bytes += n;
     size -= static_cast<size_t>(n);
   }
   return 0;
 }
-
-
-}  // namespace
 
 int fsync_directory(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -46,6 +46,9 @@ class AtomicFileWriter {
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 void write_file_atomic(const std::string& path, std::string_view text);
 
+// Writes all of [data, data + size) to fd, retrying short writes and EINTR; returns 0 or the errno.
+int write_all(int fd, const void* data, size_t size);
+
 // fsync of a directory, making renames into it durable. Returns 0 or the errno; filesystems that
 // refuse to sync directories count as success.
 int fsync_directory(const std::string& dir);
