@@ -1,6 +1,7 @@
-// Directory locks (io/dir_lock.h): a second exclusive holder is refused at once, naming the
-// holder's pid; a lock is free again when its holder exits, also after kill -9; shared holders
-// keep a deleter that never waits out.
+// Run directories are used by one writing process at a time (io/dir_lock.h): a second DirLock,
+// Trainer or `frugal train` on a directory in use is refused at once, naming the holder's pid, and
+// touches nothing in it; a lock is free again when its holder exits, also after kill -9; shared
+// holders keep a deleter that never waits out.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,8 +15,11 @@
 
 #include "frugal/core/error.h"
 #include "frugal/io/dir_lock.h"
+#include "frugal/train/run_config.h"
+#include "frugal/train/trainer.h"
 #include "run_cli.h"
 #include "temp_dir.h"
+#include "train_data.h"
 
 using namespace frugal;
 namespace fs = std::filesystem;
@@ -38,6 +42,13 @@ std::string read_file(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+std::vector<std::string> listing(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 io::DirLock lock_run(const std::string& dir) { return io::DirLock::exclusive(dir, "run directory", "wait"); }
@@ -76,6 +87,15 @@ struct ChildProcess {
   }
   ~ChildProcess() { kill_now(); }
 };
+
+io::Config tiny_config(const std::string& data_dir, const std::string& out_dir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> overrides = {
+      "data.dir=" + data_dir, "train.out_dir=" + out_dir, "model.n_layer=2", "model.n_head=2",
+      "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.max_steps=3",
+      "train.eval_interval=4", "train.eval_batches=2", "sample.count=0"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return io::Config::load(run_schema(), "", overrides);
+}
 
 }  // namespace
 
@@ -131,4 +151,65 @@ TEST(DirLock, SharedLocksBlockDeletersWhoNeverWait) {
   deleter.reset();
   reader.join();
   EXPECT_FALSE(reader_got_it);
+}
+
+TEST(TrainerLock, ASecondTrainerIsRefusedAndTouchesNothing) {
+  TempDir tmp;
+  const std::string data = frugal::testing::make_shakespeare_data(tmp, 20000);
+  const std::string out = tmp.file("run");
+  Trainer first(tiny_config(data, out, {"train.checkpoint_interval=1", "train.keep_checkpoints=5"}), {.quiet = true});
+  first.fit();
+  const std::vector<std::string> checkpoints = listing(out + "/checkpoints");
+  const std::string metrics = read_file(out + "/metrics.jsonl"), config = read_file(out + "/config.toml");
+  const std::string holder = "run directory " + out + " is in use by frugal pid " + std::to_string(::getpid());
+  for (const TrainerOptions& options : {TrainerOptions{.quiet = true, .overwrite = true},
+                                        TrainerOptions{.resume = out, .quiet = true}}) {
+    const std::string msg = error_of([&] {
+      Trainer second(tiny_config(data, out, {"train.max_steps=5", "train.seed=9"}), options);
+    });
+    EXPECT_TRUE(contains(msg, holder)) << msg;
+    EXPECT_TRUE(contains(msg, "set another train.out_dir")) << msg;
+  }
+  EXPECT_EQ(listing(out + "/checkpoints"), checkpoints);
+  EXPECT_EQ(read_file(out + "/metrics.jsonl"), metrics);
+  EXPECT_EQ(read_file(out + "/config.toml"), config);
+}
+
+// Two `frugal train` processes on one directory: the second refuses at once, naming the first,
+// and --overwrite deletes nothing; once the first is killed (-9), the directory is free.
+TEST(TrainerLock, TwoTrainProcessesOnOneDirectory) {
+  TempDir tmp;
+  const std::string data = frugal::testing::make_shakespeare_data(tmp, 20000);
+  const std::string out = tmp.file("run"), log = tmp.file("first.log");
+  const std::string settings = " --set data.dir=" + data + " --set train.out_dir=" + out +
+                               " --set model.n_layer=2 --set model.n_embd=32 --set model.n_head=2"
+                               " --set model.block_size=32 --set sample.count=0 --set train.log_interval=1";
+  ChildProcess first;
+  first.pid = ::fork();
+  ASSERT_GE(first.pid, 0);
+  if (first.pid == 0) {
+    const std::string cmd = std::string("exec ") + FRUGAL_BINARY + " train /dev/null" + settings +
+                            " --set train.max_steps=1000000 --set train.checkpoint_interval=1 > " + log + " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  bool checkpointed = false;
+  for (int i = 0; i < 900 && !checkpointed; ++i) {
+    checkpointed = fs::exists(out + "/checkpoints/latest");
+    if (!checkpointed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(checkpointed) << "no checkpoint within 90 s:\n" << read_file(log);
+
+  const auto second = frugal::testing::run_frugal("train /dev/null" + settings + " --set train.max_steps=2 --overwrite");
+  EXPECT_EQ(second.rc, 1) << second.output;
+  EXPECT_EQ(std::count(second.output.begin(), second.output.end(), '\n'), 1) << second.output;
+  EXPECT_TRUE(contains(second.output, "error: run directory " + out + " is in use by frugal pid " +
+                                          std::to_string(first.pid) + " on ")) << second.output;
+  EXPECT_TRUE(contains(second.output, "(frugal train /dev/null --set")) << second.output;
+  EXPECT_TRUE(fs::exists(out + "/checkpoints/latest")) << "--overwrite deleted the first run's checkpoints";
+  EXPECT_NE(read_file(out + "/metrics.jsonl"), "") << "--overwrite emptied the first run's log";
+
+  first.kill_now();
+  const auto third = frugal::testing::run_frugal("train /dev/null" + settings + " --set train.max_steps=2 --overwrite");
+  EXPECT_EQ(third.rc, 0) << third.output;
 }

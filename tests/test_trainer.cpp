@@ -57,8 +57,10 @@ TEST(Trainer, ResumeIsBitExact) {
   FitResult all = straight.fit();
   ASSERT_EQ(all.losses.size(), 8u);
 
-  Trainer half(tiny_config(data, dir.file("b"), {"train.checkpoint_interval=3", "train.keep_checkpoints=5"}), quiet);
-  FitResult halves = half.fit();
+  // A temporary: a Trainer holds its run directory until it is destroyed, so it must be gone
+  // before another one resumes there.
+  FitResult halves = Trainer(tiny_config(data, dir.file("b"), {"train.checkpoint_interval=3", "train.keep_checkpoints=5"}),
+                             quiet).fit();
   EXPECT_EQ(halves.losses, all.losses) << "checkpointing must not perturb training";
   fs::remove_all(dir.file("b/checkpoints/step_00000008"));
   fs::remove_all(dir.file("b/checkpoints/step_00000006"));
@@ -128,8 +130,7 @@ TEST(Trainer, CheckpointFromAnotherShapeIsRefused) {
 TEST(Trainer, ResumeWithAnotherModelOrBatchConfigIsRefused) {
   TempDir dir;
   const std::string data = make_data(dir);
-  Trainer a(tiny_config(data, dir.file("a"), {"train.max_steps=1"}), {.quiet = true});
-  a.fit();
+  Trainer(tiny_config(data, dir.file("a"), {"train.max_steps=1"}), {.quiet = true}).fit();
   // n_head leaves every tensor shape unchanged; batch_size changes the data order
   const std::string msg = error_of([&] {
     Trainer b(tiny_config(data, dir.file("a"), {"train.max_steps=4", "model.n_head=4", "train.batch_size=2"}),

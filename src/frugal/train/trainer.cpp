@@ -85,6 +85,11 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                "--resume and --init-from exclude each other: resume continues a run, init-from "
                "starts a new one from a checkpoint's weights");
   TrainSettings& t = settings_.train;
+  FRUGAL_CHECK(!t.out_dir.empty(), "train.out_dir is empty; set it to the directory this run "
+               "should write, e.g. --set train.out_dir=runs/my-run");
+  // Before anything in the run directory is read or written (--overwrite's deleting included).
+  run_lock_.emplace(io::DirLock::exclusive(t.out_dir, "run directory",
+                                           "wait for that run to end or set another train.out_dir"));
   set_num_threads(t.threads);
   FRUGAL_CHECK(!t.data_dir.empty(), "data.dir is not set; point it at a directory made by `frugal prepare`");
   const std::string tok_path = (fs::path(t.data_dir) / "tokenizer.json").string();
@@ -138,8 +143,6 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
     if (!options_.quiet) fmt::print("resumed from {} at step {}\n", dir, start_step_);
   }
 
-  FRUGAL_CHECK(!t.out_dir.empty(), "train.out_dir is empty; set it to the directory this run "
-               "should write, e.g. --set train.out_dir=runs/my-run");
   metrics_path_ = (fs::path(t.out_dir) / "metrics.jsonl").string();
   if (!continues_out_dir && (run_has_checkpoints(t.out_dir) ||
                              (fs::exists(metrics_path_) && fs::file_size(metrics_path_) > 0))) {
@@ -149,7 +152,6 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                  t.out_dir);
     fs::remove_all(fs::path(t.out_dir) / "checkpoints");
   }
-  fs::create_directories(t.out_dir);
   // Keep the model.vocab_size actually used in the saved config.
   config_.set("model.vocab_size", std::to_string(m.vocab_size));
   const std::string toml = config_.to_toml();
