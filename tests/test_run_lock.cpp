@@ -1,7 +1,7 @@
 // Run directories are used by one writing process at a time (io/dir_lock.h): a second DirLock,
 // Trainer or `frugal train` on a directory in use is refused at once, naming the holder's pid, and
-// touches nothing in it; a lock is free again when its holder exits, also after kill -9; shared
-// holders keep a deleter that never waits out.
+// touches nothing in it; a lock is free again when its holder exits, also after kill -9. Readers
+// pin checkpoints: pruning skips a checkpoint being read instead of deleting it underneath.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "frugal/core/error.h"
+#include "frugal/data/tokenizer.h"
 #include "frugal/io/dir_lock.h"
+#include "frugal/train/checkpoint.h"
 #include "frugal/train/run_config.h"
 #include "frugal/train/trainer.h"
 #include "run_cli.h"
@@ -151,6 +153,28 @@ TEST(DirLock, SharedLocksBlockDeletersWhoNeverWait) {
   deleter.reset();
   reader.join();
   EXPECT_FALSE(reader_got_it);
+}
+
+TEST(CheckpointPin, PruningSkipsACheckpointBeingReadAndDeletesItLater) {
+  TempDir tmp;
+  const std::string run = tmp.file("run");
+  io::Config config = io::Config::load(run_schema(), "", {"model.vocab_size=8", "model.block_size=8",
+                                                          "model.n_layer=1", "model.n_head=1", "model.n_embd=8"});
+  GPT model(run_settings(config).model);
+  model.init_weights(1);
+  const std::string tokenizer = data::CharTokenizer::from_text("abcdefg").to_json();
+  auto save = [&](int64_t step) { return save_checkpoint(run, config, model, nullptr, {.step = step}, tokenizer, 1); };
+  const std::string first = save(1);
+  {
+    const PinnedCheckpoint pinned = pin_checkpoint(run);  // what eval, sample and export do
+    ASSERT_EQ(pinned.dir, first);
+    ASSERT_TRUE(pinned.lock.has_value());
+    save(2);  // keep_checkpoints = 1 would delete step 1
+    EXPECT_TRUE(fs::exists(first + "/model.safetensors")) << "pruned while being read";
+    EXPECT_EQ(load_checkpoint_model(pinned.dir)->config().n_embd, 8);
+  }
+  save(3);
+  EXPECT_EQ(listing(run + "/checkpoints"), (std::vector<std::string>{"latest", "step_00000003"}));
 }
 
 TEST(TrainerLock, ASecondTrainerIsRefusedAndTouchesNothing) {

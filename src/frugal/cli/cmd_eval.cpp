@@ -35,7 +35,8 @@ void run_eval(const EvalArgs& a) {
   FRUGAL_CHECK(a.batch_size >= 1, "--batch-size {} must be at least 1", a.batch_size);
   FRUGAL_CHECK(a.max_batches >= 0, "--max-batches {} must be 0 (all) or positive", a.max_batches);
   set_num_threads(a.threads);
-  const std::string dir = resolve_checkpoint(a.path);
+  const PinnedCheckpoint checkpoint = pin_checkpoint(a.path);  // no run prunes it while we read
+  const std::string& dir = checkpoint.dir;
   const RunSettings settings = run_settings(checkpoint_config(dir, run_schema()));
   const std::string data_dir = a.data_dir.empty() ? settings.train.data_dir : a.data_dir;
   FRUGAL_CHECK(!data_dir.empty(), "the checkpoint's config has no data.dir; pass --data DIR (a "

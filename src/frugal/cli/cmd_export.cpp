@@ -29,7 +29,8 @@ void add_export_command(CLI::App& app) {
       ->required();
   cmd->add_option("out_dir", args->out_dir, "directory to write (created)")->required();
   cmd->callback([args] {
-    const std::string checkpoint = resolve_checkpoint(args->source);
+    const PinnedCheckpoint pinned = pin_checkpoint(args->source);  // no run prunes it while we read
+    const std::string& checkpoint = pinned.dir;
     const std::unique_ptr<GPT> model = load_checkpoint_model(checkpoint);
     const auto tokenizer = data::load_tokenizer_json(checkpoint + "/tokenizer.json");
     io::export_hf_gpt2(*model, args->out_dir, tokenizer->eot_token());

@@ -118,10 +118,11 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
     TrainContext ctx = runner_->context(0);
     methods_.fire(Event::Init, ctx);
   }
-  if (!options.init_from.empty()) load_checkpoint_params(resolve_checkpoint(options.init_from), *model_);
+  if (!options.init_from.empty()) load_checkpoint_params(pin_checkpoint(options.init_from).dir, *model_);
   bool continues_out_dir = false;  // resuming the run that lives in out_dir
   if (!options.resume.empty()) {
-    const std::string dir = resolve_checkpoint(options.resume);
+    const PinnedCheckpoint checkpoint = pin_checkpoint(options.resume);
+    const std::string& dir = checkpoint.dir;
     const std::vector<std::string> changed = resume_differences(checkpoint_config(dir, config_.schema()), config_, m.vocab_size);
     FRUGAL_CHECK(changed.empty(), "--resume {}: the config differs from the one the checkpoint was "
                  "trained with ({}); resume with the run's own config (frugal train RUN/config.toml "
