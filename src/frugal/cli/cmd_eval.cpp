@@ -12,6 +12,7 @@
 #include "frugal/core/threading.h"
 #include "frugal/data/loader.h"
 #include "frugal/data/shard.h"
+#include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/evaluate.h"
 #include "frugal/train/run_config.h"
@@ -63,15 +64,15 @@ void run_eval(const EvalArgs& a) {
                            {"batch_size", a.batch_size}, {"sequences", r.sequences},
                            {"tokens", r.tokens},       {"loss", r.loss},
                            {"perplexity", r.perplexity}, {"seconds", r.seconds}};
-    fmt::print("{}\n", j.dump());
+    io::print("{}\n", j.dump());
     return;
   }
-  fmt::print("checkpoint: {}\n", dir);
-  fmt::print("data: {}, {} of {} sequences of {} tokens\n", shard_path, r.sequences,
-             loader.num_samples(), T);
-  fmt::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} "
-             "threads)\n",
-             a.split, r.loss, r.perplexity, r.tokens, r.seconds, r.tokens / r.seconds, num_threads());
+  io::print("checkpoint: {}\n", dir);
+  io::print("data: {}, {} of {} sequences of {} tokens\n", shard_path, r.sequences,
+            loader.num_samples(), T);
+  io::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} "
+            "threads)\n",
+            a.split, r.loss, r.perplexity, r.tokens, r.seconds, r.tokens / r.seconds, num_threads());
 }
 
 }  // namespace

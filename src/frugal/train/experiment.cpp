@@ -13,6 +13,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/io/dir_lock.h"
+#include "frugal/io/stdout.h"
 #include "frugal/train/run_config.h"
 #include "frugal/train/trainer.h"
 
@@ -140,12 +141,12 @@ ReportTable run_experiment(const Experiment& e, const ExperimentOptions& o) {
                                                   "wait for that experiment to end or pass another --out");
   // Each run's Trainer locks its own directory before replacing the run in it (overwrite).
   auto train = [&](const std::string& name, const io::Config& config, const std::string& init_from) {
-    if (!o.quiet) fmt::print("=== {} ===\n", name);
+    if (!o.quiet) io::print("=== {} ===\n", name);
     Trainer trainer(config, {.init_from = init_from, .quiet = o.quiet, .overwrite = true});
     const FitResult r = trainer.fit();
     FRUGAL_CHECK(!r.interrupted, "the experiment was interrupted during run '{}'", name);
     if (!o.quiet)
-      fmt::print("{}: {} steps in {:.1f} s, val loss {:.4f}\n", name, r.steps, r.seconds, r.final_val_loss);
+      io::print("{}: {} steps in {:.1f} s, val loss {:.4f}\n", name, r.steps, r.seconds, r.final_val_loss);
   };
   const std::string pretrain_dir = (fs::path(o.out_dir) / "pretrain").string();
   if (e.pretrain_steps > 0) {

@@ -16,6 +16,7 @@
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
 #include "frugal/io/atomic_file.h"
+#include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/evaluate.h"
 #include "frugal/train/flops.h"
@@ -141,7 +142,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
     FRUGAL_CHECK(start_step_ < t.max_steps, "the checkpoint {} is at step {} and train.max_steps "
                  "is {}: nothing is left to train; raise it (--set train.max_steps=N) to continue",
                  dir, start_step_, t.max_steps);
-    if (!options_.quiet) fmt::print("resumed from {} at step {}\n", dir, start_step_);
+    if (!options_.quiet) io::print("resumed from {} at step {}\n", dir, start_step_);
   }
 
   metrics_path_ = (fs::path(t.out_dir) / "metrics.jsonl").string();
@@ -202,13 +203,13 @@ FitResult Trainer::fit() {
   auto old_term = std::signal(SIGTERM, request_stop);
 
   if (print) {
-    fmt::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
-               model_->table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd, m.vocab_size,
-               num_threads());
-    fmt::print("{}\n", model_->memory_plan().describe(optim_->state_bytes()));
-    fmt::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
-               train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
-    for (const auto& method : methods_.methods()) fmt::print("method: {}\n", method->name());
+    io::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
+              model_->table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd, m.vocab_size,
+              num_threads());
+    io::print("{}\n", model_->memory_plan().describe(optim_->state_bytes()));
+    io::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
+              train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
+    for (const auto& method : methods_.methods()) io::print("method: {}\n", method->name());
   }
   const double peak = measure_gemm_peak_flops();
   const size_t N = size_t(t.batch_size) * t.seq_len;
@@ -268,15 +269,15 @@ FitResult Trainer::fit() {
         const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
         if (tty) {
           const int width = 24, filled = static_cast<int>(width * double(step + 1) / t.max_steps);
-          fmt::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",
-                     std::string(filled, '#'), std::string(width - filled, '-'), step + 1, t.max_steps,
-                     loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
-          if (eval_now) fmt::print("\n");
+          io::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",
+                    std::string(filled, '#'), std::string(width - filled, '-'), step + 1, t.max_steps,
+                    loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
+          if (eval_now) io::print("\n");
         } else {
-          fmt::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%\n",
-                     step + 1, t.max_steps, loss, val, lr, r.grad_norm, dt * 1e3, tok_s, 100 * mfu);
+          io::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%\n",
+                    step + 1, t.max_steps, loss, val, lr, r.grad_norm, dt * 1e3, tok_s, 100 * mfu);
         }
-        std::fflush(stdout);
+        io::flush_stdout();
       }
       window_seconds = window_flops = 0;
       window_steps = 0;
@@ -286,15 +287,15 @@ FitResult Trainer::fit() {
       break;
     }
   }
-  if (tty) fmt::print("\n");
+  if (tty) io::print("\n");
   {
     TrainContext ctx = runner_->context(step);
     methods_.fire(Event::FitEnd, ctx);
   }
   result.interrupted = g_stop_requested;
   const std::string saved = step > start_step_ ? save(step) : "";
-  if (print && result.interrupted) fmt::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
-  else if (print && !saved.empty()) fmt::print("checkpoint {}\n", saved);
+  if (print && result.interrupted) io::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
+  else if (print && !saved.empty()) io::print("checkpoint {}\n", saved);
   result.steps = step;
   result.final_val_loss = val_loss;
   result.seconds = wall.seconds();
