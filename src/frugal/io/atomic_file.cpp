@@ -1,4 +1,5 @@
-// AtomicFileWriter: temp file in the target's directory, checked writes, fsync, rename, dir fsync.
+// AtomicFileWriter: temp file in the target's directory, checked writes, fsync, rename, dir fsync;
+// append_to_file: one checked append, cut back on failure.
 #include "frugal/io/atomic_file.h"
 
 #include <fcntl.h>
@@ -130,6 +131,19 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) 
 
 void write_file_atomic(const std::string& path, std::string_view text) {
   write_file_atomic(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+void append_to_file(const std::string& path, std::string_view text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail("could not write {}: {}", path, std::strerror(errno));
+  struct stat before {};
+  const bool regular = ::fstat(fd, &before) == 0 && S_ISREG(before.st_mode);
+  int err = write_all(fd, text.data(), text.size());
+  if (err != 0 && regular && ::ftruncate(fd, before.st_size) != 0) {
+    // the part written stays; readers of such logs skip a line cut off (as after a crash)
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) fail("could not write {}: {}", path, std::strerror(err));
 }
 
 }  // namespace frugal::io

@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>
 
 #include "frugal/core/error.h"
+#include "frugal/io/atomic_file.h"
 #include "frugal/io/dir_lock.h"
 #include "frugal/io/stdout.h"
 #include "frugal/train/run_config.h"
@@ -165,7 +165,7 @@ ReportTable run_experiment(const Experiment& e, const ExperimentOptions& o) {
   report.plots = o.plots;
   const ReportTable table = write_report(dirs, o.out_dir, report);
   const std::string md = results_markdown(e, o, table);
-  std::ofstream((fs::path(o.out_dir) / "results.md").string()) << md;
+  io::write_file_atomic((fs::path(o.out_dir) / "results.md").string(), md);
   return table;
 }
 

@@ -161,7 +161,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   if (continues_out_dir)
     drop_metrics_after(metrics_path_, start_step_);
   else
-    std::ofstream(metrics_path_, std::ios::trunc);
+    io::write_file_atomic(metrics_path_, "");
 }
 
 std::string Trainer::save(int64_t step) {
@@ -183,9 +183,17 @@ std::string Trainer::save(int64_t step) {
 
 Trainer::~Trainer() = default;
 
-void Trainer::log_metrics(const std::string& json_line) {
-  std::ofstream out(metrics_path_, std::ios::app);
-  out << json_line << '\n';
+void Trainer::log_metrics(const std::string& json_line) { io::append_to_file(metrics_path_, json_line + "\n"); }
+
+void Trainer::stop_after_failed_output(int64_t steps_done, const std::exception& cause) {
+  std::string outcome;
+  try {
+    outcome = fmt::format("checkpoint {} written; once the output works again, continue with "
+                          "--resume {}", save(steps_done), settings_.train.out_dir);
+  } catch (const std::exception& e) {
+    outcome = fmt::format("no checkpoint could be written either: {}", e.what());
+  }
+  fail("{}; training stopped after step {}: {}", cause.what(), steps_done, outcome);
 }
 
 float Trainer::evaluate() {
@@ -263,21 +271,26 @@ FitResult Trainer::fit() {
                      {"step_flops", {{"forward", executed.forward}, {"backward_input", executed.backward_input},
                                      {"backward_weight", executed.backward_weight}, {"optimizer", executed.optimizer}}}});
       if (eval_now) record["val_loss"] = val_loss;
-      log_metrics(record.dump());
-      if (print) {
-        const double eta = dt * double(t.max_steps - step - 1);
-        const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
-        if (tty) {
-          const int width = 24, filled = static_cast<int>(width * double(step + 1) / t.max_steps);
-          io::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",
-                    std::string(filled, '#'), std::string(width - filled, '-'), step + 1, t.max_steps,
-                    loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
-          if (eval_now) io::print("\n");
-        } else {
-          io::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%\n",
-                    step + 1, t.max_steps, loss, val, lr, r.grad_norm, dt * 1e3, tok_s, 100 * mfu);
+      // A run whose log or progress cannot be written stops, with a checkpoint if the disk allows.
+      try {
+        log_metrics(record.dump());
+        if (print) {
+          const double eta = dt * double(t.max_steps - step - 1);
+          const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
+          if (tty) {
+            const int width = 24, filled = static_cast<int>(width * double(step + 1) / t.max_steps);
+            io::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",
+                      std::string(filled, '#'), std::string(width - filled, '-'), step + 1, t.max_steps,
+                      loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
+            if (eval_now) io::print("\n");
+          } else {
+            io::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%\n",
+                      step + 1, t.max_steps, loss, val, lr, r.grad_norm, dt * 1e3, tok_s, 100 * mfu);
+          }
+          io::flush_stdout();
         }
-        io::flush_stdout();
+      } catch (const Error& e) {
+        stop_after_failed_output(step + 1, e);
       }
       window_seconds = window_flops = 0;
       window_steps = 0;

@@ -4,6 +4,7 @@
 // progress display), stops cleanly on SIGINT/SIGTERM, and prints samples at the end. A Trainer
 // holds its run directory's exclusive lock (io/dir_lock.h) from construction to destruction.
 #pragma once
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,9 @@ class Trainer {
  private:
   void log_metrics(const std::string& json_line);
   std::string save(int64_t step);
+  // After a failed write of metrics.jsonl or of the progress output: saves a checkpoint if it can,
+  // then throws Error with the cause and how the run ended.
+  [[noreturn]] void stop_after_failed_output(int64_t steps_done, const std::exception& cause);
 
   io::Config config_;
   TrainerOptions options_;
