@@ -1,6 +1,7 @@
 // Runs the `frugal` binary from a test and captures its exit code and output.
 #pragma once
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -28,6 +29,34 @@ inline CliResult run_shell(const std::string& command, const std::string& redire
 
 inline CliResult run_frugal(const std::string& args, const std::string& redirect = "2>&1") {
   return run_shell(std::string(FRUGAL_BINARY) + " " + args, redirect);
+}
+
+// Runs `frugal args` with its stdout a pipe whose reading end is already closed (as after the
+// reader of `frugal ... | head -c1` has exited): every write to it fails with EPIPE. The output is
+// what frugal wrote to stderr.
+inline CliResult run_frugal_into_closed_pipe(const std::string& args) {
+  int out[2], err[2];
+  if (::pipe(out) != 0 || ::pipe(err) != 0) return {-1, "pipe() failed"};
+  ::close(out[0]);
+  const std::string cmd = std::string("exec ") + FRUGAL_BINARY + " " + args;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    ::close(err[0]);
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  CliResult r{-1, ""};
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(err[0], buf, sizeof(buf))) > 0) r.output.append(buf, static_cast<size_t>(n));
+  ::close(err[0]);
+  int status = 0;
+  if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) r.rc = WEXITSTATUS(status);
+  return r;
 }
 
 inline bool contains(const std::string& s, std::string_view part) {

@@ -1,5 +1,6 @@
 // Config: defaults <- TOML <- --set, typed getters, error messages, optional sections, to_toml
-// round trip and the Markdown reference, all on a small schema built here.
+// round trip and the Markdown reference, all on a small schema built here; `frugal config`'s
+// output errors.
 #include "frugal/io/config.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <fstream>
 
 #include "frugal/core/error.h"
+#include "run_cli.h"
 #include "temp_dir.h"
 
 using namespace frugal::io;
@@ -216,4 +218,16 @@ TEST(Config, MarkdownReferenceTable) {
   EXPECT_NE(md.find("| `[methods.freeze]` | optional section | absent |"), std::string::npos);
   EXPECT_LT(md.find("`[methods.freeze]`"), md.find("`methods.freeze.alpha`"));
   EXPECT_NE(md.find("| `data.files` | list of strings | `[\"a.bin\"]` |"), std::string::npos);
+}
+
+// `frugal config` to a full disk or a closed pipe: one error line and exit code 1, not a silent 0.
+TEST(ConfigCli, OutputThatCannotBeWrittenIsAnError) {
+  for (const char* args : {"config", "config --reference"}) {
+    frugal::testing::CliResult r = frugal::testing::run_frugal(args, "2>&1 >/dev/full");
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_EQ(r.output, "error: could not write to standard output: No space left on device\n") << args;
+    r = frugal::testing::run_frugal_into_closed_pipe(args);
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_EQ(r.output, "error: could not write to standard output: Broken pipe\n") << args;
+  }
 }

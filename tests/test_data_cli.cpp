@@ -1,5 +1,5 @@
 // The data commands of the `frugal` binary (prepare, tokenize, detokenize), run as a user would:
-// outputs, shards they write, and the errors for bad input.
+// outputs, shards they write, and the errors for bad input and for output that cannot be written.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,4 +113,24 @@ TEST(DataCli, PrepareCharReadsXzAndRejectsBadInput) {
   r = run_frugal("tokenize --tokenizer char:" + (dir / "v" / "tokenizer.json").string() + " " + (dir / "q.txt").string());
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.output, "'z' (U+007A) at byte offset 2 is not in the character vocabulary")) << r.output;
+}
+
+// stdout on a full disk (/dev/full) or a closed pipe: one error line and exit code 1, for output
+// small enough to sit in stdio's buffer until the end and for output written straight through.
+TEST(DataCli, OutputThatCannotBeWrittenIsAnError) {
+  const fs::path dir = temp_dir("full");
+  write_file(dir / "small.txt", "Hello world\n");
+  std::string big;
+  while (big.size() < 200000) big += "The quick brown fox jumps over the lazy dog. ";
+  write_file(dir / "big.txt", big);
+  write_file(dir / "ids.txt", "15496 995 198\n");
+  for (const std::string& args : {"tokenize " + (dir / "small.txt").string(), "tokenize " + (dir / "big.txt").string(),
+                                 "tokenize --pieces " + (dir / "big.txt").string(), "detokenize " + (dir / "ids.txt").string()}) {
+    CliResult r = run_frugal(args, "2>&1 >/dev/full");
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_EQ(r.output, "error: could not write to standard output: No space left on device\n") << args;
+    r = frugal::testing::run_frugal_into_closed_pipe(args);
+    EXPECT_EQ(r.rc, 1) << args;
+    EXPECT_EQ(r.output, "error: could not write to standard output: Broken pipe\n") << args;
+  }
 }

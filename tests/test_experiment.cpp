@@ -1,8 +1,9 @@
 // The experiment runner: a tiny experiment (pretraining, a baseline, a freezing run and a run
 // from scratch) writes one run directory per run, results.md and report.md; pretrained runs start
 // from the pretraining's weights; malformed experiment files are refused with the reason, also by
-// the `frugal experiment` command.
+// the `frugal experiment` command; an experiment or run directory in use is refused untouched.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "frugal/core/error.h"
+#include "frugal/io/dir_lock.h"
 #include "frugal/train/experiment.h"
 #include "frugal/train/report.h"
 #include "temp_dir.h"
@@ -123,4 +125,42 @@ TEST(Experiment, CommandReportsAMissingFile) {
   const int status = ::pclose(p);
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("experiment file /nonexistent/exp.toml not found"), std::string::npos) << out;
+}
+
+TEST(Experiment, RefusesDirectoriesInUseAndTouchesNothing) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::string path = write_file(dir, "tiny.toml", R"(
+[base]
+data.dir = ")" + data + R"("
+train = { batch_size = 4, max_steps = 2, eval_interval = 2, eval_batches = 1, threads = 1 }
+model = { n_layer = 1, n_head = 2, n_embd = 16, block_size = 16 }
+sample.count = 0
+[[run]]
+name = "dense"
+)");
+  const Experiment e = load_experiment(path);
+  const std::string out = dir.file("out"), pid = std::to_string(::getpid());
+  auto run = [&] {
+    try {
+      run_experiment(e, {.out_dir = out, .plots = false, .quiet = true});
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("no error");
+  };
+  {
+    const io::DirLock experiment = io::DirLock::exclusive(out, "experiment directory", "wait");
+    const std::string msg = run();
+    EXPECT_NE(msg.find("experiment directory " + out + " is in use by frugal pid " + pid), std::string::npos) << msg;
+  }
+  // A run directory in use (say, by a `frugal train` pointed at it) is neither deleted nor written.
+  {
+    const io::DirLock run_dir = io::DirLock::exclusive(out + "/dense", "run directory", "wait");
+    write_file(dir, "out/dense/metrics.jsonl", "{\"step\": 1, \"loss\": 2.0}\n");
+    const std::string msg = run();
+    EXPECT_NE(msg.find("run directory " + out + "/dense is in use by frugal pid " + pid), std::string::npos) << msg;
+    EXPECT_EQ(read_file(out + "/dense/metrics.jsonl"), "{\"step\": 1, \"loss\": 2.0}\n");
+  }
+  EXPECT_EQ(run(), "no error");
 }

@@ -1,10 +1,12 @@
 // Hugging Face GPT-2 export/import: bit-identical round trips (tied and untied head), GPT-2's
 // Conv1D layout and names in the written file, files as transformers writes them (un-prefixed
-// names, BF16, mask buffers), refusals of models GPT-2 cannot hold, and errors for bad inputs.
+// names, BF16, mask buffers), refusals of models GPT-2 cannot hold, and errors for bad inputs
+// (an import into a run directory in use included).
 #include "frugal/io/hf_gpt2.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -14,6 +16,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/data/text.h"
+#include "frugal/io/dir_lock.h"
 #include "frugal/io/safetensors.h"
 #include "frugal/train/checkpoint.h"
 #include "temp_dir.h"
@@ -138,6 +141,19 @@ TEST_P(HfRoundTrip, ImportWritesALoadableCheckpoint) {
   });
   EXPECT_NE(again.find("already holds checkpoints"), std::string::npos) << again;
   EXPECT_EQ(resolve_checkpoint(dir.file("run")), checkpoint);
+}
+
+TEST(HfImport, RefusesARunDirectoryInUse) {
+  TempDir dir;
+  io::export_hf_gpt2(*random_model(small_config(true)), dir.file("hf"));
+  const io::DirLock training = io::DirLock::exclusive(dir.file("run"), "run directory", "wait");
+  const std::string msg = error_of([&] {
+    io::import_hf_gpt2(dir.file("hf"), dir.file("run"), char_tokenizer_spec(dir));
+  });
+  EXPECT_TRUE(contains(msg, "run directory " + dir.file("run") + " is in use by frugal pid " +
+                                std::to_string(::getpid()))) << msg;
+  EXPECT_TRUE(contains(msg, "import into another directory")) << msg;
+  EXPECT_FALSE(run_has_checkpoints(dir.file("run")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Head, HfRoundTrip, ::testing::Values(true, false),

@@ -1,5 +1,6 @@
 // The training loop end to end on a small slice of Tiny Shakespeare: bit-exact resume, determinism,
-// checkpoints kept/atomic, clear errors for bad configs, data and checkpoints, SIGINT handling.
+// checkpoints kept/atomic, clear errors for bad configs, data and checkpoints, SIGINT handling,
+// a run stopping (with a checkpoint) when its log or progress output cannot be written.
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 #include "frugal/core/error.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/trainer.h"
+#include "run_cli.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -57,8 +59,10 @@ TEST(Trainer, ResumeIsBitExact) {
   FitResult all = straight.fit();
   ASSERT_EQ(all.losses.size(), 8u);
 
-  Trainer half(tiny_config(data, dir.file("b"), {"train.checkpoint_interval=3", "train.keep_checkpoints=5"}), quiet);
-  FitResult halves = half.fit();
+  // A temporary: a Trainer holds its run directory until it is destroyed, so it must be gone
+  // before another one resumes there.
+  FitResult halves = Trainer(tiny_config(data, dir.file("b"), {"train.checkpoint_interval=3", "train.keep_checkpoints=5"}),
+                             quiet).fit();
   EXPECT_EQ(halves.losses, all.losses) << "checkpointing must not perturb training";
   fs::remove_all(dir.file("b/checkpoints/step_00000008"));
   fs::remove_all(dir.file("b/checkpoints/step_00000006"));
@@ -128,8 +132,7 @@ TEST(Trainer, CheckpointFromAnotherShapeIsRefused) {
 TEST(Trainer, ResumeWithAnotherModelOrBatchConfigIsRefused) {
   TempDir dir;
   const std::string data = make_data(dir);
-  Trainer a(tiny_config(data, dir.file("a"), {"train.max_steps=1"}), {.quiet = true});
-  a.fit();
+  Trainer(tiny_config(data, dir.file("a"), {"train.max_steps=1"}), {.quiet = true}).fit();
   // n_head leaves every tensor shape unchanged; batch_size changes the data order
   const std::string msg = error_of([&] {
     Trainer b(tiny_config(data, dir.file("a"), {"train.max_steps=4", "model.n_head=4", "train.batch_size=2"}),
@@ -217,6 +220,38 @@ TEST(Trainer, FullDiskKeepsThePreviousCheckpoint) {
   EXPECT_EQ(resolve_checkpoint(out), out + "/checkpoints/step_00000001");
   auto model = load_checkpoint_model(resolve_checkpoint(out));
   EXPECT_EQ(model->config().n_embd, 64);
+}
+
+// The log is written after each logged step; when that fails (here: metrics.jsonl is a link to
+// /dev/full, always full) the run stops at once, with a checkpoint of the step it logged.
+TEST(Trainer, AMetricsLineThatCannotBeWrittenStopsTheRunWithACheckpoint) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::string out = dir.file("run");
+  Trainer t(tiny_config(data, out, {"train.log_interval=2"}), {.quiet = true});
+  fs::remove(out + "/metrics.jsonl");
+  fs::create_symlink("/dev/full", out + "/metrics.jsonl");
+  const std::string msg = error_of([&] { t.fit(); });
+  EXPECT_NE(msg.find("could not write " + out + "/metrics.jsonl: No space left on device; training "
+                     "stopped after step 2: checkpoint " + out + "/checkpoints/step_00000002 written"),
+            std::string::npos) << msg;
+  EXPECT_EQ(resolve_checkpoint(out), out + "/checkpoints/step_00000002");
+}
+
+// The progress lines go to stdout, here /dev/full: the run stops at the first one (the lines
+// before it were only buffered) with a checkpoint, one error line and exit code 1.
+TEST(TrainerCli, ProgressThatCannotBeWrittenStopsTheRunWithACheckpoint) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const auto r = frugal::testing::run_frugal(
+      "train /dev/null --set data.dir=" + data + " --set train.out_dir=" + dir.file("run") +
+          " --set model.n_layer=2 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=32"
+          " --set train.max_steps=8 --set train.log_interval=3 --set sample.count=0",
+      "2>&1 >/dev/full");
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_EQ(r.output, "error: could not write to standard output: No space left on device; training stopped "
+                      "after step 3: checkpoint " + dir.file("run") + "/checkpoints/step_00000003 written; once "
+                      "the output works again, continue with --resume " + dir.file("run") + "\n");
 }
 
 // The signal is sent only once a step line is in the log, so fit() has installed its handler

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "frugal/cli/commands.h"
+#include "frugal/io/stdout.h"
 #include "frugal/kernels/cpu/gemm.h"
 #include "frugal/core/threading.h"
 #include "frugal/kernels/cpu/sparse24_bench.h"
@@ -41,13 +42,13 @@ void bench_sparse24_kernels(const BenchArgs& args) {
                               {"dense_gemm", kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend())}, {"threads", num_threads()},
                               {"repeats", args.repeats}, {"products", kernels::sparse24_rows_to_json(products)},
                               {"ffn_block", sparse24::ffn_rows_to_json(blocks)}, {"mask_interval", f.mask_interval}};
-    fmt::print("{}\n", j.dump(2));
+    io::print("{}\n", j.dump(2));
     return;
   }
-  fmt::print("2:4 kernels ({}) vs dense SGEMM ({}), {} threads, medians of {} interleaved runs; GFLOP/s "
-             "counted as 2*N*IC*OC for both\n{}\n{}", isa,
-             kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()), num_threads(), args.repeats,
-             kernels::format_sparse24_table(products), sparse24::format_ffn_table(blocks, f.mask_interval));
+  io::print("2:4 kernels ({}) vs dense SGEMM ({}), {} threads, medians of {} interleaved runs; GFLOP/s "
+            "counted as 2*N*IC*OC for both\n{}\n{}", isa,
+            kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()), num_threads(), args.repeats,
+            kernels::format_sparse24_table(products), sparse24::format_ffn_table(blocks, f.mask_interval));
 }
 }  // namespace
 
@@ -91,21 +92,21 @@ void add_bench_command(CLI::App& app) {
     for (const std::string& note : setup.notes) fmt::print(stderr, "note: {}\n", note);
     BenchResult r = run_train_bench(setup);
     if (args->json) {
-      fmt::print("{}\n", r.to_json(args->preset, num_threads()));
+      io::print("{}\n", r.to_json(args->preset, num_threads()));
       return;
     }
-    fmt::print("preset {} ({:.2f}M parameters, B={} T={}), {} threads, dense GEMM {}\n", args->preset,
-               r.parameters / 1e6, r.batch, r.seq_len, num_threads(),
-               kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()));
-    fmt::print("{}\n", r.memory_plan);
-    fmt::print("{:.2f} ms/step (median; min {:.2f}, mean {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of "
-               "measured GEMM peak {:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
-               r.ms_per_step, r.ms_min, r.ms_mean, r.tokens_per_s, 100 * r.mfu, r.peak_flops / 1e9,
-               r.peak_rss_bytes / 1048576.0);
-    if (!r.profile.empty()) fmt::print("{}", r.profile);
+    io::print("preset {} ({:.2f}M parameters, B={} T={}), {} threads, dense GEMM {}\n", args->preset,
+              r.parameters / 1e6, r.batch, r.seq_len, num_threads(),
+              kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()));
+    io::print("{}\n", r.memory_plan);
+    io::print("{:.2f} ms/step (median; min {:.2f}, mean {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of "
+              "measured GEMM peak {:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
+              r.ms_per_step, r.ms_min, r.ms_mean, r.tokens_per_s, 100 * r.mfu, r.peak_flops / 1e9,
+              r.peak_rss_bytes / 1048576.0);
+    if (!r.profile.empty()) io::print("{}", r.profile);
     if (r.model_flops_per_step < r.dense_flops_per_step)
-      fmt::print("executes {:.1f}% of the dense model's FLOPs per step\n",
-                 100 * r.model_flops_per_step / r.dense_flops_per_step);
+      io::print("executes {:.1f}% of the dense model's FLOPs per step\n",
+                100 * r.model_flops_per_step / r.dense_flops_per_step);
   });
 }
 

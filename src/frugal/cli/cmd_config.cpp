@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "frugal/cli/commands.h"
+#include "frugal/io/stdout.h"
 #include "frugal/train/run_config.h"
 
 namespace frugal::cli {
@@ -25,10 +26,10 @@ void add_config_command(CLI::App& app) {
   cmd->add_flag("--reference", args->reference, "print the Markdown reference of every key (docs/config.md)");
   cmd->callback([args] {
     if (args->reference) {
-      fmt::print("{}", config_reference_markdown());
+      io::print("{}", config_reference_markdown());
       return;
     }
-    fmt::print("{}", io::Config::load(run_schema(), args->path, args->overrides).to_toml());
+    io::print("{}", io::Config::load(run_schema(), args->path, args->overrides).to_toml());
   });
 }
 

@@ -12,6 +12,7 @@
 #include "frugal/core/threading.h"
 #include "frugal/data/loader.h"
 #include "frugal/data/shard.h"
+#include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/evaluate.h"
 #include "frugal/train/run_config.h"
@@ -35,7 +36,8 @@ void run_eval(const EvalArgs& a) {
   FRUGAL_CHECK(a.batch_size >= 1, "--batch-size {} must be at least 1", a.batch_size);
   FRUGAL_CHECK(a.max_batches >= 0, "--max-batches {} must be 0 (all) or positive", a.max_batches);
   set_num_threads(a.threads);
-  const std::string dir = resolve_checkpoint(a.path);
+  const PinnedCheckpoint checkpoint = pin_checkpoint(a.path);  // no run prunes it while we read
+  const std::string& dir = checkpoint.dir;
   const RunSettings settings = run_settings(checkpoint_config(dir, run_schema()));
   const std::string data_dir = a.data_dir.empty() ? settings.train.data_dir : a.data_dir;
   FRUGAL_CHECK(!data_dir.empty(), "the checkpoint's config has no data.dir; pass --data DIR (a "
@@ -62,15 +64,15 @@ void run_eval(const EvalArgs& a) {
                            {"batch_size", a.batch_size}, {"sequences", r.sequences},
                            {"tokens", r.tokens},       {"loss", r.loss},
                            {"perplexity", r.perplexity}, {"seconds", r.seconds}};
-    fmt::print("{}\n", j.dump());
+    io::print("{}\n", j.dump());
     return;
   }
-  fmt::print("checkpoint: {}\n", dir);
-  fmt::print("data: {}, {} of {} sequences of {} tokens\n", shard_path, r.sequences,
-             loader.num_samples(), T);
-  fmt::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} "
-             "threads)\n",
-             a.split, r.loss, r.perplexity, r.tokens, r.seconds, r.tokens / r.seconds, num_threads());
+  io::print("checkpoint: {}\n", dir);
+  io::print("data: {}, {} of {} sequences of {} tokens\n", shard_path, r.sequences,
+            loader.num_samples(), T);
+  io::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} "
+            "threads)\n",
+            a.split, r.loss, r.perplexity, r.tokens, r.seconds, r.tokens / r.seconds, num_threads());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "frugal/cli/commands.h"
+#include "frugal/io/stdout.h"
 #include "frugal/train/experiment.h"
 
 namespace frugal::cli {
@@ -32,7 +33,7 @@ void add_experiment_command(CLI::App& app) {
     o.command = fmt::format("frugal experiment {}{}{}", args->path,
                             args->out.empty() ? "" : " --out " + args->out, args->no_plots ? " --no-plots" : "");
     const ReportTable table = run_experiment(e, o);
-    fmt::print("{}\nwrote {}/results.md and {}/report.md\n", markdown(table), o.out_dir, o.out_dir);
+    io::print("{}\nwrote {}/results.md and {}/report.md\n", markdown(table), o.out_dir, o.out_dir);
   });
 }
 

@@ -8,6 +8,7 @@
 #include "frugal/cli/commands.h"
 #include "frugal/data/tokenizer.h"
 #include "frugal/io/hf_gpt2.h"
+#include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
 
 namespace frugal::cli {
@@ -29,19 +30,20 @@ void add_export_command(CLI::App& app) {
       ->required();
   cmd->add_option("out_dir", args->out_dir, "directory to write (created)")->required();
   cmd->callback([args] {
-    const std::string checkpoint = resolve_checkpoint(args->source);
+    const PinnedCheckpoint pinned = pin_checkpoint(args->source);  // no run prunes it while we read
+    const std::string& checkpoint = pinned.dir;
     const std::unique_ptr<GPT> model = load_checkpoint_model(checkpoint);
     const auto tokenizer = data::load_tokenizer_json(checkpoint + "/tokenizer.json");
     io::export_hf_gpt2(*model, args->out_dir, tokenizer->eot_token());
     const bool hf_tokenizer = io::export_hf_tokenizer(*tokenizer, model->config().block_size, args->out_dir);
-    fmt::print("exported {} ({} parameters) to {}: config.json, model.safetensors\n", checkpoint,
-               model->table().num_parameters(model->config()), args->out_dir);
+    io::print("exported {} ({} parameters) to {}: config.json, model.safetensors\n", checkpoint,
+              model->table().num_parameters(model->config()), args->out_dir);
     if (hf_tokenizer) {
-      fmt::print("tokenizer: vocab.json, merges.txt, tokenizer_config.json (AutoTokenizer loads them)\n");
+      io::print("tokenizer: vocab.json, merges.txt, tokenizer_config.json (AutoTokenizer loads them)\n");
     } else {
-      fmt::print("tokenizer: transformers has no tokenizer matching '{}'; encode text with frugal's "
-                 "({}/frugal_tokenizer.json, e.g. `frugal tokenize --tokenizer {}/frugal_tokenizer.json`)\n",
-                 tokenizer->spec(), args->out_dir, args->out_dir);
+      io::print("tokenizer: transformers has no tokenizer matching '{}'; encode text with frugal's "
+                "({}/frugal_tokenizer.json, e.g. `frugal tokenize --tokenizer {}/frugal_tokenizer.json`)\n",
+                tokenizer->spec(), args->out_dir, args->out_dir);
     }
   });
 }

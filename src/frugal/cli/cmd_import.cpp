@@ -7,6 +7,7 @@
 
 #include "frugal/cli/commands.h"
 #include "frugal/io/hf_gpt2.h"
+#include "frugal/io/stdout.h"
 
 namespace frugal::cli {
 
@@ -27,7 +28,7 @@ void add_import_command(CLI::App& app) {
                   "if present, else gpt2 for GPT-2's 50257-token vocabulary)");
   cmd->callback([args] {
     const std::string checkpoint = io::import_hf_gpt2(args->hf_dir, args->out_dir, args->tokenizer);
-    fmt::print("imported {} into {}\n", args->hf_dir, checkpoint);
+    io::print("imported {} into {}\n", args->hf_dir, checkpoint);
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include "frugal/cli/commands.h"
 #include "frugal/data/prepare.h"
+#include "frugal/io/stdout.h"
 
 namespace frugal::cli {
 
@@ -23,11 +24,11 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--threads", opts->threads, "encoding threads (0 = OpenMP default)");
   cmd->callback([opts] {
     const data::PrepareResult r = data::prepare(*opts);
-    fmt::print("{}: train.bin {} tokens, val.bin {} tokens, vocab {}, tokenizer.json\n",
-               opts->out_dir, r.train_tokens, r.val_tokens, r.vocab_size);
-    fmt::print("read {:.1f} MB; tokenized in {:.2f} s ({:.1f} MB/s); total {:.2f} s\n",
-               r.input_bytes / 1e6, r.encode_seconds, r.input_bytes / 1e6 / std::max(r.encode_seconds, 1e-9),
-               r.total_seconds);
+    io::print("{}: train.bin {} tokens, val.bin {} tokens, vocab {}, tokenizer.json\n",
+              opts->out_dir, r.train_tokens, r.val_tokens, r.vocab_size);
+    io::print("read {:.1f} MB; tokenized in {:.2f} s ({:.1f} MB/s); total {:.2f} s\n",
+              r.input_bytes / 1e6, r.encode_seconds, r.input_bytes / 1e6 / std::max(r.encode_seconds, 1e-9),
+              r.total_seconds);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "frugal/cli/commands.h"
+#include "frugal/io/stdout.h"
 #include "frugal/train/report.h"
 
 namespace frugal::cli {
@@ -37,8 +38,8 @@ void add_report_command(CLI::App& app) {
     options.names = args->names;
     options.plots = !args->no_plots;
     const ReportTable table = write_report(args->run_dirs, args->out, options);
-    fmt::print("{}\nwrote {}/report.md{}\n", markdown(table), args->out,
-               options.plots ? " and the plots (PNG + SVG)" : "");
+    io::print("{}\nwrote {}/report.md{}\n", markdown(table), args->out,
+              options.plots ? " and the plots (PNG + SVG)" : "");
   });
 }
 

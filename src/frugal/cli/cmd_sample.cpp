@@ -29,7 +29,8 @@ void run_sample(const SampleArgs& a) {
   validate(a.options);
   FRUGAL_CHECK(a.count >= 1, "count = {} must be at least 1", a.count);
   set_num_threads(a.threads);
-  const std::string dir = resolve_checkpoint(a.path);
+  const PinnedCheckpoint checkpoint = pin_checkpoint(a.path);  // no run prunes it while we read
+  const std::string& dir = checkpoint.dir;
   const auto tokenizer =
       data::load_tokenizer_json((std::filesystem::path(dir) / "tokenizer.json").string());
   prompt_context(*tokenizer, a.prompt);  // a prompt the tokenizer rejects fails before the load

@@ -8,6 +8,7 @@
 #include "frugal/core/error.h"
 #include "frugal/data/text.h"
 #include "frugal/data/tokenizer.h"
+#include "frugal/io/stdout.h"
 
 namespace frugal::cli {
 namespace {
@@ -64,7 +65,7 @@ void run_tokenize(const TokenizeArgs& a) {
     out += a.pieces ? quote_piece(tok->piece(id)) : std::to_string(id);
   }
   out += '\n';
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  io::write_stdout(out);
 }
 
 void run_detokenize(const TokenizeArgs& a) {
@@ -91,7 +92,7 @@ void run_detokenize(const TokenizeArgs& a) {
     pos = end;
   }
   const std::string decoded = tok->decode(ids);
-  std::fwrite(decoded.data(), 1, decoded.size(), stdout);
+  io::write_stdout(decoded);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "frugal/cli/commands.h"
+#include "frugal/io/stdout.h"
 #include "frugal/train/trainer.h"
 
 namespace frugal::cli {
@@ -28,8 +29,8 @@ void add_train_command(CLI::App& app) {
     io::Config config = io::Config::load(run_schema(), args->config_path, args->overrides);
     Trainer trainer(config, args->options);
     FitResult r = trainer.fit();
-    fmt::print("trained {} steps in {:.1f} s: train loss {:.4f}, val loss {:.4f}\n", r.steps,
-               r.seconds, r.final_train_loss, r.final_val_loss);
+    io::print("trained {} steps in {:.1f} s: train loss {:.4f}, val loss {:.4f}\n", r.steps,
+              r.seconds, r.final_train_loss, r.final_val_loss);
     if (!r.interrupted) trainer.print_samples();
   });
 }

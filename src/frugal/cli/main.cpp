@@ -1,16 +1,20 @@
 // The `frugal` binary: parses the command line and runs one subcommand. Errors from the library
-// (frugal::Error) are printed as one line and give exit code 1.
+// (frugal::Error) are printed as one line and give exit code 1; so does output that could not be
+// written (io/stdout.h): SIGPIPE is ignored, a closed pipe is the write error EPIPE.
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
 #include "frugal/cli/commands.h"
 #include "frugal/core/error.h"
 #include "frugal/core/threading.h"
+#include "frugal/io/stdout.h"
 
 int main(int argc, char** argv) {
   frugal::reexec_with_default_omp_wait_policy(argv);
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"frugal: cheap transformer pretraining"};
   app.require_subcommand(1);
   frugal::cli::add_train_command(app);
@@ -24,10 +28,14 @@ int main(int argc, char** argv) {
   frugal::cli::add_sample_command(app);
   frugal::cli::add_eval_command(app);
   frugal::cli::add_experiment_command(app);
+  int rc = 0;
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      rc = app.exit(e);  // --help text goes to stdout too
+    }
+    frugal::io::flush_stdout();
   } catch (const frugal::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
@@ -35,5 +43,5 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }
-  return 0;
+  return rc;
 }

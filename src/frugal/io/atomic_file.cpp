@@ -1,4 +1,5 @@
-// AtomicFileWriter: temp file in the target's directory, checked writes, fsync, rename, dir fsync.
+// AtomicFileWriter: temp file in the target's directory, checked writes, fsync, rename, dir fsync;
+// append_to_file: one checked append, cut back on failure.
 #include "frugal/io/atomic_file.h"
 
 #include <fcntl.h>
@@ -23,23 +24,22 @@ std::string parent_directory(const std::string& path) {
   return dir.empty() ? std::string(".") : dir;
 }
 
-// Writes all of [data, data+size) to fd, retrying on short writes and EINTR; returns 0 or errno.
-int write_all(int fd, const uint8_t* data, size_t size) {
+}  // namespace
+
+int write_all(int fd, const void* data, size_t size) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
   while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
+    const ssize_t n = ::write(fd, bytes, size);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
     if (n == 0) return EIO;
-    data += n;
+    bytes += n;
     size -= static_cast<size_t>(n);
   }
   return 0;
 }
-
-
-}  // namespace
 
 int fsync_directory(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -131,6 +131,19 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) 
 
 void write_file_atomic(const std::string& path, std::string_view text) {
   write_file_atomic(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+void append_to_file(const std::string& path, std::string_view text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail("could not write {}: {}", path, std::strerror(errno));
+  struct stat before {};
+  const bool regular = ::fstat(fd, &before) == 0 && S_ISREG(before.st_mode);
+  int err = write_all(fd, text.data(), text.size());
+  if (err != 0 && regular && ::ftruncate(fd, before.st_size) != 0) {
+    // the part written stays; readers of such logs skip a line cut off (as after a crash)
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) fail("could not write {}: {}", path, std::strerror(err));
 }
 
 }  // namespace frugal::io

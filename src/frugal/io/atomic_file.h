@@ -1,6 +1,7 @@
 // Atomic file replacement: bytes go to `<path>.tmp.<pid>` in the same directory, every write is
 // checked, the file is fsync'ed and renamed over `path`, then the directory is fsync'ed. On any
 // failure the temporary file is removed and the previous `path` (if any) is left untouched.
+// Also the other checked writes to files: appending a record (a metrics line) whole or not at all.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +46,14 @@ class AtomicFileWriter {
 // Replaces `path` with `bytes` atomically (see AtomicFileWriter).
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 void write_file_atomic(const std::string& path, std::string_view text);
+
+// Appends `text` to `path` (created when missing) with every step checked. On failure the file is
+// cut back to its previous length, so that it never ends in part of a record, and Error says why
+// ("could not write PATH: No space left on device").
+void append_to_file(const std::string& path, std::string_view text);
+
+// Writes all of [data, data + size) to fd, retrying short writes and EINTR; returns 0 or the errno.
+int write_all(int fd, const void* data, size_t size);
 
 // fsync of a directory, making renames into it durable. Returns 0 or the errno; filesystems that
 // refuse to sync directories count as success.

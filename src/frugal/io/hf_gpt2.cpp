@@ -11,6 +11,7 @@
 #include "frugal/core/error.h"
 #include "frugal/data/text.h"
 #include "frugal/io/atomic_file.h"
+#include "frugal/io/dir_lock.h"
 #include "frugal/io/safetensors.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/run_config.h"
@@ -325,6 +326,8 @@ std::unique_ptr<GPT> read_hf_gpt2(const std::string& hf_dir) {
 
 std::string import_hf_gpt2(const std::string& hf_dir, const std::string& out_dir,
                            const std::string& tokenizer_spec) {
+  const DirLock lock = DirLock::exclusive(out_dir, "run directory",
+                                         "wait for that process to end or import into another directory");
   FRUGAL_CHECK(!run_has_checkpoints(out_dir), "{} already holds checkpoints; `frugal import` "
                "writes a new run: give it an empty or new directory", out_dir);
   const std::unique_ptr<GPT> model = read_hf_gpt2(hf_dir);

@@ -45,7 +45,8 @@ std::unique_ptr<GPT> read_hf_gpt2(const std::string& hf_dir);
 
 // read_hf_gpt2, then saves it as a frugal checkpoint (model only) under the run directory
 // out_dir and returns the checkpoint's path. tokenizer_spec as for data::load_tokenizer; empty:
-// hf_dir/frugal_tokenizer.json when present, else "gpt2" when the vocabulary is GPT-2's.
+// hf_dir/frugal_tokenizer.json when present, else "gpt2" when the vocabulary is GPT-2's. Holds
+// out_dir's run-directory lock (io/dir_lock.h) throughout: a directory in use is refused.
 std::string import_hf_gpt2(const std::string& hf_dir, const std::string& out_dir,
                            const std::string& tokenizer_spec = "");
 

@@ -44,13 +44,18 @@ std::vector<std::pair<int64_t, fs::path>> checkpoint_dirs(const fs::path& root) 
 
 // After writing the checkpoint of `step`: keeps the newest keep_last - 1 older ones and deletes
 // the rest of the older ones. The new one is never deleted, and newer ones (left by the run this
-// one resumed from an earlier checkpoint of) are left alone: they are a user's data.
+// one resumed from an earlier checkpoint of) are left alone: they are a user's data. Neither is
+// one that a reader has pinned: it is deleted at the first save after the reader let it go, and
+// training never waits for a reader.
 void prune_checkpoints(const fs::path& root, int64_t step, int keep_last) {
   std::vector<fs::path> older;
   for (const auto& [s, dir] : checkpoint_dirs(root))
     if (s < step) older.push_back(dir);
   const size_t keep_older = static_cast<size_t>(keep_last - 1);
-  for (size_t i = 0; i + keep_older < older.size(); ++i) fs::remove_all(older[i]);
+  for (size_t i = 0; i + keep_older < older.size(); ++i) {
+    const std::optional<io::DirLock> unread = io::DirLock::try_exclusive(older[i].string());
+    if (unread) fs::remove_all(older[i]);  // a reader waiting to pin it sees it deleted
+  }
 }
 
 }  // namespace
@@ -95,6 +100,7 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
     }
     io::write_safetensors((tmp_dir / "train_state.safetensors").string(), train_state);
     io::write_file_atomic((tmp_dir / "tokenizer.json").string(), tokenizer_json);
+    io::write_file_atomic((tmp_dir / io::kLockFileName).string(), "");
     io::fsync_directory(tmp_dir.string());
     // Replacing a checkpoint of the same step (a resumed run redoing steps): move the old one
     // aside first, so that at every instant one complete copy exists under a known name.
@@ -141,6 +147,19 @@ std::string resolve_checkpoint(const std::string& path) {
                    : fmt::format("pass one of the step_* directories under {} instead",
                                  (p / "checkpoints").string()));
   return dir.string();
+}
+
+PinnedCheckpoint pin_checkpoint(const std::string& path) {
+  constexpr int kAttempts = 10;
+  for (int attempt = 1;; ++attempt) {
+    std::string dir = resolve_checkpoint(path);
+    std::optional<io::DirLock> lock = io::DirLock::shared(dir);
+    // Without a lock file, either the checkpoint predates them or pruning just deleted it.
+    if (lock || fs::exists(fs::path(dir) / "model.safetensors")) return {std::move(dir), std::move(lock)};
+    FRUGAL_CHECK(attempt < kAttempts, "the checkpoints of {} were deleted {} times while being "
+                 "opened; a run is pruning them faster than they can be read: retry, or read a "
+                 "checkpoint it keeps", path, kAttempts);
+  }
 }
 
 io::Config checkpoint_config(const std::string& checkpoint_dir, const io::ConfigSchema& schema) {

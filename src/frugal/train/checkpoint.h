@@ -9,14 +9,18 @@
 // A checkpoint is written into a temporary directory, every file fsync'ed, then renamed into
 // place, and `checkpoints/latest` (the directory name) is replaced atomically last: a crash or a
 // full disk at any point leaves the previous checkpoint intact and `latest` pointing at it.
+// Each checkpoint also holds the lock file `.lock` (io/dir_lock.h): a process reading the
+// checkpoint holds it shared (pin_checkpoint), and pruning skips a checkpoint so held.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "frugal/io/config.h"
+#include "frugal/io/dir_lock.h"
 #include "frugal/model/gpt.h"
 #include "frugal/optim/adamw.h"
 
@@ -34,7 +38,9 @@ struct TrainState {
 
 // Writes a checkpoint of `model` (and, when optim is non-null, its moments) into
 // run_dir/checkpoints/step_<step>/ (replacing one of the same step) and keeps it and the newest
-// keep_last - 1 older ones (keep_last >= 1); newer ones are never deleted. Returns its path.
+// keep_last - 1 older ones (keep_last >= 1); newer ones are never deleted, nor older ones pinned
+// by a reader at that moment (a later save deletes them). Returns its path. The caller holds the
+// run directory's lock.
 std::string save_checkpoint(const std::string& run_dir, const io::Config& config, const GPT& model,
                             const AdamW* optim, const TrainState& state,
                             const std::string& tokenizer_json, int keep_last);
@@ -45,6 +51,18 @@ bool run_has_checkpoints(const std::string& run_dir);
 // Resolves a run directory (its latest checkpoint) or a checkpoint directory to the checkpoint
 // directory. Throws Error saying what to do when there is none.
 std::string resolve_checkpoint(const std::string& path);
+
+// A checkpoint directory that pruning leaves alone while this lives (a shared lock on it). `lock`
+// is empty for a checkpoint written before checkpoints had lock files: it is read unprotected.
+struct PinnedCheckpoint {
+  std::string dir;
+  std::optional<io::DirLock> lock;
+};
+
+// resolve_checkpoint, then pins the checkpoint; when pruning deleted it in between, resolves again
+// (the run's `latest` has moved on). Readers pin what they load: eval, sample, export, --resume
+// and --init-from.
+PinnedCheckpoint pin_checkpoint(const std::string& path);
 
 // The resolved config stored in a checkpoint.
 io::Config checkpoint_config(const std::string& checkpoint_dir, const io::ConfigSchema& schema);

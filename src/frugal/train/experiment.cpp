@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>
 
 #include "frugal/core/error.h"
+#include "frugal/io/atomic_file.h"
+#include "frugal/io/dir_lock.h"
+#include "frugal/io/stdout.h"
 #include "frugal/train/run_config.h"
 #include "frugal/train/trainer.h"
 
@@ -20,7 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A run's name becomes a directory under the experiment's output, which is deleted and rewritten:
+// A run's name becomes a directory under the experiment's output, whose earlier run is replaced:
 // only plain names, so that it can never be "..", "." or a path.
 bool valid_run_name(const std::string& name) {
   if (name.empty() || name.front() == '.') return false;
@@ -135,24 +137,24 @@ std::string results_markdown(const Experiment& e, const ExperimentOptions& o, co
 
 ReportTable run_experiment(const Experiment& e, const ExperimentOptions& o) {
   FRUGAL_CHECK(!o.out_dir.empty(), "no output directory for the experiment; pass --out DIR");
-  fs::create_directories(o.out_dir);
+  const io::DirLock lock = io::DirLock::exclusive(o.out_dir, "experiment directory",
+                                                  "wait for that experiment to end or pass another --out");
+  // Each run's Trainer locks its own directory before replacing the run in it (overwrite).
   auto train = [&](const std::string& name, const io::Config& config, const std::string& init_from) {
-    if (!o.quiet) fmt::print("=== {} ===\n", name);
-    Trainer trainer(config, {.init_from = init_from, .quiet = o.quiet});
+    if (!o.quiet) io::print("=== {} ===\n", name);
+    Trainer trainer(config, {.init_from = init_from, .quiet = o.quiet, .overwrite = true});
     const FitResult r = trainer.fit();
     FRUGAL_CHECK(!r.interrupted, "the experiment was interrupted during run '{}'", name);
     if (!o.quiet)
-      fmt::print("{}: {} steps in {:.1f} s, val loss {:.4f}\n", name, r.steps, r.seconds, r.final_val_loss);
+      io::print("{}: {} steps in {:.1f} s, val loss {:.4f}\n", name, r.steps, r.seconds, r.final_val_loss);
   };
   const std::string pretrain_dir = (fs::path(o.out_dir) / "pretrain").string();
   if (e.pretrain_steps > 0) {
-    fs::remove_all(pretrain_dir);
     train("pretrain", experiment_config(e, nullptr, pretrain_dir), "");
   }
   std::vector<std::string> dirs, names;
   for (const ExperimentRun& r : e.runs) {
     const std::string dir = (fs::path(o.out_dir) / r.name).string();
-    fs::remove_all(dir);
     train(r.name, experiment_config(e, &r, dir), r.pretrained ? pretrain_dir : "");
     dirs.push_back(dir);
     names.push_back(r.name);
@@ -163,7 +165,7 @@ ReportTable run_experiment(const Experiment& e, const ExperimentOptions& o) {
   report.plots = o.plots;
   const ReportTable table = write_report(dirs, o.out_dir, report);
   const std::string md = results_markdown(e, o, table);
-  std::ofstream((fs::path(o.out_dir) / "results.md").string()) << md;
+  io::write_file_atomic((fs::path(o.out_dir) / "results.md").string(), md);
   return table;
 }
 

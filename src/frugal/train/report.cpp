@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
@@ -362,6 +363,7 @@ void run_gnuplot(const std::string& gnuplot, const fs::path& out_dir) {
     if (fd < 0 || ::chdir(dir.c_str()) != 0) ::_exit(126);
     ::dup2(fd, STDOUT_FILENO);
     ::dup2(fd, STDERR_FILENO);
+    ::signal(SIGPIPE, SIG_DFL);  // the frugal binary ignores it; gnuplot gets the usual default
     ::execl(gnuplot.c_str(), "gnuplot", "plots.gp", static_cast<char*>(nullptr));
     ::_exit(127);
   }

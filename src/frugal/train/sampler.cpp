@@ -10,6 +10,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/core/rng.h"
+#include "frugal/io/stdout.h"
 #include "frugal/model/decoder.h"
 
 namespace frugal {
@@ -83,14 +84,14 @@ void print_samples(GPT& model, const data::Tokenizer& tokenizer, const std::stri
   const std::vector<int32_t> context = prompt_context(tokenizer, prompt);
   const uint64_t seed = options.seed;
   for (int i = 0; i < count; ++i) {
-    fmt::print("--- sample {} ---\n{}", i + 1, prompt);
+    io::print("--- sample {} ---\n{}", i + 1, prompt);
     options.seed = seed + i;
     generate(model, context, options, [&](int32_t id) {
-      fmt::print("{}", tokenizer.decode(std::span<const int32_t>(&id, 1)));
-      std::fflush(stdout);
+      io::print("{}", tokenizer.decode(std::span<const int32_t>(&id, 1)));
+      io::flush_stdout();
     });
-    fmt::print("\n");
-    std::fflush(stdout);
+    io::print("\n");
+    io::flush_stdout();
   }
 }
 

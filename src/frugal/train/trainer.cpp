@@ -16,6 +16,7 @@
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
 #include "frugal/io/atomic_file.h"
+#include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/evaluate.h"
 #include "frugal/train/flops.h"
@@ -85,6 +86,11 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                "--resume and --init-from exclude each other: resume continues a run, init-from "
                "starts a new one from a checkpoint's weights");
   TrainSettings& t = settings_.train;
+  FRUGAL_CHECK(!t.out_dir.empty(), "train.out_dir is empty; set it to the directory this run "
+               "should write, e.g. --set train.out_dir=runs/my-run");
+  // Before anything in the run directory is read or written (--overwrite's deleting included).
+  run_lock_.emplace(io::DirLock::exclusive(t.out_dir, "run directory",
+                                           "wait for that run to end or set another train.out_dir"));
   set_num_threads(t.threads);
   FRUGAL_CHECK(!t.data_dir.empty(), "data.dir is not set; point it at a directory made by `frugal prepare`");
   const std::string tok_path = (fs::path(t.data_dir) / "tokenizer.json").string();
@@ -113,10 +119,11 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
     TrainContext ctx = runner_->context(0);
     methods_.fire(Event::Init, ctx);
   }
-  if (!options.init_from.empty()) load_checkpoint_params(resolve_checkpoint(options.init_from), *model_);
+  if (!options.init_from.empty()) load_checkpoint_params(pin_checkpoint(options.init_from).dir, *model_);
   bool continues_out_dir = false;  // resuming the run that lives in out_dir
   if (!options.resume.empty()) {
-    const std::string dir = resolve_checkpoint(options.resume);
+    const PinnedCheckpoint checkpoint = pin_checkpoint(options.resume);
+    const std::string& dir = checkpoint.dir;
     const std::vector<std::string> changed = resume_differences(checkpoint_config(dir, config_.schema()), config_, m.vocab_size);
     FRUGAL_CHECK(changed.empty(), "--resume {}: the config differs from the one the checkpoint was "
                  "trained with ({}); resume with the run's own config (frugal train RUN/config.toml "
@@ -135,11 +142,9 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
     FRUGAL_CHECK(start_step_ < t.max_steps, "the checkpoint {} is at step {} and train.max_steps "
                  "is {}: nothing is left to train; raise it (--set train.max_steps=N) to continue",
                  dir, start_step_, t.max_steps);
-    if (!options_.quiet) fmt::print("resumed from {} at step {}\n", dir, start_step_);
+    if (!options_.quiet) io::print("resumed from {} at step {}\n", dir, start_step_);
   }
 
-  FRUGAL_CHECK(!t.out_dir.empty(), "train.out_dir is empty; set it to the directory this run "
-               "should write, e.g. --set train.out_dir=runs/my-run");
   metrics_path_ = (fs::path(t.out_dir) / "metrics.jsonl").string();
   if (!continues_out_dir && (run_has_checkpoints(t.out_dir) ||
                              (fs::exists(metrics_path_) && fs::file_size(metrics_path_) > 0))) {
@@ -149,7 +154,6 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                  t.out_dir);
     fs::remove_all(fs::path(t.out_dir) / "checkpoints");
   }
-  fs::create_directories(t.out_dir);
   // Keep the model.vocab_size actually used in the saved config.
   config_.set("model.vocab_size", std::to_string(m.vocab_size));
   const std::string toml = config_.to_toml();
@@ -157,7 +161,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   if (continues_out_dir)
     drop_metrics_after(metrics_path_, start_step_);
   else
-    std::ofstream(metrics_path_, std::ios::trunc);
+    io::write_file_atomic(metrics_path_, "");
 }
 
 std::string Trainer::save(int64_t step) {
@@ -179,9 +183,17 @@ std::string Trainer::save(int64_t step) {
 
 Trainer::~Trainer() = default;
 
-void Trainer::log_metrics(const std::string& json_line) {
-  std::ofstream out(metrics_path_, std::ios::app);
-  out << json_line << '\n';
+void Trainer::log_metrics(const std::string& json_line) { io::append_to_file(metrics_path_, json_line + "\n"); }
+
+void Trainer::stop_after_failed_output(int64_t steps_done, const std::exception& cause) {
+  std::string outcome;
+  try {
+    outcome = fmt::format("checkpoint {} written; once the output works again, continue with "
+                          "--resume {}", save(steps_done), settings_.train.out_dir);
+  } catch (const std::exception& e) {
+    outcome = fmt::format("no checkpoint could be written either: {}", e.what());
+  }
+  fail("{}; training stopped after step {}: {}", cause.what(), steps_done, outcome);
 }
 
 float Trainer::evaluate() {
@@ -199,13 +211,13 @@ FitResult Trainer::fit() {
   auto old_term = std::signal(SIGTERM, request_stop);
 
   if (print) {
-    fmt::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
-               model_->table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd, m.vocab_size,
-               num_threads());
-    fmt::print("{}\n", model_->memory_plan().describe(optim_->state_bytes()));
-    fmt::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
-               train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
-    for (const auto& method : methods_.methods()) fmt::print("method: {}\n", method->name());
+    io::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
+              model_->table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd, m.vocab_size,
+              num_threads());
+    io::print("{}\n", model_->memory_plan().describe(optim_->state_bytes()));
+    io::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
+              train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
+    for (const auto& method : methods_.methods()) io::print("method: {}\n", method->name());
   }
   const double peak = measure_gemm_peak_flops();
   const size_t N = size_t(t.batch_size) * t.seq_len;
@@ -259,21 +271,26 @@ FitResult Trainer::fit() {
                      {"step_flops", {{"forward", executed.forward}, {"backward_input", executed.backward_input},
                                      {"backward_weight", executed.backward_weight}, {"optimizer", executed.optimizer}}}});
       if (eval_now) record["val_loss"] = val_loss;
-      log_metrics(record.dump());
-      if (print) {
-        const double eta = dt * double(t.max_steps - step - 1);
-        const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
-        if (tty) {
-          const int width = 24, filled = static_cast<int>(width * double(step + 1) / t.max_steps);
-          fmt::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",
-                     std::string(filled, '#'), std::string(width - filled, '-'), step + 1, t.max_steps,
-                     loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
-          if (eval_now) fmt::print("\n");
-        } else {
-          fmt::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%\n",
-                     step + 1, t.max_steps, loss, val, lr, r.grad_norm, dt * 1e3, tok_s, 100 * mfu);
+      // A run whose log or progress cannot be written stops, with a checkpoint if the disk allows.
+      try {
+        log_metrics(record.dump());
+        if (print) {
+          const double eta = dt * double(t.max_steps - step - 1);
+          const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
+          if (tty) {
+            const int width = 24, filled = static_cast<int>(width * double(step + 1) / t.max_steps);
+            io::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",
+                      std::string(filled, '#'), std::string(width - filled, '-'), step + 1, t.max_steps,
+                      loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
+            if (eval_now) io::print("\n");
+          } else {
+            io::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%\n",
+                      step + 1, t.max_steps, loss, val, lr, r.grad_norm, dt * 1e3, tok_s, 100 * mfu);
+          }
+          io::flush_stdout();
         }
-        std::fflush(stdout);
+      } catch (const Error& e) {
+        stop_after_failed_output(step + 1, e);
       }
       window_seconds = window_flops = 0;
       window_steps = 0;
@@ -283,15 +300,15 @@ FitResult Trainer::fit() {
       break;
     }
   }
-  if (tty) fmt::print("\n");
+  if (tty) io::print("\n");
   {
     TrainContext ctx = runner_->context(step);
     methods_.fire(Event::FitEnd, ctx);
   }
   result.interrupted = g_stop_requested;
   const std::string saved = step > start_step_ ? save(step) : "";
-  if (print && result.interrupted) fmt::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
-  else if (print && !saved.empty()) fmt::print("checkpoint {}\n", saved);
+  if (print && result.interrupted) io::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
+  else if (print && !saved.empty()) io::print("checkpoint {}\n", saved);
   result.steps = step;
   result.final_val_loss = val_loss;
   result.seconds = wall.seconds();

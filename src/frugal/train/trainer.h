@@ -1,15 +1,19 @@
 // Trainer: the training loop of `frugal train`. Builds the model from the run config, reads the
 // prepared shards, runs micro-batch gradient accumulation with AdamW and the warm-up + cosine
 // schedule, evaluates on the validation split, logs metrics (JSON lines in the run directory and a
-// progress display), stops cleanly on SIGINT/SIGTERM, and prints samples at the end.
+// progress display), stops cleanly on SIGINT/SIGTERM, and prints samples at the end. A Trainer
+// holds its run directory's exclusive lock (io/dir_lock.h) from construction to destruction.
 #pragma once
+#include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "frugal/data/loader.h"
 #include "frugal/data/tokenizer.h"
 #include "frugal/core/timer.h"
 #include "frugal/io/config.h"
+#include "frugal/io/dir_lock.h"
 #include "frugal/methods/method_set.h"
 #include "frugal/model/gpt.h"
 #include "frugal/optim/adamw.h"
@@ -53,10 +57,15 @@ class Trainer {
  private:
   void log_metrics(const std::string& json_line);
   std::string save(int64_t step);
+  // After a failed write of metrics.jsonl or of the progress output: saves a checkpoint if it can,
+  // then throws Error with the cause and how the run ended.
+  [[noreturn]] void stop_after_failed_output(int64_t steps_done, const std::exception& cause);
 
   io::Config config_;
   TrainerOptions options_;
   RunSettings settings_;
+  // Declared before everything that may write into the run directory, so released after it.
+  std::optional<io::DirLock> run_lock_;
   int64_t start_step_ = 0;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
