@@ -93,5 +93,5 @@ int main(int argc, char** argv) {
   frugal::set_num_threads(argc > 1 ? std::atoi(argv[1]) : 2);
   std::printf("per sample: one block's forward vs reading its cached output; '-> X FLOP/B' is the "
               "break-even intensity (caching pays when the prefix's FLOPs per cached byte exceed it)\n");
-  for (const auto [C, T] : {std::pair{64, 64}, {128, 128}, {384, 256}}) measure(C, T);
+  for (const auto& [C, T] : {std::pair{64, 64}, {128, 128}, {384, 256}}) measure(C, T);
 }
