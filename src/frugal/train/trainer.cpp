@@ -4,8 +4,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +11,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/core/rng.h"
+#include "frugal/core/stop_signals.h"
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
 #include "frugal/io/atomic_file.h"
@@ -26,9 +25,6 @@ namespace frugal {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::atomic<bool> g_stop_requested{false};
-extern "C" void request_stop(int) { g_stop_requested.store(true); }
 
 std::shared_ptr<const data::TokenShard> open_split(const std::string& dir, const std::string& name) {
   const std::string path = (fs::path(dir) / name).string();
@@ -206,9 +202,9 @@ FitResult Trainer::fit() {
   const ModelConfig& m = settings_.model;
   const bool print = !options_.quiet;
   const bool tty = print && isatty(STDOUT_FILENO);
-  g_stop_requested = false;
-  auto old_int = std::signal(SIGINT, request_stop);
-  auto old_term = std::signal(SIGTERM, request_stop);
+  // Until fit() returns, SIGINT and SIGTERM only ask the loop to stop after the current step,
+  // and never reach a thread that runs kernels (see core/stop_signals.h).
+  const StopSignals stop_signals;
 
   if (print) {
     io::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
@@ -252,7 +248,7 @@ FitResult Trainer::fit() {
     ++window_steps;
     result.final_train_loss = static_cast<float>(loss);
     result.losses.push_back(static_cast<float>(loss));
-    const bool last = step + 1 == t.max_steps || g_stop_requested ||
+    const bool last = step + 1 == t.max_steps || stop_requested() ||
                       (t.max_seconds > 0 && wall.seconds() >= t.max_seconds);
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
     if (eval_now) {
@@ -305,7 +301,7 @@ FitResult Trainer::fit() {
     TrainContext ctx = runner_->context(step);
     methods_.fire(Event::FitEnd, ctx);
   }
-  result.interrupted = g_stop_requested;
+  result.interrupted = stop_requested();
   const std::string saved = step > start_step_ ? save(step) : "";
   if (print && result.interrupted) io::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
   else if (print && !saved.empty()) io::print("checkpoint {}\n", saved);
@@ -313,8 +309,6 @@ FitResult Trainer::fit() {
   result.final_val_loss = val_loss;
   result.seconds = wall.seconds();
   wall_started_ = nullptr;
-  std::signal(SIGINT, old_int);
-  std::signal(SIGTERM, old_term);
   return result;
 }
 
