@@ -2,6 +2,7 @@
 // checkpoints kept/atomic, clear errors for bad configs, data and checkpoints, SIGINT handling,
 // a run stopping (with a checkpoint) when its log or progress output cannot be written.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,6 +39,27 @@ io::Config tiny_config(const std::string& data_dir, const std::string& out_dir,
       "sample.count=0"};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   return io::Config::load(run_schema(), "", overrides);
+}
+
+// The threads that run kernels: this one and the OpenMP workers, which every parallel region of
+// the same size (fit()'s included) reuses.
+std::vector<pid_t> kernel_threads() {
+  std::vector<pid_t> tids(omp_get_max_threads());
+#pragma omp parallel
+  tids[omp_get_thread_num()] = ::gettid();
+  return tids;
+}
+
+// Whether thread `tid` of this process blocks SIGINT and SIGTERM (its SigBlk line in /proc).
+bool blocks_stop_signals(pid_t tid) {
+  std::ifstream in(fmt::format("/proc/self/task/{}/status", tid));
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("SigBlk:")) {
+      const uint64_t blocked = std::stoull(line.substr(7), nullptr, 16);
+      const uint64_t both = (uint64_t{1} << (SIGINT - 1)) | (uint64_t{1} << (SIGTERM - 1));
+      return (blocked & both) == both;
+    }
+  return false;
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -252,6 +274,35 @@ TEST(TrainerCli, ProgressThatCannotBeWrittenStopsTheRunWithACheckpoint) {
   EXPECT_EQ(r.output, "error: could not write to standard output: No space left on device; training stopped "
                       "after step 3: checkpoint " + dir.file("run") + "/checkpoints/step_00000003 written; once "
                       "the output works again, continue with --resume " + dir.file("run") + "\n");
+}
+
+// A signal must never interrupt a thread that runs kernels: a handler there can write its frame
+// over oneDNN's heap workspace (see core/stop_signals.h). While fit() trains, this test looks at
+// the signal masks of this thread and of the OpenMP workers, then sends SIGTERM to the process.
+TEST(Trainer, StopSignalsReachNoThreadThatRunsKernels) {
+  TempDir dir;
+  const std::string data = make_data(dir), out = dir.file("run"), metrics = out + "/metrics.jsonl";
+  Trainer t(tiny_config(data, out, {"train.max_steps=1000000", "train.log_interval=1"}), {.quiet = true});
+  const std::vector<pid_t> kernel_tids = kernel_threads();
+  bool training = false;
+  std::string unblocked;
+  std::thread user([&] {
+    for (int i = 0; i < 6000 && !training; ++i) {  // the first log line: fit() is in its loop
+      training = fs::exists(metrics) && fs::file_size(metrics) > 0;
+      if (!training) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    for (pid_t tid : kernel_tids)
+      if (!blocks_stop_signals(tid)) unblocked += fmt::format(" {}", tid);
+    ::kill(::getpid(), SIGTERM);
+  });
+  const FitResult r = t.fit();
+  user.join();
+  ASSERT_TRUE(training) << "no log line within 60 s";
+  EXPECT_EQ(unblocked, "") << "threads that run kernels (of " << kernel_tids.size()
+                           << ") and can take SIGINT/SIGTERM during fit()";
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_LT(r.steps, 1000000);
+  EXPECT_EQ(resolve_checkpoint(out), fmt::format("{}/checkpoints/step_{:08}", out, r.steps));
 }
 
 // The signal is sent only once a step line is in the log, so fit() has installed its handler
