@@ -305,6 +305,21 @@ TEST(Trainer, StopSignalsReachNoThreadThatRunsKernels) {
   EXPECT_EQ(resolve_checkpoint(out), fmt::format("{}/checkpoints/step_{:08}", out, r.steps));
 }
 
+// A signal while the Trainer is being built or before fit() (the model, the data, the GEMM rate)
+// stops the run after its first step (or soon after: the receiving thread sets the request) with
+// a checkpoint, instead of ending the process.
+TEST(Trainer, ASignalBeforeFitStopsTheRunWithACheckpoint) {
+  TempDir dir;
+  const std::string data = make_data(dir), out = dir.file("run");
+  Trainer t(tiny_config(data, out, {"train.max_steps=1000000"}), {.quiet = true});
+  ASSERT_EQ(::kill(::getpid(), SIGINT), 0);
+  const FitResult r = t.fit();
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_GE(r.steps, 1);
+  EXPECT_LT(r.steps, 1000000);
+  EXPECT_EQ(resolve_checkpoint(out), fmt::format("{}/checkpoints/step_{:08}", out, r.steps));
+}
+
 // The signal is sent only once a step line is in the log, so fit() has installed its handler
 // whatever the machine's load. `timeout` is a safety net that never fires in a passing run: it
 // sends INT itself after 120 s, forwards our INT to frugal, and kills frugal 30 s after either

@@ -11,7 +11,6 @@
 
 #include "frugal/core/error.h"
 #include "frugal/core/rng.h"
-#include "frugal/core/stop_signals.h"
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
 #include "frugal/io/atomic_file.h"
@@ -202,9 +201,7 @@ FitResult Trainer::fit() {
   const ModelConfig& m = settings_.model;
   const bool print = !options_.quiet;
   const bool tty = print && isatty(STDOUT_FILENO);
-  // Until fit() returns, SIGINT and SIGTERM only ask the loop to stop after the current step,
-  // and never reach a thread that runs kernels (see core/stop_signals.h).
-  const StopSignals stop_signals;
+  if (!stop_signals_) stop_signals_.emplace();  // fit() again on this Trainer
 
   if (print) {
     io::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
@@ -309,6 +306,7 @@ FitResult Trainer::fit() {
   result.final_val_loss = val_loss;
   result.seconds = wall.seconds();
   wall_started_ = nullptr;
+  stop_signals_.reset();
   return result;
 }
 

@@ -11,6 +11,7 @@
 
 #include "frugal/data/loader.h"
 #include "frugal/data/tokenizer.h"
+#include "frugal/core/stop_signals.h"
 #include "frugal/core/timer.h"
 #include "frugal/io/config.h"
 #include "frugal/io/dir_lock.h"
@@ -61,6 +62,10 @@ class Trainer {
   // then throws Error with the cause and how the run ended.
   [[noreturn]] void stop_after_failed_output(int64_t steps_done, const std::exception& cause);
 
+  // First, so that from construction until fit() returns SIGINT and SIGTERM only ask the loop to
+  // stop after the current step (after the first one when they come earlier) and never reach a
+  // thread that runs kernels (see core/stop_signals.h).
+  std::optional<StopSignals> stop_signals_{std::in_place};
   io::Config config_;
   TrainerOptions options_;
   RunSettings settings_;
