@@ -30,22 +30,32 @@ namespace {
 
 constexpr int kSeqLen = 16;
 
+// Writes a prepared data directory of `text` (char tokenizer, the last quarter as val.bin).
+frugal::data::CharTokenizer write_char_data(const fs::path& dir, const std::string& text) {
+  const auto tok = frugal::data::CharTokenizer::from_text(text);
+  fs::create_directories(dir);
+  const std::vector<int32_t> ids = tok.encode(text);
+  const size_t split = ids.size() * 3 / 4;
+  frugal::data::write_shard((dir / "train.bin").string(), {ids.data(), split}, tok.vocab_size());
+  frugal::data::write_shard((dir / "val.bin").string(), {ids.data() + split, ids.size() - split},
+                            tok.vocab_size());
+  std::ofstream(dir / "tokenizer.json") << tok.to_json();
+  return tok;
+}
+
+std::string pangrams() {
+  std::string text;
+  for (int i = 0; i < 12; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+  return text;
+}
+
 // A prepared data directory (char tokenizer) and a run directory holding one checkpoint of a
 // random 2-layer model whose config points data.dir at it.
 class InferCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string text;
-    for (int i = 0; i < 12; ++i) text += "the quick brown fox jumps over the lazy dog. ";
-    const auto tok = frugal::data::CharTokenizer::from_text(text);
     data_ = tmp_.path() / "data";
-    fs::create_directories(data_);
-    const std::vector<int32_t> ids = tok.encode(text);
-    const size_t split = ids.size() * 3 / 4;
-    frugal::data::write_shard((data_ / "train.bin").string(), {ids.data(), split}, tok.vocab_size());
-    frugal::data::write_shard((data_ / "val.bin").string(), {ids.data() + split, ids.size() - split},
-                              tok.vocab_size());
-    std::ofstream(data_ / "tokenizer.json") << tok.to_json();
+    const auto tok = write_char_data(data_, pangrams());
 
     frugal::io::Config config(frugal::run_schema());
     for (const auto& [k, v] : {std::pair<std::string, std::string>{"model.vocab_size", std::to_string(tok.vocab_size())},
@@ -168,7 +178,7 @@ TEST_F(InferCli, EvalOptions) {
 
 TEST_F(InferCli, EvalRejectsBadArguments) {
   const std::pair<std::string, std::string> cases[] = {
-      {"--data " + (tmp_.path() / "none").string(), "val.bin not found; pass --data DIR"},
+      {"--data " + (tmp_.path() / "none").string(), "none/tokenizer.json not found"},
       {"--batch-size 0", "--batch-size 0 must be at least 1"},
       {"--max-batches -1", "--max-batches -1 must be 0 (all) or positive"},
       {"--seq-len 64", "--seq-len 64 exceeds the model's block_size 32"},
@@ -180,6 +190,16 @@ TEST_F(InferCli, EvalRejectsBadArguments) {
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
   }
   EXPECT_NE(run_frugal("eval " + run_.string() + " --split test").rc, 0);
+}
+
+TEST_F(InferCli, EvalRefusesDataOfAnotherTokenizer) {
+  std::string text = pangrams();
+  std::replace(text.begin(), text.end(), 'q', 'Q');  // as many characters, one of them another
+  write_char_data(tmp_.path() / "other", text);
+  const CliResult r = run_frugal("eval " + run_.string() + " --data " + (tmp_.path() / "other").string());
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "was prepared with another tokenizer than checkpoint")) << r.output;
+  EXPECT_TRUE(contains(r.output, "(token 2 is \"Q\" in the data's, \"a\" in the checkpoint's)")) << r.output;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "frugal/core/error.h"
+#include "frugal/data/text.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/trainer.h"
 #include "run_cli.h"
@@ -166,6 +167,41 @@ TEST(Trainer, ResumeWithAnotherModelOrBatchConfigIsRefused) {
     Trainer c(tiny_config(data, dir.file("a"), {"train.max_steps=1"}), {.resume = dir.file("a"), .quiet = true});
   });
   EXPECT_NE(done.find("nothing is left to train"), std::string::npos) << done;
+}
+
+// Data whose character vocabulary has the checkpoint's size but other characters: every token id
+// would silently mean another character.
+TEST(Trainer, DataOfAnotherTokenizerIsRefusedForResumeAndInitFrom) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  Trainer(tiny_config(data, dir.file("a"), {"train.max_steps=1"}), {.quiet = true}).fit();
+  std::string text = data::read_text_file(dir.file("text.txt"));
+  std::replace(text.begin(), text.end(), 'a', '@');
+  std::ofstream(dir.file("other.txt")) << text;
+  data::prepare({.tokenizer = "char", .inputs = {dir.file("other.txt")}, .out_dir = dir.file("other")});
+  for (const TrainerOptions& options : {TrainerOptions{.resume = dir.file("a"), .quiet = true},
+                                        TrainerOptions{.init_from = dir.file("a"), .quiet = true}}) {
+    const std::string msg = error_of([&] {
+      Trainer t(tiny_config(dir.file("other"), dir.file("a"), {"train.max_steps=2"}), options);
+    });
+    EXPECT_NE(msg.find("was prepared with another tokenizer than checkpoint"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("is \"@\" in the data's"), std::string::npos) << msg;
+  }
+  // The remedy the error names: the same text prepared with the checkpoint's tokenizer resumes.
+  const std::string checkpoint = resolve_checkpoint(dir.file("a"));
+  data::prepare({.tokenizer = checkpoint + "/tokenizer.json", .inputs = {dir.file("text.txt")},
+                 .out_dir = dir.file("same")});
+  Trainer t(tiny_config(dir.file("same"), dir.file("a"), {"train.max_steps=2"}), {.resume = dir.file("a"), .quiet = true});
+}
+
+TEST(Trainer, DataWhoseShardsAndTokenizerDisagreeIsRefused) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const int chars = data::TokenShard::open(data + "/train.bin").vocab_size();
+  std::ofstream(data + "/tokenizer.json") << data::load_tokenizer("gpt2")->to_json();
+  const std::string msg = error_of([&] { Trainer t(tiny_config(data, dir.file("a")), {.quiet = true}); });
+  EXPECT_NE(msg.find(fmt::format("train.bin holds ids of a {}-token vocabulary but {}/tokenizer.json has 50257 tokens",
+                                 chars, data)), std::string::npos) << msg;
 }
 
 TEST(Trainer, AnExistingRunIsReplacedOnlyWithOverwrite) {

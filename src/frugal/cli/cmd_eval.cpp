@@ -2,7 +2,6 @@
 // perplexity of a trained model on a prepared token shard, as text or one JSON object.
 #include <fmt/format.h>
 
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -11,7 +10,7 @@
 #include "frugal/core/error.h"
 #include "frugal/core/threading.h"
 #include "frugal/data/loader.h"
-#include "frugal/data/shard.h"
+#include "frugal/data/prepare.h"
 #include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/evaluate.h"
@@ -19,7 +18,6 @@
 
 namespace frugal::cli {
 namespace {
-namespace fs = std::filesystem;
 
 struct EvalArgs {
   std::string path;
@@ -42,16 +40,12 @@ void run_eval(const EvalArgs& a) {
   const std::string data_dir = a.data_dir.empty() ? settings.train.data_dir : a.data_dir;
   FRUGAL_CHECK(!data_dir.empty(), "the checkpoint's config has no data.dir; pass --data DIR (a "
                "directory made by `frugal prepare`)");
-  const std::string shard_path = (fs::path(data_dir) / (a.split + ".bin")).string();
-  FRUGAL_CHECK(fs::exists(shard_path), "data file {} not found; pass --data DIR with a directory "
-               "made by `frugal prepare` for this model's tokenizer", shard_path);
-  auto shard = std::make_shared<const data::TokenShard>(data::TokenShard::open(shard_path));
+  const auto tokenizer = data::load_prepared_tokenizer(data_dir);
+  check_data_tokenizer(dir, *tokenizer, data_dir);
+  const auto shard = data::open_prepared_split(data_dir, a.split, *tokenizer);
 
   const std::unique_ptr<GPT> model = load_checkpoint_model(dir);
   const ModelConfig& m = model->config();
-  FRUGAL_CHECK(shard->vocab_size() <= m.vocab_size, "{} has a vocabulary of {} tokens but the model "
-               "only {}; evaluate on data prepared with the model's tokenizer ({}/tokenizer.json)",
-               shard_path, shard->vocab_size(), m.vocab_size, dir);
   const int trained_T = settings.train.seq_len > 0 ? settings.train.seq_len : m.block_size;
   const int T = a.seq_len > 0 ? a.seq_len : trained_T;
   FRUGAL_CHECK(T <= m.block_size, "--seq-len {} exceeds the model's block_size {}", T, m.block_size);
@@ -59,7 +53,7 @@ void run_eval(const EvalArgs& a) {
 
   const EvalResult r = evaluate_loss(*model, loader, a.batch_size, a.max_batches);
   if (a.json) {
-    const nlohmann::json j{{"checkpoint", dir},        {"data", shard_path},
+    const nlohmann::json j{{"checkpoint", dir},        {"data", shard->path()},
                            {"split", a.split},         {"seq_len", T},
                            {"batch_size", a.batch_size}, {"sequences", r.sequences},
                            {"tokens", r.tokens},       {"loss", r.loss},
@@ -68,7 +62,7 @@ void run_eval(const EvalArgs& a) {
     return;
   }
   io::print("checkpoint: {}\n", dir);
-  io::print("data: {}, {} of {} sequences of {} tokens\n", shard_path, r.sequences,
+  io::print("data: {}, {} of {} sequences of {} tokens\n", shard->path(), r.sequences,
             loader.num_samples(), T);
   io::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} "
             "threads)\n",

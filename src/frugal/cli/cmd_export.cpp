@@ -6,7 +6,6 @@
 #include <string>
 
 #include "frugal/cli/commands.h"
-#include "frugal/data/tokenizer.h"
 #include "frugal/io/hf_gpt2.h"
 #include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
@@ -33,7 +32,7 @@ void add_export_command(CLI::App& app) {
     const PinnedCheckpoint pinned = pin_checkpoint(args->source);  // no run prunes it while we read
     const std::string& checkpoint = pinned.dir;
     const std::unique_ptr<GPT> model = load_checkpoint_model(checkpoint);
-    const auto tokenizer = data::load_tokenizer_json(checkpoint + "/tokenizer.json");
+    const auto tokenizer = load_checkpoint_tokenizer(checkpoint);
     io::export_hf_gpt2(*model, args->out_dir, tokenizer->eot_token());
     const bool hf_tokenizer = io::export_hf_tokenizer(*tokenizer, model->config().block_size, args->out_dir);
     io::print("exported {} ({} parameters) to {}: config.json, model.safetensors\n", checkpoint,

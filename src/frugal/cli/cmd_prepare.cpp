@@ -11,7 +11,9 @@ void add_prepare_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("prepare", "Tokenize text files into DIR/train.bin, DIR/val.bin "
                                             "and DIR/tokenizer.json");
   auto opts = std::make_shared<data::PrepareOptions>();
-  cmd->add_option("--tokenizer", opts->tokenizer, "gpt2, gpt2:DIR or char (vocabulary from the inputs)")
+  cmd->add_option("--tokenizer", opts->tokenizer, "gpt2, gpt2:DIR, char (vocabulary from the "
+                  "inputs), or an existing vocabulary: char:VOCAB_FILE or a tokenizer.json (e.g. a "
+                  "checkpoint's)")
       ->capture_default_str();
   cmd->add_option("--input", opts->inputs, "training text file (UTF-8; .xz allowed); repeatable")->required();
   cmd->add_option("--val-input", opts->val_inputs,

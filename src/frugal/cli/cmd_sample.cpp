@@ -2,7 +2,6 @@
 // model (key/value-cached decoding), with temperature, top-k and top-p sampling.
 #include <fmt/format.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -10,7 +9,6 @@
 #include "frugal/core/error.h"
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
-#include "frugal/data/tokenizer.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/sampler.h"
 
@@ -31,8 +29,7 @@ void run_sample(const SampleArgs& a) {
   set_num_threads(a.threads);
   const PinnedCheckpoint checkpoint = pin_checkpoint(a.path);  // no run prunes it while we read
   const std::string& dir = checkpoint.dir;
-  const auto tokenizer =
-      data::load_tokenizer_json((std::filesystem::path(dir) / "tokenizer.json").string());
+  const auto tokenizer = load_checkpoint_tokenizer(dir);
   prompt_context(*tokenizer, a.prompt);  // a prompt the tokenizer rejects fails before the load
   const std::unique_ptr<GPT> model = load_checkpoint_model(dir);
   Timer timer;

@@ -21,40 +21,6 @@ struct TokenizeArgs {
   int threads = 0;
 };
 
-// A token's bytes as a double-quoted string: printable ASCII and whole UTF-8 characters as they
-// are; quote, backslash, \n, \r, \t escaped; any other byte (e.g. half a character) as \xNN.
-std::string quote_piece(const std::string& bytes) {
-  std::string out = "\"";
-  for (size_t i = 0; i < bytes.size();) {
-    const auto c = static_cast<unsigned char>(bytes[i]);
-    if (c >= 0x80) {
-      const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-      const std::string_view ch = std::string_view(bytes).substr(i, len);
-      if (len > 1 && ch.size() == len && !data::find_invalid_utf8(ch)) {
-        out += ch;
-        i += len;
-        continue;
-      }
-    }
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20 || c >= 0x7F) {
-      out += fmt::format("\\x{:02X}", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-    ++i;
-  }
-  return out + "\"";
-}
-
 void run_tokenize(const TokenizeArgs& a) {
   const auto tok = data::load_tokenizer(a.tokenizer, {.allow_special = a.special_eot, .threads = a.threads});
   const std::string text = data::read_text_file(a.file);
@@ -62,7 +28,7 @@ void run_tokenize(const TokenizeArgs& a) {
   std::string out;
   for (int32_t id : tok->encode(text)) {
     if (!out.empty()) out += ' ';
-    out += a.pieces ? quote_piece(tok->piece(id)) : std::to_string(id);
+    out += a.pieces ? data::quote_piece(tok->piece(id)) : std::to_string(id);
   }
   out += '\n';
   io::write_stdout(out);

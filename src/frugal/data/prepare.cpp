@@ -1,4 +1,5 @@
-// `frugal prepare`: read and validate the inputs, tokenize, split, write shards + tokenizer.json.
+// `frugal prepare`: read and validate the inputs, tokenize, split, write shards + tokenizer.json;
+// and opening a prepared directory with its shards checked against its tokenizer.
 #include "frugal/data/prepare.h"
 
 #include <filesystem>
@@ -55,8 +56,6 @@ PrepareResult prepare(const PrepareOptions& o) {
       for (const std::string& t : *texts) all += t;
     tok = std::make_unique<CharTokenizer>(CharTokenizer::from_text(all));
   } else {
-    FRUGAL_CHECK(o.tokenizer == "gpt2" || o.tokenizer.starts_with("gpt2:"), "unknown tokenizer "
-                 "'{}' for prepare; use gpt2, gpt2:DIR or char", o.tokenizer);
     tok = load_tokenizer(o.tokenizer, {.allow_special = o.special_eot, .threads = o.threads});
   }
 
@@ -82,6 +81,26 @@ PrepareResult prepare(const PrepareOptions& o) {
   r.vocab_size = tok->vocab_size();
   r.total_seconds = total.seconds();
   return r;
+}
+
+std::unique_ptr<Tokenizer> load_prepared_tokenizer(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
+  FRUGAL_CHECK(std::filesystem::exists(path), "{} not found; the data directory must be one made "
+               "by `frugal prepare --out {}`", path, dir);
+  return load_tokenizer_json(path);
+}
+
+std::shared_ptr<const TokenShard> open_prepared_split(const std::string& dir, const std::string& split,
+                                                      const Tokenizer& tokenizer) {
+  const std::string path = (std::filesystem::path(dir) / (split + ".bin")).string();
+  FRUGAL_CHECK(std::filesystem::exists(path), "data file {} not found; create it with `frugal "
+               "prepare --out {}` or point at a directory made by `frugal prepare`", path, dir);
+  auto shard = std::make_shared<const TokenShard>(TokenShard::open(path));
+  FRUGAL_CHECK(shard->vocab_size() == tokenizer.vocab_size(), "{} holds ids of a {}-token "
+               "vocabulary but {}/tokenizer.json has {} tokens: they come from different `frugal "
+               "prepare` runs; prepare the directory again", path, shard->vocab_size(), dir,
+               tokenizer.vocab_size());
+  return shard;
 }
 
 }  // namespace frugal::data

@@ -165,4 +165,49 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path, const To
   fail("'{}' has no known tokenizer type (\"char\" or \"gpt2\"); {}", path, fix);
 }
 
+std::string quote_piece(const std::string& bytes) {
+  std::string out = "\"";
+  for (size_t i = 0; i < bytes.size();) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c >= 0x80) {
+      const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+      const std::string_view ch = std::string_view(bytes).substr(i, len);
+      if (len > 1 && ch.size() == len && !find_invalid_utf8(ch)) {
+        out += ch;
+        i += len;
+        continue;
+      }
+    }
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c >= 0x7F) {
+      out += fmt::format("\\x{:02X}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+    ++i;
+  }
+  return out + "\"";
+}
+
+std::string vocabulary_difference(const Tokenizer& a, std::string_view a_name, const Tokenizer& b,
+                                  std::string_view b_name) {
+  if (a.vocab_size() != b.vocab_size())
+    return fmt::format("{} has {} tokens, {} {}", a_name, a.vocab_size(), b_name, b.vocab_size());
+  for (int32_t id = 0; id < a.vocab_size(); ++id) {
+    const std::string in_a = a.piece(id), in_b = b.piece(id);
+    if (in_a != in_b)
+      return fmt::format("token {} is {} in {}, {} in {}", id, quote_piece(in_a), a_name,
+                         quote_piece(in_b), b_name);
+  }
+  return "";
+}
+
 }  // namespace frugal::data

@@ -37,6 +37,16 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec, const Tokeniz
 // Reads a tokenizer.json written next to token shards (Tokenizer::to_json).
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path, const TokenizerOptions& options = {});
 
+// A token's bytes as a double-quoted string: printable ASCII and whole UTF-8 characters as they
+// are; quote, backslash, \n, \r, \t escaped; any other byte (e.g. half a character) as \xNN.
+std::string quote_piece(const std::string& bytes);
+
+// "" when a and b give every token id the same bytes (the same vocabulary, whichever files or
+// options they were loaded from), else the first difference, naming them a_name and b_name:
+// `token 12 is "@" in A, "a" in B` or `A has 65 tokens, B 50257`.
+std::string vocabulary_difference(const Tokenizer& a, std::string_view a_name, const Tokenizer& b,
+                                  std::string_view b_name);
+
 // Character-level tokenizer: token ids are the ranks of the code points in sorted order.
 class CharTokenizer final : public Tokenizer {
  public:

@@ -231,4 +231,18 @@ std::unique_ptr<GPT> load_checkpoint_model(const std::string& checkpoint_dir) {
   return model;
 }
 
+std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir) {
+  return data::load_tokenizer_json((fs::path(checkpoint_dir) / "tokenizer.json").string());
+}
+
+void check_data_tokenizer(const std::string& checkpoint_dir, const data::Tokenizer& data_tokenizer,
+                          const std::string& data_dir) {
+  const std::string difference = data::vocabulary_difference(
+      data_tokenizer, "the data's", *load_checkpoint_tokenizer(checkpoint_dir), "the checkpoint's");
+  FRUGAL_CHECK(difference.empty(), "the data in {} was prepared with another tokenizer than "
+               "checkpoint {} ({}): the model's token ids would mean other text; use data "
+               "prepared with the checkpoint's tokenizer (frugal prepare --tokenizer "
+               "{}/tokenizer.json ...)", data_dir, checkpoint_dir, difference, checkpoint_dir);
+}
+
 }  // namespace frugal

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frugal/data/tokenizer.h"
 #include "frugal/io/config.h"
 #include "frugal/io/dir_lock.h"
 #include "frugal/model/gpt.h"
@@ -75,7 +76,16 @@ void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model);
 TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim);
 
 // A ready model for inference (eval, sample, export): config from the checkpoint, parameters
-// loaded. The checkpoint's tokenizer file is at checkpoint_dir + "/tokenizer.json".
+// loaded.
 std::unique_ptr<GPT> load_checkpoint_model(const std::string& checkpoint_dir);
+
+// The tokenizer the checkpoint's model was trained with (its tokenizer.json).
+std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir);
+
+// Throws Error unless `data_tokenizer`, the tokenizer of the prepared directory data_dir, gives
+// every token id the bytes the checkpoint's tokenizer gives it: with another vocabulary the
+// model's ids would silently mean other text (resume, --init-from, eval).
+void check_data_tokenizer(const std::string& checkpoint_dir, const data::Tokenizer& data_tokenizer,
+                          const std::string& data_dir);
 
 }  // namespace frugal

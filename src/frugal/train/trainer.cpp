@@ -13,6 +13,7 @@
 #include "frugal/core/rng.h"
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
+#include "frugal/data/prepare.h"
 #include "frugal/io/atomic_file.h"
 #include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
@@ -24,13 +25,6 @@ namespace frugal {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::shared_ptr<const data::TokenShard> open_split(const std::string& dir, const std::string& name) {
-  const std::string path = (fs::path(dir) / name).string();
-  FRUGAL_CHECK(fs::exists(path), "data file {} not found; create it with `frugal prepare --out {}` "
-               "or set data.dir to a prepared directory", path, dir);
-  return std::make_shared<const data::TokenShard>(data::TokenShard::open(path));
-}
 
 // On resume, forget the log lines of the steps about to be redone (resuming from an older
 // checkpoint) and any line a crash cut off.
@@ -88,9 +82,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                                            "wait for that run to end or set another train.out_dir"));
   set_num_threads(t.threads);
   FRUGAL_CHECK(!t.data_dir.empty(), "data.dir is not set; point it at a directory made by `frugal prepare`");
-  const std::string tok_path = (fs::path(t.data_dir) / "tokenizer.json").string();
-  FRUGAL_CHECK(fs::exists(tok_path), "{} not found; data.dir must be a directory made by `frugal prepare`", tok_path);
-  tokenizer_ = data::load_tokenizer_json(tok_path);
+  tokenizer_ = data::load_prepared_tokenizer(t.data_dir);
   ModelConfig& m = settings_.model;
   if (m.vocab_size == 0) m.vocab_size = tokenizer_->vocab_size();
   FRUGAL_CHECK(m.vocab_size >= tokenizer_->vocab_size(),
@@ -98,8 +90,8 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                "to take the tokenizer's", m.vocab_size, tokenizer_->vocab_size());
   FRUGAL_CHECK(t.seq_len <= m.block_size, "train.seq_len = {} exceeds model.block_size = {}",
                t.seq_len, m.block_size);
-  auto train = open_split(t.data_dir, "train.bin");
-  auto val = open_split(t.data_dir, "val.bin");
+  auto train = data::open_prepared_split(t.data_dir, "train", *tokenizer_);
+  auto val = data::open_prepared_split(t.data_dir, "val", *tokenizer_);
   train_loader_ = std::make_unique<data::BatchLoader>(train, t.seq_len, data::LoaderOrder::Shuffled, t.seed);
   val_loader_ = std::make_unique<data::BatchLoader>(val, t.seq_len, data::LoaderOrder::Sequential);
 
@@ -114,11 +106,16 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
     TrainContext ctx = runner_->context(0);
     methods_.fire(Event::Init, ctx);
   }
-  if (!options.init_from.empty()) load_checkpoint_params(pin_checkpoint(options.init_from).dir, *model_);
+  if (!options.init_from.empty()) {
+    const PinnedCheckpoint checkpoint = pin_checkpoint(options.init_from);
+    check_data_tokenizer(checkpoint.dir, *tokenizer_, t.data_dir);
+    load_checkpoint_params(checkpoint.dir, *model_);
+  }
   bool continues_out_dir = false;  // resuming the run that lives in out_dir
   if (!options.resume.empty()) {
     const PinnedCheckpoint checkpoint = pin_checkpoint(options.resume);
     const std::string& dir = checkpoint.dir;
+    check_data_tokenizer(dir, *tokenizer_, t.data_dir);
     const std::vector<std::string> changed = resume_differences(checkpoint_config(dir, config_.schema()), config_, m.vocab_size);
     FRUGAL_CHECK(changed.empty(), "--resume {}: the config differs from the one the checkpoint was "
                  "trained with ({}); resume with the run's own config (frugal train RUN/config.toml "
