@@ -8,10 +8,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/rng.h"
 #include "frugal/data/shard.h"
+#include "frugal/data/text.h"
 #include "frugal/data/tokenizer.h"
 #include "frugal/model/gpt.h"
 #include "frugal/train/checkpoint.h"
@@ -69,6 +72,19 @@ class InferCli : public ::testing::Test {
     for (size_t i = 0; i < model.num_floats(); ++i) model.params()[i] += static_cast<float>(0.2 * rng.normal());
     run_ = tmp_.path() / "run";
     checkpoint_ = frugal::save_checkpoint(run_.string(), config, model, nullptr, {}, tok.to_json(), 1);
+  }
+
+  // A new run holding the fixture's model as checkpoint step_00000001, then with `change` made
+  // to it as step_00000002; returns the run directory.
+  std::string run_with_changed_checkpoint(const std::function<void(frugal::GPT&)>& change) {
+    const std::string run = (tmp_.path() / "changed").string();
+    const auto config = frugal::checkpoint_config(checkpoint_, frugal::run_schema());
+    const std::string tokenizer = frugal::data::read_text_file(checkpoint_ + "/tokenizer.json");
+    const auto model = frugal::load_checkpoint_model(checkpoint_);
+    frugal::save_checkpoint(run, config, *model, nullptr, {.step = 1}, tokenizer, 2);
+    change(*model);
+    frugal::save_checkpoint(run, config, *model, nullptr, {.step = 2}, tokenizer, 2);
+    return run;
   }
 
   frugal::testing::TempDir tmp_;
@@ -200,6 +216,33 @@ TEST_F(InferCli, EvalRefusesDataOfAnotherTokenizer) {
   EXPECT_EQ(r.rc, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "was prepared with another tokenizer than checkpoint")) << r.output;
   EXPECT_TRUE(contains(r.output, "(token 2 is \"Q\" in the data's, \"a\" in the checkpoint's)")) << r.output;
+}
+
+// Weights that are not finite would sample garbage, evaluate to nan and export: every command
+// that loads the checkpoint refuses it, naming the tensor and the previous intact checkpoint.
+TEST_F(InferCli, CheckpointWithNonFiniteWeightsIsRefused) {
+  const std::string run = run_with_changed_checkpoint([](frugal::GPT& model) {
+    model.param("transformer.h.1.mlp.c_fc.weight")[7] = std::numeric_limits<float>::quiet_NaN();
+  });
+  for (const std::string& command : {"sample " + run, "eval " + run, "export " + run + " " + run + "/hf"}) {
+    const CliResult r = run_frugal(command);
+    EXPECT_EQ(r.rc, 1) << command << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, "step_00000002/model.safetensors: tensor "
+                                   "'transformer.h.1.mlp.c_fc.weight' holds nan (element 7 of ")) << command << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, "the previous intact checkpoint is " + run + "/checkpoints/step_00000001")) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << command << ": " << r.output;
+  }
+}
+
+TEST_F(InferCli, TruncatedCheckpointNamesThePreviousIntactOne) {
+  const std::string run = run_with_changed_checkpoint([](frugal::GPT&) {});
+  const std::string weights = run + "/checkpoints/step_00000002/model.safetensors";
+  fs::resize_file(weights, fs::file_size(weights) / 2);
+  const CliResult r = run_frugal("sample " + run);
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "the file is truncated or not a safetensors file; the previous intact "
+                                 "checkpoint is " + run + "/checkpoints/step_00000001: pass that directory instead")) << r.output;
+  EXPECT_EQ(run_frugal("sample " + run + "/checkpoints/step_00000001 --max-tokens 5").rc, 0);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "frugal/core/error.h"
 #include "frugal/data/text.h"
 #include "frugal/train/checkpoint.h"
+#include "frugal/train/step.h"
 #include "frugal/train/trainer.h"
 #include "run_cli.h"
 #include "temp_dir.h"
@@ -354,6 +355,36 @@ TEST(Trainer, ASignalBeforeFitStopsTheRunWithACheckpoint) {
   EXPECT_GE(r.steps, 1);
   EXPECT_LT(r.steps, 1000000);
   EXPECT_EQ(resolve_checkpoint(out), fmt::format("{}/checkpoints/step_{:08}", out, r.steps));
+}
+
+// Makes one gradient infinite after backward, as an overflow would while the loss stays finite.
+class InfiniteGradient : public Method {
+ public:
+  std::string name() const override { return "infinite_gradient"; }
+  bool match(Event event, const TrainContext&) const override { return event == Event::AfterBackward; }
+  void apply(Event, TrainContext& ctx) override { ctx.model.grads()[0] = INFINITY; }
+};
+
+TEST(StepRunner, NonFiniteGradientStopsTrainingBeforeTheUpdate) {
+  const RunSettings settings = run_settings(tiny_config("", "", {"model.vocab_size=8"}));
+  GPT model(settings.model);
+  model.init_weights(1);
+  model.plan(settings.train.batch_size, settings.train.seq_len);
+  AdamW optim(model.table(), settings.optim);
+  std::vector<std::unique_ptr<Method>> methods;
+  methods.push_back(std::make_unique<InfiniteGradient>());
+  MethodSet method_set(std::move(methods));
+  StepRunner runner(model, optim, method_set, settings);
+  const std::vector<float> before(model.params(), model.params() + model.num_floats());
+  const BatchSource zeros = [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
+    const size_t n = size_t(settings.train.batch_size) * settings.train.seq_len;
+    std::fill(inputs, inputs + n, 0);
+    std::fill(targets, targets + n, 1);
+    std::fill(ids, ids + settings.train.batch_size, 0);
+  };
+  const std::string msg = error_of([&] { runner.run(0, 1e-3f, zeros, nullptr); });
+  EXPECT_NE(msg.find("the training gradient norm became inf at step 0"), std::string::npos) << msg;
+  EXPECT_EQ(std::vector<float>(model.params(), model.params() + model.num_floats()), before);
 }
 
 // The signal is sent only once a step line is in the log, so fit() has installed its handler

@@ -28,8 +28,8 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // larger headers are corruption, not models
 constexpr const char* kMetadataKey = "__metadata__";
-constexpr const char* kCorrupt = "the file is corrupt or not a safetensors file; re-export it";
-constexpr const char* kTruncated = "the file is truncated or not a safetensors file; re-export it";
+constexpr const char* kCorrupt = "the file is corrupt or not a safetensors file";
+constexpr const char* kTruncated = "the file is truncated or not a safetensors file";
 
 struct DTypeInfo {
   DType dtype;
@@ -93,12 +93,20 @@ struct Entry {
   uint64_t begin, end;  // byte range within the data section
 };
 
+// The error for a damaged file: what is wrong, what that means (kCorrupt, kTruncated) and the
+// caller's remedy.
+[[noreturn]] void damaged(const std::string& what, const std::string& problem, const char* meaning,
+                          const std::string& remedy) {
+  fail("{}: {}; {}; {}", what, problem, meaning, remedy);
+}
+
 class HeaderParser {
  public:
-  HeaderParser(const std::string& what, uint64_t data_size) : what_(what), data_size_(data_size) {}
+  HeaderParser(const std::string& what, uint64_t data_size, const std::string& remedy)
+      : what_(what), data_size_(data_size), remedy_(remedy) {}
 
-  [[noreturn]] void corrupt(const std::string& problem, const char* advice = kCorrupt) const {
-    fail("{}: {}; {}", what_, problem, advice);
+  [[noreturn]] void corrupt(const std::string& problem, const char* meaning = kCorrupt) const {
+    damaged(what_, problem, meaning, remedy_);
   }
 
   uint64_t unsigned_field(const json& v, const std::string& tensor, const std::string& field) const {
@@ -186,6 +194,7 @@ class HeaderParser {
  private:
   const std::string& what_;
   uint64_t data_size_;
+  const std::string& remedy_;
 };
 
 // The header JSON for `st` with the byte offsets of each tensor in name order, padded with
@@ -333,32 +342,35 @@ void SafeTensors::put_f32(const std::string& name, std::vector<int64_t> shape, c
 }
 
 SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what,
-                              SafeTensorsPart part) {
-  if (size < 8) fail("{}: only {} bytes, shorter than the 8-byte header length; {}", what, size,
-                     kTruncated);
+                              SafeTensorsPart part, const std::string& remedy) {
+  if (size < 8)
+    damaged(what, fmt::format("only {} bytes, shorter than the 8-byte header length", size),
+            kTruncated, remedy);
   uint64_t header_len;
   std::memcpy(&header_len, data, 8);
   if (header_len > kMaxHeaderBytes)
-    fail("{}: header length {} is absurd (more than {} bytes); {}", what, header_len,
-         kMaxHeaderBytes, kCorrupt);
+    damaged(what, fmt::format("header length {} is absurd (more than {} bytes)", header_len,
+                              kMaxHeaderBytes), kCorrupt, remedy);
   if (header_len > size - 8)
-    fail("{}: header length {} is larger than the file ({} bytes); {}", what, header_len, size,
-         kTruncated);
+    damaged(what, fmt::format("header length {} is larger than the file ({} bytes)", header_len,
+                              size), kTruncated, remedy);
   const uint8_t* header_begin = data + 8;
   json header;
   try {
     header = json::parse(header_begin, header_begin + header_len);
   } catch (const json::parse_error& e) {
-    fail("{}: header is not valid JSON (error at header byte {}); {}", what, e.byte, kCorrupt);
+    damaged(what, fmt::format("header is not valid JSON (error at header byte {})", e.byte),
+            kCorrupt, remedy);
   } catch (const json::exception& e) {  // e.g. a number too large for a double
-    fail("{}: header is not valid JSON ({}); {}", what, e.what(), kCorrupt);
+    damaged(what, fmt::format("header is not valid JSON ({})", e.what()), kCorrupt, remedy);
   }
   if (!header.is_object())
-    fail("{}: header is a JSON {}, not an object; {}", what, header.type_name(), kCorrupt);
+    damaged(what, fmt::format("header is a JSON {}, not an object", header.type_name()), kCorrupt,
+            remedy);
 
   const uint8_t* data_begin = header_begin + header_len;
   uint64_t data_size = size - 8 - header_len;
-  HeaderParser parser(what, data_size);
+  HeaderParser parser(what, data_size, remedy);
   SafeTensors st;
   std::vector<Entry> entries;
   for (const auto& [name, value] : header.items()) {
@@ -379,9 +391,9 @@ SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::strin
   return st;
 }
 
-SafeTensors read_safetensors(const std::string& path, SafeTensorsPart part) {
+SafeTensors read_safetensors(const std::string& path, SafeTensorsPart part, const std::string& remedy) {
   MappedFile file(path);
-  return parse_safetensors(file.data(), file.size(), path, part);
+  return parse_safetensors(file.data(), file.size(), path, part, remedy);
 }
 
 std::vector<uint8_t> serialize_safetensors(const SafeTensors& st) {

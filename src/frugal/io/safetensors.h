@@ -38,12 +38,18 @@ struct SafeTensors {
 // What to read: everything, or the header's metadata only (the header is validated in full, but
 // no tensor bytes are copied: a checkpoint's stored config without copying its weights).
 enum class SafeTensorsPart { All, Metadata };
+// What the error for a damaged file tells the user to do, unless the caller knows better (a
+// checkpoint names the previous intact one).
+inline constexpr const char* kReexport = "re-export it";
 // Throws frugal::Error with the path and what is wrong (truncated, bad header JSON, offsets out
-// of range or overlapping, unknown dtype, shape/size mismatch).
-SafeTensors read_safetensors(const std::string& path, SafeTensorsPart part = SafeTensorsPart::All);
+// of range or overlapping, unknown dtype, shape/size mismatch), ending in `remedy` when the file
+// is damaged.
+SafeTensors read_safetensors(const std::string& path, SafeTensorsPart part = SafeTensorsPart::All,
+                             const std::string& remedy = kReexport);
 // `what` names the source in error messages (a path, "buffer", ...).
 SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what,
-                              SafeTensorsPart part = SafeTensorsPart::All);
+                              SafeTensorsPart part = SafeTensorsPart::All,
+                              const std::string& remedy = kReexport);
 // The complete file image: header (keys sorted, padded with spaces to a multiple of 8 bytes)
 // followed by the tensors' bytes in name order. Deterministic for equal inputs.
 std::vector<uint8_t> serialize_safetensors(const SafeTensors& st);

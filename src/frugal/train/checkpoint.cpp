@@ -3,7 +3,9 @@
 
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <span>
 
 #include "frugal/core/error.h"
 #include "frugal/data/text.h"
@@ -56,6 +58,47 @@ void prune_checkpoints(const fs::path& root, int64_t step, int keep_last) {
     const std::optional<io::DirLock> unread = io::DirLock::try_exclusive(older[i].string());
     if (unread) fs::remove_all(older[i]);  // a reader waiting to pin it sees it deleted
   }
+}
+
+// Whether a checkpoint's files are whole: both safetensors headers parse and fit their files.
+bool intact(const fs::path& checkpoint_dir) {
+  try {
+    for (const char* file : {"model.safetensors", "train_state.safetensors"})
+      io::read_safetensors((checkpoint_dir / file).string(), io::SafeTensorsPart::Metadata);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// What to do about a damaged checkpoint: use the newest intact one before it in its run.
+std::string earlier_checkpoint_advice(const std::string& checkpoint_dir) {
+  fs::path dir(checkpoint_dir);
+  if (dir.filename().empty()) dir = dir.parent_path();  // "step_00000004/"
+  const int64_t step = checkpoint_step(dir.filename().string());
+  const auto dirs = checkpoint_dirs(dir.parent_path());
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
+    if (it->first < step && intact(it->second))
+      return fmt::format("the previous intact checkpoint is {}: pass that directory instead",
+                         it->second.string());
+  return "there is no earlier intact checkpoint beside it: train again";
+}
+
+// Reads file `name` of a checkpoint; the error for a damaged file names what to use instead.
+io::SafeTensors read_checkpoint_file(const std::string& checkpoint_dir, const char* name,
+                                     io::SafeTensorsPart part = io::SafeTensorsPart::All) {
+  return io::read_safetensors((fs::path(checkpoint_dir) / name).string(), part,
+                              earlier_checkpoint_advice(checkpoint_dir));
+}
+
+// Throws Error naming the tensor when values, tensor `name` of file `path` in checkpoint_dir,
+// hold a NaN or an infinity: such weights sample garbage and evaluate to nan.
+void check_finite(const std::string& checkpoint_dir, const std::string& path,
+                  const std::string& name, std::span<const float> values) {
+  const auto bad = std::find_if(values.begin(), values.end(), [](float x) { return !std::isfinite(x); });
+  FRUGAL_CHECK(bad == values.end(), "{}: tensor '{}' holds {} (element {} of {}): the checkpoint "
+               "is unusable (training diverged or the file is damaged); {}", path, name, *bad,
+               bad - values.begin(), values.size(), earlier_checkpoint_advice(checkpoint_dir));
 }
 
 }  // namespace
@@ -164,7 +207,7 @@ PinnedCheckpoint pin_checkpoint(const std::string& path) {
 
 io::Config checkpoint_config(const std::string& checkpoint_dir, const io::ConfigSchema& schema) {
   const std::string path = (fs::path(checkpoint_dir) / "model.safetensors").string();
-  io::SafeTensors st = io::read_safetensors(path, io::SafeTensorsPart::Metadata);
+  io::SafeTensors st = read_checkpoint_file(checkpoint_dir, "model.safetensors", io::SafeTensorsPart::Metadata);
   auto it = st.metadata.find("config");
   FRUGAL_CHECK(it != st.metadata.end() && st.metadata["format"] == kFormat,
                "{} is not a frugal checkpoint (no frugal-v1 metadata); for Hugging Face files use "
@@ -176,7 +219,7 @@ io::Config checkpoint_config(const std::string& checkpoint_dir, const io::Config
 
 void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model) {
   const std::string path = (fs::path(checkpoint_dir) / "model.safetensors").string();
-  io::SafeTensors st = io::read_safetensors(path);
+  io::SafeTensors st = read_checkpoint_file(checkpoint_dir, "model.safetensors");
   for (const ParamInfo& e : model.table().entries()) {
     auto it = st.tensors.find(e.name);
     FRUGAL_CHECK(it != st.tensors.end(), "{} has no tensor '{}': the checkpoint is from a different "
@@ -186,6 +229,7 @@ void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model) {
                  "different model shape; use the checkpoint's model settings",
                  path, e.name, fmt::join(it->second.shape, ", "), fmt::join(e.shape, ", "));
     std::vector<float> v = it->second.to_f32(e.name);
+    check_finite(checkpoint_dir, path, e.name, v);
     std::copy(v.begin(), v.end(), model.params() + e.offset);
   }
   FRUGAL_CHECK(st.tensors.size() == model.table().entries().size(),
@@ -196,7 +240,7 @@ void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model) {
 
 TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim) {
   const std::string path = (fs::path(checkpoint_dir) / "train_state.safetensors").string();
-  io::SafeTensors st = io::read_safetensors(path);
+  io::SafeTensors st = read_checkpoint_file(checkpoint_dir, "train_state.safetensors");
   auto it = st.metadata.find("state");
   FRUGAL_CHECK(it != st.metadata.end(), "{} has no training state; it cannot be resumed (use "
                "--init-from to start a new run from its weights)", path);
@@ -218,6 +262,7 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
     FRUGAL_CHECK(v.size() == optim.state_bytes() / 2 / sizeof(float),
                  "{}: optimizer state '{}' has {} values but this model needs {}; the checkpoint "
                  "is from a different model shape", path, name, v.size(), optim.state_bytes() / 8);
+    check_finite(checkpoint_dir, path, name, v);
     std::copy(v.begin(), v.end(), dst);
   }
   optim.set_steps_taken(s.optimizer_steps);

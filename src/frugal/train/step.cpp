@@ -55,11 +55,17 @@ StepResult StepRunner::run(int64_t step, float lr, const BatchSource& next_batch
     methods_.fire(Event::AfterBackward, ctx);
   }
   r.loss /= t.grad_accum;
-  FRUGAL_CHECK(std::isfinite(r.loss), "the training loss became {} at step {}; lower optim.lr or "
-               "raise optim.warmup_steps", r.loss, step);
+  // A non-finite loss or gradient stops training before the update: the weights stay finite, so
+  // no checkpoint of diverged weights replaces a good one.
+  auto check_finite = [&](const char* what, double value) {
+    FRUGAL_CHECK(std::isfinite(value), "the training {} became {} at step {}; lower optim.lr or "
+                 "raise optim.warmup_steps", what, value, step);
+  };
+  check_finite("loss", r.loss);
   methods_.fire(Event::AfterGradReduce, ctx);
   const size_t begin = model_.trainable_begin();
   r.grad_norm = ctx.grad_norm = optim_.clip(model_.grads(), begin);
+  check_finite("gradient norm", r.grad_norm);
   methods_.fire(Event::BeforeOptimStep, ctx);
   optim_.update(model_.params(), model_.grads(), begin, lr);
   model_.refresh_formats();
