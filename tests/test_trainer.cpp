@@ -205,6 +205,23 @@ TEST(Trainer, DataWhoseShardsAndTokenizerDisagreeIsRefused) {
                                  chars, data)), std::string::npos) << msg;
 }
 
+// Far more memory than any machine has: refused with the estimate and the keys before anything
+// is allocated (it used to end in a bare std::bad_alloc).
+TEST(Trainer, AbsurdSizesAreRefusedBeforeAllocating) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  for (const auto& [overrides, key] :
+       {std::pair<std::vector<std::string>, std::string>{{"model.n_layer=100000", "model.n_embd=1024", "model.n_head=4"},
+                                                         "model.n_layer = 100000"},
+        {{"model.block_size=1000000000", "train.seq_len=32"}, "model.block_size = 1000000000"}}) {
+    const std::string msg = error_of([&] { Trainer t(tiny_config(data, dir.file("a"), overrides), {.quiet = true}); });
+    EXPECT_NE(msg.find("this run needs more memory than the machine has: memory plan: parameters"),
+              std::string::npos) << msg;
+    EXPECT_NE(msg.find(key), std::string::npos) << msg;
+    EXPECT_NE(msg.find("MiB available"), std::string::npos) << msg;
+  }
+}
+
 TEST(Trainer, AnExistingRunIsReplacedOnlyWithOverwrite) {
   TempDir dir;
   const std::string data = make_data(dir);

@@ -47,19 +47,32 @@ void* aligned_zeroed_alloc(size_t bytes) {
   return p;
 }
 
-uint64_t peak_rss_bytes() {
-  FILE* f = std::fopen("/proc/self/status", "r");
+namespace {
+
+// The value of the "<field>  <n> kB" line of a /proc file in bytes, 0 when absent.
+uint64_t proc_kb_field(const char* path, const char* field) {
+  FILE* f = std::fopen(path, "r");
   if (!f) return 0;
+  const size_t length = std::strlen(field);
   char line[256];
   uint64_t kb = 0;
   while (std::fgets(line, sizeof line, f)) {
-    if (std::strncmp(line, "VmHWM:", 6) == 0) {
-      kb = std::strtoull(line + 6, nullptr, 10);
+    if (std::strncmp(line, field, length) == 0) {
+      kb = std::strtoull(line + length, nullptr, 10);
       break;
     }
   }
   std::fclose(f);
   return kb * 1024;
+}
+
+}  // namespace
+
+uint64_t peak_rss_bytes() { return proc_kb_field("/proc/self/status", "VmHWM:"); }
+
+uint64_t available_memory_bytes() {
+  if (const uint64_t available = proc_kb_field("/proc/meminfo", "MemAvailable:")) return available;
+  return static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
 }  // namespace frugal

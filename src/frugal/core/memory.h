@@ -47,4 +47,8 @@ void Buffer<T>::zero() {
 // Peak resident set size of this process in bytes (VmHWM), 0 when unknown.
 uint64_t peak_rss_bytes();
 
+// Memory the machine can give this process without swapping, in bytes: MemAvailable of
+// /proc/meminfo, else the free physical pages (sysconf).
+uint64_t available_memory_bytes();
+
 }  // namespace frugal

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -15,12 +16,44 @@ namespace frugal {
 namespace k = kernels;
 
 std::string MemoryPlan::describe(size_t optimizer_state_bytes) const {
-  auto mib = [](size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  auto mib = [](double b) { return b / (1024.0 * 1024.0); };
   return fmt::format(
       "memory plan: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB, "
       "activations {:.1f} MiB, backward scratch {:.1f} MiB, total {:.1f} MiB",
       mib(parameters), mib(gradients), mib(optimizer_state_bytes), mib(activations), mib(scratch),
-      mib(parameters + gradients + optimizer_state_bytes + activations + scratch));
+      mib(double(parameters) + gradients + optimizer_state_bytes + activations + scratch));
+}
+
+MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute) {
+  const double recomputed_blocks =
+      static_cast<double>(std::count(recompute.begin(), recompute.end(), true));
+  // In floats, each tensor rounded up to the alignment as ParamTable::build and plan() lay them
+  // out, in double: absurd sizes give huge numbers instead of overflowing.
+  constexpr double A = kAlign / sizeof(float);
+  auto tensor = [](double floats) { return std::ceil(floats / A) * A; };
+  const double N = double(B) * T, C = c.n_embd, H = double(c.ffn_mult) * c.n_embd, L = c.n_layer,
+               NH = c.n_head, biases = c.bias ? 1 : 0, gates = c.gated() ? 1 : 0;
+  const double vocab_rows = tensor(std::ceil(c.vocab_size / 64.0) * 64 * C);  // padded_vocab()
+  auto linear = [&](double oc, double ic) { return tensor(oc * ic) + biases * tensor(oc); };
+  const double norm = tensor(C) + biases * tensor(C);
+  const double block =
+      2 * norm + linear(3 * C, C) + linear(C, C) + (1 + gates) * linear(H, C) + linear(C, H);
+  const double parameters = vocab_rows + tensor(double(c.block_size) * C) + L * block + norm +
+                            (c.tied_head ? 0 : vocab_rows);
+  // ln1, ln2 (each with mean and rstd), qkv, att, lse, res_mid, fc, gate, act
+  const double internals = 2 * (tensor(N * C) + 2 * tensor(N)) + tensor(3 * N * C) + tensor(N * C) +
+                           tensor(NH * N) + tensor(N * C) + (2 + gates) * tensor(N * H);
+  // encoded, each block's internals (unless recomputed) and output, ln_f with mean and rstd, losses
+  const double activations = tensor(N * C) + (L - recomputed_blocks) * internals + L * tensor(N * C) +
+                             tensor(N * C) + 3 * tensor(N);
+  // the recomputed blocks' shared internals; dres, dln, dqkv, datt, dfc, dgate, dact, branch
+  const double scratch = (recomputed_blocks > 0 ? internals : 0) + 2 * tensor(N * C) +
+                         tensor(3 * N * C) + tensor(N * C) + (2 + gates) * tensor(N * H) + tensor(N * C);
+  auto bytes = [](double floats) {
+    const double b = floats * sizeof(float);
+    return b < 0x1p63 ? static_cast<size_t>(b) : size_t{1} << 63;
+  };
+  return {bytes(parameters), bytes(parameters), bytes(activations), bytes(scratch)};
 }
 
 GPT::GPT(const ModelConfig& config) : config_(config), table_(ParamTable::build(config)) {
@@ -83,80 +116,77 @@ void GPT::plan(int B, int T, std::vector<bool> recompute) {
   B_ = B;
   T_ = T;
   recompute_ = std::move(recompute);
+  const MemoryPlan planned = estimate_memory(config_, B, T, recompute_);
   const size_t N = size_t(B) * T, C = config_.n_embd, H = config_.ffn_hidden(),
                NH = config_.n_head;
   const bool gated = config_.gated();
   constexpr size_t A = kAlign / sizeof(float);
   auto round = [](size_t n) { return (n + A - 1) / A * A; };
 
-  // Two passes over the same layout: the first counts, the second hands out pointers.
-  size_t activations = 0, scratch = 0;
-  float* base = nullptr;
-  size_t cursor = 0;
+  // Hands out the arena in order, counting activations and backward scratch apart.
+  arena_.resize((planned.activations + planned.scratch) / sizeof(float));
+  size_t activations = 0, scratch = 0, cursor = 0;
   auto take = [&](size_t n, size_t& counter) -> float* {
     counter += round(n);
-    float* p = base ? base + cursor : nullptr;
+    float* p = arena_.data() + cursor;
     cursor += round(n);
     return p;
   };
-  for (int pass = 0; pass < 2; ++pass) {
-    activations = scratch = cursor = 0;
-    if (pass == 1) {
-      arena_.resize(cursor_total_);
-      base = arena_.data();
+  auto internals = [&](BlockActs& a, size_t& counter) {
+    a.ln1 = take(N * C, counter);
+    a.ln1_mean = take(N, counter);
+    a.ln1_rstd = take(N, counter);
+    a.qkv = take(3 * N * C, counter);
+    a.att = take(N * C, counter);
+    a.lse = take(NH * N, counter);
+    a.res_mid = take(N * C, counter);
+    a.ln2 = take(N * C, counter);
+    a.ln2_mean = take(N, counter);
+    a.ln2_rstd = take(N, counter);
+    a.fc = take(N * H, counter);
+    a.gate = gated ? take(N * H, counter) : nullptr;
+    a.act = take(N * H, counter);
+  };
+  encoded_ = take(N * C, activations);
+  acts_.assign(config_.n_layer, BlockActs{});
+  bool any_recompute = false;
+  for (int l = 0; l < config_.n_layer; ++l) {
+    if (recompute_[l]) {
+      any_recompute = true;
+    } else {
+      internals(acts_[l], activations);
     }
-    auto internals = [&](BlockActs& a, size_t& counter) {
-      a.ln1 = take(N * C, counter);
-      a.ln1_mean = take(N, counter);
-      a.ln1_rstd = take(N, counter);
-      a.qkv = take(3 * N * C, counter);
-      a.att = take(N * C, counter);
-      a.lse = take(NH * N, counter);
-      a.res_mid = take(N * C, counter);
-      a.ln2 = take(N * C, counter);
-      a.ln2_mean = take(N, counter);
-      a.ln2_rstd = take(N, counter);
-      a.fc = take(N * H, counter);
-      a.gate = gated ? take(N * H, counter) : nullptr;
-      a.act = take(N * H, counter);
-    };
-    encoded_ = take(N * C, activations);
-    acts_.assign(config_.n_layer, BlockActs{});
-    bool any_recompute = false;
-    for (int l = 0; l < config_.n_layer; ++l) {
-      if (recompute_[l]) {
-        any_recompute = true;
-      } else {
-        internals(acts_[l], activations);
-      }
-      acts_[l].res_out = take(N * C, activations);
-    }
-    if (any_recompute) {  // one shared set of internals, rebuilt per block during backward
-      BlockActs shared{};
-      internals(shared, scratch);
-      for (int l = 0; l < config_.n_layer; ++l)
-        if (recompute_[l]) {
-          float* out = acts_[l].res_out;
-          acts_[l] = shared;
-          acts_[l].res_out = out;
-        }
-    }
-    lnf_ = take(N * C, activations);
-    lnf_mean_ = take(N, activations);
-    lnf_rstd_ = take(N, activations);
-    losses_ = take(N, activations);
-    dres_ = take(N * C, scratch);
-    dln_ = take(N * C, scratch);
-    dqkv_ = take(3 * N * C, scratch);
-    datt_ = take(N * C, scratch);
-    dfc_ = take(N * H, scratch);
-    dgate_ = gated ? take(N * H, scratch) : nullptr;
-    dact_ = take(N * H, scratch);
-    branch_ = take(N * C, scratch);
-    cursor_total_ = cursor;
+    acts_[l].res_out = take(N * C, activations);
   }
-  plan_.activations = activations * sizeof(float);
-  plan_.scratch = scratch * sizeof(float);
+  if (any_recompute) {  // one shared set of internals, rebuilt per block during backward
+    BlockActs shared{};
+    internals(shared, scratch);
+    for (int l = 0; l < config_.n_layer; ++l)
+      if (recompute_[l]) {
+        float* out = acts_[l].res_out;
+        acts_[l] = shared;
+        acts_[l].res_out = out;
+      }
+  }
+  lnf_ = take(N * C, activations);
+  lnf_mean_ = take(N, activations);
+  lnf_rstd_ = take(N, activations);
+  losses_ = take(N, activations);
+  dres_ = take(N * C, scratch);
+  dln_ = take(N * C, scratch);
+  dqkv_ = take(3 * N * C, scratch);
+  datt_ = take(N * C, scratch);
+  dfc_ = take(N * H, scratch);
+  dgate_ = gated ? take(N * H, scratch) : nullptr;
+  dact_ = take(N * H, scratch);
+  branch_ = take(N * C, scratch);
+  FRUGAL_CHECK(activations * sizeof(float) == planned.activations &&
+                   scratch * sizeof(float) == planned.scratch &&
+                   table_.total() * sizeof(float) == planned.parameters,
+               "internal: the model's layout ({} + {} activation and scratch floats, {} parameters) "
+               "differs from GPT::estimate_memory's; make them agree", activations, scratch,
+               table_.total());
+  plan_ = planned;
   tokens_.assign(N, 0);
   targets_.assign(N, -1);
   backward_ready_ = false;

@@ -47,6 +47,11 @@ class GPT {
   int batch() const { return B_; }
   int seq_len() const { return T_; }
   MemoryPlan memory_plan() const { return plan_; }
+  // The memory plan a model of `config` would have after plan(B, T, recompute), computed without
+  // building or allocating anything (absurd sizes give huge byte counts, saturated at 2^63, never
+  // an overflow): to refuse a run before allocating.
+  static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
+                                    const std::vector<bool>& recompute);
 
   // Blocks [0, k) and the embeddings are frozen: no backward, no weight gradients (k = 0: none).
   // With a tied head, freezing the embedding also freezes the head.
@@ -131,7 +136,6 @@ class GPT {
 
   int B_ = 0, T_ = 0, frozen_ = 0;
   std::vector<bool> recompute_;
-  size_t cursor_total_ = 0;
   Buffer<float> arena_;
   std::vector<BlockActs> acts_;
   float *encoded_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr,

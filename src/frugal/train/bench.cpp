@@ -79,6 +79,7 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   FRUGAL_CHECK(s.model.vocab_size > 0, "bench needs model.vocab_size > 0");
   FRUGAL_CHECK(t.seq_len <= s.model.block_size, "train.seq_len = {} exceeds model.block_size = {}",
                t.seq_len, s.model.block_size);
+  check_memory_available(s);
   GPT model(s.model);
   model.init_weights(t.seed);
   model.plan(t.batch_size, t.seq_len, recompute_blocks(t.recompute, s.model.n_layer));

@@ -27,6 +27,12 @@ struct StepResult {
   PhaseFlops executed, dense;  // model FLOPs of the whole step
 };
 
+// Throws Error, before anything is allocated, when a training step of these settings (the model
+// with its vocabulary size resolved, batch, sequence length, recomputation, AdamW's moments)
+// needs more memory than the machine has available; the error gives the estimate and the keys
+// that size it.
+void check_memory_available(const RunSettings& settings);
+
 class StepRunner {
  public:
   StepRunner(GPT& model, AdamW& optim, MethodSet& methods, const RunSettings& settings);
