@@ -139,6 +139,12 @@ TEST(Config, SyntaxErrorsAndBadOverridesArePositioned) {
                {"cannot read config file '/nonexistent/c.toml'"});
 }
 
+TEST(Config, ADirectoryIsNotAConfigFile) {  // it used to read as an empty config
+  TempDir dir;
+  expect_error([&] { Config::load(schema(), dir.path().string()); },
+               {"config file '" + dir.path().string() + "' is a directory; pass the path of a TOML file"});
+}
+
 TEST(Config, FailedMergeLeavesConfigUnchanged) {
   Config c(schema());
   Config before = c;

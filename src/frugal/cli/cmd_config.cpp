@@ -29,7 +29,9 @@ void add_config_command(CLI::App& app) {
       io::print("{}", config_reference_markdown());
       return;
     }
-    io::print("{}", io::Config::load(run_schema(), args->path, args->overrides).to_toml());
+    const io::Config config = io::Config::load(run_schema(), args->path, args->overrides);
+    run_settings(config);  // the checks `frugal train` makes before it reads data
+    io::print("{}", config.to_toml());
   });
 }
 

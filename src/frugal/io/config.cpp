@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <toml++/toml.h>
@@ -466,6 +467,9 @@ Config Config::load(ConfigSchema schema, const std::string& toml_path,
 }
 
 void Config::merge_file(const std::string& toml_path) {
+  std::error_code ec;
+  FRUGAL_CHECK(!std::filesystem::is_directory(toml_path, ec), "config file '{}' is a directory; "
+               "pass the path of a TOML file", toml_path);
   std::ifstream in(toml_path, std::ios::binary);
   FRUGAL_CHECK(in.good(), "cannot read config file '{}': {}; check the path", toml_path,
                std::strerror(errno));

@@ -8,6 +8,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/methods/method.h"
+#include "frugal/methods/method_set.h"
 
 namespace frugal {
 
@@ -156,6 +157,14 @@ RunSettings run_settings(const io::Config& c) {
   p.top_p = c.get_float("sample.top_p");
   p.prompt = c.get_string("sample.prompt");
   p.seed = static_cast<uint64_t>(c.get_int("sample.seed"));
+
+  ModelConfig shape = m;
+  if (shape.vocab_size == 0) shape.vocab_size = 2;  // the tokenizer's, checked once data is read
+  shape.validate();
+  FRUGAL_CHECK(t.seq_len <= m.block_size, "train.seq_len = {} exceeds model.block_size = {}",
+               t.seq_len, m.block_size);
+  recompute_blocks(t.recompute, m.n_layer);  // throws for a bad block list
+  MethodSet::from_config(c);                 // each method checks its keys
   return r;
 }
 

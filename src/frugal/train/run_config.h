@@ -44,7 +44,10 @@ io::ConfigSchema run_schema();
 std::string config_reference_markdown();
 // Blocks whose activations are recomputed in backward, from train.recompute; throws for a bad spec.
 std::vector<bool> recompute_blocks(const std::string& spec, int n_layer);
-// Reads typed settings from a resolved config (model.vocab_size 0 stays 0: "from the tokenizer").
+// Reads typed settings from a resolved config (model.vocab_size 0 stays 0: "from the tokenizer")
+// and checks what no single key's range can: the model's shape (ModelConfig::validate),
+// train.seq_len <= model.block_size, train.recompute, the methods' settings. Everything
+// `frugal train` checks before it reads data, so `frugal config` refuses the same configs.
 RunSettings run_settings(const io::Config& config);
 
 }  // namespace frugal

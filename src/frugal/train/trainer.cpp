@@ -88,8 +88,6 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   FRUGAL_CHECK(m.vocab_size >= tokenizer_->vocab_size(),
                "model.vocab_size = {} is smaller than the tokenizer's vocabulary ({}); set it to 0 "
                "to take the tokenizer's", m.vocab_size, tokenizer_->vocab_size());
-  FRUGAL_CHECK(t.seq_len <= m.block_size, "train.seq_len = {} exceeds model.block_size = {}",
-               t.seq_len, m.block_size);
   check_memory_available(settings_);
   auto train = data::open_prepared_split(t.data_dir, "train", *tokenizer_);
   auto val = data::open_prepared_split(t.data_dir, "val", *tokenizer_);

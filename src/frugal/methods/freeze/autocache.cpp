@@ -23,13 +23,6 @@ double prefix_flops_per_byte(const GPT& model, int T, int k) {
   return flops / (double(T) * model.config().n_embd * sizeof(float));
 }
 
-void AutoCache::check(const RunSettings& settings) const {
-  FRUGAL_CHECK(config_.mode != AutoCacheMode::On || settings.model.dropout == 0.0f,
-               "methods.freeze.autocache = \"on\" needs model.dropout = 0 (with dropout the frozen "
-               "blocks' output differs at every visit and cannot be cached); set model.dropout = 0 "
-               "or methods.freeze.autocache = \"auto\"");
-}
-
 bool AutoCache::pays(const TrainContext& ctx, int frozen, int64_t next_step) const {
   const TrainSettings& t = ctx.settings.train;
   if (frozen == 0 || ctx.settings.model.dropout != 0.0f || ctx.num_samples <= 0) return false;

@@ -39,8 +39,6 @@ class AutoCache {
  public:
   explicit AutoCache(AutoCacheConfig config) : config_(std::move(config)) {}
 
-  // At Init: "on" needs model.dropout == 0 (throws otherwise).
-  void check(const RunSettings& settings) const;
   // Decides whether caching runs from step `next_step` on with a frozen prefix of `frozen` blocks
   // (at FitStart and after every prefix change). "auto": on when samples will be revisited and
   // the read is cheaper than recomputing; turning off frees the cache.

@@ -37,6 +37,12 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   f.autocache.dir = c.get_string(p + ".cache_dir");
   FRUGAL_CHECK(!f.adaptive || f.alpha > 0, "methods.freeze.adaptive needs methods.freeze.alpha > 0 "
                "(the adaptive criterion is bounded by the schedule)");
+  FRUGAL_CHECK(f.frozen_layers <= c.get_int32("model.n_layer"), "methods.freeze.frozen_layers = {} "
+               "exceeds model.n_layer = {}", f.frozen_layers, c.get_int32("model.n_layer"));
+  FRUGAL_CHECK(f.autocache.mode != AutoCacheMode::On || c.get_float("model.dropout") == 0,
+               "methods.freeze.autocache = \"on\" needs model.dropout = 0 (with dropout the frozen "
+               "blocks' output differs at every visit and cannot be cached); set model.dropout = 0 "
+               "or methods.freeze.autocache = \"auto\"");
   return std::make_unique<FreezeMethod>(f);
 }
 
@@ -76,11 +82,8 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
   const int L = model.config().n_layer;
   switch (event) {
     case Event::Init:
-      FRUGAL_CHECK(config_.frozen_layers <= L, "methods.freeze.frozen_layers = {} exceeds model.n_layer = {}",
-                   config_.frozen_layers, L);
       frozen_ = target_ = config_.frozen_layers;
       model.set_frozen_prefix(frozen_);
-      autocache_.check(ctx.settings);
       break;
     case Event::FitStart:  // after a resume, load_state() may have moved the boundary
       model.set_frozen_prefix(frozen_);
