@@ -106,7 +106,7 @@ TEST(DataCli, PrepareCharReadsXzAndRejectsBadInput) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.output, "cannot open")) << r.output;
 
-  write_file(dir / "v.txt", "abc\n");
+  write_file(dir / "v.txt", "abc\nbca\ncab\nabc\nbca\n");
   r = run_frugal("prepare --tokenizer char --input " + (dir / "v.txt").string() + " --out " + (dir / "v").string());
   ASSERT_EQ(r.rc, 0) << r.output;
   write_file(dir / "q.txt", "abz\n");
@@ -132,5 +132,29 @@ TEST(DataCli, OutputThatCannotBeWrittenIsAnError) {
     r = frugal::testing::run_frugal_into_closed_pipe(args);
     EXPECT_EQ(r.rc, 1) << args;
     EXPECT_EQ(r.output, "error: could not write to standard output: Broken pipe\n") << args;
+  }
+}
+
+// Shards too short to hold one sample (a token and the next) are refused: training on them
+// could only fail later.
+TEST(DataCli, PrepareRefusesInputTooShortForAShard) {
+  const fs::path dir = temp_dir("short");
+  write_file(dir / "empty.txt", "");
+  write_file(dir / "one.txt", "a");
+  const std::pair<std::string, std::string> cases[] = {
+      {"--input " + (dir / "empty.txt").string(), "the --input files are empty; give text to tokenize"},
+      {"--tokenizer char --input " + (dir / "empty.txt").string(), "the --input files are empty"},
+      {"--tokenizer char --input " + (dir / "one.txt").string(), "train.bin would hold 1 token(s), but a "
+                                                                "shard needs at least 2"},
+      {"--tokenizer char --input " + (dir / "one.txt").string() + " --input " + (dir / "one.txt").string(),
+       "val.bin would hold 0 token(s), but a shard needs at least 2 (a token and the next one to predict); "
+       "give more --input text or a larger --val-fraction"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CliResult r = run_frugal("prepare " + args + " --out " + (dir / "out").string());
+    EXPECT_EQ(r.rc, 1) << args << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, message)) << args << ": " << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
+    EXPECT_FALSE(fs::exists(dir / "out" / "train.bin")) << args;
   }
 }

@@ -47,6 +47,7 @@ PrepareResult prepare(const PrepareOptions& o) {
   Timer total;
   PrepareResult r;
   const std::vector<std::string> train_texts = read_inputs(o.inputs, r.input_bytes);
+  FRUGAL_CHECK(r.input_bytes > 0, "the --input files are empty; give text to tokenize");
   const std::vector<std::string> val_texts = read_inputs(o.val_inputs, r.input_bytes);
 
   std::unique_ptr<Tokenizer> tok;
@@ -68,6 +69,14 @@ PrepareResult prepare(const PrepareOptions& o) {
     val.assign(train.end() - static_cast<std::ptrdiff_t>(n_val), train.end());
     train.resize(train.size() - n_val);
   }
+  // A sample is a token and the next one to predict: a shorter shard has none.
+  FRUGAL_CHECK(train.size() >= 2, "train.bin would hold {} token(s), but a shard needs at least 2 "
+               "(a token and the next one to predict) and training needs more than train.seq_len; "
+               "give more --input text", train.size());
+  FRUGAL_CHECK(val.size() >= 2, "val.bin would hold {} token(s), but a shard needs at least 2 (a "
+               "token and the next one to predict); {}", val.size(), o.val_inputs.empty()
+                   ? "give more --input text or a larger --val-fraction"
+                   : "give more --val-input text");
 
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
