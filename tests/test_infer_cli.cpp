@@ -245,6 +245,18 @@ TEST_F(InferCli, TruncatedCheckpointNamesThePreviousIntactOne) {
   EXPECT_EQ(run_frugal("sample " + run + "/checkpoints/step_00000001 --max-tokens 5").rc, 0);
 }
 
+// A damaged `latest` is not echoed to the terminal (it may hold escape sequences): the error
+// names the newest intact checkpoint instead.
+TEST_F(InferCli, GarbageLatestIsNotPrinted) {
+  std::ofstream(run_ / "checkpoints" / "latest") << "\x1b[31m\x01\xff garbage\n";
+  const CliResult r = run_frugal("sample " + run_.string());
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "checkpoints/latest does not hold a checkpoint name like step_00000100 (the "
+                                 "file is damaged); the newest intact checkpoint is " + checkpoint_)) << r.output;
+  EXPECT_FALSE(contains(r.output, "\x1b")) << r.output;
+  EXPECT_FALSE(contains(r.output, "garbage")) << r.output;
+}
+
 }  // namespace
 
 // Generated text and results to a full disk or a closed pipe: one error line, exit code 1.

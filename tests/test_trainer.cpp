@@ -25,6 +25,8 @@
 
 using namespace frugal;
 namespace fs = std::filesystem;
+using frugal::testing::CliResult;
+using frugal::testing::run_frugal;
 using frugal::testing::TempDir;
 
 namespace {
@@ -222,6 +224,15 @@ TEST(Trainer, AbsurdSizesAreRefusedBeforeAllocating) {
   }
 }
 
+TEST(Trainer, OutDirThatIsAFileIsRefused) {  // it used to end in a raw std::filesystem_error
+  TempDir dir;
+  const std::string data = make_data(dir);
+  std::ofstream(dir.file("file")) << "not a directory";
+  const std::string msg = error_of([&] { Trainer t(tiny_config(data, dir.file("file")), {.quiet = true}); });
+  EXPECT_NE(msg.find("cannot use " + dir.file("file") + " as run directory: it is a file, not a directory"),
+            std::string::npos) << msg;
+}
+
 TEST(Trainer, AnExistingRunIsReplacedOnlyWithOverwrite) {
   TempDir dir;
   const std::string data = make_data(dir);
@@ -402,6 +413,20 @@ TEST(StepRunner, NonFiniteGradientStopsTrainingBeforeTheUpdate) {
   const std::string msg = error_of([&] { runner.run(0, 1e-3f, zeros, nullptr); });
   EXPECT_NE(msg.find("the training gradient norm became inf at step 0"), std::string::npos) << msg;
   EXPECT_EQ(std::vector<float>(model.params(), model.params() + model.num_floats()), before);
+}
+
+// A file-system error no check foresaw (here RUN/checkpoints is a file) still ends in one line
+// that names the path and says what to check, not the standard library's raw text.
+TEST(TrainerCli, UnforeseenFileSystemErrorsAreOneLine) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  fs::create_directories(dir.file("run"));
+  std::ofstream(dir.file("run/checkpoints")) << "not a directory";
+  const CliResult r = run_frugal("train /dev/null --set data.dir=" + data + " --set train.out_dir=" + dir.file("run"));
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_TRUE(r.output.starts_with("error: Not a directory: " + dir.file("run/checkpoints") +
+                                   "; check that the path is right")) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
 }
 
 // The signal is sent only once a step line is in the log, so fit() has installed its handler

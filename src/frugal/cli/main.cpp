@@ -1,11 +1,15 @@
 // The `frugal` binary: parses the command line and runs one subcommand. Errors from the library
 // (frugal::Error) are printed as one line and give exit code 1; so does output that could not be
-// written (io/stdout.h): SIGPIPE is ignored, a closed pipe is the write error EPIPE.
+// written (io/stdout.h): SIGPIPE is ignored, a closed pipe is the write error EPIPE; and so do the
+// standard library's file-system and out-of-memory errors, which the library reports itself
+// where it can.
 #include <fmt/format.h>
 
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <new>
 
 #include "frugal/cli/commands.h"
 #include "frugal/core/error.h"
@@ -38,6 +42,15 @@ int main(int argc, char** argv) {
     frugal::io::flush_stdout();
   } catch (const frugal::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    fmt::print(stderr, "error: {}: {}{}; check that the path is right, is a file or directory as "
+               "needed, and is writable\n", e.code().message(), e.path1().string(),
+               e.path2().empty() ? "" : " and " + e.path2().string());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "error: out of memory; make the model or the batch smaller (model.*, "
+               "train.batch_size, train.seq_len) or free memory\n");
     return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());

@@ -78,9 +78,7 @@ PrepareResult prepare(const PrepareOptions& o) {
                    ? "give more --input text or a larger --val-fraction"
                    : "give more --val-input text");
 
-  std::error_code ec;
-  std::filesystem::create_directories(o.out_dir, ec);
-  FRUGAL_CHECK(!ec, "cannot create output directory '{}': {}", o.out_dir, ec.message());
+  io::create_directories(o.out_dir, "the output directory (--out)");
   write_shard(o.out_dir + "/train.bin", train, tok->vocab_size());
   write_shard(o.out_dir + "/val.bin", val, tok->vocab_size());
   io::write_file_atomic(o.out_dir + "/tokenizer.json", tok->to_json() + "\n");

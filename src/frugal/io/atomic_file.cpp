@@ -123,6 +123,15 @@ void AtomicFileWriter::commit() {
                "survive a power loss, check the disk", path_, std::strerror(err));
 }
 
+void create_directories(const std::string& path, std::string_view what) {
+  std::error_code ec;
+  FRUGAL_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_directory(path, ec),
+               "cannot use {} as {}: it is a file, not a directory; choose another path", path, what);
+  std::filesystem::create_directories(path, ec);
+  FRUGAL_CHECK(!ec, "cannot create {} ({}): {}; choose another path or check its permissions",
+               path, what, ec.message());
+}
+
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
   AtomicFileWriter writer(path);
   writer.write(bytes);

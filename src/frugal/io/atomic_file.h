@@ -1,7 +1,8 @@
 // Atomic file replacement: bytes go to `<path>.tmp.<pid>` in the same directory, every write is
 // checked, the file is fsync'ed and renamed over `path`, then the directory is fsync'ed. On any
 // failure the temporary file is removed and the previous `path` (if any) is left untouched.
-// Also the other checked writes to files: appending a record (a metrics line) whole or not at all.
+// Also the other checked writes to files: appending a record (a metrics line) whole or not at all;
+// and creating the directories files are written into, with errors that say what to do.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -54,6 +55,11 @@ void append_to_file(const std::string& path, std::string_view text);
 
 // Writes all of [data, data + size) to fd, retrying short writes and EINTR; returns 0 or the errno.
 int write_all(int fd, const void* data, size_t size);
+
+// Creates directory `path` and its parents unless it exists. Throws Error naming `what` (the
+// setting it came from, e.g. "train.out_dir") when it cannot: it or a parent is a file, or no
+// permission.
+void create_directories(const std::string& path, std::string_view what);
 
 // fsync of a directory, making renames into it durable. Returns 0 or the errno; filesystems that
 // refuse to sync directories count as success.

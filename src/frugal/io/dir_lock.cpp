@@ -73,9 +73,7 @@ std::string read_holder(const std::string& path) {
 }  // namespace
 
 DirLock DirLock::exclusive(const std::string& dir, std::string_view what, std::string_view advice) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  FRUGAL_CHECK(!ec, "cannot create {} {}: {}", what, dir, ec.message());
+  create_directories(dir, what);
   const std::string path = lock_path(dir);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   FRUGAL_CHECK(fd >= 0, "cannot open the lock file {}: {}; {} {} must be a writable directory", path,

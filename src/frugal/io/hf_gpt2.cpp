@@ -170,7 +170,7 @@ void check_hf_gpt2_exportable(const ModelConfig& c) {
 void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_id) {
   const ModelConfig& c = model.config();
   check_hf_gpt2_exportable(c);
-  fs::create_directories(out_dir);
+  create_directories(out_dir, "the export directory");
 
   json cfg = {
       {"model_type", "gpt2"},
@@ -215,7 +215,7 @@ void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_
 
 bool export_hf_tokenizer(const data::Tokenizer& tokenizer, int model_max_length,
                          const std::string& out_dir) {
-  fs::create_directories(out_dir);
+  create_directories(out_dir, "the export directory");
   write_file_atomic(out_dir + "/frugal_tokenizer.json", tokenizer.to_json());
   const std::string spec = tokenizer.spec();
   if (!spec.starts_with("gpt2")) return false;

@@ -71,17 +71,24 @@ bool intact(const fs::path& checkpoint_dir) {
   }
 }
 
+// "the <which> intact checkpoint is DIR: pass that directory instead" for the newest intact
+// checkpoint under root of a step below before_step, or `none` when there is none.
+std::string intact_checkpoint_advice(const fs::path& root, int64_t before_step, std::string_view which,
+                                     std::string_view none) {
+  const auto dirs = checkpoint_dirs(root);
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
+    if (it->first < before_step && intact(it->second))
+      return fmt::format("the {} intact checkpoint is {}: pass that directory instead", which,
+                         it->second.string());
+  return std::string(none);
+}
+
 // What to do about a damaged checkpoint: use the newest intact one before it in its run.
 std::string earlier_checkpoint_advice(const std::string& checkpoint_dir) {
   fs::path dir(checkpoint_dir);
   if (dir.filename().empty()) dir = dir.parent_path();  // "step_00000004/"
-  const int64_t step = checkpoint_step(dir.filename().string());
-  const auto dirs = checkpoint_dirs(dir.parent_path());
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
-    if (it->first < step && intact(it->second))
-      return fmt::format("the previous intact checkpoint is {}: pass that directory instead",
-                         it->second.string());
-  return "there is no earlier intact checkpoint beside it: train again";
+  return intact_checkpoint_advice(dir.parent_path(), checkpoint_step(dir.filename().string()), "previous",
+                                  "there is no earlier intact checkpoint beside it: train again");
 }
 
 // Reads file `name` of a checkpoint; the error for a damaged file names what to use instead.
@@ -95,7 +102,8 @@ io::SafeTensors read_checkpoint_file(const std::string& checkpoint_dir, const ch
 // hold a NaN or an infinity: such weights sample garbage and evaluate to nan.
 void check_finite(const std::string& checkpoint_dir, const std::string& path,
                   const std::string& name, std::span<const float> values) {
-  const auto bad = std::find_if(values.begin(), values.end(), [](float x) { return !std::isfinite(x); });
+  const auto bad =
+      std::find_if(values.begin(), values.end(), [](float x) { return !std::isfinite(x); });
   FRUGAL_CHECK(bad == values.end(), "{}: tensor '{}' holds {} (element {} of {}): the checkpoint "
                "is unusable (training diverged or the file is damaged); {}", path, name, *bad,
                bad - values.begin(), values.size(), earlier_checkpoint_advice(checkpoint_dir));
@@ -180,6 +188,11 @@ std::string resolve_checkpoint(const std::string& path) {
                "checkpoints/latest); give a run directory that has saved one", path);
   std::string name = data::read_text_file(latest.string());
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  FRUGAL_CHECK(checkpoint_step(name) >= 0,  // not printed: it may be any bytes
+               "{} does not hold a checkpoint name like step_00000100 (the file is damaged); {}",
+               latest.string(),
+               intact_checkpoint_advice(p / "checkpoints", INT64_MAX, "newest",
+                                        "the run holds no intact checkpoint: train again"));
   const fs::path dir = p / "checkpoints" / name;
   const fs::path old_copy = p / "checkpoints" / (name + ".old");
   FRUGAL_CHECK(fs::exists(dir / "model.safetensors"),
@@ -207,7 +220,8 @@ PinnedCheckpoint pin_checkpoint(const std::string& path) {
 
 io::Config checkpoint_config(const std::string& checkpoint_dir, const io::ConfigSchema& schema) {
   const std::string path = (fs::path(checkpoint_dir) / "model.safetensors").string();
-  io::SafeTensors st = read_checkpoint_file(checkpoint_dir, "model.safetensors", io::SafeTensorsPart::Metadata);
+  io::SafeTensors st =
+      read_checkpoint_file(checkpoint_dir, "model.safetensors", io::SafeTensorsPart::Metadata);
   auto it = st.metadata.find("config");
   FRUGAL_CHECK(it != st.metadata.end() && st.metadata["format"] == kFormat,
                "{} is not a frugal checkpoint (no frugal-v1 metadata); for Hugging Face files use "

@@ -396,7 +396,7 @@ ReportTable write_report(const std::vector<RunMetrics>& runs_in, const std::stri
                  "gnuplot-nox) or write the table only (--no-plots)", options.gnuplot);
   }
   const fs::path out(out_dir);
-  fs::create_directories(out);
+  io::create_directories(out_dir, "the report directory (--out)");
   std::string md = "# Run comparison\n\n" + markdown(table) + "\nRun directories:\n\n";
   for (const ReportRow& r : table.rows) md += fmt::format("- `{}`: `{}`\n", r.name, r.dir);
   if (gnuplot) {
