@@ -31,7 +31,10 @@ void reexec_with_default_omp_wait_policy(char** argv) {
 std::string omp_wait_policy() {
   std::string out;
   for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}) {
-    if (const char* value = std::getenv(name)) out += (out.empty() ? "" : " ") + std::string(name) + "=" + value;
+    const char* value = std::getenv(name);
+    if (!value) continue;
+    if (!out.empty()) out += ' ';
+    out.append(name).append("=").append(value);
   }
   return out.empty() ? "libgomp default" : out;
 }
