@@ -31,7 +31,7 @@ for i in $(seq "$runs"); do
   run=$work/run$i log=$work/run$i.log
   delay_ms=$((200 + RANDOM % 2801))
   if ((RANDOM % 2)); then sig=INT; else sig=TERM; fi
-  # A tiny model keeps the runs short: under the load, about half of the signals land during
+  # A tiny model keeps the runs short: under the load, a third to a half of the signals land during
   # start-up or the first step, the rest during later steps. max_seconds only ends a run whose
   # signal was lost.
   "$frugal" train configs/shakespeare-char.toml --overwrite --set "train.out_dir=$run" \
