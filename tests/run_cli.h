@@ -1,5 +1,6 @@
 // Runs the `frugal` binary from a test and captures its exit code and output.
 #pragma once
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,6 +58,17 @@ inline CliResult run_frugal_into_closed_pipe(const std::string& args) {
   int status = 0;
   if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) r.rc = WEXITSTATUS(status);
   return r;
+}
+
+// `frugal args` with its standard output on a full disk and into a closed pipe: each must exit 1
+// with one error line naming the failed write.
+inline void expect_unwritable_output_is_an_error(const std::string& args) {
+  CliResult r = run_frugal(args, "2>&1 >/dev/full");
+  EXPECT_EQ(r.rc, 1) << args;
+  EXPECT_EQ(r.output, "error: could not write to standard output: No space left on device\n") << args;
+  r = run_frugal_into_closed_pipe(args);
+  EXPECT_EQ(r.rc, 1) << args;
+  EXPECT_EQ(r.output, "error: could not write to standard output: Broken pipe\n") << args;
 }
 
 inline bool contains(const std::string& s, std::string_view part) {

@@ -2,6 +2,7 @@
 // Conv1D layout and names in the written file, files as transformers writes them (un-prefixed
 // names, BF16, mask buffers), refusals of models GPT-2 cannot hold, and errors for bad inputs
 // (an import into a run directory in use included).
+#include "error_of.h"
 #include "frugal/io/hf_gpt2.h"
 
 #include <gtest/gtest.h>
@@ -26,6 +27,8 @@ using frugal::testing::TempDir;
 using nlohmann::json;
 
 namespace {
+
+using frugal::testing::error_of;
 
 ModelConfig small_config(bool tied) {
   ModelConfig c;
@@ -76,18 +79,6 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.bias, b.bias);
   EXPECT_EQ(a.layernorm_eps, b.layernorm_eps);
   EXPECT_EQ(a.init_std, b.init_std);
-}
-
-// Runs `f` and returns the Error message; fails the test when nothing is thrown.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return "";
 }
 
 bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }

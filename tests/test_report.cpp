@@ -1,5 +1,6 @@
 // Run comparison (train/report.h) on synthetic run directories: metrics parsing and its errors,
 // time / FLOPs to a target with interpolation, the markdown table, gnuplot plots, and the CLI.
+#include "error_of.h"
 #include "frugal/train/report.h"
 
 #include <gtest/gtest.h>
@@ -20,18 +21,9 @@ using namespace frugal;
 
 namespace {
 
-bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
+using frugal::testing::error_of;
 
-// The message of the Error `f` throws (fails the test when it throws none).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no frugal::Error thrown";
-  return "";
-}
+bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
 void write_file(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());

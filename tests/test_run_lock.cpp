@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "error_of.h"
 #include "frugal/core/error.h"
 #include "frugal/data/tokenizer.h"
 #include "frugal/io/dir_lock.h"
@@ -30,14 +31,7 @@ using frugal::testing::TempDir;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using frugal::testing::error_of;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "error_of.h"
 #include "frugal/core/error.h"
 #include "frugal/data/text.h"
 #include "frugal/train/checkpoint.h"
@@ -30,6 +31,8 @@ using frugal::testing::run_frugal;
 using frugal::testing::TempDir;
 
 namespace {
+
+using frugal::testing::error_of;
 
 // 60 kB of Tiny Shakespeare as a prepared character-level data directory.
 std::string make_data(const TempDir& dir) { return frugal::testing::make_shakespeare_data(dir, 60000); }
@@ -64,15 +67,6 @@ bool blocks_stop_signals(pid_t tid) {
       return (blocked & both) == both;
     }
   return false;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
