@@ -96,13 +96,13 @@ struct Entry {
 // The error for a damaged file: what is wrong, what that means (kCorrupt, kTruncated) and the
 // caller's remedy.
 [[noreturn]] void damaged(const std::string& what, const std::string& problem, const char* meaning,
-                          const std::string& remedy) {
-  fail("{}: {}; {}; {}", what, problem, meaning, remedy);
+                          const DamageRemedy& remedy) {
+  fail("{}: {}; {}; {}", what, problem, meaning, remedy());
 }
 
 class HeaderParser {
  public:
-  HeaderParser(const std::string& what, uint64_t data_size, const std::string& remedy)
+  HeaderParser(const std::string& what, uint64_t data_size, const DamageRemedy& remedy)
       : what_(what), data_size_(data_size), remedy_(remedy) {}
 
   [[noreturn]] void corrupt(const std::string& problem, const char* meaning = kCorrupt) const {
@@ -194,7 +194,7 @@ class HeaderParser {
  private:
   const std::string& what_;
   uint64_t data_size_;
-  const std::string& remedy_;
+  const DamageRemedy& remedy_;
 };
 
 // The header JSON for `st` with the byte offsets of each tensor in name order, padded with
@@ -342,7 +342,7 @@ void SafeTensors::put_f32(const std::string& name, std::vector<int64_t> shape, c
 }
 
 SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what,
-                              SafeTensorsPart part, const std::string& remedy) {
+                              SafeTensorsPart part, const DamageRemedy& remedy) {
   if (size < 8)
     damaged(what, fmt::format("only {} bytes, shorter than the 8-byte header length", size),
             kTruncated, remedy);
@@ -391,7 +391,7 @@ SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::strin
   return st;
 }
 
-SafeTensors read_safetensors(const std::string& path, SafeTensorsPart part, const std::string& remedy) {
+SafeTensors read_safetensors(const std::string& path, SafeTensorsPart part, const DamageRemedy& remedy) {
   MappedFile file(path);
   return parse_safetensors(file.data(), file.size(), path, part, remedy);
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,17 +40,19 @@ struct SafeTensors {
 // no tensor bytes are copied: a checkpoint's stored config without copying its weights).
 enum class SafeTensorsPart { All, Metadata };
 // What the error for a damaged file tells the user to do, unless the caller knows better (a
-// checkpoint names the previous intact one).
-inline constexpr const char* kReexport = "re-export it";
+// checkpoint names the previous intact one). Called only when a file is damaged: finding the
+// remedy may itself read files.
+using DamageRemedy = std::function<std::string()>;
+inline std::string reexport_remedy() { return "re-export it"; }
 // Throws frugal::Error with the path and what is wrong (truncated, bad header JSON, offsets out
-// of range or overlapping, unknown dtype, shape/size mismatch), ending in `remedy` when the file
+// of range or overlapping, unknown dtype, shape/size mismatch), ending in remedy() when the file
 // is damaged.
 SafeTensors read_safetensors(const std::string& path, SafeTensorsPart part = SafeTensorsPart::All,
-                             const std::string& remedy = kReexport);
+                             const DamageRemedy& remedy = reexport_remedy);
 // `what` names the source in error messages (a path, "buffer", ...).
 SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what,
                               SafeTensorsPart part = SafeTensorsPart::All,
-                              const std::string& remedy = kReexport);
+                              const DamageRemedy& remedy = reexport_remedy);
 // The complete file image: header (keys sorted, padded with spaces to a multiple of 8 bytes)
 // followed by the tensors' bytes in name order. Deterministic for equal inputs.
 std::vector<uint8_t> serialize_safetensors(const SafeTensors& st);

@@ -95,7 +95,7 @@ std::string earlier_checkpoint_advice(const std::string& checkpoint_dir) {
 io::SafeTensors read_checkpoint_file(const std::string& checkpoint_dir, const char* name,
                                      io::SafeTensorsPart part = io::SafeTensorsPart::All) {
   return io::read_safetensors((fs::path(checkpoint_dir) / name).string(), part,
-                              earlier_checkpoint_advice(checkpoint_dir));
+                              [&] { return earlier_checkpoint_advice(checkpoint_dir); });
 }
 
 // Throws Error naming the tensor when values, tensor `name` of file `path` in checkpoint_dir,
