@@ -25,27 +25,36 @@ std::string MemoryPlan::describe(size_t optimizer_state_bytes) const {
 }
 
 MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute) {
-  const double recomputed_blocks =
-      static_cast<double>(std::count(recompute.begin(), recompute.end(), true));
+  return estimate_memory(c, B, T, recompute, BlockRange::whole(c));
+}
+
+MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute,
+                                const BlockRange& range) {
+  double recomputed_blocks = 0;
+  for (int l = range.begin; l < range.end; ++l) recomputed_blocks += l < int(recompute.size()) && recompute[l];
   // In floats, each tensor rounded up to the alignment as ParamTable::build and plan() lay them
   // out, in double: absurd sizes give huge numbers instead of overflowing.
   constexpr double A = kAlign / sizeof(float);
   auto tensor = [](double floats) { return std::ceil(floats / A) * A; };
-  const double N = double(B) * T, C = c.n_embd, H = double(c.ffn_mult) * c.n_embd, L = c.n_layer,
-               NH = c.n_head, biases = c.bias ? 1 : 0, gates = c.gated() ? 1 : 0;
+  const double N = double(B) * T, C = c.n_embd, H = double(c.ffn_mult) * c.n_embd,
+               L = range.end - range.begin, NH = c.n_head, biases = c.bias ? 1 : 0,
+               gates = c.gated() ? 1 : 0, embeddings = range.embeddings ? 1 : 0, head = range.head ? 1 : 0;
   const double vocab_rows = tensor(std::ceil(c.vocab_size / 64.0) * 64 * C);  // padded_vocab()
   auto linear = [&](double oc, double ic) { return tensor(oc * ic) + biases * tensor(oc); };
   const double norm = tensor(C) + biases * tensor(C);
   const double block =
       2 * norm + linear(3 * C, C) + linear(C, C) + (1 + gates) * linear(H, C) + linear(C, H);
-  const double parameters = vocab_rows + tensor(double(c.block_size) * C) + L * block + norm +
-                            (c.tied_head ? 0 : vocab_rows);
+  // as ParamTable::build(c, range): wte (also a tied head's copy), wpe, the blocks, ln_f, lm_head
+  const double wte = range.embeddings || (range.head && c.tied_head) ? vocab_rows : 0;
+  const double parameters = wte + embeddings * tensor(double(c.block_size) * C) + L * block +
+                            head * (norm + (c.tied_head ? 0 : vocab_rows));
   // ln1, ln2 (each with mean and rstd), qkv, att, lse, res_mid, fc, gate, act
   const double internals = 2 * (tensor(N * C) + 2 * tensor(N)) + tensor(3 * N * C) + tensor(N * C) +
                            tensor(NH * N) + tensor(N * C) + (2 + gates) * tensor(N * H);
-  // encoded, each block's internals (unless recomputed) and output, ln_f with mean and rstd, losses
+  // the range's input, each block's internals (unless recomputed) and output; with the head ln_f
+  // with mean and rstd, and the losses
   const double activations = tensor(N * C) + (L - recomputed_blocks) * internals + L * tensor(N * C) +
-                             tensor(N * C) + 3 * tensor(N);
+                             head * (tensor(N * C) + 3 * tensor(N));
   // the recomputed blocks' shared internals; dres, dln, dqkv, datt, dfc, dgate, dact, branch
   const double scratch = (recomputed_blocks > 0 ? internals : 0) + 2 * tensor(N * C) +
                          tensor(3 * N * C) + tensor(N * C) + (2 + gates) * tensor(N * H) + tensor(N * C);
@@ -56,14 +65,17 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
   return {bytes(parameters), bytes(parameters), bytes(activations), bytes(scratch)};
 }
 
-GPT::GPT(const ModelConfig& config) : config_(config), table_(ParamTable::build(config)) {
+GPT::GPT(const ModelConfig& config) : GPT(config, BlockRange::whole(config)) {}
+
+GPT::GPT(const ModelConfig& config, const BlockRange& range)
+    : config_(config), range_(range), table_(ParamTable::build(config, range)) {
   params_.resize(table_.total());
   grads_.resize(table_.total());
   auto off = [&](const std::string& name) {
     const ParamInfo* e = table_.find(name);
     return e ? e->offset : kAbsent;
   };
-  for (int l = 0; l < config_.n_layer; ++l) {
+  for (int l = 0; l < config_.n_layer; ++l) {  // blocks outside the range: every offset kAbsent
     const std::string p = fmt::format("transformer.h.{}.", l);
     blocks_.push_back({off(p + "ln_1.weight"), off(p + "ln_1.bias"), off(p + "attn.c_attn.weight"),
                        off(p + "attn.c_attn.bias"), off(p + "attn.c_proj.weight"),
@@ -74,6 +86,8 @@ GPT::GPT(const ModelConfig& config) : config_(config), table_(ParamTable::build(
   }
   formats_.resize(config_.n_layer);
   format_changed_at_.assign(config_.n_layer, 0);
+  wte_ = off("transformer.wte.weight");
+  wpe_ = off("transformer.wpe.weight");
   lnf_w_ = off("transformer.ln_f.weight");
   lnf_b_ = off("transformer.ln_f.bias");
   plan_.parameters = plan_.gradients = table_.total() * sizeof(float);
@@ -116,7 +130,7 @@ void GPT::plan(int B, int T, std::vector<bool> recompute) {
   B_ = B;
   T_ = T;
   recompute_ = std::move(recompute);
-  const MemoryPlan planned = estimate_memory(config_, B, T, recompute_);
+  const MemoryPlan planned = estimate_memory(config_, B, T, recompute_, range_);
   const size_t N = size_t(B) * T, C = config_.n_embd, H = config_.ffn_hidden(),
                NH = config_.n_head;
   const bool gated = config_.gated();
@@ -147,10 +161,10 @@ void GPT::plan(int B, int T, std::vector<bool> recompute) {
     a.gate = gated ? take(N * H, counter) : nullptr;
     a.act = take(N * H, counter);
   };
-  encoded_ = take(N * C, activations);
+  input_ = take(N * C, activations);
   acts_.assign(config_.n_layer, BlockActs{});
   bool any_recompute = false;
-  for (int l = 0; l < config_.n_layer; ++l) {
+  for (int l = range_.begin; l < range_.end; ++l) {
     if (recompute_[l]) {
       any_recompute = true;
     } else {
@@ -161,17 +175,19 @@ void GPT::plan(int B, int T, std::vector<bool> recompute) {
   if (any_recompute) {  // one shared set of internals, rebuilt per block during backward
     BlockActs shared{};
     internals(shared, scratch);
-    for (int l = 0; l < config_.n_layer; ++l)
+    for (int l = range_.begin; l < range_.end; ++l)
       if (recompute_[l]) {
         float* out = acts_[l].res_out;
         acts_[l] = shared;
         acts_[l].res_out = out;
       }
   }
-  lnf_ = take(N * C, activations);
-  lnf_mean_ = take(N, activations);
-  lnf_rstd_ = take(N, activations);
-  losses_ = take(N, activations);
+  if (range_.head) {
+    lnf_ = take(N * C, activations);
+    lnf_mean_ = take(N, activations);
+    lnf_rstd_ = take(N, activations);
+    losses_ = take(N, activations);
+  }
   dres_ = take(N * C, scratch);
   dln_ = take(N * C, scratch);
   dqkv_ = take(3 * N * C, scratch);
@@ -200,8 +216,10 @@ void GPT::set_frozen_prefix(int k) {
 
 size_t GPT::trainable_begin() const {
   if (frozen_ == 0) return 0;
-  if (frozen_ == config_.n_layer) return table_.layer_range(config_.n_layer).first;
-  return table_.layer_range(frozen_).first;
+  // The first trainable layer group of the range: a block at or above the frozen prefix, else ln_f.
+  const int first = std::max(frozen_, range_.begin);
+  if (first < range_.end) return table_.layer_range(first).first;
+  return range_.head ? table_.layer_range(config_.n_layer).first : table_.total();
 }
 
 size_t GPT::head_offset() const {
@@ -257,12 +275,12 @@ LinearFormat* GPT::linear_format(int layer, Linear which) const {
 
 uint64_t GPT::prefix_format_version(int blocks) const {
   uint64_t version = 0;
-  for (int l = 0; l < std::min(blocks, config_.n_layer); ++l) version = std::max(version, format_changed_at_[l]);
+  for (int l = range_.begin; l < std::min(blocks, range_.end); ++l) version = std::max(version, format_changed_at_[l]);
   return version;
 }
 
 void GPT::refresh_formats() {
-  for (int l = 0; l < config_.n_layer; ++l)
+  for (int l = range_.begin; l < range_.end; ++l)
     for (int i = 0; i < kLinears; ++i)
       if (formats_[l][i]) {
         const auto [oc, ic] = linear_shape(static_cast<Linear>(i));
@@ -291,7 +309,7 @@ void GPT::linear_backward(int l, Linear which, float* dinp, const float* dout, c
     k::matmul_backward(dinp, dw, db, dout, inp, P(w), N, C, OC, accumulate_dinp);
 }
 
-const float* GPT::block_input(int l) const { return l == 0 ? encoded_ : acts_[l - 1].res_out; }
+const float* GPT::block_input(int l) const { return block_output(l - 1); }
 
 namespace {
 uint64_t site_key(uint64_t step_key, int layer, int site) {
@@ -325,41 +343,44 @@ void GPT::block_forward(int l, uint64_t dropout_key) {
   k::residual_forward(a.res_out, a.res_mid, branch_, size_t(N) * C);
 }
 
-float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
-                   uint64_t dropout_key, const float* prefix_output, int prefix_blocks) {
+float GPT::forward_range(const RangeInput& in, const int32_t* targets, float grad_scale,
+                         uint64_t dropout_key) {
   FRUGAL_CHECK(B_ > 0, "internal: GPT::plan must be called before forward");
   const int B = B_, T = T_, C = config_.n_embd, N = B * T, V = config_.vocab_size;
-  for (int i = 0; i < N; ++i) {
-    FRUGAL_CHECK(inputs[i] >= 0 && inputs[i] < V,
-                 "token id {} at position {} is outside the vocabulary [0, {}); check that the data "
-                 "was prepared with this model's tokenizer", inputs[i], i, V);
-    FRUGAL_CHECK(targets[i] >= -1 && targets[i] < V,
-                 "target id {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
-  }
-  std::memcpy(tokens_.data(), inputs, sizeof(int32_t) * N);
-  std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
   dropout_key_ = dropout_key;
   dropout_p_ = grad_scale != 0.0f ? config_.dropout : 0.0f;  // evaluation runs without dropout
-  const size_t wte = table_.at("transformer.wte.weight").offset;
-  const size_t wpe = table_.at("transformer.wpe.weight").offset;
-  int first_block = 0;
-  if (prefix_output) {
-    FRUGAL_CHECK(prefix_blocks >= 0 && prefix_blocks <= frozen_,
-                 "internal: cached prefix of {} blocks exceeds the frozen prefix {}", prefix_blocks, frozen_);
-    std::memcpy(prefix_blocks == 0 ? encoded_ : acts_[prefix_blocks - 1].res_out, prefix_output,
-                sizeof(float) * N * C);
-    first_block = prefix_blocks;
+  backward_ready_ = grad_scale != 0.0f;
+  int first_block = range_.begin;
+  if (in.activations) {
+    FRUGAL_CHECK(in.first_block >= range_.begin && in.first_block <= range_.end,
+                 "internal: activations entering block {} do not belong to blocks [{}, {})",
+                 in.first_block, range_.begin, range_.end);
+    FRUGAL_CHECK(in.first_block == range_.begin || in.first_block <= frozen_,
+                 "internal: cached prefix of {} blocks exceeds the frozen prefix {}", in.first_block, frozen_);
+    first_block = in.first_block;
+    std::memcpy(output_slot(first_block - 1), in.activations, sizeof(float) * N * C);
   } else {
-    k::encoder_forward(encoded_, tokens_.data(), P(wte), P(wpe), B, T, C);
+    FRUGAL_CHECK(range_.embeddings && in.tokens, "internal: a range without the embeddings needs its input activations");
   }
-  for (int l = first_block; l < config_.n_layer; ++l) block_forward(l, dropout_key);
-  const float* top = acts_.back().res_out;
-  k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, top, P(lnf_w_), P(lnf_b_), N, C, config_.layernorm_eps);
+  if (range_.embeddings && in.tokens) {  // kept for the embeddings' backward
+    for (int i = 0; i < N; ++i)
+      FRUGAL_CHECK(in.tokens[i] >= 0 && in.tokens[i] < V,
+                   "token id {} at position {} is outside the vocabulary [0, {}); check that the data "
+                   "was prepared with this model's tokenizer", in.tokens[i], i, V);
+    std::memcpy(tokens_.data(), in.tokens, sizeof(int32_t) * N);
+    if (!in.activations) k::encoder_forward(input_, tokens_.data(), P(wte_), P(wpe_), B, T, C);
+  }
+  for (int l = first_block; l < range_.end; ++l) block_forward(l, dropout_key);
+  if (!range_.head) return 0.0f;
 
+  for (int i = 0; i < N; ++i)
+    FRUGAL_CHECK(targets[i] >= -1 && targets[i] < V,
+                 "target id {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
+  std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
+  k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, output(), P(lnf_w_), P(lnf_b_), N, C, config_.layernorm_eps);
   int valid = 0;
   for (int i = 0; i < N; ++i) valid += targets[i] >= 0;
   const float dloss = valid > 0 ? grad_scale / static_cast<float>(valid) : 0.0f;
-  backward_ready_ = grad_scale != 0.0f;
   const bool head_trainable = !(config_.tied_head && frozen_ > 0);
   float* dhead = backward_ready_ && head_trainable ? grads_.data() + head_offset() : nullptr;
   k::lm_head_cross_entropy(losses_, backward_ready_ ? dln_ : nullptr, dhead, lnf_, P(head_offset()),
@@ -367,6 +388,14 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_sca
   double sum = 0.0;
   for (int i = 0; i < N; ++i) sum += losses_[i];
   return valid > 0 ? static_cast<float>(sum / valid) : 0.0f;
+}
+
+float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
+                   uint64_t dropout_key, const float* prefix_output, int prefix_blocks) {
+  FRUGAL_CHECK(range_.embeddings && range_.head, "internal: GPT::forward runs the whole model; a "
+               "block range runs forward_range");
+  return forward_range({inputs, prefix_output, prefix_output ? prefix_blocks : 0}, targets, grad_scale,
+                       dropout_key);
 }
 
 void GPT::block_backward(int l, uint64_t dropout_key) {
@@ -402,28 +431,38 @@ void GPT::block_backward(int l, uint64_t dropout_key) {
   k::attention_backward(dqkv_, datt_, a.qkv, a.att, a.lse, B, T, C, config_.n_head);
   linear_backward(l, Linear::Qkv, dln_, dqkv_, a.ln1, N, false);
   // The bottom trainable block need not pass a gradient further down unless embeddings train.
-  const bool need_dinp = l > frozen_ || frozen_ == 0;
+  const bool need_dinp = l > frozen_ || frozen_ == 0;  // (a later stage's l > frozen_ too)
   k::layernorm_backward(need_dinp ? dres_ : nullptr, G(o.ln1_w, t), G(o.ln1_b, t), dln_, block_input(l),
                         P(o.ln1_w), a.ln1_mean, a.ln1_rstd, N, C);
 }
 
-void GPT::backward() {
-  FRUGAL_CHECK(backward_ready_, "internal: backward() needs a preceding forward() with grad_scale != 0");
+void GPT::backward_range(const float* doutput) {
+  FRUGAL_CHECK(backward_ready_, "internal: backward needs a preceding training forward (grad_scale != 0)");
+  FRUGAL_CHECK(range_.head ? !doutput : doutput || frozen_ >= range_.end, "internal: the range "
+               "with the head starts backward from its loss; every other range takes the gradient "
+               "of its output unless all its blocks are frozen");
   backward_ready_ = false;
+  if (!range_.head && !doutput) return;  // a frozen range: nothing to do
   const int B = B_, T = T_, C = config_.n_embd, N = B * T;
-  const bool top_trainable = frozen_ < config_.n_layer;
-  std::memset(dres_, 0, sizeof(float) * N * C);
-  // dln_ holds d loss / d lnf from the fused head; ln_f is trainable unless every block is frozen
-  // (ln_f belongs to the top group, which stays trainable: freezing stops at the blocks).
-  k::layernorm_backward(top_trainable ? dres_ : nullptr, grads_.data() + lnf_w_,
-                        lnf_b_ == kAbsent ? nullptr : grads_.data() + lnf_b_, dln_,
-                        acts_.back().res_out, P(lnf_w_), lnf_mean_, lnf_rstd_, N, C);
-  for (int l = config_.n_layer - 1; l >= frozen_; --l) block_backward(l, dropout_key_);
-  if (frozen_ == 0) {
-    const size_t wte = table_.at("transformer.wte.weight").offset;
-    const size_t wpe = table_.at("transformer.wpe.weight").offset;
-    k::encoder_backward(grads_.data() + wte, grads_.data() + wpe, dres_, tokens_.data(), B, T, C);
+  if (range_.head) {
+    const bool top_trainable = frozen_ < config_.n_layer;
+    std::memset(dres_, 0, sizeof(float) * N * C);
+    // dln_ holds d loss / d lnf from the fused head; ln_f is trainable unless every block is frozen
+    // (ln_f belongs to the top group, which stays trainable: freezing stops at the blocks).
+    k::layernorm_backward(top_trainable ? dres_ : nullptr, grads_.data() + lnf_w_,
+                          lnf_b_ == kAbsent ? nullptr : grads_.data() + lnf_b_, dln_, output(),
+                          P(lnf_w_), lnf_mean_, lnf_rstd_, N, C);
+  } else {
+    std::memcpy(dres_, doutput, sizeof(float) * N * C);
   }
+  for (int l = range_.end - 1; l >= std::max(frozen_, range_.begin); --l) block_backward(l, dropout_key_);
+  if (range_.embeddings && frozen_ == 0)
+    k::encoder_backward(grads_.data() + wte_, grads_.data() + wpe_, dres_, tokens_.data(), B, T, C);
+}
+
+const float* GPT::input_grad() const {
+  FRUGAL_CHECK(!range_.embeddings, "internal: the range with the embeddings has no input gradient");
+  return frozen_ < range_.begin || frozen_ == 0 ? dres_ : nullptr;
 }
 
 void GPT::zero_grad() {

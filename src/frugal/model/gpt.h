@@ -1,8 +1,10 @@
-// GPT: the single-device model. Owns the flat parameter and gradient buffers (laid out by the
-// ParamTable) and an activation arena planned once per (B, T). Forward and backward call the
-// kernels of kernels/ops.h explicitly, block by block. It knows nothing of parallelism or methods;
-// those act through its narrow interface: the ParamTable, the frozen-prefix boundary, and
-// per-block activation recomputation.
+// GPT: the single-device model, or one BlockRange of it (a pipeline stage). Owns the flat
+// parameter and gradient buffers of its range (laid out by the ParamTable) and an activation arena
+// planned once per (B, T). Forward and backward call the kernels of kernels/ops.h explicitly, block
+// by block. It knows nothing of parallelism or methods; those act through its narrow interface:
+// the ParamTable, the frozen-prefix boundary, linear formats, per-block activation recomputation,
+// and the range API (forward_range / backward_range), which a pipeline chains across processes
+// and which the whole-model forward() / backward() run over one range.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -27,8 +29,10 @@ class GPT {
  public:
   static constexpr size_t kAbsent = ~size_t(0);
   explicit GPT(const ModelConfig& config);
+  GPT(const ModelConfig& config, const BlockRange& range);
 
   const ModelConfig& config() const { return config_; }
+  const BlockRange& range() const { return range_; }
   const ParamTable& table() const { return table_; }
   float* params() { return params_.data(); }
   const float* params() const { return params_.data(); }
@@ -49,9 +53,11 @@ class GPT {
   MemoryPlan memory_plan() const { return plan_; }
   // The memory plan a model of `config` would have after plan(B, T, recompute), computed without
   // building or allocating anything (absurd sizes give huge byte counts, saturated at 2^63, never
-  // an overflow): to refuse a run before allocating.
+  // an overflow): to refuse a run before allocating. `range`: the part of the model planned.
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
                                     const std::vector<bool>& recompute);
+  static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
+                                    const std::vector<bool>& recompute, const BlockRange& range);
 
   // Blocks [0, k) and the embeddings are frozen: no backward, no weight gradients (k = 0: none).
   // With a tied head, freezing the embedding also freezes the head.
@@ -77,20 +83,42 @@ class GPT {
   // Calls refresh() of every installed format (after the master weights changed).
   void refresh_formats();
 
-  // Runs the forward pass and returns the mean loss over targets != -1. When `grad_scale` is
-  // non-zero it also starts the backward pass at the head (d loss/d logits scaled by grad_scale)
-  // so that backward() can follow. dropout_key varies the dropout masks per step. Dropout applies
-  // only then (training); grad_scale == 0 is evaluation and runs without dropout.
-  // `prefix_output` (B,T,C), when given, is taken as the output of the first `prefix_blocks`
-  // blocks (activations cached by the caller; prefix_blocks must not exceed the frozen prefix, and
-  // 0 means the embeddings' output): the embeddings and those blocks are not run.
+  // What enters a range's forward for one micro-batch: the tokens (B,T), which the embeddings
+  // read, or `activations` (B,T,C), the output of block first_block - 1 (the previous pipeline
+  // stage's output(), or cached activations of a frozen prefix): blocks before first_block and
+  // the embeddings are then not run.
+  struct RangeInput {
+    const int32_t* tokens = nullptr;
+    const float* activations = nullptr;
+    int first_block = 0;
+  };
+  // Runs the range forward. grad_scale != 0 is a training step: dropout applies (its masks vary
+  // with dropout_key) and backward_range() may follow; grad_scale == 0 is evaluation. A range with
+  // the head returns the mean loss over targets (B,T) != -1 and, when training, already starts the
+  // backward pass at the head (d loss/d logits scaled by grad_scale); other ranges return 0 and
+  // leave their result in output().
+  float forward_range(const RangeInput& in, const int32_t* targets, float grad_scale,
+                      uint64_t dropout_key);
+  // (B,T,C) output of the range's last block from the last forward_range, valid until the next.
+  const float* output() const { return block_output(range_.end - 1); }
+  // Back-propagates the last training forward_range into grads() (accumulating). A range with
+  // the head starts from its loss (doutput null); the others take doutput (B,T,C), d loss/d
+  // output() (the next stage's input_grad(), null when every block of this range is frozen).
+  void backward_range(const float* doutput = nullptr);
+  // (B,T,C) d loss / d the range's input after backward_range, for a range without the embeddings
+  // (what the previous stage's backward_range takes); null when nothing below trains.
+  const float* input_grad() const;
+
+  // The whole model (a range with embeddings and head): forward from tokens, optionally starting
+  // at `prefix_blocks` with `prefix_output` (B,T,C), the cached output of a frozen prefix of at
+  // most frozen_prefix() blocks (0: the embeddings' output).
   float forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
                 uint64_t dropout_key = 0, const float* prefix_output = nullptr,
                 int prefix_blocks = 0);
-  // Output (B,T,C) of block l from the last forward (l = -1: the embeddings), valid until the next.
-  const float* block_output(int l) const { return l < 0 ? encoded_ : acts_[l].res_out; }
-  // Back-propagates the loss of the last forward(grad_scale != 0) into grads() (accumulating).
-  void backward();
+  // Output (B,T,C) of block l from the last forward (l = range().begin - 1: the range's input;
+  // -1 is the embeddings' output), valid until the next.
+  const float* block_output(int l) const { return l < range_.begin ? input_ : acts_[l].res_out; }
+  void backward() { backward_range(nullptr); }
   void zero_grad();
   // Logits (B, T, V) of the last position only is what sampling needs; this gives all positions.
   void logits(const int32_t* inputs, int B, int T, float* out);
@@ -120,25 +148,28 @@ class GPT {
     return off == kAbsent || !trainable ? nullptr : grads_.data() + off;
   }
   const float* block_input(int l) const;
+  float* output_slot(int l) { return l < range_.begin ? input_ : acts_[l].res_out; }
   void block_forward(int l, uint64_t dropout_key);
   void linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp, int N,
                        bool accumulate_dinp);
   void block_backward(int l, uint64_t dropout_key);
 
   ModelConfig config_;
+  BlockRange range_;
   ParamTable table_;
   Buffer<float> params_, grads_;
   std::vector<BlockOffsets> blocks_;
   std::vector<std::array<std::shared_ptr<LinearFormat>, kLinears>> formats_;
   std::vector<uint64_t> format_changed_at_;  // per block: the format_changes_ of its last change
   uint64_t format_changes_ = 0;
-  size_t lnf_w_, lnf_b_;
+  size_t wte_, wpe_, lnf_w_, lnf_b_;
 
   int B_ = 0, T_ = 0, frozen_ = 0;
   std::vector<bool> recompute_;
   Buffer<float> arena_;
   std::vector<BlockActs> acts_;
-  float *encoded_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr,
+  // input_: the range's input (B,T,C), the embeddings' output in the first stage
+  float *input_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr,
         *losses_ = nullptr;
   // backward scratch
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datt_ = nullptr, *dfc_ = nullptr,

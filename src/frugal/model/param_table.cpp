@@ -58,13 +58,27 @@ class Builder {
 
 }  // namespace
 
-ParamTable ParamTable::build(const ModelConfig& c) {
+void BlockRange::validate(const ModelConfig& c) const {
+  FRUGAL_CHECK(0 <= begin && begin <= end && end <= c.n_layer,
+               "internal: block range [{}, {}) is not within the model's {} blocks", begin, end, c.n_layer);
+  FRUGAL_CHECK(!embeddings || begin == 0, "internal: a range with the embeddings must start at block 0");
+  FRUGAL_CHECK(!head || end == c.n_layer, "internal: a range with the head must end at the last block");
+  FRUGAL_CHECK(embeddings || head || begin < end, "internal: block range [{}, {}) holds nothing", begin, end);
+}
+
+ParamTable ParamTable::build(const ModelConfig& c) { return build(c, BlockRange::whole(c)); }
+
+ParamTable ParamTable::build(const ModelConfig& c, const BlockRange& range) {
   c.validate();
+  range.validate(c);
   const int64_t C = c.n_embd, H = c.ffn_hidden(), Vp = c.padded_vocab();
   Builder b;
-  b.add("transformer.wte.weight", {Vp, C}, ParamRole::Embedding, -1);
-  b.add("transformer.wpe.weight", {c.block_size, C}, ParamRole::Embedding, -1);
-  for (int l = 0; l < c.n_layer; ++l) {
+  // A tied head reads the token embedding: a last stage without the embeddings holds a copy
+  // (its gradient is the head's part, for the parallel strategy to add to the first stage's).
+  if (range.embeddings || (range.head && c.tied_head))
+    b.add("transformer.wte.weight", {Vp, C}, ParamRole::Embedding, -1);
+  if (range.embeddings) b.add("transformer.wpe.weight", {c.block_size, C}, ParamRole::Embedding, -1);
+  for (int l = range.begin; l < range.end; ++l) {
     const std::string p = fmt::format("transformer.h.{}.", l);
     auto linear = [&](const std::string& name, int64_t oc, int64_t ic) {
       b.add(p + name + ".weight", {oc, ic}, ParamRole::Weight, l);
@@ -82,9 +96,11 @@ ParamTable ParamTable::build(const ModelConfig& c) {
     if (c.gated()) linear("mlp.c_gate", H, C);
     linear("mlp.c_proj", C, H);
   }
-  b.add("transformer.ln_f.weight", {C}, ParamRole::NormWeight, c.n_layer);
-  if (c.bias) b.add("transformer.ln_f.bias", {C}, ParamRole::NormBias, c.n_layer);
-  if (!c.tied_head) b.add("lm_head.weight", {Vp, C}, ParamRole::Weight, c.n_layer);
+  if (range.head) {
+    b.add("transformer.ln_f.weight", {C}, ParamRole::NormWeight, c.n_layer);
+    if (c.bias) b.add("transformer.ln_f.bias", {C}, ParamRole::NormBias, c.n_layer);
+    if (!c.tied_head) b.add("lm_head.weight", {Vp, C}, ParamRole::Weight, c.n_layer);
+  }
   ParamTable t;
   t.entries_ = std::move(b.entries);
   t.total_ = b.total;
@@ -121,6 +137,15 @@ std::pair<size_t, size_t> ParamTable::layer_range(int layer) const {
   }
   if (begin > end) return {0, 0};
   return {begin, end};
+}
+
+std::vector<ParamTable::Group> ParamTable::groups() const {
+  std::vector<Group> out;
+  for (const auto& e : entries_) {
+    if (out.empty() || out.back().layer != e.layer) out.push_back({e.layer, e.offset, e.offset});
+    out.back().end = e.offset + e.numel;
+  }
+  return out;
 }
 
 }  // namespace frugal

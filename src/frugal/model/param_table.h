@@ -2,7 +2,8 @@
 // float buffer. Gradients and AdamW moments use the same offsets, so zeroing, clipping, the
 // optimizer step and checkpoint I/O are flat loops. Layout, in order: wte, wpe, block 0 .. L-1
 // (each block contiguous, so a frozen prefix is one contiguous range), ln_f, lm_head (untied only).
-// Every tensor starts on a 64-byte boundary.
+// Every tensor starts on a 64-byte boundary. A table may cover only part of the model (a
+// BlockRange: what one pipeline stage holds); its tensors keep their names and relative order.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +15,20 @@
 #include "frugal/model/config.h"
 
 namespace frugal {
+
+// The part of a model one process runs: the embeddings (first stage), blocks [begin, end), and the
+// final LayerNorm with the LM head and loss (last stage). The whole model is one range; a pipeline
+// splits it into consecutive ranges, and running them one after the other is the whole model.
+struct BlockRange {
+  int begin = 0, end = 0;
+  bool embeddings = true, head = true;
+  static BlockRange whole(const ModelConfig& config) { return {0, config.n_layer, true, true}; }
+  bool contains(int layer) const { return layer >= begin && layer < end; }
+  bool operator==(const BlockRange&) const = default;
+  // Throws Error unless 0 <= begin <= end <= n_layer, the embeddings go with begin == 0, the head
+  // with end == n_layer, and the range holds something.
+  void validate(const ModelConfig& config) const;
+};
 
 enum class ParamRole { Embedding, Weight, Bias, NormWeight, NormBias };
 
@@ -30,7 +45,11 @@ struct ParamInfo {
 
 class ParamTable {
  public:
+  // The tensors of `range`, in the order of the whole model's table: wte and wpe (embeddings; a
+  // last stage without them holds its own copy of wte when the head is tied), the range's blocks,
+  // ln_f and lm_head (head).
   static ParamTable build(const ModelConfig& config);
+  static ParamTable build(const ModelConfig& config, const BlockRange& range);
 
   const std::vector<ParamInfo>& entries() const { return entries_; }
   const ParamInfo* find(std::string_view name) const;
@@ -41,6 +60,13 @@ class ParamTable {
   // [begin, end) float offsets covering block `layer`; layer == -1 gives the embeddings,
   // layer == n_layer the final LayerNorm and untied head.
   std::pair<size_t, size_t> layer_range(int layer) const;
+  // The buffer split into its layer groups (embeddings, each block, final LayerNorm and head), in
+  // buffer order: the unit of the frozen prefix and of the gradient norm's partial sums.
+  struct Group {
+    int layer;
+    size_t begin, end;
+  };
+  std::vector<Group> groups() const;
 
  private:
   std::vector<ParamInfo> entries_;

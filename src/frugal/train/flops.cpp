@@ -51,7 +51,7 @@ StepFlops count_step_flops(const GPT& model, int B, int T, int cached_prefix_blo
   if (frozen == 0) f.executed[0].optimizer = f.dense[0].optimizer;
   // blocks
   const double attention = 2.0 * B * c.n_head * c.head_size() * double(T) * (T + 1);
-  for (int l = 0; l < L; ++l) {
+  for (int l = model.range().begin; l < model.range().end; ++l) {
     PhaseFlops& d = f.dense[l + 1];
     PhaseFlops& e = f.executed[l + 1];
     const bool runs = l >= cached_prefix_blocks, trains = l >= frozen;
@@ -81,6 +81,7 @@ StepFlops count_step_flops(const GPT& model, int B, int T, int cached_prefix_blo
     d.optimizer = 12 * params_in_range(table, b, end);
     if (trains) e.optimizer = d.optimizer;
   }
+  if (!model.range().head) return f;
   // final LayerNorm and head
   PhaseFlops& hd = f.dense[L + 1];
   PhaseFlops& he = f.executed[L + 1];

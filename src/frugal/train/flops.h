@@ -35,7 +35,7 @@ struct StepFlops {
   PhaseFlops dense_total() const;
 };
 
-// FLOPs of one micro-batch of B·T tokens for `model` as it is now configured (frozen prefix,
+// FLOPs of one micro-batch of B·T tokens for `model` (its block range) as now configured (frozen prefix,
 // linear formats), with the first `cached_prefix_blocks` blocks served from cached activations.
 StepFlops count_step_flops(const GPT& model, int B, int T, int cached_prefix_blocks = 0);
 
