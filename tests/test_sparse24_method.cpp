@@ -1,5 +1,5 @@
 // The sparse24 method plugin: mask validity and transposability after training, row-only masks,
-// the masked decay term (after clipping, through StepRunner), bit-exact resume of the mask state,
+// the masked decay term (after clipping, through SingleProcessStep), bit-exact resume of the mask state,
 // forward and every parameter gradient through the 2:4 formats equal to a dense model with masked
 // weights, FLOP accounting, the flip-rate log, dense fine-tuning, and the MVUE estimator (alone
 // and in the model: only masked weight gradients change, unbiased).
@@ -92,15 +92,18 @@ std::unique_ptr<GPT> masked_dense_twin(const GPT& sparse, const Sparse24Method& 
 struct DirectRun {
   static constexpr int B = 2, T = 16;
   RunSettings settings;
-  GPT model;
-  AdamW optim;
+  Session session;
+  GPT& model;
+  AdamW& optim;
   MethodSet methods;
   std::vector<int32_t> tokens, targets;
 
   explicit DirectRun(const sparse24::Sparse24Config& s24, float grad_clip = 1.0f)
-      : settings(make_settings(grad_clip)), model(settings.model), optim(model.table(), settings.optim) {
+      : settings(make_settings(grad_clip)),
+        session({.model = settings.model, .optim = settings.optim, .batch = B, .seq_len = T}),
+        model(session.model()),
+        optim(session.optim()) {
     model.init_weights(3);
-    model.plan(B, T);
     std::vector<std::unique_ptr<Method>> list;
     list.push_back(std::make_unique<Sparse24Method>(s24));
     methods = MethodSet(std::move(list));
@@ -110,8 +113,11 @@ struct DirectRun {
     for (int i = 0; i < B * T; ++i) tokens.push_back((i * 7 + 3) % 65), targets.push_back((i * 11 + 5) % 65);
   }
   TrainContext context() {
-    TrainContext ctx{model, optim, settings};
+    TrainContext ctx{session};
     ctx.max_steps = settings.train.max_steps;
+    ctx.batch = B;
+    ctx.seq_len = T;
+    ctx.seed = settings.train.seed;
     return ctx;
   }
   Sparse24Method& method() { return dynamic_cast<Sparse24Method&>(*methods.methods().at(0)); }
@@ -185,7 +191,7 @@ TEST(Sparse24Method, RowOnlyMasksAre24PerRowAndTrain) {
   EXPECT_GT(non_transposable_blocks, 0u) << "row-only masks should not all be transposable";
 }
 
-// Through StepRunner, the way training runs it: after the step the gradient buffer holds the
+// Through SingleProcessStep, the way training runs it: after the step the gradient buffer holds the
 // clipped gradient plus λ·(1 − m)⊙W (W before the update) on the masked weights, and just the
 // clipped gradient elsewhere. With a clip far below the gradient norm, decay added before clipping
 // would come out scaled down with everything else.
@@ -207,8 +213,9 @@ TEST(Sparse24Method, MaskedDecayAddsLambdaTimesPrunedWeightsToClippedGradients) 
     }
   }
 
-  StepRunner runner(model, run.optim, run.methods, run.settings);
-  const StepResult r = runner.run(0, 1e-3f, [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
+  run.session.set_lr_schedule([](int64_t) { return 1e-3f; });
+  SingleProcessStep runner(run.session, run.methods, run.settings);
+  const StepResult r = runner.run(0, [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
     std::copy(run.tokens.begin(), run.tokens.end(), inputs);
     std::copy(run.targets.begin(), run.targets.end(), targets);
     ids[0] = 0, ids[1] = 1;

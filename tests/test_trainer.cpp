@@ -384,19 +384,19 @@ class InfiniteGradient : public Method {
  public:
   std::string name() const override { return "infinite_gradient"; }
   bool match(Event event, const TrainContext&) const override { return event == Event::AfterBackward; }
-  void apply(Event, TrainContext& ctx) override { ctx.model.grads()[0] = INFINITY; }
+  void apply(Event, TrainContext& ctx) override { ctx.model().grads()[0] = INFINITY; }
 };
 
-TEST(StepRunner, NonFiniteGradientStopsTrainingBeforeTheUpdate) {
+TEST(StepStrategy, NonFiniteGradientStopsTrainingBeforeTheUpdate) {
   const RunSettings settings = run_settings(tiny_config("", "", {"model.vocab_size=8"}));
-  GPT model(settings.model);
+  Session session({.model = settings.model, .optim = settings.optim,
+                   .batch = settings.train.batch_size, .seq_len = settings.train.seq_len});
+  GPT& model = session.model();
   model.init_weights(1);
-  model.plan(settings.train.batch_size, settings.train.seq_len);
-  AdamW optim(model.table(), settings.optim);
   std::vector<std::unique_ptr<Method>> methods;
   methods.push_back(std::make_unique<InfiniteGradient>());
   MethodSet method_set(std::move(methods));
-  StepRunner runner(model, optim, method_set, settings);
+  SingleProcessStep runner(session, method_set, settings);
   const std::vector<float> before(model.params(), model.params() + model.num_floats());
   const BatchSource zeros = [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
     const size_t n = size_t(settings.train.batch_size) * settings.train.seq_len;
@@ -404,7 +404,7 @@ TEST(StepRunner, NonFiniteGradientStopsTrainingBeforeTheUpdate) {
     std::fill(targets, targets + n, 1);
     std::fill(ids, ids + settings.train.batch_size, 0);
   };
-  const std::string msg = error_of([&] { runner.run(0, 1e-3f, zeros, nullptr); });
+  const std::string msg = error_of([&] { runner.run(0, zeros, nullptr); });
   EXPECT_NE(msg.find("the training gradient norm became inf at step 0"), std::string::npos) << msg;
   EXPECT_EQ(std::vector<float>(model.params(), model.params() + model.num_floats()), before);
 }

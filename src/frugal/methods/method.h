@@ -1,8 +1,9 @@
 // The method plugin contract (Composer-style two-way callbacks). A training-acceleration method
-// is told about every event of the training loop and may act on the model through a narrow
-// interface: the frozen prefix, linear formats (sparse kernels), cached prefix activations, the
-// optimizer's moments, and metrics. Shapes, formats and partitions change only at the Reconfigure
-// safe point (after the optimizer step, all ranks at a barrier). See docs/methods.md.
+// is told about every event of the training loop and may act on what is trained through a narrow
+// interface: the session (session/session.h: the model, the optimizer's moments, the LR schedule,
+// and a reshape of the model), the frozen prefix, linear formats (sparse kernels), cached prefix
+// activations, and metrics. Shapes, formats and partitions change only at the Reconfigure safe
+// point (after the optimizer step, all ranks at a barrier). See docs/methods.md.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,12 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/io/config.h"
-#include "frugal/model/gpt.h"
-#include "frugal/optim/adamw.h"
+#include "frugal/session/session.h"
 
 namespace frugal {
-
-struct RunSettings;
 
 // In the order the trainer fires them. Per optimizer step: BatchStart, then per micro-batch
 // BeforeForward, AfterForward, BeforeBackward, AfterBackward; then AfterGradReduce, gradient
@@ -31,23 +29,30 @@ enum class Event {
 inline constexpr int kNumEvents = static_cast<int>(Event::FitEnd) + 1;
 const char* event_name(Event e);
 
-// What a method may change; the trainer rebuilds what depends on it.
+// What a method may change. MethodSet refuses, at start-up, a method that changes shapes next to
+// one whose state is tied to the shapes (masks, a frozen prefix with its cached activations), and
+// stops a run whose method reshapes the session without declaring it.
 struct Capabilities {
   bool changes_trainable_set = false;  // frozen prefix (optimizer range, FLOP accounting)
-  bool changes_shapes = false;         // parameter shapes (ParamTable rebuilt, state migrated)
+  bool changes_shapes = false;         // reshapes the session at Reconfigure (Session::reshape)
   bool owns_masks = false;             // installs linear formats / sparsity masks
-  bool needs_dense_gradients = false;  // reads full dense weight gradients (e.g. to grow weights)
 };
 
 // The view of training a method gets at each event. Fields are valid as noted.
 struct TrainContext {
-  GPT& model;
-  AdamW& optim;
-  const RunSettings& settings;
+  Session& session;
+  // The session's current model and optimizer (a reshape replaces them: do not keep references
+  // across a Reconfigure).
+  GPT& model() const { return session.model(); }
+  AdamW& optim() const { return session.optim(); }
   int64_t step = 0;       // 0-based index of the current optimizer step
   int64_t max_steps = 0;
   int micro = 0;          // micro-batch index (BeforeForward .. AfterBackward)
   int batch = 0;          // B
+  int grad_accum = 1;     // micro-batches per optimizer step
+  int seq_len = 0;        // T
+  uint64_t seed = 0;      // train.seed
+  std::string_view run_dir;  // train.out_dir: where a method keeps its files
   int64_t num_samples = 0;  // distinct training sample ids (one epoch); 0: unknown (bench)
   const int32_t* inputs = nullptr;      // (B,T) current micro-batch
   const int32_t* targets = nullptr;     // (B,T)

@@ -41,6 +41,18 @@ MethodSet::MethodSet(std::vector<std::unique_ptr<Method>> methods) {
     for (size_t j : after[pick]) --indegree[j];
     methods_.push_back(std::move(methods[pick]));
   }
+  // A reshape rebuilds the model: masks, a frozen prefix and its cached activations belong to the
+  // old shapes.
+  for (const auto& a : methods_)
+    for (const auto& b : methods_) {
+      if (a == b || !a->capabilities().changes_shapes) continue;
+      const Capabilities other = b->capabilities();
+      FRUGAL_CHECK(!other.owns_masks && !other.changes_trainable_set && !other.changes_shapes,
+                   "methods.{} changes the model's shapes mid-run and methods.{} keeps state tied "
+                   "to them ({}); they cannot be used together: remove one of the two tables",
+                   a->name(), b->name(), other.changes_shapes ? "it reshapes too"
+                   : other.owns_masks ? "sparsity masks" : "a frozen prefix and its cached activations");
+    }
 }
 
 MethodSet MethodSet::from_config(const io::Config& config) {
@@ -62,8 +74,15 @@ MethodSet MethodSet::from_config(const io::Config& config) {
 
 void MethodSet::fire(Event event, TrainContext& ctx) {
   ++counts_[static_cast<int>(event)];
-  for (auto& m : methods_)
-    if (m->match(event, ctx)) m->apply(event, ctx);
+  for (auto& m : methods_) {
+    if (!m->match(event, ctx)) continue;
+    const int64_t reshapes = ctx.session.reshapes();
+    m->apply(event, ctx);
+    FRUGAL_CHECK(ctx.session.reshapes() == reshapes ||
+                     (event == Event::Reconfigure && m->capabilities().changes_shapes),
+                 "internal: method {} reshaped the session at {}; reshape only at Reconfigure, "
+                 "and declare Capabilities::changes_shapes", m->name(), event_name(event));
+  }
 }
 
 int MethodSet::cached_prefix_blocks() const {

@@ -29,6 +29,7 @@ struct ModelConfig {
   bool gated() const { return mlp != MlpKind::Gelu; }
   // Throws frugal::Error naming the offending field and the accepted range.
   void validate() const;
+  bool operator==(const ModelConfig&) const = default;
 };
 
 }  // namespace frugal

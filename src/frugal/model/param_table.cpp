@@ -139,13 +139,4 @@ std::pair<size_t, size_t> ParamTable::layer_range(int layer) const {
   return {begin, end};
 }
 
-std::vector<ParamTable::Group> ParamTable::groups() const {
-  std::vector<Group> out;
-  for (const auto& e : entries_) {
-    if (out.empty() || out.back().layer != e.layer) out.push_back({e.layer, e.offset, e.offset});
-    out.back().end = e.offset + e.numel;
-  }
-  return out;
-}
-
 }  // namespace frugal

@@ -60,13 +60,6 @@ class ParamTable {
   // [begin, end) float offsets covering block `layer`; layer == -1 gives the embeddings,
   // layer == n_layer the final LayerNorm and untied head.
   std::pair<size_t, size_t> layer_range(int layer) const;
-  // The buffer split into its layer groups (embeddings, each block, final LayerNorm and head), in
-  // buffer order: the unit of the frozen prefix and of the gradient norm's partial sums.
-  struct Group {
-    int layer;
-    size_t begin, end;
-  };
-  std::vector<Group> groups() const;
 
  private:
   std::vector<ParamInfo> entries_;

@@ -1,7 +1,6 @@
 // AdamW, clipping and schedule; see adamw.h.
 #include "frugal/optim/adamw.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "frugal/kernels/ops.h"
@@ -20,20 +19,8 @@ float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps) {
 AdamW::AdamW(const ParamTable& table, const AdamWConfig& config)
     : table_(table), config_(config), m_(table.total()), v_(table.total()) {}
 
-std::vector<double> AdamW::grad_square_sums(const float* grads, size_t begin) const {
-  std::vector<double> sums;
-  for (const ParamTable::Group& g : table_.groups())
-    if (g.end > begin) {
-      const size_t from = std::max(g.begin, begin);
-      sums.push_back(kernels::sum_squares(grads + from, g.end - from));
-    }
-  return sums;
-}
-
-float AdamW::norm_of(const std::vector<double>& square_sums) {
-  double total = 0.0;
-  for (double s : square_sums) total += s;
-  return static_cast<float>(std::sqrt(total));
+float AdamW::grad_norm(const float* grads, size_t begin, size_t end) {
+  return static_cast<float>(std::sqrt(kernels::sum_squares(grads + begin, end - begin)));
 }
 
 float AdamW::step(float* params, float* grads, size_t begin, float lr) {
@@ -42,15 +29,11 @@ float AdamW::step(float* params, float* grads, size_t begin, float lr) {
   return norm;
 }
 
-void AdamW::clip_to(float* grads, size_t begin, float norm) const {
+float AdamW::clip(float* grads, size_t begin) const {
   const size_t end = table_.total();
+  const float norm = grad_norm(grads, begin, end);
   if (config_.grad_clip > 0.0f && norm > config_.grad_clip)
     kernels::scale_inplace(grads + begin, end - begin, config_.grad_clip / (norm + 1e-6f));
-}
-
-float AdamW::clip(float* grads, size_t begin) const {
-  const float norm = norm_of(grad_square_sums(grads, begin));
-  clip_to(grads, begin, norm);
   return norm;
 }
 

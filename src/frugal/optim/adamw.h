@@ -3,7 +3,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "frugal/core/memory.h"
 #include "frugal/model/param_table.h"
@@ -29,21 +28,16 @@ class AdamW {
  public:
   AdamW(const ParamTable& table, const AdamWConfig& config);
 
-  // Σ g² of each layer group (ParamTable::groups) at or after `begin`, in buffer order: the
-  // partial sums of the global gradient norm. A model split into block ranges (pipeline stages)
-  // has the same groups, so the whole model's norm is norm_of(every range's sums, in order).
-  std::vector<double> grad_square_sums(const float* grads, size_t begin) const;
-  // sqrt of the square sums added in the given order.
-  static float norm_of(const std::vector<double>& square_sums);
-  // Scales grads[begin, total) to norm config.grad_clip when `norm` is above it (if enabled).
-  void clip_to(float* grads, size_t begin, float norm) const;
+  // Global L2 norm of grads[begin, end).
+  static float grad_norm(const float* grads, size_t begin, size_t end);
   // Clips grads[begin, total) to config.grad_clip (if enabled) and applies one AdamW step with
   // learning rate lr to every tensor starting at or after `begin` (frozen parameters form the
   // prefix [0, begin) and are left alone). Returns the gradient norm before clipping.
   // Equivalent to clip() then update(); the trainer calls the two halves separately so methods
   // can edit the clipped gradients in between (BeforeOptimStep).
   float step(float* params, float* grads, size_t begin, float lr);
-  // clip_to(the norm of grads[begin, total)); returns that norm, the one before clipping.
+  // Scales grads[begin, total) to norm config.grad_clip when above it (if enabled); returns the
+  // norm before clipping.
   float clip(float* grads, size_t begin) const;
   // One AdamW step with learning rate lr on the tensors starting at or after `begin`.
   void update(float* params, const float* grads, size_t begin, float lr);

@@ -78,12 +78,13 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   const TrainSettings& t = s.train;
   FRUGAL_CHECK(s.model.vocab_size > 0, "bench needs model.vocab_size > 0");
   check_memory_available(s);
-  GPT model(s.model);
-  model.init_weights(t.seed);
-  model.plan(t.batch_size, t.seq_len, recompute_blocks(t.recompute, s.model.n_layer));
-  AdamW optim(model.table(), s.optim);
+  Session session({.model = s.model, .optim = s.optim, .batch = t.batch_size, .seq_len = t.seq_len,
+                   .recompute = [&](int n_layer) { return recompute_blocks(t.recompute, n_layer); },
+                   .max_steps = t.max_steps});
+  session.model().init_weights(t.seed);
+  session.set_lr_schedule([lr = s.optim.lr](int64_t) { return lr; });  // every step alike
   MethodSet methods = MethodSet::from_config(preset.config);
-  StepRunner runner(model, optim, methods, s);
+  const std::unique_ptr<StepStrategy> runner = make_single_process_step(session, methods, s);
   // The data set is B random sequences (ids 0..B-1), and every micro-batch is all of them: each
   // step is like a step of a later epoch, so methods that depend on samples coming back work as
   // in training (AutoCache serves the frozen prefix from memory once the first step filled it).
@@ -94,14 +95,14 @@ BenchResult run_train_bench(const BenchPreset& preset) {
     data_inputs[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
     data_targets[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
   }
-  runner.set_num_samples(t.batch_size);
+  runner->set_num_samples(t.batch_size);
   const BatchSource whole_data_set = [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
     std::copy(data_inputs.begin(), data_inputs.end(), inputs);
     std::copy(data_targets.begin(), data_targets.end(), targets);
     std::iota(ids, ids + t.batch_size, int64_t{0});
   };
   {
-    TrainContext ctx = runner.context(0);
+    TrainContext ctx = runner->context(0);
     methods.fire(Event::Init, ctx);
     methods.fire(Event::FitStart, ctx);
   }
@@ -117,7 +118,7 @@ BenchResult run_train_bench(const BenchPreset& preset) {
     StepResult result;
     {
       FRUGAL_PROFILE(kStepScope);
-      result = runner.run(step, s.optim.lr, whole_data_set, &record);
+      result = runner->run(step, whole_data_set, &record);
     }
     if (step < preset.warmup) continue;
     times.push_back(timer.seconds());
@@ -147,8 +148,8 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   r.peak_rss_bytes = peak_rss_bytes();  // before the GEMM peak measurement allocates its matrices
   r.peak_flops = measure_gemm_peak_flops();
   r.mfu = executed.model() / seconds / r.peak_flops;
-  r.parameters = model.table().num_parameters(s.model);
-  r.memory_plan = model.memory_plan().describe(optim.state_bytes());
+  r.parameters = session.model().table().num_parameters(session.model().config());
+  r.memory_plan = session.model().memory_plan().describe(session.optim().state_bytes());
   r.profile = kernel_profile;
   return r;
 }

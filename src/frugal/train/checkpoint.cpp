@@ -109,6 +109,33 @@ void check_finite(const std::string& checkpoint_dir, const std::string& path,
                bad - values.begin(), values.size(), earlier_checkpoint_advice(checkpoint_dir));
 }
 
+// The model's current shape, stored next to the run's config: a method may have reshaped the
+// model mid-run (Session::reshape), so the config's model.* keys give only its starting shape.
+nlohmann::json model_config_json(const ModelConfig& c) {
+  return {{"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer},
+          {"n_head", c.n_head}, {"n_embd", c.n_embd}, {"ffn_mult", c.ffn_mult},
+          {"mlp", mlp_kind_name(c.mlp)}, {"tied_head", c.tied_head}, {"bias", c.bias},
+          {"dropout", c.dropout}, {"layernorm_eps", c.layernorm_eps}, {"init_std", c.init_std}};
+}
+
+ModelConfig model_config_from_json(const nlohmann::json& j) {
+  ModelConfig c;
+  c.vocab_size = j.at("vocab_size");
+  c.block_size = j.at("block_size");
+  c.n_layer = j.at("n_layer");
+  c.n_head = j.at("n_head");
+  c.n_embd = j.at("n_embd");
+  c.ffn_mult = j.at("ffn_mult");
+  c.mlp = parse_mlp_kind(j.at("mlp"));
+  c.tied_head = j.at("tied_head");
+  c.bias = j.at("bias");
+  c.dropout = j.at("dropout");
+  c.layernorm_eps = j.at("layernorm_eps");
+  c.init_std = j.at("init_std");
+  c.validate();
+  return c;
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, const io::Config& config, const GPT& model,
@@ -129,6 +156,7 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
     io::SafeTensors weights;
     weights.metadata["format"] = kFormat;
     weights.metadata["config"] = config.to_toml();
+    weights.metadata["model"] = model_config_json(model.config()).dump();
     for (const ParamInfo& e : table.entries())
       weights.put_f32(e.name, e.shape, model.params() + e.offset);
     io::write_safetensors((tmp_dir / "model.safetensors").string(), weights);
@@ -140,7 +168,8 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
                       {"flops", state.flops},
                       {"dense_flops", state.dense_flops},
                       {"wall_seconds", state.wall_seconds},
-                      {"methods", state.methods}};
+                      {"methods", state.methods},
+                      {"session", state.session}};
     io::SafeTensors train_state;
     train_state.metadata["format"] = kFormat;
     train_state.metadata["state"] = js.dump();
@@ -268,6 +297,7 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
   s.dense_flops = js.value("dense_flops", 0.0);
   s.wall_seconds = js.value("wall_seconds", 0.0);
   s.methods = js.value("methods", nlohmann::json::object());
+  s.session = js.value("session", nlohmann::json());
   FRUGAL_CHECK(st.tensors.count("adamw.m") && st.tensors.count("adamw.v"),
                "{} has no optimizer moments; it cannot be resumed (use --init-from to start a new "
                "run from its weights)", path);
@@ -283,9 +313,25 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
   return s;
 }
 
+ModelConfig checkpoint_model_config(const std::string& checkpoint_dir) {
+  const std::string path = (fs::path(checkpoint_dir) / "model.safetensors").string();
+  io::SafeTensors st =
+      read_checkpoint_file(checkpoint_dir, "model.safetensors", io::SafeTensorsPart::Metadata);
+  const auto it = st.metadata.find("model");
+  if (it == st.metadata.end())  // written before the model's shape was stored: the config's
+    return run_settings(checkpoint_config(checkpoint_dir, run_schema())).model;
+  const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
+  try {
+    FRUGAL_CHECK(!j.is_discarded(), "not JSON");
+    return model_config_from_json(j);
+  } catch (const std::exception& e) {
+    fail("{}: the stored model shape is unreadable ({}): the file is damaged; {}", path, e.what(),
+         earlier_checkpoint_advice(checkpoint_dir));
+  }
+}
+
 std::unique_ptr<GPT> load_checkpoint_model(const std::string& checkpoint_dir) {
-  io::Config config = checkpoint_config(checkpoint_dir, run_schema());
-  auto model = std::make_unique<GPT>(run_settings(config).model);
+  auto model = std::make_unique<GPT>(checkpoint_model_config(checkpoint_dir));
   load_checkpoint_params(checkpoint_dir, *model);
   return model;
 }

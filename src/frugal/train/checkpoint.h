@@ -2,9 +2,12 @@
 // checkpoint is a directory `checkpoints/step_NNNNNNNN/` with
 //   model.safetensors        parameters under Hugging Face GPT-2 names, frugal's (OC, IC) layout
 //                            (`frugal export --format hf` converts to GPT-2's Conv1D layout);
-//                            metadata: "format" = "frugal-v1", "config" = the resolved TOML
+//                            metadata: "format" = "frugal-v1", "config" = the resolved TOML,
+//                            "model" = the model's current shape (JSON; a method may have
+//                            reshaped it mid-run, so it can differ from the config's model.*)
 //   train_state.safetensors  AdamW moments m and v over the flat buffer; metadata "state" = JSON
-//                            with step, optimizer step count, data-loader position, method states
+//                            with step, optimizer step count, data-loader position, method
+//                            states, the session's state (LR scale, reshape count)
 //   tokenizer.json           the tokenizer of the data the model was trained on
 // A checkpoint is written into a temporary directory, every file fsync'ed, then renamed into
 // place, and `checkpoints/latest` (the directory name) is replaced atomically last: a crash or a
@@ -35,6 +38,7 @@ struct TrainState {
   double flops = 0, dense_flops = 0;  // cumulative executed / dense-equivalent model FLOPs
   double wall_seconds = 0;           // cumulative training wall-clock
   nlohmann::json methods = nlohmann::json::object();  // name -> that method's saved state
+  nlohmann::json session;  // Session::save_state(); null in checkpoints written before it existed
 };
 
 // Writes a checkpoint of `model` (and, when optim is non-null, its moments) into
@@ -68,6 +72,10 @@ PinnedCheckpoint pin_checkpoint(const std::string& path);
 // The resolved config stored in a checkpoint.
 io::Config checkpoint_config(const std::string& checkpoint_dir, const io::ConfigSchema& schema);
 
+// The shape of the model a checkpoint holds (the "model" metadata; for checkpoints written before
+// it, the stored config's model.* keys).
+ModelConfig checkpoint_model_config(const std::string& checkpoint_dir);
+
 // Loads parameters into `model`, whose config must have the same shapes: a mismatch is an Error
 // naming the tensor and both shapes.
 void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model);
@@ -75,7 +83,7 @@ void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model);
 // Loads moments into optim and returns the training state.
 TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim);
 
-// A ready model for inference (eval, sample, export): config from the checkpoint, parameters
+// A ready model for inference (eval, sample, export): the checkpoint's model shape, parameters
 // loaded.
 std::unique_ptr<GPT> load_checkpoint_model(const std::string& checkpoint_dir);
 

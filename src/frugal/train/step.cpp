@@ -26,30 +26,45 @@ void check_memory_available(const RunSettings& settings) {
                m.vocab_size, m.block_size, t.batch_size, t.seq_len, available / (1024.0 * 1024.0));
 }
 
-StepRunner::StepRunner(GPT& model, AdamW& optim, MethodSet& methods, const RunSettings& settings)
-    : model_(model), optim_(optim), methods_(methods), settings_(settings) {
+StepStrategy::StepStrategy(Session& session, MethodSet& methods, const RunSettings& settings)
+    : session_(session), methods_(methods), settings_(settings) {}
+
+TrainContext StepStrategy::context(int64_t step, nlohmann::json* record) {
+  const TrainSettings& t = settings_.train;
+  TrainContext ctx{session_};
+  ctx.step = step;
+  ctx.max_steps = t.max_steps;
+  ctx.batch = t.batch_size;
+  ctx.grad_accum = t.grad_accum;
+  ctx.seq_len = t.seq_len;
+  ctx.seed = t.seed;
+  ctx.run_dir = t.out_dir;
+  ctx.num_samples = num_samples_;
+  ctx.metrics = record;
+  return ctx;
+}
+
+SingleProcessStep::SingleProcessStep(Session& session, MethodSet& methods, const RunSettings& settings)
+    : StepStrategy(session, methods, settings) {
   const size_t N = size_t(settings.train.batch_size) * settings.train.seq_len;
   inputs_.resize(N);
   targets_.resize(N);
   ids_.resize(settings.train.batch_size);
 }
 
-TrainContext StepRunner::context(int64_t step, nlohmann::json* record) {
-  TrainContext ctx{model_, optim_, settings_};
-  ctx.step = step;
-  ctx.max_steps = settings_.train.max_steps;
-  ctx.batch = settings_.train.batch_size;
-  ctx.num_samples = num_samples_;
-  ctx.metrics = record;
-  return ctx;
+std::unique_ptr<StepStrategy> make_single_process_step(Session& session, MethodSet& methods,
+                                                       const RunSettings& settings) {
+  return std::make_unique<SingleProcessStep>(session, methods, settings);
 }
 
-StepResult StepRunner::run(int64_t step, float lr, const BatchSource& next_batch, nlohmann::json* record) {
+StepResult SingleProcessStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
   const TrainSettings& t = settings_.train;
   TrainContext ctx = context(step, record);
   methods_.fire(Event::BatchStart, ctx);
-  model_.zero_grad();
+  GPT& model = session_.model();  // the same until the Reconfigure below
+  model.zero_grad();
   StepResult r;
+  r.lr = session_.lr(step);
   for (int micro = 0; micro < t.grad_accum; ++micro) {
     next_batch(inputs_.data(), targets_.data(), ids_.data());
     ctx.micro = micro;
@@ -60,16 +75,16 @@ StepResult StepRunner::run(int64_t step, float lr, const BatchSource& next_batch
     ctx.prefix_blocks = 0;
     methods_.fire(Event::BeforeForward, ctx);
     const int cached = ctx.prefix_output ? ctx.prefix_blocks : 0;
-    const StepFlops flops = count_step_flops(model_, t.batch_size, t.seq_len, cached);
+    const StepFlops flops = count_step_flops(model, t.batch_size, t.seq_len, cached);
     r.executed += flops.executed_total();
     r.dense += flops.dense_total();
     const uint64_t dropout_key = mix64(t.seed ^ mix64(static_cast<uint64_t>(step * t.grad_accum + micro)));
-    ctx.loss = model_.forward(inputs_.data(), targets_.data(), 1.0f / t.grad_accum, dropout_key,
-                              ctx.prefix_output, ctx.prefix_blocks);
+    ctx.loss = model.forward(inputs_.data(), targets_.data(), 1.0f / t.grad_accum, dropout_key,
+                             ctx.prefix_output, ctx.prefix_blocks);
     r.loss += ctx.loss;
     methods_.fire(Event::AfterForward, ctx);
     methods_.fire(Event::BeforeBackward, ctx);
-    model_.backward();
+    model.backward();
     methods_.fire(Event::AfterBackward, ctx);
   }
   r.loss /= t.grad_accum;
@@ -81,12 +96,13 @@ StepResult StepRunner::run(int64_t step, float lr, const BatchSource& next_batch
   };
   check_finite("loss", r.loss);
   methods_.fire(Event::AfterGradReduce, ctx);
-  const size_t begin = model_.trainable_begin();
-  r.grad_norm = ctx.grad_norm = optim_.clip(model_.grads(), begin);
+  AdamW& optim = session_.optim();
+  const size_t begin = model.trainable_begin();
+  r.grad_norm = ctx.grad_norm = optim.clip(model.grads(), begin);
   check_finite("gradient norm", r.grad_norm);
   methods_.fire(Event::BeforeOptimStep, ctx);
-  optim_.update(model_.params(), model_.grads(), begin, lr);
-  model_.refresh_formats();
+  optim.update(model.params(), model.grads(), begin, r.lr);
+  model.refresh_formats();
   methods_.fire(Event::AfterOptimStep, ctx);
   if (ctx.request_reconfigure) methods_.fire(Event::Reconfigure, ctx);
   methods_.fire(Event::BatchEnd, ctx);

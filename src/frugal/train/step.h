@@ -1,18 +1,18 @@
-// One optimizer step with the method events around it: the part of the training loop shared by
-// `frugal train` and `frugal bench`. Fires BatchStart, per micro-batch BeforeForward ..
+// One optimizer step with the method events around it, as a strategy: the part of the training
+// loop shared by `frugal train` and `frugal bench`. Fires BatchStart, per micro-batch BeforeForward ..
 // AfterBackward, then AfterGradReduce, gradient clipping, BeforeOptimStep (sees the clipped
 // gradients and the pre-clip norm), the AdamW update, AfterOptimStep,
 // Reconfigure (when a method asked for it) and BatchEnd; counts the FLOPs executed.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "frugal/methods/method_set.h"
-#include "frugal/model/gpt.h"
-#include "frugal/optim/adamw.h"
+#include "frugal/session/session.h"
 #include "frugal/train/flops.h"
 #include "frugal/train/run_config.h"
 
@@ -24,6 +24,7 @@ using BatchSource = std::function<void(int32_t* inputs, int32_t* targets, int64_
 struct StepResult {
   double loss = 0;  // mean over micro-batches
   float grad_norm = 0;
+  float lr = 0;     // the learning rate of the update
   PhaseFlops executed, dense;  // model FLOPs of the whole step
 };
 
@@ -33,23 +34,48 @@ struct StepResult {
 // that size it.
 void check_memory_available(const RunSettings& settings);
 
-class StepRunner {
+// How one optimizer step executes: the strategy the trainer and the benchmark run steps through,
+// applied from outside the model (torchtitan's lesson). Single process today; data-parallel and
+// pipeline strategies (parallel/) implement the same interface: what they change is where the
+// micro-batches run and how gradients, losses and the gradient norm are combined.
+class StepStrategy {
  public:
-  StepRunner(GPT& model, AdamW& optim, MethodSet& methods, const RunSettings& settings);
+  StepStrategy(Session& session, MethodSet& methods, const RunSettings& settings);
+  virtual ~StepStrategy() = default;
+  virtual const char* name() const = 0;
+  // Runs optimizer step `step` (0-based) with the session's learning rate for it, drawing
+  // train.grad_accum micro-batches from next_batch; `record` (may be null) is the step's metrics
+  // line, which methods add to.
+  virtual StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) = 0;
+
   // A context for events outside a step (Init, FitStart, Eval, Checkpoint, FitEnd).
   TrainContext context(int64_t step, nlohmann::json* record = nullptr);
-  StepResult run(int64_t step, float lr, const BatchSource& next_batch, nlohmann::json* record);
   // The number of distinct training samples, passed to methods (TrainContext::num_samples).
   void set_num_samples(int64_t n) { num_samples_ = n; }
 
- private:
-  GPT& model_;
-  AdamW& optim_;
+ protected:
+  Session& session_;
   MethodSet& methods_;
   const RunSettings& settings_;
-  std::vector<int32_t> inputs_, targets_;
-  std::vector<int64_t> ids_;
   int64_t num_samples_ = 0;
 };
+
+// Every micro-batch, the gradient norm and the update in this process, over the whole model.
+class SingleProcessStep final : public StepStrategy {
+ public:
+  SingleProcessStep(Session& session, MethodSet& methods, const RunSettings& settings);
+  const char* name() const override { return "single-process"; }
+  StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
+
+ private:
+  std::vector<int32_t> inputs_, targets_;
+  std::vector<int64_t> ids_;
+};
+
+// Builds the step strategy of a run (the trainer's default: SingleProcessStep).
+using StepStrategyFactory =
+    std::function<std::unique_ptr<StepStrategy>(Session&, MethodSet&, const RunSettings&)>;
+std::unique_ptr<StepStrategy> make_single_process_step(Session& session, MethodSet& methods,
+                                                       const RunSettings& settings);
 
 }  // namespace frugal

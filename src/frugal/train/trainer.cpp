@@ -94,26 +94,33 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   train_loader_ = std::make_unique<data::BatchLoader>(train, t.seq_len, data::LoaderOrder::Shuffled, t.seed);
   val_loader_ = std::make_unique<data::BatchLoader>(val, t.seq_len, data::LoaderOrder::Sequential);
 
-  model_ = std::make_unique<GPT>(m);
-  model_->init_weights(t.seed);
-  model_->plan(t.batch_size, t.seq_len, recompute_blocks(t.recompute, m.n_layer));
-  optim_ = std::make_unique<AdamW>(model_->table(), settings_.optim);
+  // Resuming: the model has the checkpoint's shape, which a method may have changed mid-run.
+  std::optional<PinnedCheckpoint> resume;
+  if (!options.resume.empty()) resume.emplace(pin_checkpoint(options.resume));
+  SessionOptions session;
+  session.model = resume ? checkpoint_model_config(resume->dir) : m;
+  session.optim = settings_.optim;
+  session.batch = t.batch_size;
+  session.seq_len = t.seq_len;
+  session.recompute = [spec = t.recompute](int n_layer) { return recompute_blocks(spec, n_layer); };
+  session.max_steps = t.max_steps;
+  session_ = std::make_unique<Session>(session);
+  session_->model().init_weights(t.seed);
   methods_ = MethodSet::from_config(config_);
-  runner_ = std::make_unique<StepRunner>(*model_, *optim_, methods_, settings_);
-  runner_->set_num_samples(train_loader_->num_samples());
+  step_ = options.step_strategy(*session_, methods_, settings_);
+  step_->set_num_samples(train_loader_->num_samples());
   {
-    TrainContext ctx = runner_->context(0);
+    TrainContext ctx = step_->context(0);
     methods_.fire(Event::Init, ctx);
   }
   if (!options.init_from.empty()) {
     const PinnedCheckpoint checkpoint = pin_checkpoint(options.init_from);
     check_data_tokenizer(checkpoint.dir, *tokenizer_, t.data_dir);
-    load_checkpoint_params(checkpoint.dir, *model_);
+    load_checkpoint_params(checkpoint.dir, session_->model());
   }
   bool continues_out_dir = false;  // resuming the run that lives in out_dir
-  if (!options.resume.empty()) {
-    const PinnedCheckpoint checkpoint = pin_checkpoint(options.resume);
-    const std::string& dir = checkpoint.dir;
+  if (resume) {
+    const std::string& dir = resume->dir;
     check_data_tokenizer(dir, *tokenizer_, t.data_dir);
     const std::vector<std::string> changed = resume_differences(checkpoint_config(dir, config_.schema()), config_, m.vocab_size);
     FRUGAL_CHECK(changed.empty(), "--resume {}: the config differs from the one the checkpoint was "
@@ -122,8 +129,9 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                  dir, fmt::join(changed, "; "));
     continues_out_dir = fs::weakly_canonical(fs::path(dir)).parent_path().parent_path() ==
                         fs::weakly_canonical(fs::path(t.out_dir));
-    load_checkpoint_params(dir, *model_);
-    const TrainState state = load_checkpoint_state(dir, *optim_);
+    load_checkpoint_params(dir, session_->model());
+    const TrainState state = load_checkpoint_state(dir, session_->optim());
+    if (!state.session.is_null()) session_->load_state(state.session);
     start_step_ = state.step;
     flops_executed_ = state.flops;
     flops_dense_ = state.dense_flops;
@@ -134,6 +142,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                  "is {}: nothing is left to train; raise it (--set train.max_steps=N) to continue",
                  dir, start_step_, t.max_steps);
     if (!options_.quiet) io::print("resumed from {} at step {}\n", dir, start_step_);
+    resume.reset();  // unpinned: later saves may prune it
   }
 
   metrics_path_ = (fs::path(t.out_dir) / "metrics.jsonl").string();
@@ -156,7 +165,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
 }
 
 std::string Trainer::save(int64_t step) {
-  TrainContext ctx = runner_->context(step);
+  TrainContext ctx = step_->context(step);
   methods_.fire(Event::Checkpoint, ctx);
   TrainState state;
   state.methods = methods_.save_state();
@@ -164,11 +173,12 @@ std::string Trainer::save(int64_t step) {
   state.dense_flops = flops_dense_;
   state.wall_seconds = wall_offset_ + (wall_started_ ? wall_started_->seconds() : 0.0);
   state.step = step;
-  state.optimizer_steps = optim_->steps_taken();
+  state.optimizer_steps = session_->optim().steps_taken();
+  state.session = session_->save_state();
   const data::LoaderState loader = train_loader_->state();
   state.loader_epoch = loader.epoch;
   state.loader_position = loader.position;
-  return save_checkpoint(settings_.train.out_dir, config_, *model_, optim_.get(), state,
+  return save_checkpoint(settings_.train.out_dir, config_, session_->model(), &session_->optim(), state,
                          tokenizer_->to_json(), settings_.train.keep_checkpoints);
 }
 
@@ -189,21 +199,21 @@ void Trainer::stop_after_failed_output(int64_t steps_done, const std::exception&
 
 float Trainer::evaluate() {
   const TrainSettings& t = settings_.train;
-  return static_cast<float>(evaluate_loss(*model_, *val_loader_, t.batch_size, t.eval_batches).loss);
+  return static_cast<float>(evaluate_loss(session_->model(), *val_loader_, t.batch_size, t.eval_batches).loss);
 }
 
 FitResult Trainer::fit() {
   const TrainSettings& t = settings_.train;
-  const ModelConfig& m = settings_.model;
+  const ModelConfig& m = session_->model().config();  // the checkpoint's shape when resuming
   const bool print = !options_.quiet;
   const bool tty = print && isatty(STDOUT_FILENO);
   if (!stop_signals_) stop_signals_.emplace();  // fit() again on this Trainer
 
   if (print) {
     io::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
-              model_->table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd, m.vocab_size,
-              num_threads());
-    io::print("{}\n", model_->memory_plan().describe(optim_->state_bytes()));
+              session_->model().table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd,
+              m.vocab_size, num_threads());
+    io::print("{}\n", session_->model().memory_plan().describe(session_->optim().state_bytes()));
     io::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
               train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
     for (const auto& method : methods_.methods()) io::print("method: {}\n", method->name());
@@ -211,7 +221,7 @@ FitResult Trainer::fit() {
   const double peak = measure_gemm_peak_flops();
   const size_t N = size_t(t.batch_size) * t.seq_len;
   {
-    TrainContext ctx = runner_->context(start_step_);
+    TrainContext ctx = step_->context(start_step_);
     methods_.fire(Event::FitStart, ctx);
   }
   const BatchSource next_batch = [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
@@ -229,9 +239,9 @@ FitResult Trainer::fit() {
   int64_t step = start_step_;
   for (; step < t.max_steps; ++step) {
     nlohmann::json record{{"step", step + 1}};
-    const float lr = lr_at(settings_.optim, step, t.max_steps);
     Timer step_timer;
-    const StepResult r = runner_->run(step, lr, next_batch, &record);
+    const StepResult r = step_->run(step, next_batch, &record);
+    const float lr = r.lr;
     window_seconds += step_timer.seconds();
     const double loss = r.loss;
     const PhaseFlops& executed = r.executed;
@@ -245,7 +255,7 @@ FitResult Trainer::fit() {
                       (t.max_seconds > 0 && wall.seconds() >= t.max_seconds);
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
     if (eval_now) {
-      TrainContext ctx = runner_->context(step, &record);
+      TrainContext ctx = step_->context(step, &record);
       methods_.fire(Event::Eval, ctx);
       val_loss = evaluate();
     }
@@ -291,7 +301,7 @@ FitResult Trainer::fit() {
   }
   if (tty) io::print("\n");
   {
-    TrainContext ctx = runner_->context(step);
+    TrainContext ctx = step_->context(step);
     methods_.fire(Event::FitEnd, ctx);
   }
   result.interrupted = stop_requested();
@@ -308,7 +318,7 @@ FitResult Trainer::fit() {
 
 void Trainer::print_samples() {
   const SampleSettings& s = settings_.sample;
-  frugal::print_samples(*model_, *tokenizer_, s.prompt, s.count,
+  frugal::print_samples(session_->model(), *tokenizer_, s.prompt, s.count,
                         {s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed});
 }
 

@@ -1,8 +1,9 @@
-// Trainer: the training loop of `frugal train`. Builds the model from the run config, reads the
-// prepared shards, runs micro-batch gradient accumulation with AdamW and the warm-up + cosine
-// schedule, evaluates on the validation split, logs metrics (JSON lines in the run directory and a
-// progress display), stops cleanly on SIGINT/SIGTERM, and prints samples at the end. A Trainer
-// holds its run directory's exclusive lock (io/dir_lock.h) from construction to destruction.
+// Trainer: the training loop of `frugal train`. Builds the session (model, AdamW, activation plan,
+// LR schedule) from the run config, or from a checkpoint's model shape when resuming, reads the
+// prepared shards, runs the steps through a step strategy (single process by default), evaluates
+// on the validation split, logs metrics (JSON lines in the run directory and a progress
+// display), stops cleanly on SIGINT/SIGTERM, and prints samples at the end. A Trainer holds its
+// run directory's exclusive lock (io/dir_lock.h) from construction to destruction.
 #pragma once
 #include <exception>
 #include <memory>
@@ -16,8 +17,7 @@
 #include "frugal/io/config.h"
 #include "frugal/io/dir_lock.h"
 #include "frugal/methods/method_set.h"
-#include "frugal/model/gpt.h"
-#include "frugal/optim/adamw.h"
+#include "frugal/session/session.h"
 #include "frugal/train/run_config.h"
 #include "frugal/train/step.h"
 
@@ -30,6 +30,8 @@ struct TrainerOptions {
   // train.out_dir may already hold a run (checkpoints or metrics): without resume (of that run)
   // training refuses to start unless overwrite, which deletes that run's checkpoints and log.
   bool overwrite = false;
+  // How each optimizer step executes (single process unless a parallel strategy is given).
+  StepStrategyFactory step_strategy = make_single_process_step;
 };
 
 struct FitResult {
@@ -51,7 +53,8 @@ class Trainer {
   // Prints sample.count samples (streamed as they are generated) to stdout.
   void print_samples();
 
-  GPT& model() { return *model_; }
+  Session& session() { return *session_; }
+  GPT& model() { return session_->model(); }
   const MethodSet& methods() const { return methods_; }
   const RunSettings& settings() const { return settings_; }
 
@@ -74,10 +77,9 @@ class Trainer {
   int64_t start_step_ = 0;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
-  std::unique_ptr<GPT> model_;
-  std::unique_ptr<AdamW> optim_;
+  std::unique_ptr<Session> session_;
   MethodSet methods_;
-  std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<StepStrategy> step_;
   double flops_executed_ = 0, flops_dense_ = 0;  // cumulative model FLOPs, also across resumes
   double wall_offset_ = 0;                       // training seconds before a resume
   const Timer* wall_started_ = nullptr;

@@ -78,7 +78,7 @@ bool FreezeMethod::match(Event event, const TrainContext& ctx) const {
 }
 
 void FreezeMethod::apply(Event event, TrainContext& ctx) {
-  GPT& model = ctx.model;
+  GPT& model = ctx.model();
   const int L = model.config().n_layer;
   switch (event) {
     case Event::Init:

@@ -9,7 +9,6 @@
 #include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
 #include "frugal/methods/sparse24/mask.h"
-#include "frugal/train/run_config.h"
 
 namespace frugal::sparse24 {
 
@@ -146,7 +145,7 @@ void Sparse24Method::install(GPT& model, bool sparse) {
 
 void Sparse24Method::apply_masked_decay(TrainContext& ctx) const {
   FRUGAL_PROFILE("sparse24 masked decay");
-  GPT& model = ctx.model;
+  GPT& model = ctx.model();
   const float lambda = static_cast<float>(config_.decay);
   for (const Target& t : targets_) {
     const size_t offset = model.linear_weight_offset(t.layer, t.which);
@@ -168,7 +167,7 @@ bool Sparse24Method::match(Event event, const TrainContext&) const {
 }
 
 void Sparse24Method::apply(Event event, TrainContext& ctx) {
-  GPT& model = ctx.model;
+  GPT& model = ctx.model();
   switch (event) {
     case Event::Init:
       build_targets(model);
@@ -183,7 +182,7 @@ void Sparse24Method::apply(Event event, TrainContext& ctx) {
     case Event::BatchStart:
       for (size_t i = 0; i < targets_.size(); ++i)
         targets_[i].format->set_random_key(
-            mix64(mix64(ctx.settings.train.seed ^ 0x5A24u) + static_cast<uint64_t>(ctx.step) * targets_.size() + i));
+            mix64(mix64(ctx.seed ^ 0x5A24u) + static_cast<uint64_t>(ctx.step) * targets_.size() + i));
       break;
     case Event::BeforeOptimStep:
       apply_masked_decay(ctx);

@@ -1,0 +1,89 @@
+// The training session and its rebuilding; see session.h.
+#include "frugal/session/session.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "frugal/core/error.h"
+
+namespace frugal {
+
+std::span<float> NamedTensors::view(float* base, std::string_view name) const {
+  const ParamInfo& e = table_.at(name);
+  return {base + e.offset, e.numel};
+}
+
+void copy_same_shaped_tensors(const NamedTensors& from, const NamedTensors& to) {
+  for (const ParamInfo& e : to.table().entries()) {
+    const ParamInfo* old = from.table().find(e.name);
+    if (!old || old->shape != e.shape) continue;
+    for (auto get : {&NamedTensors::param, &NamedTensors::m, &NamedTensors::v}) {
+      const std::span<float> src = (from.*get)(e.name), dst = (to.*get)(e.name);
+      std::copy(src.begin(), src.end(), dst.begin());
+    }
+  }
+}
+
+Session::Session(const SessionOptions& options) : Session(options, BlockRange::whole(options.model)) {}
+
+Session::Session(const SessionOptions& options, const BlockRange& range) : options_(options) {
+  const AdamWConfig optim = options.optim;
+  const int64_t max_steps = options.max_steps;
+  schedule_ = [optim, max_steps](int64_t step) { return lr_at(optim, step, max_steps); };
+  model_ = std::make_unique<GPT>(options.model, range);
+  plan(*model_);
+  optim_ = std::make_unique<AdamW>(model_->table(), options.optim);
+}
+
+void Session::plan(GPT& model) const {
+  model.plan(options_.batch, options_.seq_len,
+             options_.recompute ? options_.recompute(model.config().n_layer) : std::vector<bool>{});
+}
+
+float Session::lr(int64_t step) const { return static_cast<float>(schedule_(step) * lr_scale_); }
+
+void Session::scale_lr(double factor) {
+  FRUGAL_CHECK(factor > 0, "internal: learning-rate scale factor {} must be positive", factor);
+  lr_scale_ *= factor;
+}
+
+void Session::set_lr_schedule(LrSchedule schedule) {
+  FRUGAL_CHECK(schedule != nullptr, "internal: empty learning-rate schedule");
+  schedule_ = std::move(schedule);
+}
+
+void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
+  const BlockRange whole = BlockRange::whole(model_->config());
+  FRUGAL_CHECK(model_->range() == whole, "internal: only a session of the whole model can be "
+               "reshaped (a pipeline stage is re-partitioned by its strategy)");
+  for (int l = 0; l < model_->config().n_layer; ++l)
+    for (int i = 0; i < GPT::kLinears; ++i)
+      FRUGAL_CHECK(!model_->linear_format(l, static_cast<GPT::Linear>(i)),
+                   "internal: reshape with a linear format installed on block {}; the method that "
+                   "installed it must remove it first", l);
+  auto next_model = std::make_unique<GPT>(next, BlockRange::whole(next));
+  auto next_optim = std::make_unique<AdamW>(next_model->table(), options_.optim);
+  if (map) {
+    const NamedTensors from(model_->table(), model_->params(), optim_->m(), optim_->v());
+    const NamedTensors to(next_model->table(), next_model->params(), next_optim->m(), next_optim->v());
+    map(from, to);
+  }
+  plan(*next_model);
+  next_model->set_frozen_prefix(std::min(model_->frozen_prefix(), next.n_layer));
+  next_optim->set_steps_taken(optim_->steps_taken());
+  optim_.reset();  // before the model whose table it refers to
+  model_ = std::move(next_model);
+  optim_ = std::move(next_optim);
+  ++reshapes_;
+}
+
+nlohmann::json Session::save_state() const {
+  return {{"lr_scale", lr_scale_}, {"reshapes", reshapes_}};
+}
+
+void Session::load_state(const nlohmann::json& state) {
+  lr_scale_ = state.at("lr_scale").get<double>();
+  reshapes_ = state.at("reshapes").get<int64_t>();
+}
+
+}  // namespace frugal

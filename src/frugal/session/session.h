@@ -1,0 +1,106 @@
+// Session: what is being trained — the model (or one block range of it), the AdamW optimizer over
+// its parameters, the activation plan and the learning-rate schedule. The trainer, the step
+// strategy and methods reach the model only through it, because a method may rebuild it at the
+// Reconfigure safe point: hand it a new model configuration and a map from the old named tensors
+// (weights and AdamW moments) to the new ones (reshape), or scale / replace the LR schedule.
+// Everything that depends on the shapes (parameter table, gradient and moment buffers, activation
+// arena) is rebuilt; the step count, frozen prefix and LR scale carry over; linear formats do not
+// (the new weights have other shapes: the method that reshapes installs what it needs).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "frugal/model/gpt.h"
+#include "frugal/optim/adamw.h"
+
+namespace frugal {
+
+// One model's tensors by name, for a reshape map: the weights and AdamW's two moments share the
+// parameter table's offsets.
+class NamedTensors {
+ public:
+  NamedTensors(const ParamTable& table, float* params, float* m, float* v)
+      : table_(table), params_(params), m_(m), v_(v) {}
+  const ParamTable& table() const { return table_; }
+  // The tensor's floats (numel of them); throws Error when the table has no such name.
+  std::span<float> param(std::string_view name) const { return view(params_, name); }
+  std::span<float> m(std::string_view name) const { return view(m_, name); }
+  std::span<float> v(std::string_view name) const { return view(v_, name); }
+
+ private:
+  std::span<float> view(float* base, std::string_view name) const;
+  const ParamTable& table_;
+  float *params_, *m_, *v_;
+};
+
+// Fills the new model's tensors (all zero before the call) from the old model's.
+using ReshapeMap = std::function<void(const NamedTensors& from, const NamedTensors& to)>;
+// Copies every tensor (weights and both moments) that has the same name and shape in both.
+void copy_same_shaped_tensors(const NamedTensors& from, const NamedTensors& to);
+
+// Which blocks recompute their activations in backward, for a model of n_layer blocks.
+using RecomputePolicy = std::function<std::vector<bool>(int n_layer)>;
+// The learning rate of a 0-based optimizer step.
+using LrSchedule = std::function<float(int64_t step)>;
+
+struct SessionOptions {
+  ModelConfig model;
+  AdamWConfig optim;
+  int batch = 1, seq_len = 1;    // the activation plan's (B, T)
+  RecomputePolicy recompute;     // none recomputed when empty
+  int64_t max_steps = 1;         // the default schedule's length: warm-up + cosine (lr_at)
+};
+
+class Session {
+ public:
+  // Builds the whole model (weights zero: init_weights or a checkpoint fills them), its
+  // optimizer and activation plan. `range`: the part of the model this process runs.
+  explicit Session(const SessionOptions& options);
+  Session(const SessionOptions& options, const BlockRange& range);
+
+  GPT& model() { return *model_; }
+  const GPT& model() const { return *model_; }
+  AdamW& optim() { return *optim_; }
+  const AdamW& optim() const { return *optim_; }
+
+  // The learning rate of step `step`: the schedule's value times lr_scale().
+  float lr(int64_t step) const;
+  // Multiplies every later learning rate by `factor` (> 0); the scale is saved with the session.
+  void scale_lr(double factor);
+  double lr_scale() const { return lr_scale_; }
+  // Replaces the schedule (the scale still applies). A function is not saved in checkpoints: a
+  // method that replaces it installs it again at FitStart, which follows a resume.
+  void set_lr_schedule(LrSchedule schedule);
+
+  // Rebuilds the session around a model of `next` (the whole model only), `map` filling its
+  // tensors from the current ones (null: leave them zero, e.g. a checkpoint is loaded next).
+  // Call only at the Reconfigure safe point (or before training starts); references to the old
+  // model and optimizer are invalid afterwards.
+  void reshape(const ModelConfig& next, const ReshapeMap& map);
+  // How many reshapes this session (and the run it continues) went through.
+  int64_t reshapes() const { return reshapes_; }
+
+  // What the checkpoint must keep to resume: the LR scale and the reshape count. (The model's
+  // current config is stored with its weights.)
+  nlohmann::json save_state() const;
+  void load_state(const nlohmann::json& state);
+
+ private:
+  void plan(GPT& model) const;  // the activation plan of the options' (B, T) and recompute policy
+
+  SessionOptions options_;
+  // model_ before optim_: the optimizer refers to the model's parameter table.
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<AdamW> optim_;
+  LrSchedule schedule_;
+  double lr_scale_ = 1.0;
+  int64_t reshapes_ = 0;
+};
+
+}  // namespace frugal
