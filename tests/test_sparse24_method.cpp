@@ -110,7 +110,9 @@ struct DirectRun {
     for (int i = 0; i < B * T; ++i) tokens.push_back((i * 7 + 3) % 65), targets.push_back((i * 11 + 5) % 65);
   }
   TrainContext context() {
-    TrainContext ctx{model, optim, settings};
+    TrainContext ctx{model, optim};
+    ctx.seq_len = settings.train.seq_len;
+    ctx.seed = settings.train.seed;
     ctx.max_steps = settings.train.max_steps;
     return ctx;
   }

@@ -17,8 +17,6 @@
 
 namespace frugal {
 
-struct RunSettings;
-
 // In the order the trainer fires them. Per optimizer step: BatchStart, then per micro-batch
 // BeforeForward, AfterForward, BeforeBackward, AfterBackward; then AfterGradReduce, gradient
 // clipping, BeforeOptimStep (clipped gradients; ctx.grad_norm is the norm before clipping), the
@@ -43,7 +41,11 @@ struct Capabilities {
 struct TrainContext {
   GPT& model;
   AdamW& optim;
-  const RunSettings& settings;
+  // From the run's settings (train.*); the model's own settings are model.config().
+  int seq_len = 0;        // T
+  int grad_accum = 1;     // micro-batches per optimizer step
+  uint64_t seed = 0;      // train.seed
+  std::string out_dir;    // train.out_dir
   int64_t step = 0;       // 0-based index of the current optimizer step
   int64_t max_steps = 0;
   int micro = 0;          // micro-batch index (BeforeForward .. AfterBackward)

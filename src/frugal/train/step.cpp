@@ -35,7 +35,11 @@ StepRunner::StepRunner(GPT& model, AdamW& optim, MethodSet& methods, const RunSe
 }
 
 TrainContext StepRunner::context(int64_t step, nlohmann::json* record) {
-  TrainContext ctx{model_, optim_, settings_};
+  TrainContext ctx{model_, optim_};
+  ctx.seq_len = settings_.train.seq_len;
+  ctx.grad_accum = settings_.train.grad_accum;
+  ctx.seed = settings_.train.seed;
+  ctx.out_dir = settings_.train.out_dir;
   ctx.step = step;
   ctx.max_steps = settings_.train.max_steps;
   ctx.batch = settings_.train.batch_size;

@@ -5,7 +5,6 @@
 
 #include "frugal/core/error.h"
 #include "frugal/train/flops.h"
-#include "frugal/train/run_config.h"
 
 namespace frugal::freeze {
 
@@ -24,13 +23,13 @@ double prefix_flops_per_byte(const GPT& model, int T, int k) {
 }
 
 bool AutoCache::pays(const TrainContext& ctx, int frozen, int64_t next_step) const {
-  const TrainSettings& t = ctx.settings.train;
-  if (frozen == 0 || ctx.settings.model.dropout != 0.0f || ctx.num_samples <= 0) return false;
-  const int64_t visits = (ctx.max_steps - next_step) * t.batch_size * t.grad_accum;
+  const ModelConfig& m = ctx.model.config();
+  if (frozen == 0 || m.dropout != 0.0f || ctx.num_samples <= 0) return false;
+  const int64_t visits = (ctx.max_steps - next_step) * ctx.batch * ctx.grad_accum;
   if (visits <= ctx.num_samples) return false;  // no sample comes back
-  const double bytes = double(ctx.num_samples) * t.seq_len * ctx.settings.model.n_embd * sizeof(float);
+  const double bytes = double(ctx.num_samples) * ctx.seq_len * m.n_embd * sizeof(float);
   const bool spills = bytes > double(config_.memory_mb) * (1 << 20);
-  return prefix_flops_per_byte(ctx.model, t.seq_len, frozen) >
+  return prefix_flops_per_byte(ctx.model, ctx.seq_len, frozen) >
          (spills ? kDiskBreakEvenFlopsPerByte : kMemoryBreakEvenFlopsPerByte);
 }
 
@@ -42,13 +41,12 @@ void AutoCache::update(const TrainContext& ctx, int frozen, int64_t next_step) {
     return;
   }
   if (cache_) return;
-  const TrainSettings& t = ctx.settings.train;
-  const size_t floats = size_t(t.seq_len) * ctx.settings.model.n_embd;
-  const std::string dir = config_.dir.empty() ? (std::filesystem::path(t.out_dir) / "autocache").string()
+  const size_t floats = size_t(ctx.seq_len) * ctx.model.config().n_embd;
+  const std::string dir = config_.dir.empty() ? (std::filesystem::path(ctx.out_dir) / "autocache").string()
                                               : config_.dir;
   cache_ = std::make_unique<PrefixCache>(floats, size_t(config_.memory_mb) << 20,
                                          (std::filesystem::path(dir) / "prefix_cache.bin").string());
-  batch_.resize(floats * t.batch_size);
+  batch_.resize(floats * ctx.batch);
 }
 
 void AutoCache::serve(TrainContext& ctx, int frozen) {

@@ -9,7 +9,6 @@
 #include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
 #include "frugal/methods/sparse24/mask.h"
-#include "frugal/train/run_config.h"
 
 namespace frugal::sparse24 {
 
@@ -183,7 +182,7 @@ void Sparse24Method::apply(Event event, TrainContext& ctx) {
     case Event::BatchStart:
       for (size_t i = 0; i < targets_.size(); ++i)
         targets_[i].format->set_random_key(
-            mix64(mix64(ctx.settings.train.seed ^ 0x5A24u) + static_cast<uint64_t>(ctx.step) * targets_.size() + i));
+            mix64(mix64(ctx.seed ^ 0x5A24u) + static_cast<uint64_t>(ctx.step) * targets_.size() + i));
       break;
     case Event::BeforeOptimStep:
       apply_masked_decay(ctx);
