@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/methods/method_set.h"
+#include "frugal/model/flops.h"
 #include "frugal/model/gpt.h"
 #include "frugal/optim/adamw.h"
-#include "frugal/train/flops.h"
 #include "frugal/train/run_config.h"
 
 namespace frugal {
