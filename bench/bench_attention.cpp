@@ -10,44 +10,20 @@
 // Each rate is the best wall-clock time of `reps` calls (the machine is shared: the best call is
 // the one least disturbed by other processes).
 // Usage: bench_attention [threads=2] [reps=20]
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#include "frugal/core/rng.h"
+#include "frugal/bench/kernel_bench.h"
 #include "frugal/core/threading.h"
-#include "frugal/core/timer.h"
 #include "frugal/kernels/cpu/attention.h"
-#include "frugal/kernels/cpu/blas_peak.h"
-#include "frugal/kernels/cpu/gemm.h"
 #include "frugal/kernels/ops.h"
 
 namespace {
 
-// Best wall-clock seconds over `reps` calls, after one warm-up call.
-template <class F>
-double best_seconds(F&& call, int reps) {
-  call();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    frugal::Timer t;
-    call();
-    best = std::min(best, t.seconds());
-  }
-  return best;
-}
-
-void print(const char* what, double seconds, double flops) {
-  std::printf("  %s %.3f ms = %.1f GFLOP/s", what, seconds * 1e3, flops / seconds * 1e-9);
-}
-
-std::vector<float> random_floats(size_t n, uint64_t stream) {
-  frugal::Rng rng(7, stream);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(2 * rng.uniform() - 1);
-  return v;
-}
+using frugal::bench::best_seconds;
+using frugal::bench::print;
+using frugal::bench::random_floats;
 
 void bench_attention(int B, int T, int C, int NH, int reps) {
   const size_t n = static_cast<size_t>(B) * T * C;
@@ -64,18 +40,6 @@ void bench_attention(int B, int T, int C, int NH, int reps) {
     frugal::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(),
                                         lse.data(), B, T, C, NH);
   }, reps), 2.5 * fwd_flops);
-  std::printf("\n");
-}
-
-void bench_sgemm(int M, int N, int K, int reps) {
-  const std::vector<float> a = random_floats(static_cast<size_t>(M) * K, 2),
-                           b = random_floats(static_cast<size_t>(K) * N, 3);
-  std::vector<float> c(static_cast<size_t>(M) * N);
-  std::printf("%s sgemm M=%d N=%d K=%d:",
-              frugal::kernels::cpu::gemm_backend_name(frugal::kernels::cpu::gemm_backend()), M, N, K);
-  print("", best_seconds([&] {
-    frugal::kernels::cpu::reference_sgemm(M, N, K, a.data(), b.data(), c.data());
-  }, reps), 2.0 * M * N * K);
   std::printf("\n");
 }
 
@@ -96,6 +60,6 @@ int main(int argc, char** argv) {
     bench_attention(4, 64, 768, 12, reps);
   }
   frugal::kernels::attention_set_isa(AttentionIsa::Auto);
-  bench_sgemm(2048, 384, 384, reps);    // the QKV-sized linear of the first shape
-  bench_sgemm(1024, 1024, 1024, reps);  // square, for the peak
+  frugal::bench::bench_sgemm(2048, 384, 384, reps);    // the QKV-sized linear of the first shape
+  frugal::bench::bench_sgemm(1024, 1024, 1024, reps);  // square, for the peak
 }

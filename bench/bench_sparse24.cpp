@@ -4,7 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "frugal/kernels/cpu/sparse24_bench.h"
+#include "frugal/bench/sparse24_kernel.h"
 
 int main(int argc, char** argv) {
   using namespace frugal::kernels;

@@ -57,4 +57,13 @@ inline std::vector<double> random_vector(size_t n, unsigned seed, double scale =
   return v;
 }
 
+// fp64 <-> float copies, and the dot product a loss Σ out ⊙ R is made of.
+inline std::vector<float> to_f(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+inline std::vector<double> to_d(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
 }  // namespace frugal::testing

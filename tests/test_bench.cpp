@@ -1,10 +1,10 @@
-// `frugal bench`'s run config and what its timed steps run (train/bench.h).
+// `frugal bench`'s run config and what its timed steps run (bench/step.h).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include "frugal/bench/step.h"
 #include "frugal/core/threading.h"
-#include "frugal/train/bench.h"
 #include "run_cli.h"
 
 namespace frugal {

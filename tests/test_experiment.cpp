@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "frugal/app/experiment.h"
+#include "frugal/app/report.h"
 #include "frugal/core/error.h"
 #include "frugal/io/dir_lock.h"
-#include "frugal/train/experiment.h"
-#include "frugal/train/report.h"
 #include "temp_dir.h"
 #include "train_data.h"
 

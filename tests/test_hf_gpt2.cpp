@@ -3,7 +3,7 @@
 // names, BF16, mask buffers), refusals of models GPT-2 cannot hold, and errors for bad inputs
 // (an import into a run directory in use included).
 #include "error_of.h"
-#include "frugal/io/hf_gpt2.h"
+#include "frugal/app/hf_gpt2.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

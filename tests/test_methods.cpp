@@ -10,7 +10,7 @@
 #include "frugal/core/error.h"
 #include "frugal/methods/freeze/schedule.h"
 #include "frugal/methods/method_set.h"
-#include "frugal/train/flops.h"
+#include "frugal/model/flops.h"
 #include "frugal/train/trainer.h"
 #include "temp_dir.h"
 #include "train_data.h"

@@ -1,7 +1,7 @@
-// Run comparison (train/report.h) on synthetic run directories: metrics parsing and its errors,
+// Run comparison (app/report.h) on synthetic run directories: metrics parsing and its errors,
 // time / FLOPs to a target with interpolation, the markdown table, gnuplot plots, and the CLI.
 #include "error_of.h"
-#include "frugal/train/report.h"
+#include "frugal/app/report.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

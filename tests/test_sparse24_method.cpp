@@ -11,7 +11,7 @@
 #include "frugal/core/rng.h"
 #include "frugal/methods/sparse24/format.h"
 #include "frugal/methods/sparse24/plugin.h"
-#include "frugal/train/flops.h"
+#include "frugal/model/flops.h"
 #include "frugal/train/step.h"
 #include "frugal/train/trainer.h"
 #include "gradcheck.h"

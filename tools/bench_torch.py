@@ -21,7 +21,7 @@ PRESETS = {
     "M": (dict(vocab_size=65, n_layer=6, n_head=6, n_embd=384), 8, 256),
     "L": (dict(vocab_size=50257, n_layer=12, n_head=12, n_embd=768), 4, 64),  # GPT-2 small
 }
-# (warmup, timed steps): those of `frugal bench` (src/frugal/train/bench.cpp), so that
+# (warmup, timed steps): those of `frugal bench` (bench/step.cpp), so that
 # tools/compare_torch.py compares the same runs.
 DEFAULT_STEPS = {"S": (5, 30), "M": (3, 10), "L": (2, 5)}
 

@@ -74,7 +74,7 @@ def check_same_run(preset, frugal, pytorch):
     if differ:
         sys.exit(f"error: preset {preset}: frugal and pytorch did not run the same benchmark "
                  f"(frugal vs pytorch: {', '.join(differ)}); align the presets in "
-                 f"src/frugal/train/bench.cpp and tools/bench_torch.py")
+                 f"bench/step.cpp and tools/bench_torch.py")
 
 
 def compare(preset, args, programs):

@@ -1,17 +1,17 @@
-// `frugal bench`: times training steps of a preset model (see train/bench.h), or with
+// `frugal bench`: times training steps of a preset model (see bench/step.h), or with
 // `--kernel sparse24` the 2:4 kernels against dense GEMM per FFN product and per FFN block.
 #include <fmt/format.h>
 
 #include <memory>
 #include <optional>
 
+#include "frugal/bench/sparse24_ffn.h"
+#include "frugal/bench/sparse24_kernel.h"
+#include "frugal/bench/step.h"
 #include "frugal/cli/commands.h"
+#include "frugal/core/threading.h"
 #include "frugal/io/stdout.h"
 #include "frugal/kernels/cpu/gemm.h"
-#include "frugal/core/threading.h"
-#include "frugal/kernels/cpu/sparse24_bench.h"
-#include "frugal/methods/sparse24/ffn_bench.h"
-#include "frugal/train/bench.h"
 
 namespace frugal::cli {
 

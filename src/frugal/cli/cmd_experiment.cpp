@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <memory>
 
+#include "frugal/app/experiment.h"
 #include "frugal/cli/commands.h"
 #include "frugal/io/stdout.h"
-#include "frugal/train/experiment.h"
 
 namespace frugal::cli {
 

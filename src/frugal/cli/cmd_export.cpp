@@ -1,12 +1,12 @@
 // `frugal export --format hf CHECKPOINT_OR_RUN_DIR OUT_DIR`: a checkpoint as a directory that
-// transformers' GPT2LMHeadModel / AutoTokenizer load (see io/hf_gpt2.h).
+// transformers' GPT2LMHeadModel / AutoTokenizer load (see app/hf_gpt2.h).
 #include <fmt/format.h>
 
 #include <memory>
 #include <string>
 
+#include "frugal/app/hf_gpt2.h"
 #include "frugal/cli/commands.h"
-#include "frugal/io/hf_gpt2.h"
 #include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
 

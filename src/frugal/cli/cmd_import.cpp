@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
+#include "frugal/app/hf_gpt2.h"
 #include "frugal/cli/commands.h"
-#include "frugal/io/hf_gpt2.h"
 #include "frugal/io/stdout.h"
 
 namespace frugal::cli {

@@ -4,9 +4,9 @@
 
 #include <memory>
 
+#include "frugal/app/report.h"
 #include "frugal/cli/commands.h"
 #include "frugal/io/stdout.h"
-#include "frugal/train/report.h"
 
 namespace frugal::cli {
 

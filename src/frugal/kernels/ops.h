@@ -12,6 +12,11 @@
 //   weight-gradient product; the first trainable layer needs no input gradient below it).
 // - Token ids are int32; a target of -1 is ignored by the loss.
 //
+// Each section below is a kernel family named X (the name after "----"): its naive reference is
+// kernels/ref/X_ref.h, its CPU code kernels/cpu/X*.cpp, its test tests/test_kernel_X.cpp, its
+// benchmark bench/bench_X.cpp (docs/testing.md). sparse24 is a family with its own header,
+// kernels/cpu/sparse24.h.
+//
 // Backend choice happens here: these functions are implemented by the optimised CPU kernels in
 // kernels/cpu/ (checked against the naive templates in kernels/ref/). A CUDA build adds a device
 // dispatch in this one place.
@@ -23,7 +28,7 @@ namespace frugal::kernels {
 
 enum class GateAct { Gelu, Silu };
 
-// ---- embeddings ----
+// ---- encoder: token + position embedding ----
 // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T), wte (Vp,C), wpe (maxT,C)
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                      int T, int C);
@@ -31,7 +36,7 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                       int T, int C);
 
-// ---- LayerNorm ----
+// ---- layernorm ----
 // out (N,C), mean (N), rstd (N); inp (N,C), weight (C), bias (C) or null
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C, float eps);
@@ -40,7 +45,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C);
 
-// ---- dense linear (the only BLAS call sites are in kernels/cpu/) ----
+// ---- matmul: dense linear (the only BLAS call sites are in kernels/cpu/) ----
 // out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias (OC) or null
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC);
@@ -50,7 +55,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* inp, const float* weight, int N, int C, int OC,
                      bool accumulate_dinp);
 
-// ---- causal self-attention (fused, tiled, online softmax) ----
+// ---- attention: causal self-attention (fused, tiled, online softmax) ----
 // out (B,T,C), lse (B,NH,T) log-sum-exp of each softmax row; qkv (B,T,3C) laid out [q | k | v],
 // head h at columns h*HS .. h*HS+HS of each part. Extra memory O(tile²) per thread, no (T,T) matrix.
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
@@ -58,7 +63,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH);
 
-// ---- attention of one new query against a key/value cache (autoregressive decoding) ----
+// ---- attention: one new query against a key/value cache (autoregressive decoding) ----
 // out (C) = per head h: softmax(q_h · K_hᵀ / sqrt(HS)) · V_h over the t cached positions (t >= 1,
 // the query's own key and value already among them; no mask needed). q (C); k_cache (t,C),
 // v_cache (t,C): rows are positions, head h at columns h*HS .. h*HS+HS.
@@ -76,15 +81,19 @@ void gated_forward(float* out, const float* gate, const float* up, size_t n, Gat
 void gated_backward(float* dgate, float* dup, const float* dout, const float* gate,
                     const float* up, size_t n, GateAct act);
 
-// ---- residual stream ----
+// ---- elementwise: residual stream, dropout, scaling, sum of squares ----
 // out (n) = a + b
 void residual_forward(float* out, const float* a, const float* b, size_t n);
 
-// ---- dropout (mask is a pure function of (key, index): nothing stored, recomputed backward) ----
+// dropout: the mask is a pure function of (key, index), nothing stored, recomputed backward.
 // x (n) *= keep(key, i) / (1 - p), in place. p == 0 is a no-op.
 void dropout_apply(float* x, size_t n, float p, uint64_t key);
+// Σ x² in double (for the global gradient norm)
+double sum_squares(const float* x, size_t n);
+// x (n) *= s
+void scale_inplace(float* x, size_t n, float s);
 
-// ---- fused LM head + softmax cross-entropy, chunked over rows (no (N,V) logits buffer) ----
+// ---- lm_head: fused LM head + softmax cross-entropy, chunked over rows (no (N,V) logits) ----
 // losses (N) = -log softmax(inp · weightᵀ)[target] over the first V columns only (padding rows of
 // weight never take part); rows whose target is -1 get loss 0 and no gradient.
 // When dinp/dweight are non-null also backpropagates d(loss)/d(logit) = (p - onehot) * dloss:
@@ -95,7 +104,7 @@ void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const flo
 // logits (N,V) = inp (N,C) · weight[:V]ᵀ (for sampling and export checks)
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V);
 
-// ---- optimizer pieces ----
+// ---- adamw ----
 struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay;
   int64_t t;  // 1-based step count for bias correction
@@ -104,9 +113,5 @@ struct AdamWStep {
 // Decoupled decay p -= lr * wd * p is applied only when `decay` is true.
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay);
-// Σ x² in double (for the global gradient norm)
-double sum_squares(const float* x, size_t n);
-// x (n) *= s
-void scale_inplace(float* x, size_t n, float s);
 
 }  // namespace frugal::kernels

@@ -13,7 +13,7 @@
 
 #include "frugal/methods/method_set.h"
 #include "frugal/session/session.h"
-#include "frugal/train/flops.h"
+#include "frugal/model/flops.h"
 #include "frugal/train/run_config.h"
 
 namespace frugal {

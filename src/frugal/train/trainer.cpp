@@ -16,9 +16,10 @@
 #include "frugal/data/prepare.h"
 #include "frugal/io/atomic_file.h"
 #include "frugal/io/stdout.h"
+#include "frugal/kernels/cpu/blas_peak.h"
+#include "frugal/model/flops.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/evaluate.h"
-#include "frugal/train/flops.h"
 #include "frugal/train/sampler.h"
 
 namespace frugal {
@@ -218,7 +219,7 @@ FitResult Trainer::fit() {
               train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
     for (const auto& method : methods_.methods()) io::print("method: {}\n", method->name());
   }
-  const double peak = measure_gemm_peak_flops();
+  const double peak = kernels::cpu::measure_gemm_peak_flops();
   const size_t N = size_t(t.batch_size) * t.seq_len;
   {
     TrainContext ctx = step_->context(start_step_);

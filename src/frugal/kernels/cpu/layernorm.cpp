@@ -1,6 +1,6 @@
-// LayerNorm forward/backward and the token+position embedding on CPU. Rows are independent and
-// split over threads; parameter gradients are summed per fixed row chunk and then reduced in chunk
-// order, so results are bit-identical for any thread count.
+// LayerNorm forward/backward on CPU. Rows are independent and split over threads; parameter
+// gradients are summed per fixed row chunk and then reduced in chunk order, so results are
+// bit-identical for any thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -96,41 +96,6 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     for (int c = 0; c < C; ++c) {
       if (dweight) dweight[c] += pw[c];
       if (dbias) dbias[c] += pw[C + c];
-    }
-  }
-}
-
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                     int T, int C) {
-  FRUGAL_PROFILE("embedding fwd");
-#pragma omp parallel for schedule(static)
-  for (int bt = 0; bt < B * T; ++bt) {
-    const float* e = wte + static_cast<size_t>(tokens[bt]) * C;
-    const float* p = wpe + static_cast<size_t>(bt % T) * C;
-    float* o = out + static_cast<size_t>(bt) * C;
-    for (int c = 0; c < C; c += 8)
-      _mm256_storeu_ps(o + c, _mm256_add_ps(_mm256_loadu_ps(e + c), _mm256_loadu_ps(p + c)));
-  }
-}
-
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                      int T, int C) {
-  FRUGAL_PROFILE("embedding bwd");
-  // Threads own disjoint channel slices, so the scatter-add into dwte has no races and a fixed order.
-  const int slices = C / 8;
-#pragma omp parallel for schedule(static)
-  for (int s = 0; s < slices; ++s) {
-    const int c = s * 8;
-    for (int bt = 0; bt < B * T; ++bt) {
-      const __m256 d = _mm256_loadu_ps(dout + static_cast<size_t>(bt) * C + c);
-      if (dwte) {
-        float* w = dwte + static_cast<size_t>(tokens[bt]) * C + c;
-        _mm256_storeu_ps(w, _mm256_add_ps(_mm256_loadu_ps(w), d));
-      }
-      if (dwpe) {
-        float* p = dwpe + static_cast<size_t>(bt % T) * C + c;
-        _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), d));
-      }
     }
   }
 }

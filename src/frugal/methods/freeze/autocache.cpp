@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "frugal/core/error.h"
-#include "frugal/train/flops.h"
+#include "frugal/model/flops.h"
 
 namespace frugal::freeze {
 

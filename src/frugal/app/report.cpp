@@ -1,5 +1,5 @@
 // Run comparison and report writing; see report.h.
-#include "frugal/train/report.h"
+#include "frugal/app/report.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

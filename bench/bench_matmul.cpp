@@ -1,8 +1,9 @@
-// OpenBLAS (OpenMP build) vs oneDNN sgemm on the GEMM shapes of a GPT training step, interleaved
-// and repeated so both see the same machine load; prints the median GFLOP/s of each and the ratio.
-// Built and run by tools/gemm/bench_gemm_backends.sh; not part of the frugal build (frugal uses
-// the winner, oneDNN, by default, OpenBLAS without it or with FRUGAL_GEMM=openblas; see
-// kernels/cpu/gemm.h).
+// bench_matmul: the matmul family's GEMM backends, OpenBLAS (OpenMP build) vs oneDNN sgemm, on the
+// GEMM shapes of a GPT training step, interleaved and repeated so both see the same machine load;
+// prints the median GFLOP/s of each (2·M·N·K / time) and the ratio. Calls both libraries directly,
+// so bench/CMakeLists.txt builds it only when oneDNN is found (frugal uses the winner, oneDNN, by
+// default, OpenBLAS without it or with FRUGAL_GEMM=openblas; see kernels/cpu/gemm.h).
+// Usage: bench_matmul [threads=2] [repetitions=15]
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>

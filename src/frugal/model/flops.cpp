@@ -1,11 +1,7 @@
-// FLOP formulas and the measured GEMM peak; see flops.h.
-#include "frugal/train/flops.h"
+// FLOP formulas; see flops.h.
+#include "frugal/model/flops.h"
 
-#include <algorithm>
 #include <vector>
-
-#include "frugal/core/timer.h"
-#include "frugal/kernels/ops.h"
 
 namespace frugal {
 
@@ -95,20 +91,6 @@ StepFlops count_step_flops(const GPT& model, int B, int T, int cached_prefix_blo
   he.backward_weight = head_trains ? head : 0;
   he.optimizer = hd.optimizer;
   return f;
-}
-
-double measure_gemm_peak_flops() {
-  // A square shape large enough for the BLAS to reach steady state (a linear forward with
-  // N = C = OC = 1536).
-  const int n = 1536;
-  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
-  double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    Timer t;
-    kernels::matmul_forward(c.data(), a.data(), b.data(), nullptr, n, n, n);
-    best = std::min(best, t.seconds());
-  }
-  return 2.0 * n * double(n) * n / best;
 }
 
 }  // namespace frugal

@@ -1,5 +1,5 @@
-// Training-step benchmark; see bench.h.
-#include "frugal/train/bench.h"
+// Training-step benchmark; see step.h.
+#include "frugal/bench/step.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,9 +13,10 @@
 #include "frugal/core/rng.h"
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
+#include "frugal/kernels/cpu/blas_peak.h"
 #include "frugal/kernels/cpu/gemm.h"
 #include "frugal/methods/method_set.h"
-#include "frugal/train/flops.h"
+#include "frugal/model/flops.h"
 #include "frugal/train/run_config.h"
 #include "frugal/train/step.h"
 
@@ -146,7 +147,7 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   r.model_flops_per_step = executed.model() / preset.steps;
   r.dense_flops_per_step = dense.model() / preset.steps;
   r.peak_rss_bytes = peak_rss_bytes();  // before the GEMM peak measurement allocates its matrices
-  r.peak_flops = measure_gemm_peak_flops();
+  r.peak_flops = kernels::cpu::measure_gemm_peak_flops();
   r.mfu = executed.model() / seconds / r.peak_flops;
   r.parameters = session.model().table().num_parameters(session.model().config());
   r.memory_plan = session.model().memory_plan().describe(session.optim().state_bytes());

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "frugal/app/report.h"
 #include "frugal/io/config.h"
-#include "frugal/train/report.h"
 
 namespace frugal {
 

@@ -1,6 +1,5 @@
 // 2:4 kernel benchmark: the dense SGEMM (kernels/cpu/gemm.h) vs the 2:4 kernels, interleaved, medians.
-#include "frugal/kernels/cpu/gemm.h"
-#include "frugal/kernels/cpu/sparse24_bench.h"
+#include "frugal/bench/sparse24_kernel.h"
 
 #include <fmt/format.h>
 
@@ -11,6 +10,7 @@
 #include "frugal/core/rng.h"
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
+#include "frugal/kernels/cpu/gemm.h"
 #include "frugal/methods/sparse24/mask.h"
 
 namespace frugal::kernels {

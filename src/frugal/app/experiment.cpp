@@ -1,5 +1,5 @@
 // The experiment runner; see experiment.h.
-#include "frugal/train/experiment.h"
+#include "frugal/app/experiment.h"
 
 #include <fmt/format.h>
 

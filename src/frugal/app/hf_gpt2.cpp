@@ -1,5 +1,5 @@
 // Hugging Face GPT-2 export and import; see hf_gpt2.h.
-#include "frugal/io/hf_gpt2.h"
+#include "frugal/app/hf_gpt2.h"
 
 #include <fmt/format.h>
 

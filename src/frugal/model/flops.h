@@ -1,4 +1,4 @@
-// FLOP accounting for a training step, per layer and per phase, both as executed (knowing what is
+// FLOP accounting for a training step of a model, per layer and per phase, both as executed (knowing what is
 // frozen, cached or sparse) and as the dense model would need. One set of formulas, used by the
 // trainer's metrics, MFU and the benchmark:
 //   linear (N rows, IC -> OC): forward 2·N·IC·OC, backward-input 2·N·IC·OC, backward-weight
@@ -38,9 +38,5 @@ struct StepFlops {
 // FLOPs of one micro-batch of B·T tokens for `model` (its block range) as now configured (frozen prefix,
 // linear formats), with the first `cached_prefix_blocks` blocks served from cached activations.
 StepFlops count_step_flops(const GPT& model, int B, int T, int cached_prefix_blocks = 0);
-
-// Best-of-several single-precision GEMM rate of this machine with the current thread count, in
-// FLOP/s: the MFU denominator ("measured peak"). Takes about a second.
-double measure_gemm_peak_flops();
 
 }  // namespace frugal

@@ -1,5 +1,5 @@
-// FFN-block benchmark, dense vs 2:4; see ffn_bench.h.
-#include "frugal/methods/sparse24/ffn_bench.h"
+// FFN-block benchmark, dense vs 2:4; see sparse24_ffn.h.
+#include "frugal/bench/sparse24_ffn.h"
 
 #include <fmt/format.h>
 

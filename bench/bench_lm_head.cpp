@@ -1,0 +1,61 @@
+// Benchmark of the lm_head kernels (the fused LM head + softmax cross-entropy, chunked over rows,
+// and the logits alone): GFLOP/s on the final rows of a training step (N = B·T rows of C, a
+// vocabulary of V real columns in Vp padded rows), next to the dense SGEMM rate of the logits'
+// shape measured in the same run.
+// FLOPs counted (the three GEMM-like products; exp, log and the softmax are not counted):
+//   logits                 = inp · weight[:V]ᵀ                  = 2·N·C·V
+//   forward (loss only)    = the logits                        = 2·N·C·V
+//   forward + backward     = logits, dinp = g · W, dW += gᵀ · inp = 6·N·C·V
+// Each rate is the best wall-clock time of `reps` calls (bench/kernel_bench.h).
+// Usage: bench_lm_head [threads=2] [reps=5]
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "frugal/bench/kernel_bench.h"
+#include "frugal/core/rng.h"
+#include "frugal/core/threading.h"
+#include "frugal/kernels/ops.h"
+
+namespace {
+
+namespace k = frugal::kernels;
+using frugal::bench::best_seconds;
+using frugal::bench::print;
+using frugal::bench::random_floats;
+
+void bench_lm_head(int N, int C, int V, int reps) {
+  const int Vp = (V + 63) / 64 * 64;
+  const std::vector<float> inp = random_floats(static_cast<size_t>(N) * C, 0),
+                           weight = random_floats(static_cast<size_t>(Vp) * C, 1);
+  frugal::Rng rng(7, 2);
+  std::vector<int32_t> targets(N);
+  for (int32_t& t : targets) t = static_cast<int32_t>(rng.below(V));
+  std::vector<float> losses(N), dinp(static_cast<size_t>(N) * C), dweight(weight.size()),
+      logits(static_cast<size_t>(N) * V);
+  const double flops = 2.0 * N * C * V;
+  std::printf("lm_head N=%d C=%d V=%d:", N, C, V);
+  print("logits:", best_seconds([&] { k::lm_head_logits(logits.data(), inp.data(), weight.data(), N, C, V); }, reps),
+        flops);
+  print(" loss:", best_seconds([&] {
+    k::lm_head_cross_entropy(losses.data(), nullptr, nullptr, inp.data(), weight.data(), targets.data(), N, C, V, 0.0f);
+  }, reps), flops);
+  print(" loss+backward:", best_seconds([&] {
+    k::lm_head_cross_entropy(losses.data(), dinp.data(), dweight.data(), inp.data(), weight.data(), targets.data(),
+                             N, C, V, 1.0f / N);
+  }, reps), 3 * flops);
+  std::printf("\n");
+  frugal::bench::bench_sgemm(N, V, C, reps);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 5;
+  frugal::set_num_threads(threads);
+  std::printf("threads=%d reps=%d\n", threads, reps);
+  bench_lm_head(8 * 256, 384, 65, reps);   // preset M (characters)
+  bench_lm_head(4 * 64, 768, 50257, reps); // preset L (GPT-2 small)
+}

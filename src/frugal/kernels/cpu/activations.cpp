@@ -1,0 +1,50 @@
+// The activation kernels on CPU: GELU (tanh form) and the gated GEGLU / SwiGLU, forward and
+// backward, through the shared element-wise loop (cpu/elementwise.h).
+#include "frugal/kernels/cpu/simd_math.h"  // first: see its note on <immintrin.h>
+
+#include "frugal/core/profile.h"
+#include "frugal/kernels/cpu/elementwise.h"
+#include "frugal/kernels/ops.h"
+
+namespace frugal::kernels {
+
+using namespace cpu;
+
+void gelu_forward(float* out, const float* inp, size_t n) {
+  FRUGAL_PROFILE("activation fwd");
+  for_each8(n, [&](size_t i, __m256i m) { store(out + i, m, gelu256(load(inp + i, m), nullptr)); });
+}
+
+void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+  FRUGAL_PROFILE("activation bwd");
+  for_each8(n, [&](size_t i, __m256i m) {
+    __m256 grad;
+    gelu256(load(inp + i, m), &grad);
+    store(dinp + i, m, _mm256_mul_ps(load(dout + i, m), grad));
+  });
+}
+
+static inline __m256 activation(__m256 x, GateAct act, __m256* grad) {
+  return act == GateAct::Gelu ? gelu256(x, grad) : silu256(x, grad);
+}
+
+void gated_forward(float* out, const float* gate, const float* up, size_t n, GateAct act) {
+  FRUGAL_PROFILE("activation fwd");
+  for_each8(n, [&](size_t i, __m256i m) {
+    store(out + i, m, _mm256_mul_ps(activation(load(gate + i, m), act, nullptr), load(up + i, m)));
+  });
+}
+
+void gated_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                    const float* up, size_t n, GateAct act) {
+  FRUGAL_PROFILE("activation bwd");
+  for_each8(n, [&](size_t i, __m256i m) {
+    __m256 grad;
+    const __m256 a = activation(load(gate + i, m), act, &grad);
+    const __m256 d = load(dout + i, m);
+    store(dgate + i, m, _mm256_mul_ps(_mm256_mul_ps(d, load(up + i, m)), grad));
+    store(dup + i, m, _mm256_mul_ps(d, a));
+  });
+}
+
+}  // namespace frugal::kernels

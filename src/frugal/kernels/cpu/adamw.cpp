@@ -1,0 +1,35 @@
+// The fused AdamW update on CPU through the shared element-wise loop (cpu/elementwise.h).
+#include <cmath>
+
+#include "frugal/core/profile.h"
+#include "frugal/kernels/cpu/elementwise.h"
+#include "frugal/kernels/ops.h"
+
+namespace frugal::kernels {
+
+using namespace cpu;
+
+void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
+                  bool decay) {
+  FRUGAL_PROFILE("adamw");
+  const float c1 = 1.0f / (1.0f - std::pow(s.beta1, static_cast<float>(s.t)));
+  const float c2 = 1.0f / (1.0f - std::pow(s.beta2, static_cast<float>(s.t)));
+  const __m256 b1 = _mm256_set1_ps(s.beta1), b2 = _mm256_set1_ps(s.beta2);
+  const __m256 ob1 = _mm256_set1_ps(1.0f - s.beta1), ob2 = _mm256_set1_ps(1.0f - s.beta2);
+  const __m256 vc1 = _mm256_set1_ps(c1), vc2 = _mm256_set1_ps(c2);
+  const __m256 eps = _mm256_set1_ps(s.eps), lr = _mm256_set1_ps(s.lr);
+  const __m256 keep = _mm256_set1_ps(decay ? 1.0f - s.lr * s.weight_decay : 1.0f);
+  for_each8(n, [&](size_t i, __m256i mask) {
+    const __m256 gi = load(g + i, mask);
+    const __m256 mi = _mm256_fmadd_ps(b1, load(m + i, mask), _mm256_mul_ps(ob1, gi));
+    const __m256 vi = _mm256_fmadd_ps(b2, load(v + i, mask), _mm256_mul_ps(_mm256_mul_ps(ob2, gi), gi));
+    const __m256 denom = _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, vc2)), eps);
+    const __m256 step = _mm256_div_ps(_mm256_mul_ps(mi, vc1), denom);
+    const __m256 pi = _mm256_fnmadd_ps(lr, step, _mm256_mul_ps(load(p + i, mask), keep));
+    store(m + i, mask, mi);
+    store(v + i, mask, vi);
+    store(p + i, mask, pi);
+  });
+}
+
+}  // namespace frugal::kernels

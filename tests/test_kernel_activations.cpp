@@ -1,0 +1,53 @@
+// The activations kernel family (GELU, GEGLU, SwiGLU): the CPU kernels against the naive
+// reference, the reference backward against fp64 finite differences.
+#include <gtest/gtest.h>
+
+#include <utility>
+#include <vector>
+
+#include "frugal/kernels/ops.h"
+#include "frugal/kernels/ref/activations_ref.h"
+#include "gradcheck.h"
+
+namespace k = frugal::kernels;
+namespace ref = frugal::kernels::ref;
+using frugal::testing::dot;
+using frugal::testing::max_rel_error;
+using frugal::testing::numeric_gradient;
+using frugal::testing::random_vector;
+using frugal::testing::to_d;
+using frugal::testing::to_f;
+
+TEST(Kernels, ActivationsMatchReferenceAndGradients) {
+  const size_t n = 37;  // not a multiple of 8: exercises the masked tail
+  auto x = random_vector(n, 12, 4.0), u = random_vector(n, 13, 2.0), R = random_vector(n, 14);
+  std::vector<double> out(n);
+  auto gelu_loss = [&] { ref::gelu_forward(out.data(), x.data(), n); return dot(out, R); };
+  std::vector<double> dx(n);
+  ref::gelu_backward(dx.data(), R.data(), x.data(), n);
+  EXPECT_LT(max_rel_error(dx, numeric_gradient(x, gelu_loss)), 1e-6);
+  for (int act : {0, 1}) {
+    auto gated_loss = [&] { ref::gated_forward(out.data(), x.data(), u.data(), n, act); return dot(out, R); };
+    std::vector<double> dg(n), du(n);
+    ref::gated_backward(dg.data(), du.data(), R.data(), x.data(), u.data(), n, act);
+    EXPECT_LT(max_rel_error(dg, numeric_gradient(x, gated_loss)), 1e-6);
+    EXPECT_LT(max_rel_error(du, numeric_gradient(u, gated_loss)), 1e-6);
+  }
+  auto xf = to_f(x), uf = to_f(u), Rf = to_f(R);
+  std::vector<float> o1(n), o2(n), d1(n), d2(n), e1(n), e2(n);
+  k::gelu_forward(o1.data(), xf.data(), n);
+  ref::gelu_forward(o2.data(), xf.data(), n);
+  EXPECT_LT(max_rel_error(to_d(o1), to_d(o2)), 1e-6);
+  k::gelu_backward(d1.data(), Rf.data(), xf.data(), n);
+  ref::gelu_backward(d2.data(), Rf.data(), xf.data(), n);
+  EXPECT_LT(max_rel_error(to_d(d1), to_d(d2)), 1e-6);
+  for (auto [act, ract] : {std::pair{k::GateAct::Gelu, 0}, std::pair{k::GateAct::Silu, 1}}) {
+    k::gated_forward(o1.data(), xf.data(), uf.data(), n, act);
+    ref::gated_forward(o2.data(), xf.data(), uf.data(), n, ract);
+    EXPECT_LT(max_rel_error(to_d(o1), to_d(o2)), 1e-6);
+    k::gated_backward(d1.data(), e1.data(), Rf.data(), xf.data(), uf.data(), n, act);
+    ref::gated_backward(d2.data(), e2.data(), Rf.data(), xf.data(), uf.data(), n, ract);
+    EXPECT_LT(max_rel_error(to_d(d1), to_d(d2)), 1e-6);
+    EXPECT_LT(max_rel_error(to_d(e1), to_d(e2)), 1e-6);
+  }
+}

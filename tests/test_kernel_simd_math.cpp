@@ -1,0 +1,38 @@
+// The SIMD math of kernels/cpu/simd_math.h: the AVX-512 exp against the AVX2 one.
+#include "frugal/kernels/cpu/simd_math.h"  // first: see its note on <immintrin.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace k = frugal::kernels;
+
+namespace {
+
+// exp of 16 floats with the AVX-512 twin (the caller checks the CPU).
+__attribute__((target("avx512f"))) void exp512_of(const float* x, float* y) {
+  _mm512_storeu_ps(y, k::cpu::exp512(_mm512_loadu_ps(x)));
+}
+
+}  // namespace
+
+// The AVX-512 exp gives the same bits as the AVX2 one on every lane, over the whole clamped range
+// and beyond it (the attention kernels' softmax uses either).
+TEST(SimdMath, Exp512SameBitsAsExp256) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "this CPU has no AVX-512F";
+  std::vector<float> x;
+  for (float v = -100.0f; v <= 100.0f; v += 0.0371f) x.push_back(v);
+  x.resize((x.size() + 15) / 16 * 16, 88.5f);
+  std::vector<float> want(x.size()), got(x.size());
+  for (size_t i = 0; i < x.size(); i += 8)
+    _mm256_storeu_ps(want.data() + i, k::cpu::exp256(_mm256_loadu_ps(x.data() + i)));
+  for (size_t i = 0; i < x.size(); i += 16) exp512_of(x.data() + i, got.data() + i);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&want[i], &got[i], sizeof(float)), 0) << "x = " << x[i];
+    if (std::fabs(x[i]) < 80.0f) {
+      ASSERT_NEAR(got[i] / std::exp(x[i]), 1.0f, 1e-6f) << x[i];
+    }
+  }
+}
