@@ -9,7 +9,6 @@
 #include "frugal/core/memory.h"
 #include "frugal/core/rng.h"
 #include "frugal/core/timer.h"
-#include "frugal/kernels/cpu/sparse24.h"
 #include "frugal/kernels/ops.h"
 #include "frugal/methods/sparse24/format.h"
 #include "frugal/methods/sparse24/mask.h"
@@ -69,12 +68,12 @@ FfnBenchRow bench_block(int N, int C, const FfnBenchOptions& o) {
   std::vector<uint8_t> m1(static_cast<size_t>(H) * C), m2(m1.size());
   // A mask update: the search, then the layout of both packings (the formats do the latter in
   // their next refresh; here it is timed on scratch packings).
-  kernels::Sparse24Weight layout1, layout2;
+  kernels::Sparse24Packed layout1 = kernels::sparse24_new_weight(), layout2 = kernels::sparse24_new_weight();
   auto search = [&] {
     transposable_mask_24(ffn.w1.data(), H, C, m1.data());
     transposable_mask_24(ffn.w2.data(), C, H, m2.data());
-    kernels::sparse24_pack(layout1, ffn.w1.data(), m1.data(), H, C);
-    kernels::sparse24_pack(layout2, ffn.w2.data(), m2.data(), C, H);
+    kernels::sparse24_pack(*layout1, ffn.w1.data(), m1.data(), H, C);
+    kernels::sparse24_pack(*layout2, ffn.w2.data(), m2.data(), C, H);
   };
   search();
   Sparse24Format f1(m1.data(), true, false), f2(m2.data(), true, false);

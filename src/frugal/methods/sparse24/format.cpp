@@ -1,46 +1,23 @@
-// Sparse24Format and the MVUE 2:4 gradient estimator; see format.h.
+// Sparse24Format; see format.h.
 #include "frugal/methods/sparse24/format.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
-#include "frugal/kernels/ops.h"
 
 namespace frugal::sparse24 {
 
-void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key) {
-  const int pairs = N / 2;
-#pragma omp parallel for schedule(static)
-  for (int p = 0; p < pairs; ++p) {
-    const float* a = dout + static_cast<size_t>(2 * p) * OC;
-    const float* b = a + OC;
-    float* sa = dout_sparse + static_cast<size_t>(2 * p) * OC;
-    float* sb = sa + OC;
-    for (int o = 0; o < OC; ++o) {
-      const float abs_a = std::fabs(a[o]), total = abs_a + std::fabs(b[o]);
-      const bool keep_a = total > 0 && uniform_at(key, static_cast<uint64_t>(p) * OC + o) * total < abs_a;
-      sa[o] = keep_a ? std::copysign(total, a[o]) : 0.0f;
-      sb[o] = keep_a || total == 0 ? 0.0f : std::copysign(total, b[o]);
-    }
-  }
-  if (N % 2)
-    for (int o = 0; o < OC; ++o)
-      dout_sparse[static_cast<size_t>(N - 1) * OC + o] = dout[static_cast<size_t>(N - 1) * OC + o];
-}
-
 Sparse24Format::Sparse24Format(const uint8_t* mask, bool transposable, bool mvue)
-    : mask_(mask), transposable_(transposable), mvue_(mvue) {}
+    : mask_(mask), transposable_(transposable), mvue_(mvue), packed_(kernels::sparse24_new_weight()) {}
 
 void Sparse24Format::refresh(const float* weight, int OC, int C) {
   FRUGAL_PROFILE("sparse24 refresh");
   const size_t n = static_cast<size_t>(OC) * C;
-  if (packed_.OC == OC && packed_.IC == C && packed_mask_.size() == n &&
-      std::memcmp(packed_mask_.data(), mask_, n) == 0) {
-    kernels::sparse24_refresh_values(packed_, weight);
+  if (packed_mask_.size() == n && std::memcmp(packed_mask_.data(), mask_, n) == 0) {
+    kernels::sparse24_refresh_values(*packed_, weight);
   } else {
-    kernels::sparse24_pack(packed_, weight, mask_, OC, C, transposable_);
+    kernels::sparse24_pack(*packed_, weight, mask_, OC, C, transposable_);
     packed_mask_.assign(mask_, mask_ + n);
   }
   if (transposable_) return;
@@ -52,7 +29,7 @@ void Sparse24Format::refresh(const float* weight, int OC, int C) {
 void Sparse24Format::forward(float* out, const float* inp, const float*, const float* bias, int N,
                              int, int) {
   FRUGAL_PROFILE("sparse24 fwd");
-  kernels::sparse24_matmul_forward(out, inp, packed_, bias, N);
+  kernels::sparse24_matmul_forward(out, inp, *packed_, bias, N);
 }
 
 void Sparse24Format::backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -61,7 +38,7 @@ void Sparse24Format::backward(float* dinp, float* dweight, float* dbias, const f
   if (dinp) {
     FRUGAL_PROFILE("sparse24 bwd: input grad");
     if (transposable_)
-      kernels::sparse24_matmul_backward_input(dinp, dout, packed_, N, accumulate_dinp);
+      kernels::sparse24_matmul_backward_input(dinp, dout, *packed_, N, accumulate_dinp);
     else
       kernels::matmul_backward(dinp, nullptr, nullptr, dout, inp, masked_.data(), N, C, OC,
                                accumulate_dinp);
@@ -70,7 +47,7 @@ void Sparse24Format::backward(float* dinp, float* dweight, float* dbias, const f
   const float* dout_w = dout;
   if (mvue_ && dweight) {
     dout_sparse_.resize(static_cast<size_t>(N) * OC);
-    mvue24_rows(dout_sparse_.data(), dout, N, OC, mix64(key_ ^ mix64(calls_++)));
+    kernels::mvue24_rows(dout_sparse_.data(), dout, N, OC, mix64(key_ ^ mix64(calls_++)));
     dout_w = dout_sparse_.data();
   }
   // The bias gradient is a sum over tokens, not a product: it always uses the exact dout.

@@ -7,22 +7,16 @@
 //   weight gradient dW += dYᵀ · X          dense (straight-through estimator: the gradient of the
 //                                          dense master weight), or with the MVUE option
 //                                          dW += MVUE(dYᵀ) · X, an unbiased 2:4 sparsification of
-//                                          dYᵀ along the token dimension (executed densely here)
+//                                          dYᵀ along the token dimension (kernels::mvue24_rows,
+//                                          executed densely)
 #pragma once
 #include <cstdint>
 #include <vector>
 
-#include "frugal/core/memory.h"
-#include "frugal/kernels/cpu/sparse24.h"
+#include "frugal/kernels/ops.h"
 #include "frugal/model/linear_format.h"
 
 namespace frugal::sparse24 {
-
-// dout_sparse (N,OC) = the unbiased 2:4 estimate of dout (N,OC) along N: in every pair of rows
-// (2i, 2i+1) each column keeps one entry, row 2i with probability |a| / (|a| + |b|), and the kept
-// entry becomes sign · (|a| + |b|), so E[dout_sparse] = dout and every group of 4 rows holds 2
-// non-zeros per column. A final odd row is copied. Random numbers: uniform_at(key, pair·OC + o).
-void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key);
 
 class Sparse24Format final : public LinearFormat {
  public:
@@ -49,9 +43,10 @@ class Sparse24Format final : public LinearFormat {
  private:
   const uint8_t* mask_;
   bool transposable_, mvue_;
-  kernels::Sparse24Weight packed_;
-  // The mask packed_'s layout was built from: refresh() rebuilds the layout only when the mask
-  // differs (after a mask update), and otherwise just gathers the new values.
+  kernels::Sparse24Packed packed_;
+  // The mask packed_'s layout was built from (empty before the first packing): refresh()
+  // rebuilds the layout only when the mask differs (after a mask update), and otherwise just
+  // gathers the new values.
   std::vector<uint8_t> packed_mask_;
   std::vector<float> masked_;       // (OC, IC) mask ⊙ W, row-only masks only
   std::vector<float> dout_sparse_;  // (N, OC) MVUE scratch
