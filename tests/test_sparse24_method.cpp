@@ -141,7 +141,7 @@ TEST(Sparse24Method, MasksAreTransposable24AfterTrainingAndFlipRateIsLogged) {
   ASSERT_EQ(m.targets().size(), 4u) << "fc and fc_proj of 2 blocks";
   for (const auto& target : m.targets()) {
     expect_valid_mask(target, true);
-    EXPECT_NE(t.model().linear_format(target.layer, target.which), nullptr);
+    EXPECT_STREQ(t.model().linear_format(target.layer, target.which).name(), "sparse24");
   }
   EXPECT_TRUE(m.sparse_active());
   EXPECT_EQ(m.mask_updates(), 3) << "after steps 2, 4 and 6 (none after the last step)";
@@ -308,7 +308,7 @@ TEST(Sparse24Method, ResumesBitExactlyWithMaskStateAndFinetunesDense) {
   const FitResult all = straight.fit();
   EXPECT_FALSE(method_of(straight).sparse_active());
   for (const auto& target : method_of(straight).targets())
-    EXPECT_EQ(straight.model().linear_format(target.layer, target.which), nullptr);
+    EXPECT_STREQ(straight.model().linear_format(target.layer, target.which).name(), "dense");
   EXPECT_EQ(method_of(straight).mask_updates(), 2);
 
   auto with_ckpt = s24;
