@@ -10,9 +10,9 @@
 #include "frugal/core/rng.h"
 #include "frugal/core/timer.h"
 #include "frugal/kernels/ops.h"
-#include "frugal/methods/sparse24/format.h"
 #include "frugal/methods/sparse24/mask.h"
 #include "frugal/model/formats/dense.h"
+#include "frugal/model/formats/sparse24.h"
 
 namespace frugal::sparse24 {
 namespace {
@@ -63,7 +63,7 @@ FfnBenchRow bench_block(int N, int C, const FfnBenchOptions& o) {
     kernels::sparse24_pack(*layout2, ffn.w2.data(), m2.data(), C, H);
   };
   search();
-  Sparse24Format f1(m1.data(), true, false), f2(m2.data(), true, false);
+  Sparse24Format f1(H, C, m1, true, false), f2(C, H, m2, true, false);
   auto repack = [&] {
     f1.refresh(ffn.w1.data(), H, C);
     f2.refresh(ffn.w2.data(), C, H);

@@ -1,29 +1,28 @@
-// Sparse24Format; see format.h.
-#include "frugal/methods/sparse24/format.h"
-
-#include <cstring>
+// Sparse24Format; see sparse24.h.
+#include "frugal/model/formats/sparse24.h"
 
 #include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
 
-namespace frugal::sparse24 {
+namespace frugal {
 
-Sparse24Format::Sparse24Format(const uint8_t* mask, bool transposable, bool mvue)
-    : mask_(mask), transposable_(transposable), mvue_(mvue), packed_(kernels::sparse24_new_weight()) {}
+Sparse24Format::Sparse24Format(int OC, int IC, std::span<const uint8_t> mask, bool transposable,
+                               bool mvue)
+    : MaskedFormat(OC, IC, mask),
+      transposable_(transposable),
+      mvue_(mvue),
+      packed_(kernels::sparse24_new_weight()) {}
 
 void Sparse24Format::refresh(const float* weight, int OC, int C) {
   FRUGAL_PROFILE("sparse24 refresh");
-  const size_t n = static_cast<size_t>(OC) * C;
-  if (packed_mask_.size() == n && std::memcmp(packed_mask_.data(), mask_, n) == 0) {
+  check_shape(OC, C);
+  if (packed_version_ == mask_version_) {
     kernels::sparse24_refresh_values(*packed_, weight);
   } else {
-    kernels::sparse24_pack(*packed_, weight, mask_, OC, C, transposable_);
-    packed_mask_.assign(mask_, mask_ + n);
+    kernels::sparse24_pack(*packed_, weight, mask().data(), OC, C, transposable_);
+    packed_version_ = mask_version_;
   }
-  if (transposable_) return;
-  masked_.resize(n);
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) masked_[i] = mask_[i] ? weight[i] : 0.0f;
+  if (!transposable_) build_masked(weight);
 }
 
 void Sparse24Format::forward(float* out, const float* inp, const float*, const float* bias, int N,
@@ -40,8 +39,7 @@ void Sparse24Format::backward(float* dinp, float* dweight, float* dbias, const f
     if (transposable_)
       kernels::sparse24_matmul_backward_input(dinp, dout, *packed_, N, accumulate_dinp);
     else
-      kernels::matmul_backward(dinp, nullptr, nullptr, dout, inp, masked_.data(), N, C, OC,
-                               accumulate_dinp);
+      masked_input_gradient(dinp, dout, inp, N, accumulate_dinp);
   }
   if (!dweight && !dbias) return;
   const float* dout_w = dout;
@@ -55,4 +53,4 @@ void Sparse24Format::backward(float* dinp, float* dweight, float* dbias, const f
   kernels::matmul_backward(nullptr, nullptr, dbias, dout, inp, weight, N, C, OC, false);
 }
 
-}  // namespace frugal::sparse24
+}  // namespace frugal

@@ -1,9 +1,10 @@
-// Sparse24Format: the execution format of a 2:4-masked linear layer (METHODS.md section 4).
-// The dense master weight W stays in the parameter buffer; the format keeps the mask ⊙ W packed
-// for the 2:4 kernels and refreshes its values in refresh() after every optimizer step.
+// Sparse24Format: the execution format of a 2:4-masked linear layer (METHODS.md section 4), a
+// MaskedFormat whose mask is 2:4 and whose products run on the 2:4 kernels of kernels/ops.h.
+// The dense master weight W stays in the parameter buffer; the format keeps mask ⊙ W packed
+// (a backend-owned kernels::Sparse24Packed) and refreshes its values after every optimizer step.
 //   forward         Y = X · S(W)ᵀ          2:4 kernel
 //   input gradient  dX = dY · S(W)         2:4 kernel (transposable mask); with a row-only mask
-//                                          Wᵀ is not 2:4, so a dense GEMM on a masked copy of W
+//                                          Wᵀ is not 2:4, so MaskedFormat's dense GEMM on W ⊙ M
 //   weight gradient dW += dYᵀ · X          dense (straight-through estimator: the gradient of the
 //                                          dense master weight), or with the MVUE option
 //                                          dW += MVUE(dYᵀ) · X, an unbiased 2:4 sparsification of
@@ -11,18 +12,19 @@
 //                                          executed densely)
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "frugal/kernels/ops.h"
-#include "frugal/model/linear_format.h"
+#include "frugal/model/formats/masked.h"
 
-namespace frugal::sparse24 {
+namespace frugal {
 
-class Sparse24Format final : public LinearFormat {
+class Sparse24Format final : public MaskedFormat {
  public:
-  // mask (OC, IC) 0/1, owned by the caller and read at every refresh(); it must outlive the
-  // format and be 2:4 (transposable, or row-wise when transposable = false).
-  Sparse24Format(const uint8_t* mask, bool transposable, bool mvue);
+  // mask (OC,IC) 0/1, copied; it (and every later set_mask) must be 2:4: transposable, or
+  // row-wise when transposable = false (checked when the next refresh() packs it).
+  Sparse24Format(int OC, int IC, std::span<const uint8_t> mask, bool transposable, bool mvue);
 
   const char* name() const override { return "sparse24"; }
   void refresh(const float* weight, int OC, int C) override;
@@ -41,16 +43,13 @@ class Sparse24Format final : public LinearFormat {
   }
 
  private:
-  const uint8_t* mask_;
   bool transposable_, mvue_;
   kernels::Sparse24Packed packed_;
-  // The mask packed_'s layout was built from (empty before the first packing): refresh()
-  // rebuilds the layout only when the mask differs (after a mask update), and otherwise just
-  // gathers the new values.
-  std::vector<uint8_t> packed_mask_;
-  std::vector<float> masked_;       // (OC, IC) mask ⊙ W, row-only masks only
+  // The mask_version_ packed_'s layout was built from: refresh() rebuilds the layout only after a
+  // mask change, and otherwise just gathers the new values.
+  uint64_t packed_version_ = 0;
   std::vector<float> dout_sparse_;  // (N, OC) MVUE scratch
   uint64_t key_ = 0, calls_ = 0;
 };
 
-}  // namespace frugal::sparse24
+}  // namespace frugal
