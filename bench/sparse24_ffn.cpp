@@ -9,11 +9,10 @@
 #include "frugal/core/memory.h"
 #include "frugal/core/rng.h"
 #include "frugal/core/timer.h"
-#include "frugal/kernels/cpu/sparse24.h"
 #include "frugal/kernels/ops.h"
-#include "frugal/methods/sparse24/format.h"
 #include "frugal/methods/sparse24/mask.h"
-#include "frugal/model/linear_format.h"
+#include "frugal/model/formats/dense.h"
+#include "frugal/model/formats/sparse24.h"
 
 namespace frugal::sparse24 {
 namespace {
@@ -39,27 +38,14 @@ struct Ffn {
     fill_normal(w2, 3, 0.02f);
     fill_normal(dy, 4, 1.0f);
   }
-  // Forward and backward through the given formats (null: dense BLAS).
-  void step(LinearFormat* f1, LinearFormat* f2) {
-    auto forward = [&](LinearFormat* f, float* out, const float* in, const float* w, const float* b, int IC, int OC) {
-      if (f)
-        f->forward(out, in, w, b, N, IC, OC);
-      else
-        kernels::matmul_forward(out, in, w, b, N, IC, OC);
-    };
-    auto backward = [&](LinearFormat* f, float* din, float* dw, float* db, const float* dout, const float* in,
-                        const float* w, int IC, int OC) {
-      if (f)
-        f->backward(din, dw, db, dout, in, w, N, IC, OC, false);
-      else
-        kernels::matmul_backward(din, dw, db, dout, in, w, N, IC, OC, false);
-    };
-    forward(f1, h.data(), x.data(), w1.data(), b1.data(), C, H);
+  // Forward and backward through the given formats.
+  void step(LinearFormat& f1, LinearFormat& f2) {
+    f1.forward(h.data(), x.data(), w1.data(), b1.data(), N, C, H);
     kernels::gelu_forward(a.data(), h.data(), h.size());
-    forward(f2, y.data(), a.data(), w2.data(), b2.data(), H, C);
-    backward(f2, da.data(), dw2.data(), db2.data(), dy.data(), a.data(), w2.data(), H, C);
+    f2.forward(y.data(), a.data(), w2.data(), b2.data(), N, H, C);
+    f2.backward(da.data(), dw2.data(), db2.data(), dy.data(), a.data(), w2.data(), N, H, C, false);
     kernels::gelu_backward(dh.data(), da.data(), h.data(), h.size());
-    backward(f1, dx.data(), dw1.data(), db1.data(), dh.data(), x.data(), w1.data(), C, H);
+    f1.backward(dx.data(), dw1.data(), db1.data(), dh.data(), x.data(), w1.data(), N, C, H, false);
   }
 };
 
@@ -69,15 +55,15 @@ FfnBenchRow bench_block(int N, int C, const FfnBenchOptions& o) {
   std::vector<uint8_t> m1(static_cast<size_t>(H) * C), m2(m1.size());
   // A mask update: the search, then the layout of both packings (the formats do the latter in
   // their next refresh; here it is timed on scratch packings).
-  kernels::Sparse24Weight layout1, layout2;
+  kernels::Sparse24Packed layout1 = kernels::sparse24_new_weight(), layout2 = kernels::sparse24_new_weight();
   auto search = [&] {
     transposable_mask_24(ffn.w1.data(), H, C, m1.data());
     transposable_mask_24(ffn.w2.data(), C, H, m2.data());
-    kernels::sparse24_pack(layout1, ffn.w1.data(), m1.data(), H, C);
-    kernels::sparse24_pack(layout2, ffn.w2.data(), m2.data(), C, H);
+    kernels::sparse24_pack(*layout1, ffn.w1.data(), m1.data(), H, C);
+    kernels::sparse24_pack(*layout2, ffn.w2.data(), m2.data(), C, H);
   };
   search();
-  Sparse24Format f1(m1.data(), true, false), f2(m2.data(), true, false);
+  Sparse24Format f1(H, C, m1, true, false), f2(C, H, m2, true, false);
   auto repack = [&] {
     f1.refresh(ffn.w1.data(), H, C);
     f2.refresh(ffn.w2.data(), C, H);
@@ -87,12 +73,13 @@ FfnBenchRow bench_block(int N, int C, const FfnBenchOptions& o) {
     add_masked_decay(ffn.dw2.data(), ffn.w2.data(), m2.data(), m2.size(), o.decay);
   };
   repack();
-  ffn.step(nullptr, nullptr);
-  ffn.step(&f1, &f2);
+  DenseFormat dense_format;
+  ffn.step(dense_format, dense_format);
+  ffn.step(f1, f2);
   std::vector<double> dense, sparse, pack, decayed, mask;
   for (int r = 0; r < o.repeats; ++r) {
-    dense.push_back(time_ms([&] { ffn.step(nullptr, nullptr); }));
-    sparse.push_back(time_ms([&] { ffn.step(&f1, &f2); }));
+    dense.push_back(time_ms([&] { ffn.step(dense_format, dense_format); }));
+    sparse.push_back(time_ms([&] { ffn.step(f1, f2); }));
     pack.push_back(time_ms(repack));
     decayed.push_back(time_ms(decay));
     if (r < std::max(3, o.repeats / 3)) mask.push_back(time_ms(search));

@@ -209,6 +209,7 @@ class HalfColumnsFormat final : public frugal::LinearFormat {
     FAIL() << "inference runs no backward";
   }
   double forward_density() const override { return 0.5; }
+  double backward_input_density() const override { return 0.5; }
   double weight_grad_density() const override { return 0.5; }
 
  private:

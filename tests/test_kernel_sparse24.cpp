@@ -1,6 +1,6 @@
 // 2:4 sparse linear kernels against the fp64 reference: forward (bias on/off) and input gradient
 // (accumulate on/off), random shapes incl. odd N, every one of the 90 transposable block patterns,
-// both instruction sets, 1 vs 2 threads bit-equal, and the row-only packing.
+// both instruction sets, 1 vs 2 threads bit-equal, the row-only packing, and the MVUE estimator.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -229,4 +229,27 @@ TEST(Sparse24Pack, RefreshValuesEqualsAFullRepack) {
                                          nullptr, N, IC, OC);
     EXPECT_LT(max_scaled_error(y, want, IC), 1e-5);
   }
+}
+
+// The MVUE estimator alone: one kept entry per pair of rows with their summed magnitude, an odd
+// last row copied, and the mean over many keys equal to the input.
+TEST(Mvue24Rows, IsUnbiasedAnd24AlongTokens) {
+  const int N = 9, OC = 5, draws = 4000;
+  std::vector<float> dout(N * OC), out(N * OC);
+  for (int i = 0; i < N * OC; ++i) dout[i] = std::sin(1.7f * i + 0.3f) * (i % 6 == 0 ? 0.0f : 1.0f);
+  std::vector<double> mean(N * OC, 0.0);
+  for (int d = 0; d < draws; ++d) {
+    mvue24_rows(out.data(), dout.data(), N, OC, mix64(d));
+    for (int p = 0; p < N / 2; ++p)
+      for (int o = 0; o < OC; ++o) {
+        const float a = dout[2 * p * OC + o], b = dout[(2 * p + 1) * OC + o];
+        const float sa = out[2 * p * OC + o], sb = out[(2 * p + 1) * OC + o];
+        ASSERT_TRUE(sa == 0.0f || sb == 0.0f) << "one entry per pair of rows";
+        ASSERT_FLOAT_EQ(std::fabs(sa) + std::fabs(sb), std::fabs(a) + std::fabs(b));
+      }
+    for (int o = 0; o < OC; ++o) ASSERT_EQ(out[(N - 1) * OC + o], dout[(N - 1) * OC + o]) << "odd last row copied";
+    for (int i = 0; i < N * OC; ++i) mean[i] += out[i] / double(draws);
+  }
+  for (int i = 0; i < N * OC; ++i) EXPECT_NEAR(mean[i], dout[i], 0.06) << i;
+
 }

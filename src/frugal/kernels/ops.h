@@ -23,6 +23,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace frugal::kernels {
 
@@ -54,6 +55,38 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC,
                      bool accumulate_dinp);
+
+// ---- sparse24: 2:4 structured-sparse linear (docs/sparse24.md) ----
+// S(W) = mask ⊙ W for a 2:4 mask (OC,IC): two kept entries in every group of 4 along IC, and with
+// a transposable mask also along OC. The packed weight's layout belongs to the backend
+// (kernels/cpu/sparse24.h); code outside kernels/ holds it through the owning handle
+// Sparse24Packed and never sees the layout.
+struct Sparse24Weight;
+struct Sparse24WeightDeleter {
+  void operator()(Sparse24Weight* weight) const;
+};
+using Sparse24Packed = std::unique_ptr<Sparse24Weight, Sparse24WeightDeleter>;
+// An empty packed weight, for sparse24_pack to fill.
+Sparse24Packed sparse24_new_weight();
+// out = S(W) packed for the forward product and, when transposable, for the input gradient.
+// W (OC,IC), mask (OC,IC) 0/1, OC % 4 == IC % 4 == 0; throws when the mask is not 2:4 (along both
+// dimensions when transposable). Buffers are reused when the shape is unchanged.
+void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int OC, int IC,
+                   bool transposable = true);
+// Re-reads the kept values from W (OC,IC) into the packing built by the last sparse24_pack (same
+// shape and mask): the cheap per-step update.
+void sparse24_refresh_values(Sparse24Weight& packed, const float* W);
+// out (N,OC) = inp (N,IC) · S(W)ᵀ + bias (OC) or null
+void sparse24_matmul_forward(float* out, const float* inp, const Sparse24Weight& weight,
+                             const float* bias, int N);
+// dinp (N,IC) = (or += when accumulate) dout (N,OC) · S(W); needs a transposable packing.
+void sparse24_matmul_backward_input(float* dinp, const float* dout, const Sparse24Weight& weight,
+                                    int N, bool accumulate);
+// dout_sparse (N,OC) = the unbiased 2:4 estimate (MVUE) of dout (N,OC) along N: in every pair of
+// rows (2i, 2i+1) each column keeps one entry, row 2i with probability |a| / (|a| + |b|), and the
+// kept entry becomes sign · (|a| + |b|), so E[dout_sparse] = dout and every group of 4 rows holds
+// 2 non-zeros per column. A final odd row is copied. Random numbers: uniform_at(key, pair·OC + o).
+void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key);
 
 // ---- attention: causal self-attention (fused, tiled, online softmax) ----
 // out (B,T,C), lse (B,NH,T) log-sum-exp of each softmax row; qkv (B,T,3C) laid out [q | k | v],

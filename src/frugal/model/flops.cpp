@@ -58,17 +58,14 @@ StepFlops count_step_flops(const GPT& model, int B, int T, int cached_prefix_blo
       if (model.linear_weight_offset(l, which) == GPT::kAbsent) continue;
       const auto [oc, ic] = model.linear_shape(which);
       const double dense = 2 * N * oc * ic;
-      const LinearFormat* fmt = model.linear_format(l, which);
-      const double density = fmt ? fmt->forward_density() : 1.0;
-      const double idensity = fmt ? fmt->backward_input_density() : 1.0;
-      const double wdensity = fmt ? fmt->weight_grad_density() : 1.0;
+      const LinearFormat& format = model.linear_format(l, which);
       d.forward += dense;
       d.backward_input += dense;
       d.backward_weight += dense;
-      if (runs) e.forward += dense * density;
+      if (runs) e.forward += dense * format.forward_density();
       if (trains) {
-        e.backward_input += dense * idensity;
-        e.backward_weight += dense * wdensity;
+        e.backward_input += dense * format.backward_input_density();
+        e.backward_weight += dense * format.weight_grad_density();
       }
     }
     if (runs) e.forward += attention;

@@ -2,8 +2,8 @@
 // frozen, cached or sparse) and as the dense model would need. One set of formulas, used by the
 // trainer's metrics, MFU and the benchmark:
 //   linear (N rows, IC -> OC): forward 2·N·IC·OC, backward-input 2·N·IC·OC, backward-weight
-//     2·N·IC·OC; a sparse LinearFormat scales them by its forward_density(),
-//     backward_input_density() and weight_grad_density()
+//     2·N·IC·OC, each scaled by the linear's LinearFormat: forward_density(),
+//     backward_input_density() and weight_grad_density() (1 for the dense format)
 //   causal attention per block: forward 2·B·NH·HS·T(T+1) (q·kᵀ and p·v over the T(T+1)/2 causal
 //     pairs), backward-input twice the forward (dq, dk, dv, dp); recomputation is not counted
 //   LM head over the V real vocabulary columns, like a linear C -> V; its input gradient runs

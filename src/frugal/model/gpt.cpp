@@ -10,6 +10,7 @@
 #include "frugal/core/error.h"
 #include "frugal/core/rng.h"
 #include "frugal/kernels/ops.h"
+#include "frugal/model/formats/dense.h"
 
 namespace frugal {
 
@@ -84,7 +85,10 @@ GPT::GPT(const ModelConfig& config, const BlockRange& range)
                        off(p + "mlp.c_gate.weight"), off(p + "mlp.c_gate.bias"),
                        off(p + "mlp.c_proj.weight"), off(p + "mlp.c_proj.bias")});
   }
-  formats_.resize(config_.n_layer);
+  dense_ = std::make_shared<DenseFormat>();
+  std::array<std::shared_ptr<LinearFormat>, kLinears> dense_block;
+  dense_block.fill(dense_);
+  formats_.assign(config_.n_layer, dense_block);
   format_changed_at_.assign(config_.n_layer, 0);
   wte_ = off("transformer.wte.weight");
   wpe_ = off("transformer.wpe.weight");
@@ -260,17 +264,16 @@ size_t GPT::linear_weight_offset(int layer, Linear which) const {
 void GPT::set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format) {
   FRUGAL_CHECK(layer >= 0 && layer < config_.n_layer, "internal: no block {}", layer);
   FRUGAL_CHECK(linear_weight_offset(layer, which) != kAbsent, "internal: block {} has no such linear", layer);
+  if (!format) format = dense_;
   std::shared_ptr<LinearFormat>& slot = formats_[layer][static_cast<int>(which)];
   if (slot != format) format_changed_at_[layer] = ++format_changes_;
   slot = std::move(format);
-  if (LinearFormat* f = slot.get()) {
-    const auto [oc, ic] = linear_shape(which);
-    f->refresh(params_.data() + linear_weight_offset(layer, which), oc, ic);
-  }
+  const auto [oc, ic] = linear_shape(which);
+  slot->refresh(params_.data() + linear_weight_offset(layer, which), oc, ic);
 }
 
-LinearFormat* GPT::linear_format(int layer, Linear which) const {
-  return formats_.at(layer)[static_cast<int>(which)].get();
+LinearFormat& GPT::linear_format(int layer, Linear which) const {
+  return *formats_.at(layer)[static_cast<int>(which)];
 }
 
 uint64_t GPT::prefix_format_version(int blocks) const {
@@ -282,7 +285,7 @@ uint64_t GPT::prefix_format_version(int blocks) const {
 void GPT::refresh_formats() {
   for (int l = range_.begin; l < range_.end; ++l)
     for (int i = 0; i < kLinears; ++i)
-      if (formats_[l][i]) {
+      if (linear_weight_offset(l, static_cast<Linear>(i)) != kAbsent) {
         const auto [oc, ic] = linear_shape(static_cast<Linear>(i));
         formats_[l][i]->refresh(params_.data() + linear_weight_offset(l, static_cast<Linear>(i)), oc, ic);
       }
@@ -291,10 +294,7 @@ void GPT::refresh_formats() {
 void GPT::linear_forward(int l, Linear which, float* out, const float* inp, int N) const {
   const auto [w, b] = linear_offsets(blocks_[l], which);
   const auto [OC, C] = linear_shape(which);
-  if (LinearFormat* f = formats_[l][static_cast<int>(which)].get())
-    f->forward(out, inp, P(w), P(b), N, C, OC);
-  else
-    k::matmul_forward(out, inp, P(w), P(b), N, C, OC);
+  formats_[l][static_cast<int>(which)]->forward(out, inp, P(w), P(b), N, C, OC);
 }
 
 void GPT::linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp,
@@ -303,10 +303,8 @@ void GPT::linear_backward(int l, Linear which, float* dinp, const float* dout, c
   const auto [OC, C] = linear_shape(which);
   float* dw = G(w, true);
   float* db = G(b, true);
-  if (LinearFormat* f = formats_[l][static_cast<int>(which)].get())
-    f->backward(dinp, dw, db, dout, inp, P(w), N, C, OC, accumulate_dinp);
-  else
-    k::matmul_backward(dinp, dw, db, dout, inp, P(w), N, C, OC, accumulate_dinp);
+  formats_[l][static_cast<int>(which)]->backward(dinp, dw, db, dout, inp, P(w), N, C, OC,
+                                                  accumulate_dinp);
 }
 
 const float* GPT::block_input(int l) const { return block_output(l - 1); }

@@ -69,10 +69,11 @@ class GPT {
   // The linears of a block, in execution order.
   enum class Linear { Qkv, Proj, Fc, Gate, FcProj };
   static constexpr int kLinears = 5;
-  // Installs a non-dense execution format on block `layer`'s linear (null restores dense) and
-  // refreshes it from the current weight.
+  // Installs an execution format on block `layer`'s linear (null restores the dense one) and
+  // refreshes it from the current weight. Every linear starts dense (DenseFormat).
   void set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format);
-  LinearFormat* linear_format(int layer, Linear which) const;
+  // The format block `layer`'s linear runs with; never null.
+  LinearFormat& linear_format(int layer, Linear which) const;
   // Changes whenever set_linear_format gives one of blocks [0, blocks) another format: what a
   // cache of those blocks' outputs (AutoCache) must be invalidated on. 0 before any change.
   uint64_t prefix_format_version(int blocks) const;
@@ -133,8 +134,8 @@ class GPT {
   size_t final_norm_weight_offset() const { return lnf_w_; }
   size_t final_norm_bias_offset() const { return lnf_b_; }
   size_t head_offset() const;  // lm_head.weight, or the token embedding when tied
-  // out (N,OC) = inp (N,C) · Wᵀ + b for block l's linear, through its installed format (dense
-  // when none); reads only the parameters, so the decoder runs it too.
+  // out (N,OC) = inp (N,C) · Wᵀ + b for block l's linear, through its format; reads only the
+  // parameters, so the decoder runs it too.
   void linear_forward(int l, Linear which, float* out, const float* inp, int N) const;
 
  private:
@@ -159,6 +160,7 @@ class GPT {
   ParamTable table_;
   Buffer<float> params_, grads_;
   std::vector<BlockOffsets> blocks_;
+  std::shared_ptr<LinearFormat> dense_;  // the DenseFormat every linear starts with
   std::vector<std::array<std::shared_ptr<LinearFormat>, kLinears>> formats_;
   std::vector<uint64_t> format_changed_at_;  // per block: the format_changes_ of its last change
   uint64_t format_changes_ = 0;

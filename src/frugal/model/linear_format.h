@@ -1,8 +1,9 @@
-// LinearFormat: how one linear layer of the model executes. Every linear is dense (BLAS) unless a
-// method installs a format on its weight (by parameter name) at a Reconfigure point: a 2:4
-// compressed weight, a masked or CSR sparse weight. The master weight in the flat parameter buffer
-// stays dense; a format keeps whatever packed copy it needs and refreshes it in `refresh()`, which
-// the trainer calls after every optimizer step.
+// LinearFormat: how one linear layer of the model executes. Every block linear has one: DenseFormat
+// (model/formats/dense.h) unless a method installs another on it at a Reconfigure point (a masked
+// weight, a 2:4 compressed weight; the formats live in model/formats/, their kernels are declared in
+// kernels/ops.h). The master weight in the flat parameter buffer stays dense; a format keeps
+// whatever derived copy it needs (a mask it owns, a packed weight) and re-derives it in
+// `refresh()`, which the trainer calls after every optimizer step.
 #pragma once
 
 namespace frugal {
@@ -11,7 +12,7 @@ class LinearFormat {
  public:
   virtual ~LinearFormat() = default;
   virtual const char* name() const = 0;
-  // Re-derives packed data from the dense master weight (OC, C) after it changed.
+  // Re-derives the format's data from the dense master weight (OC, C) after it changed.
   virtual void refresh(const float* weight, int OC, int C) = 0;
   // out (N,OC) = inp (N,C) · S(W)ᵀ + bias (bias may be null); same contract as matmul_forward.
   virtual void forward(float* out, const float* inp, const float* weight, const float* bias, int N,
@@ -21,10 +22,11 @@ class LinearFormat {
   virtual void backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
                         bool accumulate_dinp) = 0;
-  // Fraction of the dense multiply-adds this format executes, for FLOP accounting.
-  virtual double forward_density() const = 0;       // forward product
-  virtual double backward_input_density() const { return forward_density(); }
-  virtual double weight_grad_density() const = 0;   // backward-weight product
+  // FLOP accounting (train/flops.h): the fraction of the dense multiply-adds each product really
+  // executes. A format that runs dense GEMMs answers 1 whatever its mask.
+  virtual double forward_density() const = 0;         // Y = X · S(W)ᵀ
+  virtual double backward_input_density() const = 0;  // dX = dY · S(W)
+  virtual double weight_grad_density() const = 0;     // dW += dYᵀ · X
 };
 
 }  // namespace frugal

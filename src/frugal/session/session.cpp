@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "frugal/core/error.h"
+#include "frugal/model/formats/dense.h"
 
 namespace frugal {
 
@@ -58,7 +59,7 @@ void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
                "reshaped (a pipeline stage is re-partitioned by its strategy)");
   for (int l = 0; l < model_->config().n_layer; ++l)
     for (int i = 0; i < GPT::kLinears; ++i)
-      FRUGAL_CHECK(!model_->linear_format(l, static_cast<GPT::Linear>(i)),
+      FRUGAL_CHECK(dynamic_cast<const DenseFormat*>(&model_->linear_format(l, static_cast<GPT::Linear>(i))),
                    "internal: reshape with a linear format installed on block {}; the method that "
                    "installed it must remove it first", l);
   auto next_model = std::make_unique<GPT>(next, BlockRange::whole(next));

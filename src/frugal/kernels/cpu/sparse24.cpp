@@ -351,6 +351,10 @@ void check_packed(const Sparse24Weight& w, const char* what) {
 
 }  // namespace
 
+void Sparse24WeightDeleter::operator()(Sparse24Weight* weight) const { delete weight; }
+
+Sparse24Packed sparse24_new_weight() { return Sparse24Packed(new Sparse24Weight); }
+
 void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int OC, int IC,
                    bool transposable) {
   FRUGAL_CHECK(OC > 0 && IC > 0 && OC % 4 == 0 && IC % 4 == 0,

@@ -21,10 +21,15 @@
 // records where its values come from (its W block and the entry of each value), so after an
 // optimizer step sparse24_refresh_values() only gathers the new values: no mask reading,
 // classification or sorting (those run in sparse24_pack, once per mask update).
+//
+// The products, the packing and the MVUE estimator are declared in kernels/ops.h (the model layer
+// calls them there and holds a Sparse24Weight only through ops.h's Sparse24Packed handle); this
+// header adds the CPU layout, for tests and benchmarks, and the instruction-set selection.
 #pragma once
 #include <cstdint>
 
 #include "frugal/core/memory.h"
+#include "frugal/kernels/ops.h"
 
 namespace frugal::kernels {
 
@@ -48,26 +53,6 @@ struct Sparse24Weight {
   Sparse24Matrix w;   // W (OC,IC): forward, contraction over IC
   Sparse24Matrix wt;  // Wᵀ (IC,OC): input gradient, contraction over OC
 };
-
-// out = the mask ⊙ W packed both ways. W (OC,IC), mask (OC,IC) 0/1; the mask must be transposable
-// 2:4 (every 4x4 block has two kept entries per row and per column), OC % 4 == IC % 4 == 0.
-// With transposable = false only W is packed (the mask needs two kept entries per row of each
-// block; out.wt stays empty) and only the forward product is available.
-// Buffers are reused when the shape is unchanged.
-void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int OC, int IC,
-                   bool transposable = true);
-
-// Re-reads the kept values from W (OC,IC) into the packing built by the last sparse24_pack
-// (same shape; the mask it was packed with is assumed unchanged). One gather pass per packing.
-void sparse24_refresh_values(Sparse24Weight& packed, const float* W);
-
-// out (N,OC) = inp (N,IC) · S(W)ᵀ + bias (OC) or null
-void sparse24_matmul_forward(float* out, const float* inp, const Sparse24Weight& weight,
-                             const float* bias, int N);
-
-// dinp (N,IC) = (or += when accumulate) dout (N,OC) · S(W); needs a transposable packing.
-void sparse24_matmul_backward_input(float* dinp, const float* dout, const Sparse24Weight& weight,
-                                    int N, bool accumulate);
 
 // Micro-kernel instruction set. Auto picks AVX-512 when the CPU has it, else AVX2/FMA.
 enum class Sparse24Isa { Auto, Avx2, Avx512 };

@@ -127,7 +127,7 @@ double Sparse24Method::compute_masks(GPT& model) {
       row_mask_24(W, t.OC, t.IC, fresh.data());
     changed += static_cast<size_t>(std::llround(flip_rate(t.mask.data(), fresh.data(), fresh.size()) * fresh.size()));
     total += fresh.size();
-    std::copy(fresh.begin(), fresh.end(), t.mask.begin());  // the format keeps t.mask.data()
+    t.mask.swap(fresh);
   }
   const bool first = !have_masks_;
   have_masks_ = true;
@@ -137,7 +137,7 @@ double Sparse24Method::compute_masks(GPT& model) {
 void Sparse24Method::install(GPT& model, bool sparse) {
   for (Target& t : targets_) {
     if (sparse && !t.format)
-      t.format = std::make_shared<Sparse24Format>(t.mask.data(), config_.transposable, config_.mvue);
+      t.format = std::make_shared<Sparse24Format>(t.OC, t.IC, t.mask, config_.transposable, config_.mvue);
     model.set_linear_format(t.layer, t.which, sparse ? t.format : nullptr);
   }
   installed_ = sparse;
@@ -203,8 +203,10 @@ void Sparse24Method::apply(Event event, TrainContext& ctx) {
       } else {
         flip_rate_ = compute_masks(model);
         ++mask_updates_;
-        for (Target& t : targets_)
+        for (Target& t : targets_) {
+          t.format->set_mask(t.mask);
           t.format->refresh(model.params() + model.linear_weight_offset(t.layer, t.which), t.OC, t.IC);
+        }
         if (ctx.metrics) (*ctx.metrics)["flip_rate"] = flip_rate_;
       }
       pending_ = Pending::None;

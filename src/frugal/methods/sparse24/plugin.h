@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "frugal/methods/method.h"
-#include "frugal/methods/sparse24/format.h"
+#include "frugal/model/formats/sparse24.h"
 
 namespace frugal::sparse24 {
 
@@ -42,7 +42,8 @@ class Sparse24Method final : public Method {
   nlohmann::json save_state() const override;
   void load_state(const nlohmann::json& state) override;
 
-  // One masked linear: its place in the model and its mask (OC, IC), 1 = kept.
+  // One masked linear: its place in the model and its mask (OC, IC), 1 = kept: the method's copy
+  // (searched, decayed, saved), handed to the format (which keeps its own) at every mask update.
   struct Target {
     int layer = 0;
     GPT::Linear which = GPT::Linear::Fc;
