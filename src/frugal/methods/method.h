@@ -96,5 +96,8 @@ struct MethodInfo {
 
 // Every method frugal knows, in registration order (methods/registry.cpp).
 const std::vector<MethodInfo>& registered_methods();
+// Adds a method defined outside the library (a program's own, a test's) to the list; call it before
+// the first run config is built (run_schema() reads the list). Throws Error for a taken name.
+void register_method(MethodInfo info);
 
 }  // namespace frugal
