@@ -1,6 +1,7 @@
-// Tests of causal self-attention: the fp64 reference against finite differences, the optimised
-// CPU kernels (float; AVX2 and, where the CPU has it, AVX-512) against the reference (fp64) on many
-// shapes, and thread-count determinism.
+// Tests of causal self-attention: the AttentionPattern's bulk answers (key/query bit rows, tile
+// kinds, pair counts) against brute force over allows(), the fp64 reference against finite
+// differences, the optimised CPU kernels (float; AVX2 and, where the CPU has it, AVX-512) against
+// the reference (fp64) on many shapes, and thread-count determinism.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "frugal/core/error.h"
+#include "frugal/kernels/attention_pattern.h"
 #include "frugal/kernels/cpu/attention.h"
 #include "frugal/kernels/ops.h"
 #include "frugal/kernels/ref/attention_ref.h"
@@ -18,6 +20,7 @@
 namespace {
 
 using frugal::kernels::AttentionIsa;
+using frugal::kernels::AttentionPattern;
 using frugal::kernels::attention_isa_name;
 using frugal::kernels::attention_set_isa;
 using frugal::testing::max_rel_error;
@@ -58,6 +61,82 @@ Pass<float> run_optimised(const std::vector<float>& qkv, const std::vector<float
   frugal::kernels::attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
                                       r.lse.data(), s.B, s.T, s.C, s.NH);
   return r;
+}
+
+// Every kind, with parameters that give the 64-wide kernel tiles empty, full and partial kinds,
+// windows inside one tile and across tiles, blocks aligned to tiles and not, no summary columns.
+std::vector<AttentionPattern> patterns() {
+  return {AttentionPattern::causal(),       AttentionPattern::local(16),
+          AttentionPattern::local(1),       AttentionPattern::local(70),
+          AttentionPattern::strided(16, 16), AttentionPattern::strided(3, 7),
+          AttentionPattern::fixed(16, 2),   AttentionPattern::fixed(64, 1),
+          AttentionPattern::fixed(50, 0),   AttentionPattern::fixed(5, 5)};
+}
+
+// ---- AttentionPattern against brute force over allows() ----
+
+TEST(AttentionPattern, BitRowsMatchAllows) {
+  for (const AttentionPattern& p : patterns()) {
+    SCOPED_TRACE(p.name());
+    for (int i = 0; i < 200; i += 3)
+      for (int p0 : {0, 1, 5, 37, 64, 100, 150})
+        for (int n : {1, 7, 33, 64}) {
+          uint64_t keys = 0, queries = 0;
+          for (int c = 0; c < n; ++c) {
+            keys |= uint64_t{p.allows(i, p0 + c)} << c;
+            queries |= uint64_t{p.allows(p0 + c, i)} << c;
+          }
+          ASSERT_EQ(p.keys_of(i, p0, n), keys) << "query " << i << " keys " << p0 << "+" << n;
+          ASSERT_EQ(p.queries_of(i, p0, n), queries) << "key " << i << " queries " << p0 << "+" << n;
+        }
+  }
+}
+
+TEST(AttentionPattern, TileKindsMatchAllows) {
+  for (const AttentionPattern& p : patterns()) {
+    SCOPED_TRACE(p.name());
+    for (int q0 = 0; q0 < 150; q0 += 7)
+      for (int k0 = 0; k0 < 150; k0 += 5)
+        for (int nq : {1, 6, 64})
+          for (int nk : {1, 9, 64}) {
+            int allowed = 0;
+            for (int i = q0; i < q0 + nq; ++i)
+              for (int j = k0; j < k0 + nk; ++j) allowed += p.allows(i, j);
+            const auto want = allowed == 0             ? AttentionPattern::Tile::Empty
+                              : allowed == nq * nk ? AttentionPattern::Tile::Full
+                                                   : AttentionPattern::Tile::Partial;
+            ASSERT_EQ(p.tile(q0, q0 + nq, k0, k0 + nk), want)
+                << "queries " << q0 << "+" << nq << " keys " << k0 << "+" << nk;
+          }
+  }
+}
+
+TEST(AttentionPattern, PairsCountAllowedPairsAndTheDiagonalIsAlwaysAllowed) {
+  for (const AttentionPattern& p : patterns())
+    for (int T : {1, 2, 15, 16, 17, 64, 128, 200}) {
+      int64_t n = 0;
+      for (int i = 0; i < T; ++i) {
+        ASSERT_TRUE(p.allows(i, i)) << p.name();
+        ASSERT_FALSE(p.allows(i, i + 1)) << p.name();
+        for (int j = 0; j <= i; ++j) n += p.allows(i, j);
+      }
+      EXPECT_EQ(p.pairs(T), n) << p.name() << " T=" << T;
+    }
+  EXPECT_EQ(AttentionPattern::causal().pairs(128), 128 * 129 / 2);
+  EXPECT_EQ(AttentionPattern::local(16).pairs(128), 136 + 112 * 16);  // 1+..+16, then 16 each
+}
+
+TEST(AttentionPattern, RejectsInvalidParametersAndNamesItself) {
+  EXPECT_THROW(AttentionPattern::local(0), frugal::Error);
+  EXPECT_THROW(AttentionPattern::strided(16, 0), frugal::Error);
+  EXPECT_THROW(AttentionPattern::strided(0, 16), frugal::Error);
+  EXPECT_THROW(AttentionPattern::fixed(0, 0), frugal::Error);
+  EXPECT_THROW(AttentionPattern::fixed(16, 17), frugal::Error);
+  EXPECT_THROW(AttentionPattern::fixed(16, -1), frugal::Error);
+  EXPECT_EQ(AttentionPattern().name(), "causal");
+  EXPECT_EQ(AttentionPattern::strided(16, 8).name(), "strided(w=16,s=8)");
+  EXPECT_EQ(AttentionPattern::fixed(16, 2), AttentionPattern::fixed(16, 2));
+  EXPECT_NE(AttentionPattern::local(16), AttentionPattern::local(8));
 }
 
 // Every instruction set this CPU can run.
