@@ -58,11 +58,11 @@ void bench_attention(int B, int T, int C, int NH, int reps) {
               frugal::kernels::attention_isa_name(frugal::kernels::attention_active_isa()), B, T,
               C, NH, C / NH);
   print("forward:", best_seconds([&] {
-    frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, {});
   }, reps), fwd_flops);
   print(" backward:", best_seconds([&] {
     frugal::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(),
-                                        lse.data(), B, T, C, NH);
+                                        lse.data(), B, T, C, NH, {});
   }, reps), 2.5 * fwd_flops);
   std::printf("\n");
 }

@@ -1,13 +1,16 @@
-// Tests of causal self-attention: the AttentionPattern's bulk answers (key/query bit rows, tile
-// kinds, pair counts) against brute force over allows(), the fp64 reference against finite
-// differences, the optimised CPU kernels (float; AVX2 and, where the CPU has it, AVX-512) against
-// the reference (fp64) on many shapes, and thread-count determinism.
+// Tests of self-attention under AttentionPatterns: the pattern's bulk answers (key/query bit rows,
+// tile kinds, pair counts) against brute force over allows(), the fp64 reference against finite
+// differences (causal and sparse patterns), the optimised CPU kernels (float; AVX2 and, where the
+// CPU has it, AVX-512) against the reference (fp64) on many shapes and every pattern kind,
+// thread-count determinism, decode against the forward's last row, and that tiles a pattern
+// leaves empty are never computed.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "frugal/core/error.h"
@@ -41,25 +44,27 @@ struct Pass {
 };
 
 template <class F>
-Pass<F> run_reference(const std::vector<F>& qkv, const std::vector<F>& dout, const Shape& s) {
+Pass<F> run_reference(const std::vector<F>& qkv, const std::vector<F>& dout, const Shape& s,
+                      const AttentionPattern& pattern = {}) {
   Pass<F> r{std::vector<F>(size_t(s.B) * s.T * s.C), std::vector<F>(size_t(s.B) * s.NH * s.T),
             std::vector<F>(qkv.size())};
   frugal::kernels::ref::attention_forward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C,
-                                          s.NH);
+                                          s.NH, pattern);
   frugal::kernels::ref::attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
-                                           r.lse.data(), s.B, s.T, s.C, s.NH);
+                                           r.lse.data(), s.B, s.T, s.C, s.NH, pattern);
   return r;
 }
 
 Pass<float> run_optimised(const std::vector<float>& qkv, const std::vector<float>& dout,
-                          const Shape& s) {
+                          const Shape& s, const AttentionPattern& pattern = {}) {
   // NaN-filled outputs: every element must be written (dqkv is overwrite, not accumulate).
   Pass<float> r{std::vector<float>(size_t(s.B) * s.T * s.C, NAN),
                 std::vector<float>(size_t(s.B) * s.NH * s.T, NAN),
                 std::vector<float>(qkv.size(), NAN)};
-  frugal::kernels::attention_forward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  frugal::kernels::attention_forward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH,
+                                     pattern);
   frugal::kernels::attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
-                                      r.lse.data(), s.B, s.T, s.C, s.NH);
+                                      r.lse.data(), s.B, s.T, s.C, s.NH, pattern);
   return r;
 }
 
@@ -164,20 +169,35 @@ std::vector<double> random_qkv(const Shape& s, unsigned seed) {
 }
 
 TEST(AttentionReference, GradientMatchesFiniteDifferences) {
-  const Shape s{2, 5, 16, 2};  // HS = 8
-  std::vector<double> qkv = random_qkv(s, 1);
-  const std::vector<double> R = random_vector(size_t(s.B) * s.T * s.C, 2);
-  std::vector<double> out(R.size()), lse(size_t(s.B) * s.NH * s.T);
-  auto loss = [&] {
-    frugal::kernels::ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C,
-                                            s.NH);
-    double sum = 0;
-    for (size_t i = 0; i < out.size(); ++i) sum += out[i] * R[i];
-    return sum;
-  };
-  const std::vector<double> numeric = numeric_gradient(qkv, loss);
-  const Pass<double> analytic = run_reference(qkv, R, s);
-  EXPECT_LT(max_rel_error(analytic.dqkv, numeric), 1e-7);
+  const Shape s{2, 9, 16, 2};  // HS = 8
+  for (const AttentionPattern& pattern :
+       {AttentionPattern::causal(), AttentionPattern::local(3), AttentionPattern::strided(2, 3),
+        AttentionPattern::fixed(3, 1)}) {
+    SCOPED_TRACE(pattern.name());
+    std::vector<double> qkv = random_qkv(s, 1);
+    const std::vector<double> R = random_vector(size_t(s.B) * s.T * s.C, 2);
+    std::vector<double> out(R.size()), lse(size_t(s.B) * s.NH * s.T);
+    auto loss = [&] {
+      frugal::kernels::ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C,
+                                              s.NH, pattern);
+      double sum = 0;
+      for (size_t i = 0; i < out.size(); ++i) sum += out[i] * R[i];
+      return sum;
+    };
+    const std::vector<double> numeric = numeric_gradient(qkv, loss);
+    const Pass<double> analytic = run_reference(qkv, R, s, pattern);
+    EXPECT_LT(max_rel_error(analytic.dqkv, numeric), 1e-7);
+  }
+}
+
+// A sparse pattern changes the result (the pattern reaches the reference at all).
+TEST(AttentionReference, SparsePatternDiffersFromCausal) {
+  const Shape s{1, 20, 16, 2};
+  const std::vector<double> qkv = random_qkv(s, 4), dout = random_vector(size_t(s.T) * s.C, 5);
+  const Pass<double> causal = run_reference(qkv, dout, s);
+  const Pass<double> local = run_reference(qkv, dout, s, AttentionPattern::local(4));
+  for (int c = 0; c < 4 * s.C; ++c) EXPECT_EQ(causal.out[c], local.out[c]);  // rows 0-3: same keys
+  EXPECT_GT(max_rel_error(causal.out, local.out), 1e-3);
 }
 
 TEST(AttentionReference, SingleTokenIsItsValue) {
@@ -199,11 +219,13 @@ constexpr double kBackwardTol = 2e-5;
 
 class AttentionOptimised : public ::testing::TestWithParam<Shape> {};
 
-void expect_matches_reference(const std::vector<double>& qkv, const Shape& s) {
+void expect_matches_reference(const std::vector<double>& qkv, const Shape& s,
+                              const AttentionPattern& pattern = {}) {
+  SCOPED_TRACE(pattern.name());
   const std::vector<double> dout = random_vector(size_t(s.B) * s.T * s.C, 20 + s.T);
-  const Pass<double> ref = run_reference(qkv, dout, s);
+  const Pass<double> ref = run_reference(qkv, dout, s, pattern);
   for_each_isa([&] {
-    const Pass<float> opt = run_optimised(to_float(qkv), to_float(dout), s);
+    const Pass<float> opt = run_optimised(to_float(qkv), to_float(dout), s, pattern);
     EXPECT_LT(max_rel_error(to_double(opt.out), ref.out), kForwardTol);
     EXPECT_LT(max_rel_error(to_double(opt.lse), ref.lse), kForwardTol);
     EXPECT_LT(max_rel_error(to_double(opt.dqkv), ref.dqkv), kBackwardTol);
@@ -213,6 +235,12 @@ void expect_matches_reference(const std::vector<double>& qkv, const Shape& s) {
 TEST_P(AttentionOptimised, MatchesReference) {
   const Shape s = GetParam();
   expect_matches_reference(random_qkv(s, 10 + s.T), s);
+}
+
+TEST_P(AttentionOptimised, MatchesReferenceForEveryPattern) {
+  const Shape s = GetParam();
+  for (const AttentionPattern& pattern : patterns())
+    expect_matches_reference(random_qkv(s, 10 + s.T), s, pattern);
 }
 
 // Scores that grow along the sequence (up to ~60): the forward's running softmax shift must move
@@ -266,9 +294,61 @@ TEST(AttentionOptimised, RejectsUnsupportedHeadSize) {
   std::vector<float> qkv(3 * 12), out(12), lse(1);
   for_each_isa([&] {
     EXPECT_THROW(
-        frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, 1, 12, 1),
+        frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, 1, 12, 1, {}),
         frugal::Error);
   });
+}
+
+// Tiles a pattern leaves empty are skipped, not computed and masked: keys and values of the first
+// key tile (positions 0-63) are NaN, and with Local(16) query tiles 2 and 3 (positions 128-255)
+// see none of them. Any product with those rows (a masked score is 0, and 0·NaN = NaN) would make
+// those queries' outputs, lse and dQ NaN; skipped, they equal the clean run's bit for bit.
+TEST(AttentionOptimised, EmptyTilesAreNeverComputed) {
+  const Shape s{1, 256, 64, 2};
+  const AttentionPattern pattern = AttentionPattern::local(16);
+  const std::vector<float> qkv = to_float(random_qkv(s, 40));
+  const std::vector<float> dout = to_float(random_vector(size_t(s.T) * s.C, 41));
+  std::vector<float> poisoned = qkv;
+  for (int t = 0; t < 64; ++t)
+    std::fill_n(poisoned.begin() + size_t(t) * 3 * s.C + s.C, 2 * s.C,
+                std::numeric_limits<float>::quiet_NaN());
+  for_each_isa([&] {
+    const Pass<float> clean = run_optimised(qkv, dout, s, pattern);
+    const Pass<float> dirty = run_optimised(poisoned, dout, s, pattern);
+    for (int t = 128; t < s.T; ++t) {
+      for (int c = 0; c < s.C; ++c) {
+        ASSERT_EQ(dirty.out[size_t(t) * s.C + c], clean.out[size_t(t) * s.C + c]) << "row " << t;
+        ASSERT_EQ(dirty.dqkv[size_t(t) * 3 * s.C + c], clean.dqkv[size_t(t) * 3 * s.C + c])
+            << "dq row " << t;
+      }
+      for (int h = 0; h < s.NH; ++h)
+        ASSERT_EQ(dirty.lse[size_t(h) * s.T + t], clean.lse[size_t(h) * s.T + t]) << "lse " << t;
+    }
+    EXPECT_TRUE(std::isnan(dirty.out[0])) << "the poison must reach the queries that see it";
+  });
+}
+
+// attention_decode at position t - 1 equals row t - 1 of the forward over t positions, for every
+// pattern (the cache holds the keys and values of all t positions).
+TEST(AttentionDecode, EqualsLastRowOfTheForwardForEveryPattern) {
+  const int T = 140, C = 64, NH = 4;
+  const std::vector<float> qkv = to_float(random_vector(size_t(T) * 3 * C, 42, 2.0));
+  std::vector<float> kc(size_t(T) * C), vc(size_t(T) * C);
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c) {
+      kc[size_t(t) * C + c] = qkv[size_t(t) * 3 * C + C + c];
+      vc[size_t(t) * C + c] = qkv[size_t(t) * 3 * C + 2 * C + c];
+    }
+  for (const AttentionPattern& pattern : patterns())
+    for (int t : {1, 17, 64, 65, 130, 140}) {
+      SCOPED_TRACE(fmt::format("{} t={}", pattern.name(), t));
+      std::vector<float> full(size_t(t) * C), lse(size_t(NH) * t), out(C);
+      frugal::kernels::attention_forward(full.data(), lse.data(), qkv.data(), 1, t, C, NH,
+                                         pattern);
+      frugal::kernels::attention_decode(out.data(), qkv.data() + size_t(t - 1) * 3 * C, kc.data(),
+                                        vc.data(), t, C, NH, pattern);
+      for (int c = 0; c < C; ++c) ASSERT_NEAR(out[c], full[size_t(t - 1) * C + c], 1e-5) << c;
+    }
 }
 
 TEST(AttentionOptimised, AutoPicksAvx512WhereAvailable) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "frugal/core/memory.h"
+#include "frugal/kernels/attention_pattern.h"
 #include "frugal/model/config.h"
 #include "frugal/model/linear_format.h"
 #include "frugal/model/param_table.h"
@@ -77,6 +78,12 @@ class GPT {
   // Calls refresh() of every installed format (after the master weights changed).
   void refresh_formats();
 
+  // Which keys block `layer`'s attention lets each query see (default Causal); read by the block
+  // forward and backward, the Decoder and the FLOP count. A change counts as a format change of
+  // the block for prefix_format_version (it changes the block's output).
+  void set_attention_pattern(int layer, const kernels::AttentionPattern& pattern);
+  const kernels::AttentionPattern& attention_pattern(int layer) const;
+
   // Runs the forward pass and returns the mean loss over targets != -1. When `grad_scale` is
   // non-zero it also starts the backward pass at the head (d loss/d logits scaled by grad_scale)
   // so that backward() can follow. dropout_key varies the dropout masks per step. Dropout applies
@@ -130,6 +137,7 @@ class GPT {
   Buffer<float> params_, grads_;
   std::vector<BlockOffsets> blocks_;
   std::vector<std::array<std::shared_ptr<LinearFormat>, kLinears>> formats_;
+  std::vector<kernels::AttentionPattern> attention_patterns_;  // per block
   std::vector<uint64_t> format_changed_at_;  // per block: the format_changes_ of its last change
   uint64_t format_changes_ = 0;
   size_t lnf_w_, lnf_b_;

@@ -1,6 +1,8 @@
-// Internal to the fused causal attention (CPU, flash-attention style, OpenMP): the tile loops,
-// written once over a vector-traits type Isa and instantiated per instruction set
-// (attention_avx2.cpp, attention_avx512.cpp; attention.cpp dispatches).
+// Internal to the fused attention (CPU, flash-attention style, OpenMP): the tile loops, written
+// once over a vector-traits type Isa and instantiated per instruction set (attention_avx2.cpp,
+// attention_avx512.cpp; attention.cpp dispatches). The AttentionPattern decides per tile: empty
+// tiles are never computed, full tiles take the unmasked path, partial tiles mask per score with
+// the pattern's bit rows (TileMask).
 // Forward: per (batch, head, query tile), stream the key tiles with an online softmax; only O(T)
 // per-row statistics (lse) leave the kernel. Backward: per (batch, head), key tiles outside and
 // query tiles inside; scores are recomputed from q, k and lse, dK/dV/dQ accumulate straight into
@@ -10,8 +12,8 @@
 //
 // Isa provides: reg, mask, kLanes, kMR (micro-kernel rows), Narrow (traits for an 8-column
 // remainder), zero(), set1(x), load(p), store(p, v), bcast(p), fma(a, b, c) = a·b + c, add, sub,
-// mul, max, exp, gt(a, b) (lane mask a > b), range(lo, hi) (lanes lo <= i < hi), select(m, a, b)
-// (m ? a : b) and keep(m, x) (m ? x : 0). The O(T·HS) loops (transposes, rescaling, the output
+// mul, max, exp, gt(a, b) (lane mask a > b), from_bits(bits) (lane i set iff bit i of bits),
+// select(m, a, b) (m ? a : b) and keep(m, x) (m ? x : 0). The O(T·HS) loops (transposes, rescaling, the output
 // write, D) stay 8-wide AVX2 in every instantiation.
 //
 // Everything here has internal linkage (unnamed namespace): the AVX-512 translation unit compiles
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "frugal/core/error.h"
+#include "frugal/kernels/attention_pattern.h"
 #include "frugal/kernels/cpu/simd_math.h"
 
 namespace frugal::kernels::attention_detail {
@@ -33,15 +36,28 @@ namespace {
 
 constexpr int kTile = 64;  // queries per query tile = keys per key tile
 
-// Which (query tile, key tile) pairs hold any unmasked score. Only causal today; a block-sparse
-// pattern (local window + strided columns for Mixed Sparsity Training) narrows this predicate,
-// and the loops below then skip whole tiles. Per-score masking happens only on diagonal tiles.
-inline bool tile_active(int q_tile, int k_tile) { return k_tile <= q_tile; }
-
-// Number of keys k0..k0+nk-1 that query q may attend to (causal: keys up to q itself).
-inline int causal_valid(int q, int k0, int nk) { return std::clamp(q - k0 + 1, 0, nk); }
+using Tile = AttentionPattern::Tile;
 
 inline int round_up8(int n) { return (n + 7) & ~7; }
+
+// The allowed pairs of one non-empty tile as bit rows: row[r] (r < n) has bit c set iff pair
+// (r, c) is allowed (c < width <= kTile); `all` is their AND, the columns allowed in every row.
+// Rows are keys with query bits (forward, Sᵀ layout) or queries with key bits (backward).
+struct TileMask {
+  uint64_t row[kTile];
+  uint64_t all;
+};
+
+// Fills m for a tile of kind Full or Partial; bits(r) computes row r of a partial tile.
+template <class Bits>
+void fill_mask(TileMask& m, Tile kind, int n, int width, Bits bits) {
+  const uint64_t full = width >= 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
+  m.all = full;
+  for (int r = 0; r < n; ++r) {
+    m.row[r] = kind == Tile::Full ? full : bits(r);
+    m.all &= m.row[r];
+  }
+}
 
 // AVX2/FMA traits: 8 lanes, masks are all-ones/zero lanes, a 6 x 16 micro-kernel (12 ymm
 // accumulators).
@@ -62,10 +78,10 @@ struct Avx2 {
   static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
   static reg exp(reg x) { return cpu::exp256(x); }
   static mask gt(reg a, reg b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
-  static mask range(int lo, int hi) {
-    const __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), i),
-                                                   _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i)));
+  static mask from_bits(uint64_t bits) {
+    const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i b = _mm256_set1_epi32(static_cast<int>(bits & 0xff));
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(b, lane), lane));
   }
   static reg select(mask m, reg a, reg b) { return _mm256_blendv_ps(b, a, m); }
   static reg keep(mask m, reg x) { return _mm256_and_ps(x, m); }
@@ -77,23 +93,27 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-// Backward P row in place over S (a kTile-wide row): s_j = exp(s_j·scale - lse) for j <
-// n_valid, 0 up to n_pad (and up to the end of the last vector). Lanes at or after n_valid may hold
-// garbage (a skipped block leaves them unwritten); the mask zeroes them, even NaN.
+// One past the last allowed column of a mask row (0 when none is).
+inline int row_end(uint64_t allowed) { return allowed ? 64 - __builtin_clzll(allowed) : 0; }
+
+// Backward P row in place over S (a kTile-wide row): s_j = exp(s_j·scale - lse) where bit j of
+// `allowed` is set, else 0, up to n_pad (and up to the end of the last vector). Disallowed lanes
+// may hold garbage (a skipped block leaves them unwritten); the mask zeroes them, even NaN.
 template <class Isa>
-void probability_row(float* s, int n_pad, int n_valid, float scale, float lse) {
+void probability_row(float* s, int n_pad, uint64_t allowed, float scale, float lse) {
   const typename Isa::reg vs = Isa::set1(scale), vshift = Isa::set1(-lse);
+  const int n_valid = row_end(allowed);
   int j = 0;
   for (; j < n_valid; j += Isa::kLanes) {
     const typename Isa::reg p = Isa::exp(Isa::fma(Isa::load(s + j), vs, vshift));
-    Isa::store(s + j, Isa::keep(Isa::range(0, n_valid - j), p));
+    Isa::store(s + j, Isa::keep(Isa::from_bits(allowed >> j), p));
   }
   for (; j < n_pad; ++j) s[j] = 0.0f;
 }
 
 // Which index of a tile product runs over queries and which over keys, so that the all-masked
 // corner of a diagonal tile (key j > query i + off, off = q0 - k0) is skipped in whole
-// micro-kernel blocks. Off-diagonal tiles (off >= kTile) skip nothing.
+// micro-kernel blocks (every pattern is causal). Off-diagonal tiles (off >= kTile) skip nothing.
 enum class Causal {
   QueryRowsKeyCols,   // C (queries x keys): S = Q·Kᵀ, dP = dO·Vᵀ (skipped blocks left unwritten)
   KeyRowsQueryCols,   // C (keys x queries): Sᵀ = K·Qᵀ (skipped blocks left unwritten)
@@ -251,6 +271,7 @@ struct Dims {
 // Per-thread scratch for the forward of one query tile.
 struct ForwardScratch {
   std::vector<float> qt, st, o, m, l, alpha;
+  TileMask mask;  // of the current key tile: rows keys, bits queries
   explicit ForwardScratch(int HS)
       : qt(HS * kTile), st(kTile * kTile), o(kTile * HS), m(kTile), l(kTile), alpha(kTile) {}
 };
@@ -263,15 +284,14 @@ constexpr float kShiftSlack = 8.0f;
 // Online-softmax update for query lanes c..c+L-1 (L = Isa::kLanes) from the score tile Sᵀ (keys x
 // queries, nk rows): new shift m, P = exp(S·scale - m) in place (masked lanes 0), running sum l
 // rescaled; alpha (L) receives the factor by which these queries' partial outputs must be
-// rescaled. Valid (key j, query i): j <= i + off (causal) and i < nq; other lanes may hold garbage.
-// kMasked = false when every lane is valid (the block lies below the diagonal, inside the tile).
+// rescaled. Valid (key j, query i): bit i of mask.row[j] (never beyond the diagonal j <= i + off,
+// never i >= nq); other lanes may hold garbage. kMasked = false when every lane is valid.
 template <class Isa, bool kMasked>
-void softmax_update(float* st, int nk, int c, int nq, int off, float scale, float* m, float* l,
-                    float* alpha) {
+void softmax_update(float* st, int nk, int c, int off, const TileMask& mask, float scale,
+                    float* m, float* l, float* alpha) {
   using reg = typename Isa::reg;
-  // Lane i (query c + i) sees key j when j - off - c <= i < nq - c.
-  auto valid = [&](int j) { return Isa::range(j - off - c, nq - c); };
-  // Keys past the last one any of these L queries sees get P = 0 without exp.
+  auto valid = [&](int j) { return Isa::from_bits(mask.row[j] >> c); };
+  // Keys past the last one any of these L queries sees (causally) get P = 0 without exp.
   const int j_end = kMasked ? std::clamp(c + Isa::kLanes + off, 0, nk) : nk;
   const reg vs = Isa::set1(scale), m_old = Isa::load(m + c);
   reg m_max = m_old;
@@ -299,8 +319,8 @@ void softmax_update(float* st, int nk, int c, int nq, int off, float scale, floa
 
 // One query tile of one head: out rows q0..q0+nq-1 and their lse.
 template <class Isa>
-void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d, int b, int h,
-                        int qt, ForwardScratch& w) {
+void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
+                        const AttentionPattern& pattern, int b, int h, int qt, ForwardScratch& w) {
   const int C3 = 3 * d.C, HS = d.HS, q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
   const int nq_pad = round_up8(nq);
   transpose_tile(w.qt.data(), kTile, qkv + d.at(b, q0, C3, h), C3, nq, HS);  // Qᵀ (HS x queries)
@@ -309,17 +329,20 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
   std::fill(w.l.begin(), w.l.end(), 0.0f);
   bool first = true;  // the first active key tile overwrites O: no zeroing, no rescaling
   for (int kt = 0; kt <= qt; ++kt) {
-    if (!tile_active(qt, kt)) continue;
     const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0), off = q0 - k0;
+    const Tile kind = pattern.tile(q0, q0 + nq, k0, k0 + nk);
+    if (kind == Tile::Empty) continue;
+    fill_mask(w.mask, kind, nk, nq, [&](int j) { return pattern.queries_of(k0 + j, q0, nq); });
     const float* K = qkv + d.at(b, k0, C3, h) + d.C;
     const float* V = K + d.C;
     gemm_tile<Isa>(w.st.data(), kTile, Operand{K, size_t(C3), 1}, w.qt.data(), kTile, nk, nq_pad,
                    HS, false, Causal::KeyRowsQueryCols, off);  // Sᵀ = K·Qᵀ
     for (int c = 0; c < nq_pad; c += Isa::kLanes) {
-      // padding lanes or above the diagonal
-      const bool masked = c + Isa::kLanes > nq || nk - 1 > c + off;
+      // some lane (query) is padding or misses some key of the tile
+      const uint64_t lanes = ((uint64_t{1} << Isa::kLanes) - 1) << c;
+      const bool masked = (w.mask.all & lanes) != lanes;
       (masked ? softmax_update<Isa, true> : softmax_update<Isa, false>)(
-          w.st.data(), nk, c, nq, off, d.scale, w.m.data(), w.l.data(), w.alpha.data());
+          w.st.data(), nk, c, off, w.mask, d.scale, w.m.data(), w.l.data(), w.alpha.data());
     }
     for (int i = 0; i < nq && !first; ++i) {
       if (w.alpha[i] == 1.0f) continue;
@@ -341,26 +364,28 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
   }
 }
 
-// Per-thread scratch for the backward of one (batch, head): tile buffers, D (T), and per query
-// tile whether its dQ rows have been written yet.
+// Per-thread scratch for the backward of one (batch, head): tile buffers, D (T), per query tile
+// whether its dQ rows have been written yet, and the current tile's mask (rows queries, bits keys).
 struct BackwardScratch {
   std::vector<float> kt, vt, p, ds, D;
   std::vector<char> dq_written;
+  TileMask mask;
   BackwardScratch(int HS, int T, int n_tiles)
       : kt(HS * kTile), vt(HS * kTile), p(kTile * kTile), ds(kTile * kTile), D(T),
         dq_written(n_tiles) {}
 };
 
-// dS row in place over dP (kTile-wide rows): dS_j = P_j · (dP_j - D_i) · scale for j < n_valid,
-// 0 up to n_pad (and up to the end of the last vector).
+// dS row in place over dP (kTile-wide rows): dS_j = P_j · (dP_j - D_i) · scale where bit j of
+// `allowed` is set, else 0, up to n_pad (and up to the end of the last vector).
 template <class Isa>
-void ds_row(float* ds, const float* p, int n_pad, int n_valid, float D_i, float scale) {
+void ds_row(float* ds, const float* p, int n_pad, uint64_t allowed, float D_i, float scale) {
   const typename Isa::reg vd = Isa::set1(D_i), vs = Isa::set1(scale);
+  const int n_valid = row_end(allowed);
   int j = 0;
   for (; j < n_valid; j += Isa::kLanes) {
     const typename Isa::reg pj = Isa::mul(Isa::load(p + j), vs);
     const typename Isa::reg dsj = Isa::mul(pj, Isa::sub(Isa::load(ds + j), vd));
-    Isa::store(ds + j, Isa::keep(Isa::range(0, n_valid - j), dsj));
+    Isa::store(ds + j, Isa::keep(Isa::from_bits(allowed >> j), dsj));
   }
   for (; j < n_pad; ++j) ds[j] = 0.0f;
 }
@@ -368,7 +393,8 @@ void ds_row(float* ds, const float* p, int n_pad, int n_valid, float D_i, float 
 // dqkv for one (batch, head): this call owns its dq, dk and dv columns entirely.
 template <class Isa>
 void backward_head(float* dqkv, const float* dout, const float* qkv, const float* out,
-                   const float* lse, const Dims& d, int b, int h, BackwardScratch& w) {
+                   const float* lse, const Dims& d, const AttentionPattern& pattern, int b, int h,
+                   BackwardScratch& w) {
   const int C3 = 3 * d.C, HS = d.HS;
   const float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
   for (int t = 0; t < d.T; ++t) {  // D_t = rowsum(dO_t ∘ O_t)
@@ -390,8 +416,10 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
     transpose_tile(w.vt.data(), kTile, V, C3, nk, HS);
     bool first = true;
     for (int qt = kt; qt < d.n_tiles; ++qt) {
-      if (!tile_active(qt, kt)) continue;
       const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0), off = q0 - k0;
+      const Tile kind = pattern.tile(q0, q0 + nq, k0, k0 + nk);
+      if (kind == Tile::Empty) continue;
+      fill_mask(w.mask, kind, nq, nk, [&](int i) { return pattern.keys_of(q0 + i, k0, nk); });
       const float* Q = qkv + d.at(b, q0, C3, h);
       const float* dO = dout + d.at(b, q0, d.C, h);
       float* dQ = dqkv + d.at(b, q0, C3, h);
@@ -401,9 +429,9 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
       gemm_tile<Isa>(ds, kTile, Operand{dO, size_t(d.C), 1}, w.vt.data(), kTile, nq, nk_pad, HS,
                      false, Causal::QueryRowsKeyCols, off);  // dP = dO·Vᵀ
       for (int i = 0; i < nq; ++i) {  // P = exp(S·scale - lse); dS = P ∘ (dP - D)·scale
-        const int n_valid = causal_valid(q0 + i, k0, nk);
-        probability_row<Isa>(p + i * kTile, nk_pad, n_valid, d.scale, lse_bh[q0 + i]);
-        ds_row<Isa>(ds + i * kTile, p + i * kTile, nk_pad, n_valid, w.D[q0 + i], d.scale);
+        const uint64_t allowed = w.mask.row[i];
+        probability_row<Isa>(p + i * kTile, nk_pad, allowed, d.scale, lse_bh[q0 + i]);
+        ds_row<Isa>(ds + i * kTile, p + i * kTile, nk_pad, allowed, w.D[q0 + i], d.scale);
       }
       const Operand p_t{p, 1, kTile}, ds_t{ds, 1, kTile};  // Pᵀ, dSᵀ as views
       gemm_tile<Isa>(dV, C3, p_t, dO, d.C, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
@@ -429,7 +457,8 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
 
 // The kernels' entry points for traits Isa; each parallel work item is computed by one thread.
 template <class Isa>
-void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+             const AttentionPattern& pattern) {
   const Dims d(B, T, C, NH);
   const int items = B * NH * d.n_tiles;
 #pragma omp parallel
@@ -440,21 +469,21 @@ void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int 
 #pragma omp for schedule(dynamic, 1)
     for (int item = 0; item < items; ++item) {
       const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
-      forward_query_tile<Isa>(out, lse, qkv, d, bh / NH, bh % NH, qt, w);
+      forward_query_tile<Isa>(out, lse, qkv, d, pattern, bh / NH, bh % NH, qt, w);
     }
   }
 }
 
 template <class Isa>
 void backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-              int B, int T, int C, int NH) {
+              int B, int T, int C, int NH, const AttentionPattern& pattern) {
   const Dims d(B, T, C, NH);
 #pragma omp parallel
   {
     BackwardScratch w(d.HS, T, d.n_tiles);
 #pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; ++bh)
-      backward_head<Isa>(dqkv, dout, qkv, out, lse, d, bh / NH, bh % NH, w);
+      backward_head<Isa>(dqkv, dout, qkv, out, lse, d, pattern, bh / NH, bh % NH, w);
   }
 }
 
