@@ -119,13 +119,18 @@ TEST(AttentionPattern, TileKindsMatchAllows) {
 TEST(AttentionPattern, PairsCountAllowedPairsAndTheDiagonalIsAlwaysAllowed) {
   for (const AttentionPattern& p : patterns())
     for (int T : {1, 2, 15, 16, 17, 64, 128, 200}) {
-      int64_t n = 0;
+      int64_t n = 0, farthest = 0;
       for (int i = 0; i < T; ++i) {
         ASSERT_TRUE(p.allows(i, i)) << p.name();
         ASSERT_FALSE(p.allows(i, i + 1)) << p.name();
-        for (int j = 0; j <= i; ++j) n += p.allows(i, j);
+        for (int j = 0; j <= i; ++j) {
+          if (p.allows(i, j)) ++n, farthest = std::max<int64_t>(farthest, i - j);
+        }
       }
       EXPECT_EQ(p.pairs(T), n) << p.name() << " T=" << T;
+      EXPECT_LE(farthest, p.max_distance()) << p.name() << " T=" << T;
+      if (p.max_distance() < T)  // a bound, and the tightest once T is long enough
+        EXPECT_EQ(farthest, p.max_distance()) << p.name() << " T=" << T;
     }
   EXPECT_EQ(AttentionPattern::causal().pairs(128), 128 * 129 / 2);
   EXPECT_EQ(AttentionPattern::local(16).pairs(128), 136 + 112 * 16);  // 1+..+16, then 16 each
@@ -300,32 +305,37 @@ TEST(AttentionOptimised, RejectsUnsupportedHeadSize) {
 }
 
 // Tiles a pattern leaves empty are skipped, not computed and masked: keys and values of the first
-// key tile (positions 0-63) are NaN, and with Local(16) query tiles 2 and 3 (positions 128-255)
-// see none of them. Any product with those rows (a masked score is 0, and 0·NaN = NaN) would make
-// those queries' outputs, lse and dQ NaN; skipped, they equal the clean run's bit for bit.
+// key tile (positions 0-63) are NaN, and query tiles 2 and 3 (positions 128-255) see none of them.
+// Any product with those rows (a masked score is 0, and 0·NaN = NaN) would make those queries'
+// outputs, lse and dQ NaN; skipped, they equal the clean run's bit for bit. Fixed(128, 1) has no
+// bound on how far back a query looks (its summary columns), so only the tile skip protects it;
+// Local(16) is also trimmed to its band inside the kernels' products.
 TEST(AttentionOptimised, EmptyTilesAreNeverComputed) {
   const Shape s{1, 256, 64, 2};
-  const AttentionPattern pattern = AttentionPattern::local(16);
   const std::vector<float> qkv = to_float(random_qkv(s, 40));
   const std::vector<float> dout = to_float(random_vector(size_t(s.T) * s.C, 41));
   std::vector<float> poisoned = qkv;
   for (int t = 0; t < 64; ++t)
     std::fill_n(poisoned.begin() + size_t(t) * 3 * s.C + s.C, 2 * s.C,
                 std::numeric_limits<float>::quiet_NaN());
-  for_each_isa([&] {
-    const Pass<float> clean = run_optimised(qkv, dout, s, pattern);
-    const Pass<float> dirty = run_optimised(poisoned, dout, s, pattern);
-    for (int t = 128; t < s.T; ++t) {
-      for (int c = 0; c < s.C; ++c) {
-        ASSERT_EQ(dirty.out[size_t(t) * s.C + c], clean.out[size_t(t) * s.C + c]) << "row " << t;
-        ASSERT_EQ(dirty.dqkv[size_t(t) * 3 * s.C + c], clean.dqkv[size_t(t) * 3 * s.C + c])
-            << "dq row " << t;
+  for (const AttentionPattern& pattern :
+       {AttentionPattern::fixed(128, 1), AttentionPattern::local(16)}) {
+    SCOPED_TRACE(pattern.name());
+    for_each_isa([&] {
+      const Pass<float> clean = run_optimised(qkv, dout, s, pattern);
+      const Pass<float> dirty = run_optimised(poisoned, dout, s, pattern);
+      for (int t = 128; t < s.T; ++t) {
+        for (int c = 0; c < s.C; ++c) {
+          ASSERT_EQ(dirty.out[size_t(t) * s.C + c], clean.out[size_t(t) * s.C + c]) << "row " << t;
+          ASSERT_EQ(dirty.dqkv[size_t(t) * 3 * s.C + c], clean.dqkv[size_t(t) * 3 * s.C + c])
+              << "dq row " << t;
+        }
+        for (int h = 0; h < s.NH; ++h)
+          ASSERT_EQ(dirty.lse[size_t(h) * s.T + t], clean.lse[size_t(h) * s.T + t]) << "lse " << t;
       }
-      for (int h = 0; h < s.NH; ++h)
-        ASSERT_EQ(dirty.lse[size_t(h) * s.T + t], clean.lse[size_t(h) * s.T + t]) << "lse " << t;
-    }
-    EXPECT_TRUE(std::isnan(dirty.out[0])) << "the poison must reach the queries that see it";
-  });
+      EXPECT_TRUE(std::isnan(dirty.out[0])) << "the poison must reach the queries that see it";
+    });
+  }
 }
 
 // attention_decode at position t - 1 equals row t - 1 of the forward over t positions, for every

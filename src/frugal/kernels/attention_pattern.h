@@ -81,6 +81,14 @@ class AttentionPattern {
     }
   }
 
+  // The largest i - j of any allowed pair: w - 1 for Local, b - 1 for Fixed without summary
+  // columns, else kUnbounded (the kernels trim their products to this band).
+  static constexpr int64_t kUnbounded = INT64_MAX / 4;
+  int64_t max_distance() const {
+    if (kind_ == Kind::Local || (kind_ == Kind::Fixed && b_ == 0)) return a_ - 1;
+    return kUnbounded;
+  }
+
   // Whether the tile of queries [q0, q1) and keys [k0, k1) holds allowed pairs (exact).
   Tile tile(int64_t q0, int64_t q1, int64_t k0, int64_t k1) const;
 

@@ -95,6 +95,10 @@ inline float hsum(__m256 v) {
 
 // One past the last allowed column of a mask row (0 when none is).
 inline int row_end(uint64_t allowed) { return allowed ? 64 - __builtin_clzll(allowed) : 0; }
+// The first allowed column of a mask row rounded down to a multiple of `lanes` (0 when none is).
+inline int row_begin(uint64_t allowed, int lanes) {
+  return allowed ? __builtin_ctzll(allowed) / lanes * lanes : 0;
+}
 
 // Backward P row in place over S (a kTile-wide row): s_j = exp(s_j·scale - lse) where bit j of
 // `allowed` is set, else 0, up to n_pad (and up to the end of the last vector). Disallowed lanes
@@ -102,8 +106,9 @@ inline int row_end(uint64_t allowed) { return allowed ? 64 - __builtin_clzll(all
 template <class Isa>
 void probability_row(float* s, int n_pad, uint64_t allowed, float scale, float lse) {
   const typename Isa::reg vs = Isa::set1(scale), vshift = Isa::set1(-lse);
-  const int n_valid = row_end(allowed);
-  int j = 0;
+  const int n_valid = row_end(allowed), j_begin = row_begin(allowed, Isa::kLanes);
+  std::fill_n(s, j_begin, 0.0f);
+  int j = j_begin;
   for (; j < n_valid; j += Isa::kLanes) {
     const typename Isa::reg p = Isa::exp(Isa::fma(Isa::load(s + j), vs, vshift));
     Isa::store(s + j, Isa::keep(Isa::from_bits(allowed >> j), p));
@@ -111,9 +116,16 @@ void probability_row(float* s, int n_pad, uint64_t allowed, float scale, float l
   for (; j < n_pad; ++j) s[j] = 0.0f;
 }
 
-// Which index of a tile product runs over queries and which over keys, so that the all-masked
-// corner of a diagonal tile (key j > query i + off, off = q0 - k0) is skipped in whole
-// micro-kernel blocks (every pattern is causal). Off-diagonal tiles (off >= kTile) skip nothing.
+// Where a tile pair lies against the band of pairs a pattern can allow: pair (query i, key j) of
+// the tile (tile-local indices) can be allowed only if 0 <= i + off - j <= reach, off = q0 - k0,
+// reach = the pattern's max_distance() (every pattern is causal; Local also bounds how far back).
+struct Band {
+  int off, reach;
+};
+
+// Which index of a tile product runs over queries and which over keys, so that micro-kernel
+// blocks outside the band (above a diagonal tile's diagonal, or further back than the reach) are
+// skipped whole and inner loops trimmed to it. Causal tiles below the diagonal skip nothing.
 enum class Causal {
   QueryRowsKeyCols,   // C (queries x keys): S = Q·Kᵀ, dP = dO·Vᵀ (skipped blocks left unwritten)
   KeyRowsQueryCols,   // C (keys x queries): Sᵀ = K·Qᵀ (skipped blocks left unwritten)
@@ -173,14 +185,23 @@ void micro_kernel_rows(int mr, float* C, int ldc, const float* A, size_t a_rs, s
 // One column panel (columns n0..n0+L·NV of the product) over all M rows, in blocks of Isa::kMR.
 template <class Isa, int NV>
 void gemm_panel(float* C, int ldc, Operand A, const float* B, int ldb, int M, int K,
-                bool accumulate, int n0, Causal causal, int off) {
+                bool accumulate, int n0, Causal causal, Band band) {
+  const int off = band.off, reach = band.reach, n1 = n0 + Isa::kLanes * NV;  // columns [n0, n1)
   for (int m = 0; m < M; m += Isa::kMR) {
     const int mr = std::min(Isa::kMR, M - m);
     int k_begin = 0, k_end = K;
-    if (causal == Causal::QueryRowsKeyCols && n0 > m + mr - 1 + off) continue;
-    if (causal == Causal::KeyRowsQueryCols && m > n0 + Isa::kLanes * NV - 1 + off) continue;
-    if (causal == Causal::QueryRowsKeyInner) k_end = std::clamp(m + mr + off, 0, K);
-    if (causal == Causal::KeyRowsQueryInner) k_begin = std::clamp(m - off, 0, K);
+    if (causal == Causal::QueryRowsKeyCols && (n0 > m + mr - 1 + off || m + off - (n1 - 1) > reach))
+      continue;
+    if (causal == Causal::KeyRowsQueryCols && (m > n1 - 1 + off || n0 + off - (m + mr - 1) > reach))
+      continue;
+    if (causal == Causal::QueryRowsKeyInner) {
+      k_begin = std::clamp(m + off - reach, 0, K);
+      k_end = std::clamp(m + mr + off, 0, K);
+    }
+    if (causal == Causal::KeyRowsQueryInner) {
+      k_begin = std::clamp(m - off, 0, K);
+      k_end = std::clamp(m + mr + reach - off, 0, K);
+    }
     // Operand fields go as scalars: a struct argument costs a store-forwarding stall per call.
     micro_kernel_rows<Isa, NV>(mr, C + m * ldc, ldc,
                                A.data + m * A.row_stride + k_begin * A.k_stride, A.row_stride,
@@ -190,21 +211,21 @@ void gemm_panel(float* C, int ldc, Operand A, const float* B, int ldb, int M, in
 }
 
 // C (M x N) = or += A (M x K) · B (K x N), N a multiple of 8, C and B row-major; a tile product
-// with its causal structure (off = q0 - k0 of the tile pair). Panels of 2 vectors, then one,
-// then 8-column remainders with the narrow traits.
+// with its place against the band. Panels of 2 vectors, then one, then 8-column remainders with
+// the narrow traits.
 template <class Isa>
 void gemm_tile(float* C, int ldc, Operand A, const float* B, int ldb, int M, int N, int K,
-               bool accumulate, Causal causal, int off) {
+               bool accumulate, Causal causal, Band band) {
   constexpr int L = Isa::kLanes, L8 = Isa::Narrow::kLanes;
   static_assert(L8 == 8, "the remainder panels are 8 columns wide");
   int n = 0;
   for (; n + 2 * L <= N; n += 2 * L)
-    gemm_panel<Isa, 2>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, off);
+    gemm_panel<Isa, 2>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, band);
   for (; n + L <= N; n += L)
-    gemm_panel<Isa, 1>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, off);
+    gemm_panel<Isa, 1>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, band);
   for (; n < N; n += L8)
     gemm_panel<typename Isa::Narrow, 1>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal,
-                                        off);
+                                        band);
 }
 
 // dst[c][r] = src[r][c] for an 8x8 block (leading dimensions ld_dst, ld_src).
@@ -248,8 +269,11 @@ void transpose_tile(float* dst, int ld_dst, const float* src, size_t ld_src, int
 struct Dims {
   int B, T, C, NH, HS;
   int n_tiles;
+  int reach;  // the pattern's max_distance(), at most T (Band::reach)
   float scale;
-  Dims(int B_, int T_, int C_, int NH_) : B(B_), T(T_), C(C_), NH(NH_) {
+  Dims(int B_, int T_, int C_, int NH_, const AttentionPattern& pattern)
+      : B(B_), T(T_), C(C_), NH(NH_),
+        reach(static_cast<int>(std::min<int64_t>(pattern.max_distance(), T))) {
     FRUGAL_CHECK(B > 0 && T > 0 && NH > 0 && C % NH == 0,
                  "attention: need B, T, NH > 0 and C divisible by NH (got B={} T={} C={} NH={}); "
                  "fix the model config",
@@ -284,18 +308,19 @@ constexpr float kShiftSlack = 8.0f;
 // Online-softmax update for query lanes c..c+L-1 (L = Isa::kLanes) from the score tile Sᵀ (keys x
 // queries, nk rows): new shift m, P = exp(S·scale - m) in place (masked lanes 0), running sum l
 // rescaled; alpha (L) receives the factor by which these queries' partial outputs must be
-// rescaled. Valid (key j, query i): bit i of mask.row[j] (never beyond the diagonal j <= i + off,
-// never i >= nq); other lanes may hold garbage. kMasked = false when every lane is valid.
+// rescaled. Valid (key j, query i): bit i of mask.row[j] (never outside the band, never
+// i >= nq); other lanes may hold garbage. kMasked = false when every lane is valid.
 template <class Isa, bool kMasked>
-void softmax_update(float* st, int nk, int c, int off, const TileMask& mask, float scale,
+void softmax_update(float* st, int nk, int c, Band band, const TileMask& mask, float scale,
                     float* m, float* l, float* alpha) {
   using reg = typename Isa::reg;
   auto valid = [&](int j) { return Isa::from_bits(mask.row[j] >> c); };
-  // Keys past the last one any of these L queries sees (causally) get P = 0 without exp.
-  const int j_end = kMasked ? std::clamp(c + Isa::kLanes + off, 0, nk) : nk;
+  // Keys outside the band of all these L queries get P = 0 without exp.
+  const int j_begin = kMasked ? std::clamp(c + band.off - band.reach, 0, nk) : 0;
+  const int j_end = kMasked ? std::clamp(c + Isa::kLanes + band.off, 0, nk) : nk;
   const reg vs = Isa::set1(scale), m_old = Isa::load(m + c);
   reg m_max = m_old;
-  for (int j = 0; j < j_end; ++j) {
+  for (int j = j_begin; j < j_end; ++j) {
     const reg sj = Isa::mul(Isa::load(st + j * kTile + c), vs);
     m_max = kMasked ? Isa::select(valid(j), Isa::max(m_max, sj), m_max) : Isa::max(m_max, sj);
   }
@@ -303,7 +328,8 @@ void softmax_update(float* st, int nk, int c, int off, const TileMask& mask, flo
       Isa::select(Isa::gt(m_max, Isa::add(m_old, Isa::set1(kShiftSlack))), m_max, m_old);
   const reg neg_m = Isa::sub(Isa::zero(), m_new);
   reg sum = Isa::zero();
-  for (int j = 0; j < j_end; ++j) {
+  for (int j = 0; j < j_begin; ++j) Isa::store(st + j * kTile + c, Isa::zero());
+  for (int j = j_begin; j < j_end; ++j) {
     float* sj = st + j * kTile + c;
     reg p = Isa::exp(Isa::fma(Isa::load(sj), vs, neg_m));
     if constexpr (kMasked) p = Isa::keep(valid(j), p);
@@ -329,20 +355,21 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
   std::fill(w.l.begin(), w.l.end(), 0.0f);
   bool first = true;  // the first active key tile overwrites O: no zeroing, no rescaling
   for (int kt = 0; kt <= qt; ++kt) {
-    const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0), off = q0 - k0;
+    const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0);
     const Tile kind = pattern.tile(q0, q0 + nq, k0, k0 + nk);
     if (kind == Tile::Empty) continue;
     fill_mask(w.mask, kind, nk, nq, [&](int j) { return pattern.queries_of(k0 + j, q0, nq); });
+    const Band band{q0 - k0, d.reach};
     const float* K = qkv + d.at(b, k0, C3, h) + d.C;
     const float* V = K + d.C;
     gemm_tile<Isa>(w.st.data(), kTile, Operand{K, size_t(C3), 1}, w.qt.data(), kTile, nk, nq_pad,
-                   HS, false, Causal::KeyRowsQueryCols, off);  // Sᵀ = K·Qᵀ
+                   HS, false, Causal::KeyRowsQueryCols, band);  // Sᵀ = K·Qᵀ
     for (int c = 0; c < nq_pad; c += Isa::kLanes) {
       // some lane (query) is padding or misses some key of the tile
       const uint64_t lanes = ((uint64_t{1} << Isa::kLanes) - 1) << c;
       const bool masked = (w.mask.all & lanes) != lanes;
       (masked ? softmax_update<Isa, true> : softmax_update<Isa, false>)(
-          w.st.data(), nk, c, off, w.mask, d.scale, w.m.data(), w.l.data(), w.alpha.data());
+          w.st.data(), nk, c, band, w.mask, d.scale, w.m.data(), w.l.data(), w.alpha.data());
     }
     for (int i = 0; i < nq && !first; ++i) {
       if (w.alpha[i] == 1.0f) continue;
@@ -352,7 +379,7 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
         _mm256_storeu_ps(orow + c, _mm256_mul_ps(va, _mm256_loadu_ps(orow + c)));
     }
     gemm_tile<Isa>(w.o.data(), HS, Operand{w.st.data(), 1, kTile}, V, C3, nq, HS, nk, !first,
-                   Causal::QueryRowsKeyInner, off);  // O (+)= P·V, P read through Pᵀ
+                   Causal::QueryRowsKeyInner, band);  // O (+)= P·V, P read through Pᵀ
     first = false;
   }
   for (int i = 0; i < nq; ++i) {
@@ -380,8 +407,9 @@ struct BackwardScratch {
 template <class Isa>
 void ds_row(float* ds, const float* p, int n_pad, uint64_t allowed, float D_i, float scale) {
   const typename Isa::reg vd = Isa::set1(D_i), vs = Isa::set1(scale);
-  const int n_valid = row_end(allowed);
-  int j = 0;
+  const int n_valid = row_end(allowed), j_begin = row_begin(allowed, Isa::kLanes);
+  std::fill_n(ds, j_begin, 0.0f);
+  int j = j_begin;
   for (; j < n_valid; j += Isa::kLanes) {
     const typename Isa::reg pj = Isa::mul(Isa::load(p + j), vs);
     const typename Isa::reg dsj = Isa::mul(pj, Isa::sub(Isa::load(ds + j), vd));
@@ -416,18 +444,19 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
     transpose_tile(w.vt.data(), kTile, V, C3, nk, HS);
     bool first = true;
     for (int qt = kt; qt < d.n_tiles; ++qt) {
-      const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0), off = q0 - k0;
+      const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
       const Tile kind = pattern.tile(q0, q0 + nq, k0, k0 + nk);
       if (kind == Tile::Empty) continue;
       fill_mask(w.mask, kind, nq, nk, [&](int i) { return pattern.keys_of(q0 + i, k0, nk); });
+      const Band band{q0 - k0, d.reach};
       const float* Q = qkv + d.at(b, q0, C3, h);
       const float* dO = dout + d.at(b, q0, d.C, h);
       float* dQ = dqkv + d.at(b, q0, C3, h);
       float *p = w.p.data(), *ds = w.ds.data();
       gemm_tile<Isa>(p, kTile, Operand{Q, size_t(C3), 1}, w.kt.data(), kTile, nq, nk_pad, HS,
-                     false, Causal::QueryRowsKeyCols, off);  // S = Q·Kᵀ
+                     false, Causal::QueryRowsKeyCols, band);  // S = Q·Kᵀ
       gemm_tile<Isa>(ds, kTile, Operand{dO, size_t(d.C), 1}, w.vt.data(), kTile, nq, nk_pad, HS,
-                     false, Causal::QueryRowsKeyCols, off);  // dP = dO·Vᵀ
+                     false, Causal::QueryRowsKeyCols, band);  // dP = dO·Vᵀ
       for (int i = 0; i < nq; ++i) {  // P = exp(S·scale - lse); dS = P ∘ (dP - D)·scale
         const uint64_t allowed = w.mask.row[i];
         probability_row<Isa>(p + i * kTile, nk_pad, allowed, d.scale, lse_bh[q0 + i]);
@@ -435,11 +464,11 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
       }
       const Operand p_t{p, 1, kTile}, ds_t{ds, 1, kTile};  // Pᵀ, dSᵀ as views
       gemm_tile<Isa>(dV, C3, p_t, dO, d.C, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
-                     off);  // dV += Pᵀ·dO
+                     band);  // dV += Pᵀ·dO
       gemm_tile<Isa>(dK, C3, ds_t, Q, C3, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
-                     off);  // dK += dSᵀ·Q
+                     band);  // dK += dSᵀ·Q
       gemm_tile<Isa>(dQ, C3, Operand{ds, kTile, 1}, K, C3, nq, HS, nk, w.dq_written[qt] != 0,
-                     Causal::QueryRowsKeyInner, off);  // dQ (+)= dS·K, the first time overwritten
+                     Causal::QueryRowsKeyInner, band);  // dQ (+)= dS·K, the first time overwritten
       w.dq_written[qt] = 1;
       first = false;
     }
@@ -459,7 +488,7 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
 template <class Isa>
 void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
              const AttentionPattern& pattern) {
-  const Dims d(B, T, C, NH);
+  const Dims d(B, T, C, NH, pattern);
   const int items = B * NH * d.n_tiles;
 #pragma omp parallel
   {
@@ -477,7 +506,7 @@ void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int 
 template <class Isa>
 void backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
               int B, int T, int C, int NH, const AttentionPattern& pattern) {
-  const Dims d(B, T, C, NH);
+  const Dims d(B, T, C, NH, pattern);
 #pragma omp parallel
   {
     BackwardScratch w(d.HS, T, d.n_tiles);
