@@ -92,7 +92,8 @@ TEST(AttentionPattern, BitRowsMatchAllows) {
             queries |= uint64_t{p.allows(p0 + c, i)} << c;
           }
           ASSERT_EQ(p.keys_of(i, p0, n), keys) << "query " << i << " keys " << p0 << "+" << n;
-          ASSERT_EQ(p.queries_of(i, p0, n), queries) << "key " << i << " queries " << p0 << "+" << n;
+          ASSERT_EQ(p.queries_of(i, p0, n), queries)
+              << "key " << i << " queries " << p0 << "+" << n;
         }
   }
 }

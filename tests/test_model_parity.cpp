@@ -212,7 +212,8 @@ TEST(ModelGradient, NoBiasGegluDirectionalCheckPerTensor) {
 // With a sparse attention pattern per block: backward must differentiate the forward it follows.
 TEST(ModelGradient, SparseAttentionPatternsDirectionalCheckPerTensor) {
   ModelConfig c;
-  c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16, c.init_std = 0.2f;
+  c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+  c.init_std = 0.2f;
   GPT model(c);
   model.init_weights(6);
   model.set_attention_pattern(0, frugal::kernels::AttentionPattern::local(3));

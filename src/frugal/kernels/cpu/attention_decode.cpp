@@ -1,7 +1,8 @@
 // Attention of one new query row against the key/value cache (AVX2/FMA, OpenMP over heads when
 // the cache is large enough to pay for the threads). The pattern's keys for the query's position
-// are listed once; per head: scores q·k_j for every listed position (8-wide dot products), a stable softmax with the vectorised exp of simd_math.h, then
-// the weighted sum of the value rows, one 8-column slice of the head at a time.
+// are listed once; per head: scores q·k_j for every listed position (8-wide dot products), a
+// stable softmax with the vectorised exp of simd_math.h, then the weighted sum of the value rows,
+// one 8-column slice of the head at a time.
 #include <immintrin.h>
 
 #include <algorithm>

@@ -13,8 +13,8 @@
 // Isa provides: reg, mask, kLanes, kMR (micro-kernel rows), Narrow (traits for an 8-column
 // remainder), zero(), set1(x), load(p), store(p, v), bcast(p), fma(a, b, c) = a·b + c, add, sub,
 // mul, max, exp, gt(a, b) (lane mask a > b), from_bits(bits) (lane i set iff bit i of bits),
-// select(m, a, b) (m ? a : b) and keep(m, x) (m ? x : 0). The O(T·HS) loops (transposes, rescaling, the output
-// write, D) stay 8-wide AVX2 in every instantiation.
+// select(m, a, b) (m ? a : b) and keep(m, x) (m ? x : 0). The O(T·HS) loops (transposes,
+// rescaling, the output write, D) stay 8-wide AVX2 in every instantiation.
 //
 // Everything here has internal linkage (unnamed namespace): the AVX-512 translation unit compiles
 // this header under `#pragma GCC target("avx512f")`, and no inline function of it may be shared
