@@ -125,13 +125,16 @@ TEST(AttentionPattern, PairsCountAllowedPairsAndTheDiagonalIsAlwaysAllowed) {
         ASSERT_TRUE(p.allows(i, i)) << p.name();
         ASSERT_FALSE(p.allows(i, i + 1)) << p.name();
         for (int j = 0; j <= i; ++j) {
-          if (p.allows(i, j)) ++n, farthest = std::max<int64_t>(farthest, i - j);
+          if (!p.allows(i, j)) continue;
+          ++n;
+          farthest = std::max<int64_t>(farthest, i - j);
         }
       }
       EXPECT_EQ(p.pairs(T), n) << p.name() << " T=" << T;
       EXPECT_LE(farthest, p.max_distance()) << p.name() << " T=" << T;
-      if (p.max_distance() < T)  // a bound, and the tightest once T is long enough
+      if (p.max_distance() < T) {  // a bound, and the tightest once T is long enough
         EXPECT_EQ(farthest, p.max_distance()) << p.name() << " T=" << T;
+      }
     }
   EXPECT_EQ(AttentionPattern::causal().pairs(128), 128 * 129 / 2);
   EXPECT_EQ(AttentionPattern::local(16).pairs(128), 136 + 112 * 16);  // 1+..+16, then 16 each
