@@ -2,7 +2,7 @@
 // once over a vector-traits type Isa and instantiated per instruction set (attention_avx2.cpp,
 // attention_avx512.cpp; attention.cpp dispatches). The AttentionPattern decides per tile: empty
 // tiles are never computed, full tiles take the unmasked path, partial tiles mask per score with
-// the pattern's bit rows (TileMask).
+// the pattern's bit rows (TileMask, computed once per call for all tiles: TileMasks).
 // Forward: per (batch, head, query tile), stream the key tiles with an online softmax; only O(T)
 // per-row statistics (lse) leave the kernel. Backward: per (batch, head), key tiles outside and
 // query tiles inside; scores are recomputed from q, k and lse, dK/dV/dQ accumulate straight into
@@ -292,10 +292,35 @@ struct Dims {
   }
 };
 
+// The kind and mask of every tile pair (query tile qt, key tile kt <= qt) of the sequence: they
+// depend on positions only, so they are computed once per call, not per batch row and head.
+// Forward masks have key rows (query bits, the Sᵀ layout), backward masks query rows (key bits).
+struct TileMasks {
+  std::vector<Tile> kind;
+  std::vector<TileMask> mask;  // meaningful where kind is not Empty
+  TileMasks(const AttentionPattern& pattern, const Dims& d, bool key_rows)
+      : kind(at(d.n_tiles, 0)), mask(kind.size()) {
+    for (int qt = 0; qt < d.n_tiles; ++qt)
+      for (int kt = 0; kt <= qt; ++kt) {
+        const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
+        const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0);
+        const Tile k = kind[at(qt, kt)] = pattern.tile(q0, q0 + nq, k0, k0 + nk);
+        if (k == Tile::Empty) continue;
+        if (key_rows)
+          fill_mask(mask[at(qt, kt)], k, nk, nq,
+                    [&](int j) { return pattern.queries_of(k0 + j, q0, nq); });
+        else
+          fill_mask(mask[at(qt, kt)], k, nq, nk,
+                    [&](int i) { return pattern.keys_of(q0 + i, k0, nk); });
+      }
+  }
+  // Index of tile pair (qt, kt <= qt) in the lower triangle, row by row.
+  static size_t at(int qt, int kt) { return static_cast<size_t>(qt) * (qt + 1) / 2 + kt; }
+};
+
 // Per-thread scratch for the forward of one query tile.
 struct ForwardScratch {
   std::vector<float> qt, st, o, m, l, alpha;
-  TileMask mask;  // of the current key tile: rows keys, bits queries
   explicit ForwardScratch(int HS)
       : qt(HS * kTile), st(kTile * kTile), o(kTile * HS), m(kTile), l(kTile), alpha(kTile) {}
 };
@@ -346,7 +371,7 @@ void softmax_update(float* st, int nk, int c, Band band, const TileMask& mask, f
 // One query tile of one head: out rows q0..q0+nq-1 and their lse.
 template <class Isa>
 void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
-                        const AttentionPattern& pattern, int b, int h, int qt, ForwardScratch& w) {
+                        const TileMasks& masks, int b, int h, int qt, ForwardScratch& w) {
   const int C3 = 3 * d.C, HS = d.HS, q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
   const int nq_pad = round_up8(nq);
   transpose_tile(w.qt.data(), kTile, qkv + d.at(b, q0, C3, h), C3, nq, HS);  // Qᵀ (HS x queries)
@@ -356,9 +381,8 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
   bool first = true;  // the first active key tile overwrites O: no zeroing, no rescaling
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0);
-    const Tile kind = pattern.tile(q0, q0 + nq, k0, k0 + nk);
-    if (kind == Tile::Empty) continue;
-    fill_mask(w.mask, kind, nk, nq, [&](int j) { return pattern.queries_of(k0 + j, q0, nq); });
+    if (masks.kind[TileMasks::at(qt, kt)] == Tile::Empty) continue;
+    const TileMask& mask = masks.mask[TileMasks::at(qt, kt)];
     const Band band{q0 - k0, d.reach};
     const float* K = qkv + d.at(b, k0, C3, h) + d.C;
     const float* V = K + d.C;
@@ -367,9 +391,9 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
     for (int c = 0; c < nq_pad; c += Isa::kLanes) {
       // some lane (query) is padding or misses some key of the tile
       const uint64_t lanes = ((uint64_t{1} << Isa::kLanes) - 1) << c;
-      const bool masked = (w.mask.all & lanes) != lanes;
+      const bool masked = (mask.all & lanes) != lanes;
       (masked ? softmax_update<Isa, true> : softmax_update<Isa, false>)(
-          w.st.data(), nk, c, band, w.mask, d.scale, w.m.data(), w.l.data(), w.alpha.data());
+          w.st.data(), nk, c, band, mask, d.scale, w.m.data(), w.l.data(), w.alpha.data());
     }
     for (int i = 0; i < nq && !first; ++i) {
       if (w.alpha[i] == 1.0f) continue;
@@ -391,12 +415,11 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
   }
 }
 
-// Per-thread scratch for the backward of one (batch, head): tile buffers, D (T), per query tile
-// whether its dQ rows have been written yet, and the current tile's mask (rows queries, bits keys).
+// Per-thread scratch for the backward of one (batch, head): tile buffers, D (T), and per query
+// tile whether its dQ rows have been written yet.
 struct BackwardScratch {
   std::vector<float> kt, vt, p, ds, D;
   std::vector<char> dq_written;
-  TileMask mask;
   BackwardScratch(int HS, int T, int n_tiles)
       : kt(HS * kTile), vt(HS * kTile), p(kTile * kTile), ds(kTile * kTile), D(T),
         dq_written(n_tiles) {}
@@ -421,7 +444,7 @@ void ds_row(float* ds, const float* p, int n_pad, uint64_t allowed, float D_i, f
 // dqkv for one (batch, head): this call owns its dq, dk and dv columns entirely.
 template <class Isa>
 void backward_head(float* dqkv, const float* dout, const float* qkv, const float* out,
-                   const float* lse, const Dims& d, const AttentionPattern& pattern, int b, int h,
+                   const float* lse, const Dims& d, const TileMasks& masks, int b, int h,
                    BackwardScratch& w) {
   const int C3 = 3 * d.C, HS = d.HS;
   const float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
@@ -445,9 +468,8 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
     bool first = true;
     for (int qt = kt; qt < d.n_tiles; ++qt) {
       const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
-      const Tile kind = pattern.tile(q0, q0 + nq, k0, k0 + nk);
-      if (kind == Tile::Empty) continue;
-      fill_mask(w.mask, kind, nq, nk, [&](int i) { return pattern.keys_of(q0 + i, k0, nk); });
+      if (masks.kind[TileMasks::at(qt, kt)] == Tile::Empty) continue;
+      const TileMask& mask = masks.mask[TileMasks::at(qt, kt)];
       const Band band{q0 - k0, d.reach};
       const float* Q = qkv + d.at(b, q0, C3, h);
       const float* dO = dout + d.at(b, q0, d.C, h);
@@ -458,7 +480,7 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
       gemm_tile<Isa>(ds, kTile, Operand{dO, size_t(d.C), 1}, w.vt.data(), kTile, nq, nk_pad, HS,
                      false, Causal::QueryRowsKeyCols, band);  // dP = dO·Vᵀ
       for (int i = 0; i < nq; ++i) {  // P = exp(S·scale - lse); dS = P ∘ (dP - D)·scale
-        const uint64_t allowed = w.mask.row[i];
+        const uint64_t allowed = mask.row[i];
         probability_row<Isa>(p + i * kTile, nk_pad, allowed, d.scale, lse_bh[q0 + i]);
         ds_row<Isa>(ds + i * kTile, p + i * kTile, nk_pad, allowed, w.D[q0 + i], d.scale);
       }
@@ -489,6 +511,7 @@ template <class Isa>
 void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
              const AttentionPattern& pattern) {
   const Dims d(B, T, C, NH, pattern);
+  const TileMasks masks(pattern, d, /*key_rows=*/true);
   const int items = B * NH * d.n_tiles;
 #pragma omp parallel
   {
@@ -498,7 +521,7 @@ void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int 
 #pragma omp for schedule(dynamic, 1)
     for (int item = 0; item < items; ++item) {
       const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
-      forward_query_tile<Isa>(out, lse, qkv, d, pattern, bh / NH, bh % NH, qt, w);
+      forward_query_tile<Isa>(out, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
     }
   }
 }
@@ -507,12 +530,13 @@ template <class Isa>
 void backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
               int B, int T, int C, int NH, const AttentionPattern& pattern) {
   const Dims d(B, T, C, NH, pattern);
+  const TileMasks masks(pattern, d, /*key_rows=*/false);
 #pragma omp parallel
   {
     BackwardScratch w(d.HS, T, d.n_tiles);
 #pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; ++bh)
-      backward_head<Isa>(dqkv, dout, qkv, out, lse, d, pattern, bh / NH, bh % NH, w);
+      backward_head<Isa>(dqkv, dout, qkv, out, lse, d, masks, bh / NH, bh % NH, w);
   }
 }
 
