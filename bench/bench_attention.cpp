@@ -1,12 +1,13 @@
-// Benchmark of the fused causal attention kernels: GFLOP/s of forward and backward on the model
-// shapes for each instruction set the CPU has (AVX2, AVX-512), next to the SGEMM rate of frugal's
-// dense GEMM library (kernels/cpu/gemm.h: oneDNN by default, FRUGAL_GEMM=openblas) measured in the
-// same run.
-// FLOPs counted (causal, useful work only; diagonal tiles compute some masked scores besides):
-//   scores per head = T(T+1)/2; each costs 2·HS per matrix product.
-//   forward  = 2 products (Q·Kᵀ, P·V)                                = 2·B·NH·HS·T(T+1)
+// Benchmark of the fused attention kernels: GFLOP/s of forward and backward on the model shapes
+// for each instruction set the CPU has (AVX2, AVX-512), next to the SGEMM rate of frugal's dense
+// GEMM library (kernels/cpu/gemm.h: oneDNN by default, FRUGAL_GEMM=openblas) measured in the same
+// run; then the sparse patterns of Mixed Sparsity Training (Local w=16, Strided w=s=16) at T=128
+// and 1024 with their wall-time speed-up over Causal at the same shape.
+// FLOPs counted (useful work only; partial tiles compute some masked scores besides):
+//   scores per head = pattern.pairs(T) (Causal: T(T+1)/2); each costs 2·HS per matrix product.
+//   forward  = 2 products (Q·Kᵀ, P·V)                                = 4·B·NH·HS·pairs(T)
 //   backward = 5 products (Q·Kᵀ recomputed, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K)
-//                                                                     = 5·B·NH·HS·T(T+1)
+//                                                                     = 10·B·NH·HS·pairs(T)
 // Each rate is the best wall-clock time of `reps` calls (the machine is shared: the best call is
 // the one least disturbed by other processes).
 // Usage: bench_attention [threads=2] [reps=20]
@@ -25,22 +26,45 @@ using frugal::bench::best_seconds;
 using frugal::bench::print;
 using frugal::bench::random_floats;
 
-void bench_attention(int B, int T, int C, int NH, int reps) {
+struct Seconds {
+  double forward, backward;
+};
+
+// Times forward and backward under `pattern`; prints them, and their speed-up over `baseline`
+// (the same shape under Causal) when given.
+Seconds bench_attention(int B, int T, int C, int NH, int reps,
+                        const frugal::kernels::AttentionPattern& pattern = {},
+                        const Seconds* baseline = nullptr) {
   const size_t n = static_cast<size_t>(B) * T * C;
   const std::vector<float> qkv = random_floats(3 * n, 0), dout = random_floats(n, 1);
   std::vector<float> out(n), lse(static_cast<size_t>(B) * NH * T), dqkv(3 * n);
-  const double fwd_flops = 2.0 * B * NH * (C / NH) * T * (T + 1.0);
-  std::printf("attention %-6s B=%d T=%d C=%d NH=%d HS=%d:",
-              frugal::kernels::attention_isa_name(frugal::kernels::attention_active_isa()), B, T,
-              C, NH, C / NH);
-  print("forward:", best_seconds([&] {
-    frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-  }, reps), fwd_flops);
-  print(" backward:", best_seconds([&] {
+  const double fwd_flops = 4.0 * B * NH * (C / NH) * double(pattern.pairs(T));
+  std::printf("attention %-6s %-18s B=%d T=%d C=%d NH=%d HS=%d:",
+              frugal::kernels::attention_isa_name(frugal::kernels::attention_active_isa()),
+              pattern.name().c_str(), B, T, C, NH, C / NH);
+  Seconds s;
+  s.forward = best_seconds([&] {
+    frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, pattern);
+  }, reps);
+  print("forward:", s.forward, fwd_flops);
+  s.backward = best_seconds([&] {
     frugal::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(),
-                                        lse.data(), B, T, C, NH);
-  }, reps), 2.5 * fwd_flops);
+                                        lse.data(), B, T, C, NH, pattern);
+  }, reps);
+  print(" backward:", s.backward, 2.5 * fwd_flops);
+  if (baseline)
+    std::printf("  speed-up over causal: forward %.2fx backward %.2fx",
+                baseline->forward / s.forward, baseline->backward / s.backward);
   std::printf("\n");
+  return s;
+}
+
+// Causal, then Local (w=16) and Strided (w=s=16) at the same shape, with their speed-ups.
+void bench_patterns(int B, int T, int C, int NH, int reps) {
+  using frugal::kernels::AttentionPattern;
+  const Seconds causal = bench_attention(B, T, C, NH, reps);
+  for (const AttentionPattern& p : {AttentionPattern::local(16), AttentionPattern::strided(16, 16)})
+    bench_attention(B, T, C, NH, reps, p, &causal);
 }
 
 }  // namespace
@@ -58,6 +82,8 @@ int main(int argc, char** argv) {
     bench_attention(8, 256, 384, 6, reps);
     bench_attention(12, 64, 128, 4, reps);
     bench_attention(4, 64, 768, 12, reps);
+    bench_patterns(16, 128, 384, 6, reps);
+    bench_patterns(2, 1024, 384, 6, reps);
   }
   frugal::kernels::attention_set_isa(AttentionIsa::Auto);
   frugal::bench::bench_sgemm(2048, 384, 384, reps);    // the QKV-sized linear of the first shape

@@ -1,7 +1,8 @@
 // Tests of key/value-cached decoding: the attention_decode kernel (optimised float against the
 // fp64 reference, and against a row of the full causal attention), the Decoder's logits against
 // GPT::logits of the whole sequence at every position (GELU and SwiGLU, tied and untied heads,
-// across a slide of the window), and generate() against sampling from full re-runs.
+// sparse attention patterns, across a slide of the window), and generate() against sampling from
+// full re-runs.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -44,10 +45,10 @@ TEST(AttentionDecode, MatchesReference) {
     const auto q = random_vector(s.C, 1, 2.0), k = random_vector(size_t(s.t) * s.C, 2, 2.0),
                v = random_vector(size_t(s.t) * s.C, 3, 2.0);
     std::vector<double> expected(s.C);
-    frugal::kernels::ref::attention_decode(expected.data(), q.data(), k.data(), v.data(), s.t, s.C, s.NH);
+    frugal::kernels::ref::attention_decode(expected.data(), q.data(), k.data(), v.data(), s.t, s.C, s.NH, {});
     const std::vector<float> qf(q.begin(), q.end()), kf(k.begin(), k.end()), vf(v.begin(), v.end());
     std::vector<float> out(s.C, NAN);
-    frugal::kernels::attention_decode(out.data(), qf.data(), kf.data(), vf.data(), s.t, s.C, s.NH);
+    frugal::kernels::attention_decode(out.data(), qf.data(), kf.data(), vf.data(), s.t, s.C, s.NH, {});
     EXPECT_LT(max_rel_error(expected, std::vector<double>(out.begin(), out.end())), 2e-6);
   }
 }
@@ -57,7 +58,7 @@ TEST(AttentionDecode, EqualsLastRowOfCausalAttention) {
   const auto qkv_d = random_vector(size_t(T) * 3 * C, 4, 2.0);
   const std::vector<float> qkv(qkv_d.begin(), qkv_d.end());
   std::vector<float> full(size_t(T) * C), lse(size_t(NH) * T);
-  frugal::kernels::attention_forward(full.data(), lse.data(), qkv.data(), 1, T, C, NH);
+  frugal::kernels::attention_forward(full.data(), lse.data(), qkv.data(), 1, T, C, NH, {});
   // The decode inputs: the last query and the keys/values of every position, as a cache holds them.
   std::vector<float> kc(size_t(T) * C), vc(size_t(T) * C);
   for (int t = 0; t < T; ++t)
@@ -67,13 +68,13 @@ TEST(AttentionDecode, EqualsLastRowOfCausalAttention) {
     }
   std::vector<float> out(C);
   frugal::kernels::attention_decode(out.data(), qkv.data() + size_t(T - 1) * 3 * C, kc.data(),
-                                    vc.data(), T, C, NH);
+                                    vc.data(), T, C, NH, {});
   for (int c = 0; c < C; ++c) EXPECT_NEAR(out[c], full[size_t(T - 1) * C + c], 1e-5) << "column " << c;
 }
 
 TEST(AttentionDecode, RejectsBadHeadSize) {
   std::vector<float> x(12 * 2, 0.0f), out(12);
-  EXPECT_THROW(frugal::kernels::attention_decode(out.data(), x.data(), x.data(), x.data(), 2, 12, 3),
+  EXPECT_THROW(frugal::kernels::attention_decode(out.data(), x.data(), x.data(), x.data(), 2, 12, 3, {}),
                frugal::Error);
 }
 
@@ -132,11 +133,9 @@ void PrintTo(const Variant& v, std::ostream* os) {
   *os << frugal::mlp_kind_name(v.mlp) << (v.tied ? " tied" : " untied");
 }
 
-class DecoderMatchesGpt : public ::testing::TestWithParam<Variant> {};
-
-TEST_P(DecoderMatchesGpt, AtEveryPositionAndAcrossSlides) {
-  const ModelConfig c = small_config(GetParam().mlp, GetParam().tied);
-  auto model = random_model(c, 7);
+// The Decoder's logits equal GPT::logits at every position of a sequence that slides the window.
+void expect_decoder_matches_gpt(GPT* model) {
+  const ModelConfig& c = model->config();
   const int V = c.vocab_size, block = c.block_size, prompt = 5, total = 40;
   const std::vector<int32_t> tokens = random_tokens(total, V, 3);
 
@@ -160,6 +159,27 @@ TEST_P(DecoderMatchesGpt, AtEveryPositionAndAcrossSlides) {
     const std::vector<float> win = full_logits(*model, window);
     expect_logits_near(logits, &win[size_t(window.size() - 1) * V], V,
                        fmt::format("step at position {} (window of {})", pos, window.size()));
+  }
+}
+
+class DecoderMatchesGpt : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(DecoderMatchesGpt, AtEveryPositionAndAcrossSlides) {
+  expect_decoder_matches_gpt(random_model(small_config(GetParam().mlp, GetParam().tied), 7).get());
+}
+
+// Each block under its own sparse pattern: the cached steps attend exactly the pattern's keys.
+TEST(Decoder, MatchesGptWithSparseAttentionPatterns) {
+  using frugal::kernels::AttentionPattern;
+  for (const auto& [first, second] :
+       {std::pair{AttentionPattern::local(3), AttentionPattern::strided(2, 3)},
+        std::pair{AttentionPattern::fixed(4, 1), AttentionPattern::causal()}}) {
+    SCOPED_TRACE(first.name() + " / " + second.name());
+    auto model = random_model(small_config(MlpKind::Gelu, true), 9);
+    model->set_attention_pattern(0, first);
+    model->set_attention_pattern(1, second);
+    EXPECT_EQ(model->attention_pattern(0), first);
+    expect_decoder_matches_gpt(model.get());
   }
 }
 

@@ -1,15 +1,20 @@
-// Tests of causal self-attention: the fp64 reference against finite differences, the optimised
-// CPU kernels (float; AVX2 and, where the CPU has it, AVX-512) against the reference (fp64) on many
-// shapes, and thread-count determinism.
+// Tests of self-attention under AttentionPatterns: the pattern's bulk answers (key/query bit rows,
+// tile kinds, pair counts) against brute force over allows(), the fp64 reference against finite
+// differences (causal and sparse patterns), the optimised CPU kernels (float; AVX2 and, where the
+// CPU has it, AVX-512) against the reference (fp64) on many shapes and every pattern kind,
+// thread-count determinism, decode against the forward's last row, and that tiles a pattern
+// leaves empty are never computed.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "frugal/core/error.h"
+#include "frugal/kernels/attention_pattern.h"
 #include "frugal/kernels/cpu/attention.h"
 #include "frugal/kernels/ops.h"
 #include "frugal/kernels/ref/attention_ref.h"
@@ -18,6 +23,7 @@
 namespace {
 
 using frugal::kernels::AttentionIsa;
+using frugal::kernels::AttentionPattern;
 using frugal::kernels::attention_isa_name;
 using frugal::kernels::attention_set_isa;
 using frugal::testing::max_rel_error;
@@ -38,26 +44,113 @@ struct Pass {
 };
 
 template <class F>
-Pass<F> run_reference(const std::vector<F>& qkv, const std::vector<F>& dout, const Shape& s) {
+Pass<F> run_reference(const std::vector<F>& qkv, const std::vector<F>& dout, const Shape& s,
+                      const AttentionPattern& pattern = {}) {
   Pass<F> r{std::vector<F>(size_t(s.B) * s.T * s.C), std::vector<F>(size_t(s.B) * s.NH * s.T),
             std::vector<F>(qkv.size())};
   frugal::kernels::ref::attention_forward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C,
-                                          s.NH);
+                                          s.NH, pattern);
   frugal::kernels::ref::attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
-                                           r.lse.data(), s.B, s.T, s.C, s.NH);
+                                           r.lse.data(), s.B, s.T, s.C, s.NH, pattern);
   return r;
 }
 
 Pass<float> run_optimised(const std::vector<float>& qkv, const std::vector<float>& dout,
-                          const Shape& s) {
+                          const Shape& s, const AttentionPattern& pattern = {}) {
   // NaN-filled outputs: every element must be written (dqkv is overwrite, not accumulate).
   Pass<float> r{std::vector<float>(size_t(s.B) * s.T * s.C, NAN),
                 std::vector<float>(size_t(s.B) * s.NH * s.T, NAN),
                 std::vector<float>(qkv.size(), NAN)};
-  frugal::kernels::attention_forward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  frugal::kernels::attention_forward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH,
+                                     pattern);
   frugal::kernels::attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
-                                      r.lse.data(), s.B, s.T, s.C, s.NH);
+                                      r.lse.data(), s.B, s.T, s.C, s.NH, pattern);
   return r;
+}
+
+// Every kind, with parameters that give the 64-wide kernel tiles empty, full and partial kinds,
+// windows inside one tile and across tiles, blocks aligned to tiles and not, no summary columns.
+std::vector<AttentionPattern> patterns() {
+  return {AttentionPattern::causal(),       AttentionPattern::local(16),
+          AttentionPattern::local(1),       AttentionPattern::local(70),
+          AttentionPattern::strided(16, 16), AttentionPattern::strided(3, 7),
+          AttentionPattern::fixed(16, 2),   AttentionPattern::fixed(64, 1),
+          AttentionPattern::fixed(50, 0),   AttentionPattern::fixed(5, 5)};
+}
+
+// ---- AttentionPattern against brute force over allows() ----
+
+TEST(AttentionPattern, BitRowsMatchAllows) {
+  for (const AttentionPattern& p : patterns()) {
+    SCOPED_TRACE(p.name());
+    for (int i = 0; i < 200; i += 3)
+      for (int p0 : {0, 1, 5, 37, 64, 100, 150})
+        for (int n : {1, 7, 33, 64}) {
+          uint64_t keys = 0, queries = 0;
+          for (int c = 0; c < n; ++c) {
+            keys |= uint64_t{p.allows(i, p0 + c)} << c;
+            queries |= uint64_t{p.allows(p0 + c, i)} << c;
+          }
+          ASSERT_EQ(p.keys_of(i, p0, n), keys) << "query " << i << " keys " << p0 << "+" << n;
+          ASSERT_EQ(p.queries_of(i, p0, n), queries)
+              << "key " << i << " queries " << p0 << "+" << n;
+        }
+  }
+}
+
+TEST(AttentionPattern, TileKindsMatchAllows) {
+  for (const AttentionPattern& p : patterns()) {
+    SCOPED_TRACE(p.name());
+    for (int q0 = 0; q0 < 150; q0 += 7)
+      for (int k0 = 0; k0 < 150; k0 += 5)
+        for (int nq : {1, 6, 64})
+          for (int nk : {1, 9, 64}) {
+            int allowed = 0;
+            for (int i = q0; i < q0 + nq; ++i)
+              for (int j = k0; j < k0 + nk; ++j) allowed += p.allows(i, j);
+            const auto want = allowed == 0             ? AttentionPattern::Tile::Empty
+                              : allowed == nq * nk ? AttentionPattern::Tile::Full
+                                                   : AttentionPattern::Tile::Partial;
+            ASSERT_EQ(p.tile(q0, q0 + nq, k0, k0 + nk), want)
+                << "queries " << q0 << "+" << nq << " keys " << k0 << "+" << nk;
+          }
+  }
+}
+
+TEST(AttentionPattern, PairsCountAllowedPairsAndTheDiagonalIsAlwaysAllowed) {
+  for (const AttentionPattern& p : patterns())
+    for (int T : {1, 2, 15, 16, 17, 64, 128, 200}) {
+      int64_t n = 0, farthest = 0;
+      for (int i = 0; i < T; ++i) {
+        ASSERT_TRUE(p.allows(i, i)) << p.name();
+        ASSERT_FALSE(p.allows(i, i + 1)) << p.name();
+        for (int j = 0; j <= i; ++j) {
+          if (!p.allows(i, j)) continue;
+          ++n;
+          farthest = std::max<int64_t>(farthest, i - j);
+        }
+      }
+      EXPECT_EQ(p.pairs(T), n) << p.name() << " T=" << T;
+      EXPECT_LE(farthest, p.max_distance()) << p.name() << " T=" << T;
+      if (p.max_distance() < T) {  // a bound, and the tightest once T is long enough
+        EXPECT_EQ(farthest, p.max_distance()) << p.name() << " T=" << T;
+      }
+    }
+  EXPECT_EQ(AttentionPattern::causal().pairs(128), 128 * 129 / 2);
+  EXPECT_EQ(AttentionPattern::local(16).pairs(128), 136 + 112 * 16);  // 1+..+16, then 16 each
+}
+
+TEST(AttentionPattern, RejectsInvalidParametersAndNamesItself) {
+  EXPECT_THROW(AttentionPattern::local(0), frugal::Error);
+  EXPECT_THROW(AttentionPattern::strided(16, 0), frugal::Error);
+  EXPECT_THROW(AttentionPattern::strided(0, 16), frugal::Error);
+  EXPECT_THROW(AttentionPattern::fixed(0, 0), frugal::Error);
+  EXPECT_THROW(AttentionPattern::fixed(16, 17), frugal::Error);
+  EXPECT_THROW(AttentionPattern::fixed(16, -1), frugal::Error);
+  EXPECT_EQ(AttentionPattern().name(), "causal");
+  EXPECT_EQ(AttentionPattern::strided(16, 8).name(), "strided(w=16,s=8)");
+  EXPECT_EQ(AttentionPattern::fixed(16, 2), AttentionPattern::fixed(16, 2));
+  EXPECT_NE(AttentionPattern::local(16), AttentionPattern::local(8));
 }
 
 // Every instruction set this CPU can run.
@@ -85,20 +178,35 @@ std::vector<double> random_qkv(const Shape& s, unsigned seed) {
 }
 
 TEST(AttentionReference, GradientMatchesFiniteDifferences) {
-  const Shape s{2, 5, 16, 2};  // HS = 8
-  std::vector<double> qkv = random_qkv(s, 1);
-  const std::vector<double> R = random_vector(size_t(s.B) * s.T * s.C, 2);
-  std::vector<double> out(R.size()), lse(size_t(s.B) * s.NH * s.T);
-  auto loss = [&] {
-    frugal::kernels::ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C,
-                                            s.NH);
-    double sum = 0;
-    for (size_t i = 0; i < out.size(); ++i) sum += out[i] * R[i];
-    return sum;
-  };
-  const std::vector<double> numeric = numeric_gradient(qkv, loss);
-  const Pass<double> analytic = run_reference(qkv, R, s);
-  EXPECT_LT(max_rel_error(analytic.dqkv, numeric), 1e-7);
+  const Shape s{2, 9, 16, 2};  // HS = 8
+  for (const AttentionPattern& pattern :
+       {AttentionPattern::causal(), AttentionPattern::local(3), AttentionPattern::strided(2, 3),
+        AttentionPattern::fixed(3, 1)}) {
+    SCOPED_TRACE(pattern.name());
+    std::vector<double> qkv = random_qkv(s, 1);
+    const std::vector<double> R = random_vector(size_t(s.B) * s.T * s.C, 2);
+    std::vector<double> out(R.size()), lse(size_t(s.B) * s.NH * s.T);
+    auto loss = [&] {
+      frugal::kernels::ref::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C,
+                                              s.NH, pattern);
+      double sum = 0;
+      for (size_t i = 0; i < out.size(); ++i) sum += out[i] * R[i];
+      return sum;
+    };
+    const std::vector<double> numeric = numeric_gradient(qkv, loss);
+    const Pass<double> analytic = run_reference(qkv, R, s, pattern);
+    EXPECT_LT(max_rel_error(analytic.dqkv, numeric), 1e-7);
+  }
+}
+
+// A sparse pattern changes the result (the pattern reaches the reference at all).
+TEST(AttentionReference, SparsePatternDiffersFromCausal) {
+  const Shape s{1, 20, 16, 2};
+  const std::vector<double> qkv = random_qkv(s, 4), dout = random_vector(size_t(s.T) * s.C, 5);
+  const Pass<double> causal = run_reference(qkv, dout, s);
+  const Pass<double> local = run_reference(qkv, dout, s, AttentionPattern::local(4));
+  for (int c = 0; c < 4 * s.C; ++c) EXPECT_EQ(causal.out[c], local.out[c]);  // rows 0-3: same keys
+  EXPECT_GT(max_rel_error(causal.out, local.out), 1e-3);
 }
 
 TEST(AttentionReference, SingleTokenIsItsValue) {
@@ -120,11 +228,13 @@ constexpr double kBackwardTol = 2e-5;
 
 class AttentionOptimised : public ::testing::TestWithParam<Shape> {};
 
-void expect_matches_reference(const std::vector<double>& qkv, const Shape& s) {
+void expect_matches_reference(const std::vector<double>& qkv, const Shape& s,
+                              const AttentionPattern& pattern = {}) {
+  SCOPED_TRACE(pattern.name());
   const std::vector<double> dout = random_vector(size_t(s.B) * s.T * s.C, 20 + s.T);
-  const Pass<double> ref = run_reference(qkv, dout, s);
+  const Pass<double> ref = run_reference(qkv, dout, s, pattern);
   for_each_isa([&] {
-    const Pass<float> opt = run_optimised(to_float(qkv), to_float(dout), s);
+    const Pass<float> opt = run_optimised(to_float(qkv), to_float(dout), s, pattern);
     EXPECT_LT(max_rel_error(to_double(opt.out), ref.out), kForwardTol);
     EXPECT_LT(max_rel_error(to_double(opt.lse), ref.lse), kForwardTol);
     EXPECT_LT(max_rel_error(to_double(opt.dqkv), ref.dqkv), kBackwardTol);
@@ -134,6 +244,12 @@ void expect_matches_reference(const std::vector<double>& qkv, const Shape& s) {
 TEST_P(AttentionOptimised, MatchesReference) {
   const Shape s = GetParam();
   expect_matches_reference(random_qkv(s, 10 + s.T), s);
+}
+
+TEST_P(AttentionOptimised, MatchesReferenceForEveryPattern) {
+  const Shape s = GetParam();
+  for (const AttentionPattern& pattern : patterns())
+    expect_matches_reference(random_qkv(s, 10 + s.T), s, pattern);
 }
 
 // Scores that grow along the sequence (up to ~60): the forward's running softmax shift must move
@@ -187,9 +303,66 @@ TEST(AttentionOptimised, RejectsUnsupportedHeadSize) {
   std::vector<float> qkv(3 * 12), out(12), lse(1);
   for_each_isa([&] {
     EXPECT_THROW(
-        frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, 1, 12, 1),
+        frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), 1, 1, 12, 1, {}),
         frugal::Error);
   });
+}
+
+// Tiles a pattern leaves empty are skipped, not computed and masked: keys and values of the first
+// key tile (positions 0-63) are NaN, and query tiles 2 and 3 (positions 128-255) see none of them.
+// Any product with those rows (a masked score is 0, and 0·NaN = NaN) would make those queries'
+// outputs, lse and dQ NaN; skipped, they equal the clean run's bit for bit. Fixed(128, 1) has no
+// bound on how far back a query looks (its summary columns), so only the tile skip protects it;
+// Local(16) is also trimmed to its band inside the kernels' products.
+TEST(AttentionOptimised, EmptyTilesAreNeverComputed) {
+  const Shape s{1, 256, 64, 2};
+  const std::vector<float> qkv = to_float(random_qkv(s, 40));
+  const std::vector<float> dout = to_float(random_vector(size_t(s.T) * s.C, 41));
+  std::vector<float> poisoned = qkv;
+  for (int t = 0; t < 64; ++t)
+    std::fill_n(poisoned.begin() + size_t(t) * 3 * s.C + s.C, 2 * s.C,
+                std::numeric_limits<float>::quiet_NaN());
+  for (const AttentionPattern& pattern :
+       {AttentionPattern::fixed(128, 1), AttentionPattern::local(16)}) {
+    SCOPED_TRACE(pattern.name());
+    for_each_isa([&] {
+      const Pass<float> clean = run_optimised(qkv, dout, s, pattern);
+      const Pass<float> dirty = run_optimised(poisoned, dout, s, pattern);
+      for (int t = 128; t < s.T; ++t) {
+        for (int c = 0; c < s.C; ++c) {
+          ASSERT_EQ(dirty.out[size_t(t) * s.C + c], clean.out[size_t(t) * s.C + c]) << "row " << t;
+          ASSERT_EQ(dirty.dqkv[size_t(t) * 3 * s.C + c], clean.dqkv[size_t(t) * 3 * s.C + c])
+              << "dq row " << t;
+        }
+        for (int h = 0; h < s.NH; ++h)
+          ASSERT_EQ(dirty.lse[size_t(h) * s.T + t], clean.lse[size_t(h) * s.T + t]) << "lse " << t;
+      }
+      EXPECT_TRUE(std::isnan(dirty.out[0])) << "the poison must reach the queries that see it";
+    });
+  }
+}
+
+// attention_decode at position t - 1 equals row t - 1 of the forward over t positions, for every
+// pattern (the cache holds the keys and values of all t positions).
+TEST(AttentionDecode, EqualsLastRowOfTheForwardForEveryPattern) {
+  const int T = 140, C = 64, NH = 4;
+  const std::vector<float> qkv = to_float(random_vector(size_t(T) * 3 * C, 42, 2.0));
+  std::vector<float> kc(size_t(T) * C), vc(size_t(T) * C);
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c) {
+      kc[size_t(t) * C + c] = qkv[size_t(t) * 3 * C + C + c];
+      vc[size_t(t) * C + c] = qkv[size_t(t) * 3 * C + 2 * C + c];
+    }
+  for (const AttentionPattern& pattern : patterns())
+    for (int t : {1, 17, 64, 65, 130, 140}) {
+      SCOPED_TRACE(fmt::format("{} t={}", pattern.name(), t));
+      std::vector<float> full(size_t(t) * C), lse(size_t(NH) * t), out(C);
+      frugal::kernels::attention_forward(full.data(), lse.data(), qkv.data(), 1, t, C, NH,
+                                         pattern);
+      frugal::kernels::attention_decode(out.data(), qkv.data() + size_t(t - 1) * 3 * C, kc.data(),
+                                        vc.data(), t, C, NH, pattern);
+      for (int c = 0; c < C; ++c) ASSERT_NEAR(out[c], full[size_t(t - 1) * C + c], 1e-5) << c;
+    }
 }
 
 TEST(AttentionOptimised, AutoPicksAvx512WhereAvailable) {

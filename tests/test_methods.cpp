@@ -186,3 +186,26 @@ TEST(Flops, MatchHandComputedValuesForASmallConfig) {
   EXPECT_DOUBLE_EQ(f.executed[3].backward_input, head);
   EXPECT_DOUBLE_EQ(f.executed_total().model(), 2 * (linear + attention) + 2 * head);
 }
+
+// A block's attention term counts the pairs its AttentionPattern allows: 4·B·NH·HS·pairs(T)
+// forward, twice that backward; the dense model keeps Causal attention.
+TEST(Flops, AttentionFollowsTheBlockPattern) {
+  ModelConfig c;
+  c.vocab_size = 10, c.n_layer = 2, c.n_head = 2, c.n_embd = 16, c.block_size = 8;
+  GPT model(c);
+  const int B = 3, T = 8;
+  const double N = B * T, C = 16, H = 64;
+  const double linear = 2 * N * (3 * C * C + C * C + H * C + C * H);
+  const double causal = 2.0 * B * 2 * 8 * T * (T + 1);  // 2·B·NH·HS·T(T+1), HS = 8
+  const uint64_t version = model.prefix_format_version(2);
+  model.set_attention_pattern(1, frugal::kernels::AttentionPattern::local(3));
+  EXPECT_GT(model.prefix_format_version(2), version) << "a cached prefix must see the change";
+  EXPECT_EQ(model.prefix_format_version(1), version);
+  const double local = 4.0 * B * 2 * 8 * (1 + 2 + 3 * 6);  // Local(3): 1, 2, then 3 keys per query
+  const StepFlops f = count_step_flops(model, B, T);
+  EXPECT_DOUBLE_EQ(f.executed[1].forward, linear + causal);
+  EXPECT_DOUBLE_EQ(f.executed[2].forward, linear + local);
+  EXPECT_DOUBLE_EQ(f.executed[2].backward_input, linear + 2 * local);
+  EXPECT_DOUBLE_EQ(f.dense[2].forward, linear + causal);
+  EXPECT_DOUBLE_EQ(f.dense[2].backward_input, linear + 2 * causal);
+}

@@ -209,6 +209,22 @@ TEST(ModelGradient, NoBiasGegluDirectionalCheckPerTensor) {
   expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
 }
 
+// With a sparse attention pattern per block: backward must differentiate the forward it follows.
+TEST(ModelGradient, SparseAttentionPatternsDirectionalCheckPerTensor) {
+  ModelConfig c;
+  c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+  c.init_std = 0.2f;
+  GPT model(c);
+  model.init_weights(6);
+  model.set_attention_pattern(0, frugal::kernels::AttentionPattern::local(3));
+  model.set_attention_pattern(1, frugal::kernels::AttentionPattern::strided(2, 3));
+  const int B = 2, T = 8;
+  model.plan(B, T);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 5) % 37, targets[i] = (i * 13 + 1) % 37;
+  expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
+}
+
 TEST(ModelFreeze, FrozenPrefixGetsNoGradientAndTopMatchesFullBackward) {
   Fixture f = load_fixture("gelu_untied");
   GPT model(f.config);

@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "frugal/kernels/attention_pattern.h"
+
 namespace frugal::kernels {
 
 enum class GateAct { Gelu, Silu };
@@ -88,20 +90,25 @@ void sparse24_matmul_backward_input(float* dinp, const float* dout, const Sparse
 // 2 non-zeros per column. A final odd row is copied. Random numbers: uniform_at(key, pair·OC + o).
 void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key);
 
-// ---- attention: causal self-attention (fused, tiled, online softmax) ----
-// out (B,T,C), lse (B,NH,T) log-sum-exp of each softmax row; qkv (B,T,3C) laid out [q | k | v],
-// head h at columns h*HS .. h*HS+HS of each part. Extra memory O(tile²) per thread, no (T,T) matrix.
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
-// dqkv (B,T,3C) =; dout (B,T,C), qkv, out, lse from the forward
+// ---- attention: self-attention under a causal AttentionPattern (fused, tiled, online softmax) ----
+// Query i attends to the keys j with pattern.allows(i, j); tiles the pattern leaves empty are
+// never computed. out (B,T,C), lse (B,NH,T) log-sum-exp of each softmax row; qkv (B,T,3C) laid
+// out [q | k | v], head h at columns h*HS .. h*HS+HS of each part. Extra memory O(tile²) per
+// thread, no (T,T) matrix.
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                       const AttentionPattern& pattern);
+// dqkv (B,T,3C) =; dout (B,T,C), qkv, out, lse from the forward with the same pattern
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH);
+                        const float* lse, int B, int T, int C, int NH,
+                        const AttentionPattern& pattern);
 
 // ---- attention: one new query against a key/value cache (autoregressive decoding) ----
-// out (C) = per head h: softmax(q_h · K_hᵀ / sqrt(HS)) · V_h over the t cached positions (t >= 1,
-// the query's own key and value already among them; no mask needed). q (C); k_cache (t,C),
+// out (C) = per head h: softmax(q_h · K_hᵀ / sqrt(HS)) · V_h over the cached positions j < t that
+// the query, at position t - 1, may see (pattern.allows(t - 1, j): the same keys as row t - 1 of
+// attention_forward; t >= 1, the query's own key and value already cached). q (C); k_cache (t,C),
 // v_cache (t,C): rows are positions, head h at columns h*HS .. h*HS+HS.
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
-                      int t, int C, int NH);
+                      int t, int C, int NH, const AttentionPattern& pattern);
 
 // ---- activations ----
 // GELU, tanh approximation. out (n) = gelu(inp)

@@ -97,11 +97,12 @@ void Decoder::block_rows(int l, int n, int pos0) {
     std::memcpy(kc + size_t(pos0 + i) * C, row + C, sizeof(float) * C);
     std::memcpy(vc + size_t(pos0 + i) * C, row + 2 * C, sizeof(float) * C);
   }
+  const k::AttentionPattern& pattern = model_.attention_pattern(l);
   if (pos0 == 0) {
-    k::attention_forward(att, lse_.data(), qkv, 1, n, C, m.n_head);
+    k::attention_forward(att, lse_.data(), qkv, 1, n, C, m.n_head, pattern);
   } else {
     FRUGAL_CHECK(n == 1, "internal: Decoder appends one row at a time after the prefill");
-    k::attention_decode(att, qkv, kc, vc, pos0 + 1, C, m.n_head);
+    k::attention_decode(att, qkv, kc, vc, pos0 + 1, C, m.n_head, pattern);
   }
   model_.linear_forward(l, GPT::Linear::Proj, branch, att, n);
   k::residual_forward(x, x, branch, NC);

@@ -39,8 +39,9 @@ class Decoder {
 
  private:
   // Runs rows n new tokens at positions pos0 .. pos0+n-1 through the model, filling the caches,
-  // and leaves the logits of the last one in logits_. Either pos0 == 0 (a prefill, causal
-  // attention within the rows) or n == 1 (a step, attention against the cache).
+  // and leaves the logits of the last one in logits_. Either pos0 == 0 (a prefill, attention
+  // within the rows) or n == 1 (a step, attention against the cache); both under each block's
+  // attention pattern, with positions counted from the start of the window.
   void forward_rows(const int32_t* tokens, int n, int pos0);
   void block_rows(int l, int n, int pos0);
   const float* weight(size_t offset) const;

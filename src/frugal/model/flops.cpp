@@ -45,14 +45,16 @@ StepFlops count_step_flops(const GPT& model, int B, int T, int cached_prefix_blo
   const auto [emb_begin, emb_end] = table.layer_range(-1);
   f.dense[0].optimizer = 12 * params_in_range(table, emb_begin, emb_end);
   if (frozen == 0) f.executed[0].optimizer = f.dense[0].optimizer;
-  // blocks
-  const double attention = 2.0 * B * c.n_head * c.head_size() * double(T) * (T + 1);
+  // blocks; attention: q·kᵀ and p·v, 2·HS each, per allowed (query, key) pair
+  const double per_pair = 4.0 * B * c.n_head * c.head_size();
+  const double causal = per_pair * double(kernels::AttentionPattern::causal().pairs(T));
   for (int l = model.range().begin; l < model.range().end; ++l) {
     PhaseFlops& d = f.dense[l + 1];
     PhaseFlops& e = f.executed[l + 1];
+    const double attention = per_pair * double(model.attention_pattern(l).pairs(T));
     const bool runs = l >= cached_prefix_blocks, trains = l >= frozen;
-    d.forward = attention;
-    d.backward_input = 2 * attention;
+    d.forward = causal;
+    d.backward_input = 2 * causal;
     for (int i = 0; i < GPT::kLinears; ++i) {
       const auto which = static_cast<GPT::Linear>(i);
       if (model.linear_weight_offset(l, which) == GPT::kAbsent) continue;

@@ -4,8 +4,10 @@
 //   linear (N rows, IC -> OC): forward 2·N·IC·OC, backward-input 2·N·IC·OC, backward-weight
 //     2·N·IC·OC, each scaled by the linear's LinearFormat: forward_density(),
 //     backward_input_density() and weight_grad_density() (1 for the dense format)
-//   causal attention per block: forward 2·B·NH·HS·T(T+1) (q·kᵀ and p·v over the T(T+1)/2 causal
-//     pairs), backward-input twice the forward (dq, dk, dv, dp); recomputation is not counted
+//   attention per block: forward 4·B·NH·HS·pairs(T) (q·kᵀ and p·v over the pairs(T) (query, key)
+//     pairs the block's AttentionPattern allows; Causal: T(T+1)/2, so 2·B·NH·HS·T(T+1)),
+//     backward-input twice the forward (dq, dk, dv, dp); recomputation is not counted. The dense
+//     model is counted with Causal attention, like dense linears
 //   LM head over the V real vocabulary columns, like a linear C -> V; its input gradient runs
 //     whenever the step trains (the final LayerNorm, trainable even with every block frozen,
 //     needs it)

@@ -89,6 +89,7 @@ GPT::GPT(const ModelConfig& config, const BlockRange& range)
   std::array<std::shared_ptr<LinearFormat>, kLinears> dense_block;
   dense_block.fill(dense_);
   formats_.assign(config_.n_layer, dense_block);
+  attention_patterns_.resize(config_.n_layer);
   format_changed_at_.assign(config_.n_layer, 0);
   wte_ = off("transformer.wte.weight");
   wpe_ = off("transformer.wpe.weight");
@@ -276,6 +277,16 @@ LinearFormat& GPT::linear_format(int layer, Linear which) const {
   return *formats_.at(layer)[static_cast<int>(which)];
 }
 
+void GPT::set_attention_pattern(int layer, const kernels::AttentionPattern& pattern) {
+  FRUGAL_CHECK(layer >= 0 && layer < config_.n_layer, "internal: no block {}", layer);
+  if (attention_patterns_[layer] != pattern) format_changed_at_[layer] = ++format_changes_;
+  attention_patterns_[layer] = pattern;
+}
+
+const kernels::AttentionPattern& GPT::attention_pattern(int layer) const {
+  return attention_patterns_.at(layer);
+}
+
 uint64_t GPT::prefix_format_version(int blocks) const {
   uint64_t version = 0;
   for (int l = range_.begin; l < std::min(blocks, range_.end); ++l) version = std::max(version, format_changed_at_[l]);
@@ -323,7 +334,7 @@ void GPT::block_forward(int l, uint64_t dropout_key) {
   const float p = dropout_p_;
   k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(o.ln1_w), P(o.ln1_b), N, C, config_.layernorm_eps);
   linear_forward(l, Linear::Qkv, a.qkv, a.ln1, N);
-  k::attention_forward(a.att, a.lse, a.qkv, B, T, C, config_.n_head);
+  k::attention_forward(a.att, a.lse, a.qkv, B, T, C, config_.n_head, attention_patterns_[l]);
   linear_forward(l, Linear::Proj, branch_, a.att, N);
   k::dropout_apply(branch_, size_t(N) * C, p, site_key(dropout_key, l, 0));
   k::residual_forward(a.res_mid, x, branch_, size_t(N) * C);
@@ -426,7 +437,8 @@ void GPT::block_backward(int l, uint64_t dropout_key) {
   // attention branch
   const float* dattn = branch_grad(0);
   linear_backward(l, Linear::Proj, datt_, dattn, a.att, N, false);
-  k::attention_backward(dqkv_, datt_, a.qkv, a.att, a.lse, B, T, C, config_.n_head);
+  k::attention_backward(dqkv_, datt_, a.qkv, a.att, a.lse, B, T, C, config_.n_head,
+                        attention_patterns_[l]);
   linear_backward(l, Linear::Qkv, dln_, dqkv_, a.ln1, N, false);
   // The bottom trainable block need not pass a gradient further down unless embeddings train.
   const bool need_dinp = l > frozen_ || frozen_ == 0;  // (a later stage's l > frozen_ too)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "frugal/core/memory.h"
+#include "frugal/kernels/attention_pattern.h"
 #include "frugal/model/config.h"
 #include "frugal/model/linear_format.h"
 #include "frugal/model/param_table.h"
@@ -83,6 +84,12 @@ class GPT {
   std::pair<int, int> linear_shape(Linear which) const;
   // Calls refresh() of every installed format (after the master weights changed).
   void refresh_formats();
+
+  // Which keys block `layer`'s attention lets each query see (default Causal); read by the block
+  // forward and backward, the Decoder and the FLOP count. A change counts as a format change of
+  // the block for prefix_format_version (it changes the block's output).
+  void set_attention_pattern(int layer, const kernels::AttentionPattern& pattern);
+  const kernels::AttentionPattern& attention_pattern(int layer) const;
 
   // What enters a range's forward for one micro-batch: the tokens (B,T), which the embeddings
   // read, or `activations` (B,T,C), the output of block first_block - 1 (the previous pipeline
@@ -162,6 +169,7 @@ class GPT {
   std::vector<BlockOffsets> blocks_;
   std::shared_ptr<LinearFormat> dense_;  // the DenseFormat every linear starts with
   std::vector<std::array<std::shared_ptr<LinearFormat>, kLinears>> formats_;
+  std::vector<kernels::AttentionPattern> attention_patterns_;  // per block
   std::vector<uint64_t> format_changed_at_;  // per block: the format_changes_ of its last change
   uint64_t format_changes_ = 0;
   size_t wte_, wpe_, lnf_w_, lnf_b_;

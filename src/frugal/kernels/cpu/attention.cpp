@@ -1,4 +1,4 @@
-// Fused causal self-attention on CPU: the public entry points (kernels/ops.h) and the run-time
+// Fused self-attention on CPU: the public entry points (kernels/ops.h) and the run-time
 // choice between the AVX-512 and AVX2 instantiations of the tile loops (attention_tiles.h).
 #include "frugal/kernels/cpu/attention.h"
 
@@ -31,15 +31,17 @@ const attention_detail::IsaKernels& active_kernels() {
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                       const AttentionPattern& pattern) {
   FRUGAL_PROFILE("attention fwd");
-  active_kernels().forward(out, lse, qkv, B, T, C, NH);
+  active_kernels().forward(out, lse, qkv, B, T, C, NH, pattern);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH) {
+                        const float* lse, int B, int T, int C, int NH,
+                        const AttentionPattern& pattern) {
   FRUGAL_PROFILE("attention bwd");
-  active_kernels().backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+  active_kernels().backward(dqkv, dout, qkv, out, lse, B, T, C, NH, pattern);
 }
 
 AttentionIsa attention_set_isa(AttentionIsa isa) {

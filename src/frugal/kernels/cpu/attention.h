@@ -1,7 +1,8 @@
-// Fused causal attention on CPU: instruction-set selection (the kernels themselves are
+// Fused attention on CPU: instruction-set selection (the kernels themselves are
 // attention_forward / attention_backward in kernels/ops.h), and the per-instruction-set entry
 // points behind it (attention_avx2.cpp, attention_avx512.cpp).
 #pragma once
+#include "frugal/kernels/attention_pattern.h"
 
 namespace frugal::kernels {
 
@@ -18,10 +19,12 @@ const char* attention_isa_name(AttentionIsa isa);
 namespace attention_detail {
 
 // qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T); see attention_forward in kernels/ops.h.
-using ForwardFn = void (*)(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+using ForwardFn = void (*)(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                           const AttentionPattern& pattern);
 // dout (B,T,C), qkv (B,T,3C), out (B,T,C), lse (B,NH,T) -> dqkv (B,T,3C), overwritten.
 using BackwardFn = void (*)(float* dqkv, const float* dout, const float* qkv, const float* out,
-                            const float* lse, int B, int T, int C, int NH);
+                            const float* lse, int B, int T, int C, int NH,
+                            const AttentionPattern& pattern);
 
 struct IsaKernels {
   ForwardFn forward;

@@ -1,4 +1,4 @@
-// AVX2/FMA instantiation of the fused causal attention: 8-lane vectors, 6 x 16 micro-kernel.
+// AVX2/FMA instantiation of the fused attention: 8-lane vectors, 6 x 16 micro-kernel.
 #include "frugal/kernels/cpu/attention.h"
 #include "frugal/kernels/cpu/attention_tiles.h"
 

@@ -1,4 +1,4 @@
-// AVX-512F instantiation of the fused causal attention: 16-lane zmm vectors with mask registers,
+// AVX-512F instantiation of the fused attention: 16-lane zmm vectors with mask registers,
 // an 8 x 32 micro-kernel (16 zmm accumulators), 8-column remainders with the AVX2 traits.
 // Called only after a run-time CPU check. The standard and project headers are included before the
 // target pragma, so their inline functions stay plain x86-64-v3 code; attention_tiles.h has
@@ -37,11 +37,7 @@ struct Avx512 {
   static reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
   static reg exp(reg x) { return cpu::exp512(x); }
   static mask gt(reg a, reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
-  static mask range(int lo, int hi) {
-    const unsigned below_hi = (1u << std::clamp(hi, 0, kLanes)) - 1;
-    const unsigned below_lo = (1u << std::clamp(lo, 0, kLanes)) - 1;
-    return static_cast<mask>(below_hi & ~below_lo);
-  }
+  static mask from_bits(uint64_t bits) { return static_cast<mask>(bits); }
   static reg select(mask m, reg a, reg b) { return _mm512_mask_blend_ps(m, b, a); }
   static reg keep(mask m, reg x) { return _mm512_maskz_mov_ps(m, x); }
 };

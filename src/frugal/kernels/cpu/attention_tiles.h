@@ -1,6 +1,8 @@
-// Internal to the fused causal attention (CPU, flash-attention style, OpenMP): the tile loops,
-// written once over a vector-traits type Isa and instantiated per instruction set
-// (attention_avx2.cpp, attention_avx512.cpp; attention.cpp dispatches).
+// Internal to the fused attention (CPU, flash-attention style, OpenMP): the tile loops, written
+// once over a vector-traits type Isa and instantiated per instruction set (attention_avx2.cpp,
+// attention_avx512.cpp; attention.cpp dispatches). The AttentionPattern decides per tile: empty
+// tiles are never computed, full tiles take the unmasked path, partial tiles mask per score with
+// the pattern's bit rows (TileMask, computed once per call for all tiles: TileMasks).
 // Forward: per (batch, head, query tile), stream the key tiles with an online softmax; only O(T)
 // per-row statistics (lse) leave the kernel. Backward: per (batch, head), key tiles outside and
 // query tiles inside; scores are recomputed from q, k and lse, dK/dV/dQ accumulate straight into
@@ -10,9 +12,9 @@
 //
 // Isa provides: reg, mask, kLanes, kMR (micro-kernel rows), Narrow (traits for an 8-column
 // remainder), zero(), set1(x), load(p), store(p, v), bcast(p), fma(a, b, c) = a·b + c, add, sub,
-// mul, max, exp, gt(a, b) (lane mask a > b), range(lo, hi) (lanes lo <= i < hi), select(m, a, b)
-// (m ? a : b) and keep(m, x) (m ? x : 0). The O(T·HS) loops (transposes, rescaling, the output
-// write, D) stay 8-wide AVX2 in every instantiation.
+// mul, max, exp, gt(a, b) (lane mask a > b), from_bits(bits) (lane i set iff bit i of bits),
+// select(m, a, b) (m ? a : b) and keep(m, x) (m ? x : 0). The O(T·HS) loops (transposes,
+// rescaling, the output write, D) stay 8-wide AVX2 in every instantiation.
 //
 // Everything here has internal linkage (unnamed namespace): the AVX-512 translation unit compiles
 // this header under `#pragma GCC target("avx512f")`, and no inline function of it may be shared
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "frugal/core/error.h"
+#include "frugal/kernels/attention_pattern.h"
 #include "frugal/kernels/cpu/simd_math.h"
 
 namespace frugal::kernels::attention_detail {
@@ -33,15 +36,28 @@ namespace {
 
 constexpr int kTile = 64;  // queries per query tile = keys per key tile
 
-// Which (query tile, key tile) pairs hold any unmasked score. Only causal today; a block-sparse
-// pattern (local window + strided columns for Mixed Sparsity Training) narrows this predicate,
-// and the loops below then skip whole tiles. Per-score masking happens only on diagonal tiles.
-inline bool tile_active(int q_tile, int k_tile) { return k_tile <= q_tile; }
-
-// Number of keys k0..k0+nk-1 that query q may attend to (causal: keys up to q itself).
-inline int causal_valid(int q, int k0, int nk) { return std::clamp(q - k0 + 1, 0, nk); }
+using Tile = AttentionPattern::Tile;
 
 inline int round_up8(int n) { return (n + 7) & ~7; }
+
+// The allowed pairs of one non-empty tile as bit rows: row[r] (r < n) has bit c set iff pair
+// (r, c) is allowed (c < width <= kTile); `all` is their AND, the columns allowed in every row.
+// Rows are keys with query bits (forward, Sᵀ layout) or queries with key bits (backward).
+struct TileMask {
+  uint64_t row[kTile];
+  uint64_t all;
+};
+
+// Fills m for a tile of kind Full or Partial; bits(r) computes row r of a partial tile.
+template <class Bits>
+void fill_mask(TileMask& m, Tile kind, int n, int width, Bits bits) {
+  const uint64_t full = width >= 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
+  m.all = full;
+  for (int r = 0; r < n; ++r) {
+    m.row[r] = kind == Tile::Full ? full : bits(r);
+    m.all &= m.row[r];
+  }
+}
 
 // AVX2/FMA traits: 8 lanes, masks are all-ones/zero lanes, a 6 x 16 micro-kernel (12 ymm
 // accumulators).
@@ -62,10 +78,10 @@ struct Avx2 {
   static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
   static reg exp(reg x) { return cpu::exp256(x); }
   static mask gt(reg a, reg b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
-  static mask range(int lo, int hi) {
-    const __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), i),
-                                                   _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i)));
+  static mask from_bits(uint64_t bits) {
+    const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i b = _mm256_set1_epi32(static_cast<int>(bits & 0xff));
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(b, lane), lane));
   }
   static reg select(mask m, reg a, reg b) { return _mm256_blendv_ps(b, a, m); }
   static reg keep(mask m, reg x) { return _mm256_and_ps(x, m); }
@@ -77,23 +93,39 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-// Backward P row in place over S (a kTile-wide row): s_j = exp(s_j·scale - lse) for j <
-// n_valid, 0 up to n_pad (and up to the end of the last vector). Lanes at or after n_valid may hold
-// garbage (a skipped block leaves them unwritten); the mask zeroes them, even NaN.
+// One past the last allowed column of a mask row (0 when none is).
+inline int row_end(uint64_t allowed) { return allowed ? 64 - __builtin_clzll(allowed) : 0; }
+// The first allowed column of a mask row rounded down to a multiple of `lanes` (0 when none is).
+inline int row_begin(uint64_t allowed, int lanes) {
+  return allowed ? __builtin_ctzll(allowed) / lanes * lanes : 0;
+}
+
+// Backward P row in place over S (a kTile-wide row): s_j = exp(s_j·scale - lse) where bit j of
+// `allowed` is set, else 0, up to n_pad (and up to the end of the last vector). Disallowed lanes
+// may hold garbage (a skipped block leaves them unwritten); the mask zeroes them, even NaN.
 template <class Isa>
-void probability_row(float* s, int n_pad, int n_valid, float scale, float lse) {
+void probability_row(float* s, int n_pad, uint64_t allowed, float scale, float lse) {
   const typename Isa::reg vs = Isa::set1(scale), vshift = Isa::set1(-lse);
-  int j = 0;
+  const int n_valid = row_end(allowed), j_begin = row_begin(allowed, Isa::kLanes);
+  std::fill_n(s, j_begin, 0.0f);
+  int j = j_begin;
   for (; j < n_valid; j += Isa::kLanes) {
     const typename Isa::reg p = Isa::exp(Isa::fma(Isa::load(s + j), vs, vshift));
-    Isa::store(s + j, Isa::keep(Isa::range(0, n_valid - j), p));
+    Isa::store(s + j, Isa::keep(Isa::from_bits(allowed >> j), p));
   }
   for (; j < n_pad; ++j) s[j] = 0.0f;
 }
 
-// Which index of a tile product runs over queries and which over keys, so that the all-masked
-// corner of a diagonal tile (key j > query i + off, off = q0 - k0) is skipped in whole
-// micro-kernel blocks. Off-diagonal tiles (off >= kTile) skip nothing.
+// Where a tile pair lies against the band of pairs a pattern can allow: pair (query i, key j) of
+// the tile (tile-local indices) can be allowed only if 0 <= i + off - j <= reach, off = q0 - k0,
+// reach = the pattern's max_distance() (every pattern is causal; Local also bounds how far back).
+struct Band {
+  int off, reach;
+};
+
+// Which index of a tile product runs over queries and which over keys, so that micro-kernel
+// blocks outside the band (above a diagonal tile's diagonal, or further back than the reach) are
+// skipped whole and inner loops trimmed to it. Causal tiles below the diagonal skip nothing.
 enum class Causal {
   QueryRowsKeyCols,   // C (queries x keys): S = Q·Kᵀ, dP = dO·Vᵀ (skipped blocks left unwritten)
   KeyRowsQueryCols,   // C (keys x queries): Sᵀ = K·Qᵀ (skipped blocks left unwritten)
@@ -153,14 +185,23 @@ void micro_kernel_rows(int mr, float* C, int ldc, const float* A, size_t a_rs, s
 // One column panel (columns n0..n0+L·NV of the product) over all M rows, in blocks of Isa::kMR.
 template <class Isa, int NV>
 void gemm_panel(float* C, int ldc, Operand A, const float* B, int ldb, int M, int K,
-                bool accumulate, int n0, Causal causal, int off) {
+                bool accumulate, int n0, Causal causal, Band band) {
+  const int off = band.off, reach = band.reach, n1 = n0 + Isa::kLanes * NV;  // columns [n0, n1)
   for (int m = 0; m < M; m += Isa::kMR) {
     const int mr = std::min(Isa::kMR, M - m);
     int k_begin = 0, k_end = K;
-    if (causal == Causal::QueryRowsKeyCols && n0 > m + mr - 1 + off) continue;
-    if (causal == Causal::KeyRowsQueryCols && m > n0 + Isa::kLanes * NV - 1 + off) continue;
-    if (causal == Causal::QueryRowsKeyInner) k_end = std::clamp(m + mr + off, 0, K);
-    if (causal == Causal::KeyRowsQueryInner) k_begin = std::clamp(m - off, 0, K);
+    if (causal == Causal::QueryRowsKeyCols && (n0 > m + mr - 1 + off || m + off - (n1 - 1) > reach))
+      continue;
+    if (causal == Causal::KeyRowsQueryCols && (m > n1 - 1 + off || n0 + off - (m + mr - 1) > reach))
+      continue;
+    if (causal == Causal::QueryRowsKeyInner) {
+      k_begin = std::clamp(m + off - reach, 0, K);
+      k_end = std::clamp(m + mr + off, 0, K);
+    }
+    if (causal == Causal::KeyRowsQueryInner) {
+      k_begin = std::clamp(m - off, 0, K);
+      k_end = std::clamp(m + mr + reach - off, 0, K);
+    }
     // Operand fields go as scalars: a struct argument costs a store-forwarding stall per call.
     micro_kernel_rows<Isa, NV>(mr, C + m * ldc, ldc,
                                A.data + m * A.row_stride + k_begin * A.k_stride, A.row_stride,
@@ -170,21 +211,21 @@ void gemm_panel(float* C, int ldc, Operand A, const float* B, int ldb, int M, in
 }
 
 // C (M x N) = or += A (M x K) · B (K x N), N a multiple of 8, C and B row-major; a tile product
-// with its causal structure (off = q0 - k0 of the tile pair). Panels of 2 vectors, then one,
-// then 8-column remainders with the narrow traits.
+// with its place against the band. Panels of 2 vectors, then one, then 8-column remainders with
+// the narrow traits.
 template <class Isa>
 void gemm_tile(float* C, int ldc, Operand A, const float* B, int ldb, int M, int N, int K,
-               bool accumulate, Causal causal, int off) {
+               bool accumulate, Causal causal, Band band) {
   constexpr int L = Isa::kLanes, L8 = Isa::Narrow::kLanes;
   static_assert(L8 == 8, "the remainder panels are 8 columns wide");
   int n = 0;
   for (; n + 2 * L <= N; n += 2 * L)
-    gemm_panel<Isa, 2>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, off);
+    gemm_panel<Isa, 2>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, band);
   for (; n + L <= N; n += L)
-    gemm_panel<Isa, 1>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, off);
+    gemm_panel<Isa, 1>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal, band);
   for (; n < N; n += L8)
     gemm_panel<typename Isa::Narrow, 1>(C + n, ldc, A, B + n, ldb, M, K, accumulate, n, causal,
-                                        off);
+                                        band);
 }
 
 // dst[c][r] = src[r][c] for an 8x8 block (leading dimensions ld_dst, ld_src).
@@ -228,8 +269,11 @@ void transpose_tile(float* dst, int ld_dst, const float* src, size_t ld_src, int
 struct Dims {
   int B, T, C, NH, HS;
   int n_tiles;
+  int reach;  // the pattern's max_distance(), at most T (Band::reach)
   float scale;
-  Dims(int B_, int T_, int C_, int NH_) : B(B_), T(T_), C(C_), NH(NH_) {
+  Dims(int B_, int T_, int C_, int NH_, const AttentionPattern& pattern)
+      : B(B_), T(T_), C(C_), NH(NH_),
+        reach(static_cast<int>(std::min<int64_t>(pattern.max_distance(), T))) {
     FRUGAL_CHECK(B > 0 && T > 0 && NH > 0 && C % NH == 0,
                  "attention: need B, T, NH > 0 and C divisible by NH (got B={} T={} C={} NH={}); "
                  "fix the model config",
@@ -248,6 +292,32 @@ struct Dims {
   }
 };
 
+// The kind and mask of every tile pair (query tile qt, key tile kt <= qt) of the sequence: they
+// depend on positions only, so they are computed once per call, not per batch row and head.
+// Forward masks have key rows (query bits, the Sᵀ layout), backward masks query rows (key bits).
+struct TileMasks {
+  std::vector<Tile> kind;
+  std::vector<TileMask> mask;  // meaningful where kind is not Empty
+  TileMasks(const AttentionPattern& pattern, const Dims& d, bool key_rows)
+      : kind(at(d.n_tiles, 0)), mask(kind.size()) {
+    for (int qt = 0; qt < d.n_tiles; ++qt)
+      for (int kt = 0; kt <= qt; ++kt) {
+        const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
+        const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0);
+        const Tile k = kind[at(qt, kt)] = pattern.tile(q0, q0 + nq, k0, k0 + nk);
+        if (k == Tile::Empty) continue;
+        if (key_rows)
+          fill_mask(mask[at(qt, kt)], k, nk, nq,
+                    [&](int j) { return pattern.queries_of(k0 + j, q0, nq); });
+        else
+          fill_mask(mask[at(qt, kt)], k, nq, nk,
+                    [&](int i) { return pattern.keys_of(q0 + i, k0, nk); });
+      }
+  }
+  // Index of tile pair (qt, kt <= qt) in the lower triangle, row by row.
+  static size_t at(int qt, int kt) { return static_cast<size_t>(qt) * (qt + 1) / 2 + kt; }
+};
+
 // Per-thread scratch for the forward of one query tile.
 struct ForwardScratch {
   std::vector<float> qt, st, o, m, l, alpha;
@@ -263,19 +333,19 @@ constexpr float kShiftSlack = 8.0f;
 // Online-softmax update for query lanes c..c+L-1 (L = Isa::kLanes) from the score tile Sᵀ (keys x
 // queries, nk rows): new shift m, P = exp(S·scale - m) in place (masked lanes 0), running sum l
 // rescaled; alpha (L) receives the factor by which these queries' partial outputs must be
-// rescaled. Valid (key j, query i): j <= i + off (causal) and i < nq; other lanes may hold garbage.
-// kMasked = false when every lane is valid (the block lies below the diagonal, inside the tile).
+// rescaled. Valid (key j, query i): bit i of mask.row[j] (never outside the band, never
+// i >= nq); other lanes may hold garbage. kMasked = false when every lane is valid.
 template <class Isa, bool kMasked>
-void softmax_update(float* st, int nk, int c, int nq, int off, float scale, float* m, float* l,
-                    float* alpha) {
+void softmax_update(float* st, int nk, int c, Band band, const TileMask& mask, float scale,
+                    float* m, float* l, float* alpha) {
   using reg = typename Isa::reg;
-  // Lane i (query c + i) sees key j when j - off - c <= i < nq - c.
-  auto valid = [&](int j) { return Isa::range(j - off - c, nq - c); };
-  // Keys past the last one any of these L queries sees get P = 0 without exp.
-  const int j_end = kMasked ? std::clamp(c + Isa::kLanes + off, 0, nk) : nk;
+  auto valid = [&](int j) { return Isa::from_bits(mask.row[j] >> c); };
+  // Keys outside the band of all these L queries get P = 0 without exp.
+  const int j_begin = kMasked ? std::clamp(c + band.off - band.reach, 0, nk) : 0;
+  const int j_end = kMasked ? std::clamp(c + Isa::kLanes + band.off, 0, nk) : nk;
   const reg vs = Isa::set1(scale), m_old = Isa::load(m + c);
   reg m_max = m_old;
-  for (int j = 0; j < j_end; ++j) {
+  for (int j = j_begin; j < j_end; ++j) {
     const reg sj = Isa::mul(Isa::load(st + j * kTile + c), vs);
     m_max = kMasked ? Isa::select(valid(j), Isa::max(m_max, sj), m_max) : Isa::max(m_max, sj);
   }
@@ -283,7 +353,8 @@ void softmax_update(float* st, int nk, int c, int nq, int off, float scale, floa
       Isa::select(Isa::gt(m_max, Isa::add(m_old, Isa::set1(kShiftSlack))), m_max, m_old);
   const reg neg_m = Isa::sub(Isa::zero(), m_new);
   reg sum = Isa::zero();
-  for (int j = 0; j < j_end; ++j) {
+  for (int j = 0; j < j_begin; ++j) Isa::store(st + j * kTile + c, Isa::zero());
+  for (int j = j_begin; j < j_end; ++j) {
     float* sj = st + j * kTile + c;
     reg p = Isa::exp(Isa::fma(Isa::load(sj), vs, neg_m));
     if constexpr (kMasked) p = Isa::keep(valid(j), p);
@@ -299,8 +370,8 @@ void softmax_update(float* st, int nk, int c, int nq, int off, float scale, floa
 
 // One query tile of one head: out rows q0..q0+nq-1 and their lse.
 template <class Isa>
-void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d, int b, int h,
-                        int qt, ForwardScratch& w) {
+void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
+                        const TileMasks& masks, int b, int h, int qt, ForwardScratch& w) {
   const int C3 = 3 * d.C, HS = d.HS, q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
   const int nq_pad = round_up8(nq);
   transpose_tile(w.qt.data(), kTile, qkv + d.at(b, q0, C3, h), C3, nq, HS);  // Qᵀ (HS x queries)
@@ -309,17 +380,20 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
   std::fill(w.l.begin(), w.l.end(), 0.0f);
   bool first = true;  // the first active key tile overwrites O: no zeroing, no rescaling
   for (int kt = 0; kt <= qt; ++kt) {
-    if (!tile_active(qt, kt)) continue;
-    const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0), off = q0 - k0;
+    const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0);
+    if (masks.kind[TileMasks::at(qt, kt)] == Tile::Empty) continue;
+    const TileMask& mask = masks.mask[TileMasks::at(qt, kt)];
+    const Band band{q0 - k0, d.reach};
     const float* K = qkv + d.at(b, k0, C3, h) + d.C;
     const float* V = K + d.C;
     gemm_tile<Isa>(w.st.data(), kTile, Operand{K, size_t(C3), 1}, w.qt.data(), kTile, nk, nq_pad,
-                   HS, false, Causal::KeyRowsQueryCols, off);  // Sᵀ = K·Qᵀ
+                   HS, false, Causal::KeyRowsQueryCols, band);  // Sᵀ = K·Qᵀ
     for (int c = 0; c < nq_pad; c += Isa::kLanes) {
-      // padding lanes or above the diagonal
-      const bool masked = c + Isa::kLanes > nq || nk - 1 > c + off;
+      // some lane (query) is padding or misses some key of the tile
+      const uint64_t lanes = ((uint64_t{1} << Isa::kLanes) - 1) << c;
+      const bool masked = (mask.all & lanes) != lanes;
       (masked ? softmax_update<Isa, true> : softmax_update<Isa, false>)(
-          w.st.data(), nk, c, nq, off, d.scale, w.m.data(), w.l.data(), w.alpha.data());
+          w.st.data(), nk, c, band, mask, d.scale, w.m.data(), w.l.data(), w.alpha.data());
     }
     for (int i = 0; i < nq && !first; ++i) {
       if (w.alpha[i] == 1.0f) continue;
@@ -329,7 +403,7 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
         _mm256_storeu_ps(orow + c, _mm256_mul_ps(va, _mm256_loadu_ps(orow + c)));
     }
     gemm_tile<Isa>(w.o.data(), HS, Operand{w.st.data(), 1, kTile}, V, C3, nq, HS, nk, !first,
-                   Causal::QueryRowsKeyInner, off);  // O (+)= P·V, P read through Pᵀ
+                   Causal::QueryRowsKeyInner, band);  // O (+)= P·V, P read through Pᵀ
     first = false;
   }
   for (int i = 0; i < nq; ++i) {
@@ -351,16 +425,18 @@ struct BackwardScratch {
         dq_written(n_tiles) {}
 };
 
-// dS row in place over dP (kTile-wide rows): dS_j = P_j · (dP_j - D_i) · scale for j < n_valid,
-// 0 up to n_pad (and up to the end of the last vector).
+// dS row in place over dP (kTile-wide rows): dS_j = P_j · (dP_j - D_i) · scale where bit j of
+// `allowed` is set, else 0, up to n_pad (and up to the end of the last vector).
 template <class Isa>
-void ds_row(float* ds, const float* p, int n_pad, int n_valid, float D_i, float scale) {
+void ds_row(float* ds, const float* p, int n_pad, uint64_t allowed, float D_i, float scale) {
   const typename Isa::reg vd = Isa::set1(D_i), vs = Isa::set1(scale);
-  int j = 0;
+  const int n_valid = row_end(allowed), j_begin = row_begin(allowed, Isa::kLanes);
+  std::fill_n(ds, j_begin, 0.0f);
+  int j = j_begin;
   for (; j < n_valid; j += Isa::kLanes) {
     const typename Isa::reg pj = Isa::mul(Isa::load(p + j), vs);
     const typename Isa::reg dsj = Isa::mul(pj, Isa::sub(Isa::load(ds + j), vd));
-    Isa::store(ds + j, Isa::keep(Isa::range(0, n_valid - j), dsj));
+    Isa::store(ds + j, Isa::keep(Isa::from_bits(allowed >> j), dsj));
   }
   for (; j < n_pad; ++j) ds[j] = 0.0f;
 }
@@ -368,7 +444,8 @@ void ds_row(float* ds, const float* p, int n_pad, int n_valid, float D_i, float 
 // dqkv for one (batch, head): this call owns its dq, dk and dv columns entirely.
 template <class Isa>
 void backward_head(float* dqkv, const float* dout, const float* qkv, const float* out,
-                   const float* lse, const Dims& d, int b, int h, BackwardScratch& w) {
+                   const float* lse, const Dims& d, const TileMasks& masks, int b, int h,
+                   BackwardScratch& w) {
   const int C3 = 3 * d.C, HS = d.HS;
   const float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
   for (int t = 0; t < d.T; ++t) {  // D_t = rowsum(dO_t ∘ O_t)
@@ -390,28 +467,30 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
     transpose_tile(w.vt.data(), kTile, V, C3, nk, HS);
     bool first = true;
     for (int qt = kt; qt < d.n_tiles; ++qt) {
-      if (!tile_active(qt, kt)) continue;
-      const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0), off = q0 - k0;
+      const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
+      if (masks.kind[TileMasks::at(qt, kt)] == Tile::Empty) continue;
+      const TileMask& mask = masks.mask[TileMasks::at(qt, kt)];
+      const Band band{q0 - k0, d.reach};
       const float* Q = qkv + d.at(b, q0, C3, h);
       const float* dO = dout + d.at(b, q0, d.C, h);
       float* dQ = dqkv + d.at(b, q0, C3, h);
       float *p = w.p.data(), *ds = w.ds.data();
       gemm_tile<Isa>(p, kTile, Operand{Q, size_t(C3), 1}, w.kt.data(), kTile, nq, nk_pad, HS,
-                     false, Causal::QueryRowsKeyCols, off);  // S = Q·Kᵀ
+                     false, Causal::QueryRowsKeyCols, band);  // S = Q·Kᵀ
       gemm_tile<Isa>(ds, kTile, Operand{dO, size_t(d.C), 1}, w.vt.data(), kTile, nq, nk_pad, HS,
-                     false, Causal::QueryRowsKeyCols, off);  // dP = dO·Vᵀ
+                     false, Causal::QueryRowsKeyCols, band);  // dP = dO·Vᵀ
       for (int i = 0; i < nq; ++i) {  // P = exp(S·scale - lse); dS = P ∘ (dP - D)·scale
-        const int n_valid = causal_valid(q0 + i, k0, nk);
-        probability_row<Isa>(p + i * kTile, nk_pad, n_valid, d.scale, lse_bh[q0 + i]);
-        ds_row<Isa>(ds + i * kTile, p + i * kTile, nk_pad, n_valid, w.D[q0 + i], d.scale);
+        const uint64_t allowed = mask.row[i];
+        probability_row<Isa>(p + i * kTile, nk_pad, allowed, d.scale, lse_bh[q0 + i]);
+        ds_row<Isa>(ds + i * kTile, p + i * kTile, nk_pad, allowed, w.D[q0 + i], d.scale);
       }
       const Operand p_t{p, 1, kTile}, ds_t{ds, 1, kTile};  // Pᵀ, dSᵀ as views
       gemm_tile<Isa>(dV, C3, p_t, dO, d.C, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
-                     off);  // dV += Pᵀ·dO
+                     band);  // dV += Pᵀ·dO
       gemm_tile<Isa>(dK, C3, ds_t, Q, C3, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
-                     off);  // dK += dSᵀ·Q
+                     band);  // dK += dSᵀ·Q
       gemm_tile<Isa>(dQ, C3, Operand{ds, kTile, 1}, K, C3, nq, HS, nk, w.dq_written[qt] != 0,
-                     Causal::QueryRowsKeyInner, off);  // dQ (+)= dS·K, the first time overwritten
+                     Causal::QueryRowsKeyInner, band);  // dQ (+)= dS·K, the first time overwritten
       w.dq_written[qt] = 1;
       first = false;
     }
@@ -429,8 +508,10 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
 
 // The kernels' entry points for traits Isa; each parallel work item is computed by one thread.
 template <class Isa>
-void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  const Dims d(B, T, C, NH);
+void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+             const AttentionPattern& pattern) {
+  const Dims d(B, T, C, NH, pattern);
+  const TileMasks masks(pattern, d, /*key_rows=*/true);
   const int items = B * NH * d.n_tiles;
 #pragma omp parallel
   {
@@ -440,21 +521,22 @@ void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int 
 #pragma omp for schedule(dynamic, 1)
     for (int item = 0; item < items; ++item) {
       const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
-      forward_query_tile<Isa>(out, lse, qkv, d, bh / NH, bh % NH, qt, w);
+      forward_query_tile<Isa>(out, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
     }
   }
 }
 
 template <class Isa>
 void backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-              int B, int T, int C, int NH) {
-  const Dims d(B, T, C, NH);
+              int B, int T, int C, int NH, const AttentionPattern& pattern) {
+  const Dims d(B, T, C, NH, pattern);
+  const TileMasks masks(pattern, d, /*key_rows=*/false);
 #pragma omp parallel
   {
     BackwardScratch w(d.HS, T, d.n_tiles);
 #pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; ++bh)
-      backward_head<Isa>(dqkv, dout, qkv, out, lse, d, bh / NH, bh % NH, w);
+      backward_head<Isa>(dqkv, dout, qkv, out, lse, d, masks, bh / NH, bh % NH, w);
   }
 }
 

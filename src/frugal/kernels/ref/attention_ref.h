@@ -1,44 +1,64 @@
-// Naive reference for causal self-attention (the test oracle for kernels/cpu/attention.cpp and
-// kernels/cpu/attention_decode.cpp).
-// Templated on the scalar type so the gradient check runs in fp64. One softmax row at a time,
-// scores materialised per row; obviously correct, never optimised. Shapes as in kernels/ops.h
-// (Tn is the sequence length T; HS = C / NH).
+// Naive reference for self-attention under an AttentionPattern (the test oracle for
+// kernels/cpu/attention.cpp and kernels/cpu/attention_decode.cpp).
+// Templated on the scalar type so the gradient check runs in fp64. One softmax row at a time over
+// the keys pattern.allows(i, j) admits, scores materialised per row; obviously correct, never
+// optimised (it reads only allows(), none of the pattern's bulk answers). Shapes as in
+// kernels/ops.h (Tn is the sequence length T; HS = C / NH).
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <vector>
 
+#include "frugal/kernels/attention_pattern.h"
+
 namespace frugal::kernels::ref {
+
+// The keys j < t that query i attends to, ascending.
+inline std::vector<int> visible(const AttentionPattern& pattern, int i, int t) {
+  std::vector<int> keys;
+  for (int j = 0; j < t; ++j)
+    if (pattern.allows(i, j)) keys.push_back(j);
+  return keys;
+}
+
+// out (HS) = softmax(q · Kᵀ · scale) · V over the rows `keys` of K, V (rows ld apart); returns
+// the row's log-sum-exp. q (HS).
+template <class T>
+T attend(T* out, const T* q, const T* k, const T* v, size_t ld, const std::vector<int>& keys,
+         int HS, T scale) {
+  std::vector<T> p(keys.size());
+  T maxs = -INFINITY;
+  for (size_t n = 0; n < keys.size(); ++n) {
+    T s = 0;
+    for (int d = 0; d < HS; ++d) s += q[d] * k[keys[n] * ld + d];
+    p[n] = s * scale;
+    maxs = std::max(maxs, p[n]);
+  }
+  T sum = 0;
+  for (T& x : p) sum += (x = std::exp(x - maxs));
+  for (int d = 0; d < HS; ++d) out[d] = 0;
+  for (size_t n = 0; n < keys.size(); ++n)
+    for (int d = 0; d < HS; ++d) out[d] += p[n] / sum * v[keys[n] * ld + d];
+  return maxs + std::log(sum);
+}
 
 // out (B,Tn,C), lse (B,NH,Tn); qkv (B,Tn,3C) laid out [q | k | v], head h at columns h*HS..h*HS+HS
 template <class T>
-void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH) {
+void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH,
+                       const AttentionPattern& pattern) {
   const int HS = C / NH;
   const T scale = T(1) / std::sqrt(T(HS));
-  std::vector<T> p(Tn);
   for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h)
-      for (int i = 0; i < Tn; ++i) {
-        const T* q = qkv + (static_cast<size_t>(b) * Tn + i) * 3 * C + h * HS;
-        T maxs = -INFINITY;
-        for (int j = 0; j <= i; ++j) {
-          const T* k = qkv + (static_cast<size_t>(b) * Tn + j) * 3 * C + C + h * HS;
-          T s = 0;
-          for (int d = 0; d < HS; ++d) s += q[d] * k[d];
-          p[j] = s * scale;
-          maxs = std::max(maxs, p[j]);
-        }
-        T sum = 0;
-        for (int j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - maxs));
-        T* o = out + (static_cast<size_t>(b) * Tn + i) * C + h * HS;
-        for (int d = 0; d < HS; ++d) o[d] = 0;
-        for (int j = 0; j <= i; ++j) {
-          const T* v = qkv + (static_cast<size_t>(b) * Tn + j) * 3 * C + 2 * C + h * HS;
-          for (int d = 0; d < HS; ++d) o[d] += p[j] / sum * v[d];
-        }
-        lse[(static_cast<size_t>(b) * NH + h) * Tn + i] = maxs + std::log(sum);
-      }
+    for (int i = 0; i < Tn; ++i) {
+      const std::vector<int> keys = visible(pattern, i, i + 1);
+      const T* rows = qkv + static_cast<size_t>(b) * Tn * 3 * C;  // batch b, position 0
+      for (int h = 0; h < NH; ++h)
+        lse[(static_cast<size_t>(b) * NH + h) * Tn + i] =
+            attend(out + (static_cast<size_t>(b) * Tn + i) * C + h * HS,
+                   rows + static_cast<size_t>(i) * 3 * C + h * HS, rows + C + h * HS,
+                   rows + 2 * C + h * HS, size_t(3) * C, keys, HS, scale);
+    }
 }
 
 // dqkv (B,Tn,3C) =; dout (B,Tn,C), qkv, lse from the forward. `out` is not read here: the softmax
@@ -46,7 +66,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int N
 // rowsum(dO_i ∘ O_i) must agree with.
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
-                        int Tn, int C, int NH) {
+                        int Tn, int C, int NH, const AttentionPattern& pattern) {
   const int HS = C / NH;
   const T scale = T(1) / std::sqrt(T(HS));
   std::fill(dqkv, dqkv + static_cast<size_t>(B) * Tn * 3 * C, T(0));
@@ -54,12 +74,13 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
       for (int i = 0; i < Tn; ++i) {
+        const std::vector<int> keys = visible(pattern, i, i + 1);
         const size_t qi = (static_cast<size_t>(b) * Tn + i) * 3 * C + h * HS;
         const T* q = qkv + qi;
         const T* dO = dout + (static_cast<size_t>(b) * Tn + i) * C + h * HS;
         const T L = lse[(static_cast<size_t>(b) * NH + h) * Tn + i];
         T D = 0;
-        for (int j = 0; j <= i; ++j) {
+        for (int j : keys) {
           const size_t kj = (static_cast<size_t>(b) * Tn + j) * 3 * C + h * HS;
           T s = 0, dpj = 0;
           for (int d = 0; d < HS; ++d) {
@@ -70,7 +91,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
           dp[j] = dpj;
           D += p[j] * dpj;
         }
-        for (int j = 0; j <= i; ++j) {
+        for (int j : keys) {
           const size_t kj = (static_cast<size_t>(b) * Tn + j) * 3 * C + h * HS;
           const T ds = p[j] * (dp[j] - D) * scale;  // d loss / d (q·k)
           for (int d = 0; d < HS; ++d) {
@@ -82,29 +103,17 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
       }
 }
 
-// out (C); q (C), k_cache (t,C), v_cache (t,C): one query row against t cached positions.
+// out (C); q (C), k_cache (t,C), v_cache (t,C): the query at position t - 1 against the cached
+// positions it may see.
 template <class T>
-void attention_decode(T* out, const T* q, const T* k_cache, const T* v_cache, int t, int C,
-                      int NH) {
+void attention_decode(T* out, const T* q, const T* k_cache, const T* v_cache, int t, int C, int NH,
+                      const AttentionPattern& pattern) {
   const int HS = C / NH;
   const T scale = T(1) / std::sqrt(T(HS));
-  std::vector<T> p(t);
-  for (int h = 0; h < NH; ++h) {
-    T maxs = -INFINITY;
-    for (int j = 0; j < t; ++j) {
-      T s = 0;
-      for (int d = 0; d < HS; ++d) s += q[h * HS + d] * k_cache[static_cast<size_t>(j) * C + h * HS + d];
-      p[j] = s * scale;
-      maxs = std::max(maxs, p[j]);
-    }
-    T sum = 0;
-    for (int j = 0; j < t; ++j) sum += (p[j] = std::exp(p[j] - maxs));
-    for (int d = 0; d < HS; ++d) {
-      T o = 0;
-      for (int j = 0; j < t; ++j) o += p[j] * v_cache[static_cast<size_t>(j) * C + h * HS + d];
-      out[h * HS + d] = o / sum;
-    }
-  }
+  const std::vector<int> keys = visible(pattern, t - 1, t);
+  for (int h = 0; h < NH; ++h)
+    attend(out + h * HS, q + h * HS, k_cache + h * HS, v_cache + h * HS, size_t(C), keys, HS,
+           scale);
 }
 
 }  // namespace frugal::kernels::ref
