@@ -49,12 +49,7 @@ void bench_activations(int N, int C, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
-  frugal::set_num_threads(threads);
-  std::printf("threads=%d reps=%d\n", threads, reps);
-  bench_activations(12 * 64, 128, reps);   // preset S: N = B·T
-  bench_activations(8 * 256, 384, reps);   // preset M
-  bench_activations(4 * 64, 768, reps);    // preset L (GPT-2 small)
+  const int reps = frugal::bench::start(argc, argv);
+  for (const auto& p : frugal::bench::kPresets) bench_activations(p.rows(), p.C, reps);
   frugal::bench::bench_sgemm(2048, 1536, 384, reps);  // preset M's fc: N x 4C x C
 }

@@ -34,10 +34,7 @@ void bench_adamw(const char* what, size_t n, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
-  frugal::set_num_threads(threads);
-  std::printf("threads=%d reps=%d\n", threads, reps);
+  const int reps = frugal::bench::start(argc, argv);
   bench_adamw("preset S (~0.8M)", 800'000, reps);
   bench_adamw("preset M (~10.7M)", 10'700'000, reps);
   bench_adamw("preset L (~124M)", 124'000'000, reps);

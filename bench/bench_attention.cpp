@@ -70,10 +70,7 @@ void bench_patterns(int B, int T, int C, int NH, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
-  frugal::set_num_threads(threads);
-  std::printf("threads=%d reps=%d\n", threads, reps);
+  const int reps = frugal::bench::start(argc, argv);
   using frugal::kernels::AttentionIsa;
   std::vector<AttentionIsa> isas = {AttentionIsa::Avx2};
   if (__builtin_cpu_supports("avx512f")) isas.push_back(AttentionIsa::Avx512);

@@ -48,13 +48,8 @@ void bench_grad_norm(size_t n, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
-  frugal::set_num_threads(threads);
-  std::printf("threads=%d reps=%d\n", threads, reps);
-  bench_residual_dropout(12 * 64, 128, reps);  // preset S: N = B·T
-  bench_residual_dropout(8 * 256, 384, reps);  // preset M
-  bench_residual_dropout(4 * 64, 768, reps);   // preset L (GPT-2 small)
-  bench_grad_norm(124'000'000, reps);          // preset L's parameters (GPT-2 small, ~124M)
+  const int reps = frugal::bench::start(argc, argv);
+  for (const auto& p : frugal::bench::kPresets) bench_residual_dropout(p.rows(), p.C, reps);
+  bench_grad_norm(124'000'000, reps);                // preset L's parameters (GPT-2 small, ~124M)
   frugal::bench::bench_sgemm(2048, 384, 384, reps);  // a linear of preset M's width
 }

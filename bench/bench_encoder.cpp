@@ -43,12 +43,7 @@ void bench_encoder(int B, int T, int C, int V, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
-  frugal::set_num_threads(threads);
-  std::printf("threads=%d reps=%d\n", threads, reps);
-  bench_encoder(12, 64, 128, 65, reps);     // preset S
-  bench_encoder(8, 256, 384, 65, reps);     // preset M
-  bench_encoder(4, 64, 768, 50257, reps);   // preset L (GPT-2 small)
+  const int reps = frugal::bench::start(argc, argv);
+  for (const auto& p : frugal::bench::kPresets) bench_encoder(p.B, p.T, p.C, p.V, reps);
   frugal::bench::bench_sgemm(2048, 384, 384, reps);  // a linear of preset M's width
 }

@@ -41,12 +41,7 @@ void bench_layernorm(int N, int C, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
-  frugal::set_num_threads(threads);
-  std::printf("threads=%d reps=%d\n", threads, reps);
-  bench_layernorm(12 * 64, 128, reps);   // preset S: N = B·T
-  bench_layernorm(8 * 256, 384, reps);   // preset M
-  bench_layernorm(4 * 64, 768, reps);    // preset L (GPT-2 small)
+  const int reps = frugal::bench::start(argc, argv);
+  for (const auto& p : frugal::bench::kPresets) bench_layernorm(p.rows(), p.C, reps);
   frugal::bench::bench_sgemm(2048, 384, 384, reps);  // a linear of preset M's width
 }

@@ -52,10 +52,7 @@ void bench_lm_head(int N, int C, int V, int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 5;
-  frugal::set_num_threads(threads);
-  std::printf("threads=%d reps=%d\n", threads, reps);
-  bench_lm_head(8 * 256, 384, 65, reps);   // preset M (characters)
-  bench_lm_head(4 * 64, 768, 50257, reps); // preset L (GPT-2 small)
+  const int reps = frugal::bench::start(argc, argv, 5);
+  for (const auto& p : frugal::bench::kPresets)
+    if (p.rows() * p.C > 12 * 64 * 128) bench_lm_head(p.rows(), p.C, p.V, reps);  // M and L
 }

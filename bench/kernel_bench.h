@@ -7,14 +7,35 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "frugal/core/rng.h"
+#include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
 #include "frugal/kernels/cpu/blas_peak.h"
 #include "frugal/kernels/cpu/gemm.h"
 
 namespace frugal::bench {
+
+// The command line of every kernel benchmark, `[threads=2] [reps=default_reps]`: sets the thread
+// count, prints both and returns reps.
+inline int start(int argc, char** argv, int default_reps = 20) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : default_reps;
+  set_num_threads(threads);
+  std::printf("threads=%d reps=%d\n", threads, reps);
+  return reps;
+}
+
+// The model shapes of `frugal bench --preset S|M|L`: B sequences of T tokens, width C, vocabulary V.
+struct PresetShape {
+  const char* name;
+  int B, T, C, V;
+  int rows() const { return B * T; }  // N
+};
+inline constexpr PresetShape kPresets[] = {
+    {"S", 12, 64, 128, 65}, {"M", 8, 256, 384, 65}, {"L (GPT-2 small)", 4, 64, 768, 50257}};
 
 // Best wall-clock seconds over `reps` calls, after one warm-up call.
 template <class F>
