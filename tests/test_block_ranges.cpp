@@ -1,9 +1,11 @@
 // The model run as consecutive block ranges (what pipeline stages hold) against the whole model:
 // per-range parameter tables, and bit-identical losses, gradients and AdamW training when the
 // ranges are chained (forward: each range's output() into the next; backward: each range's
-// input_grad() into the previous), with dropout, recomputation and a frozen prefix.
+// input_grad() into the previous), with dropout, recomputation, a frozen prefix and gradient
+// clipping (the global norm streamed through the ranges).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -138,16 +140,15 @@ TEST(BlockRanges, ChainedRangesGiveTheWholeModelsLossAndGradientsBitForBit) {
   }
 }
 
-// AdamW per range. Gradient clipping is off: the global norm is a sum over the whole flat buffer
-// in fixed chunks (kernels::sum_squares), which ranges cannot reproduce bit for bit from their own
-// slices; a pipeline that clips needs the norm summed per layer group (issue 14).
+// AdamW per range with gradient clipping: every range feeds its gradient slice into one stream of
+// the global norm's sum of squares, in range order, and clips with the norm it gives.
 TEST(BlockRanges, TrainingAsTwoRangesGivesTheSingleProcessLossesBitForBit) {
   for (int frozen : {0, 1, 3}) {
     const ModelConfig c = untied_config();
     Split split(c, {2});
     split.set_frozen_prefix(frozen);
     AdamWConfig oc;
-    oc.grad_clip = 0.0f;
+    oc.grad_clip = 0.5f;  // below the gradient norm: clipping is active at every step
     AdamW whole_optim(split.whole.table(), oc);
     std::vector<std::unique_ptr<AdamW>> optims;
     for (auto& s : split.stages) optims.push_back(std::make_unique<AdamW>(s->table(), oc));
@@ -157,14 +158,22 @@ TEST(BlockRanges, TrainingAsTwoRangesGivesTheSingleProcessLossesBitForBit) {
       split.whole.zero_grad();
       const float whole_loss = split.whole.forward(tokens.data(), targets.data(), 1.0f, key);
       split.whole.backward();
-      whole_optim.step(split.whole.params(), split.whole.grads(), split.whole.trainable_begin(), 1e-2f);
+      const float whole_norm = whole_optim.step(split.whole.params(), split.whole.grads(),
+                                                split.whole.trainable_begin(), 1e-2f);
       for (auto& s : split.stages) s->zero_grad();
       const float split_loss = split.forward_backward(tokens, targets, key);
+      kernels::SumSquaresStream stream;
+      for (size_t i = 0; i < split.stages.size(); ++i)
+        optims[i]->feed_grad_norm(stream, split.stages[i]->grads(), split.stages[i]->trainable_begin());
+      const float split_norm = static_cast<float>(std::sqrt(kernels::sum_squares_finish(stream)));
       for (size_t i = 0; i < split.stages.size(); ++i) {
         GPT& s = *split.stages[i];
-        optims[i]->step(s.params(), s.grads(), s.trainable_begin(), 1e-2f);
+        optims[i]->clip_to(s.grads(), s.trainable_begin(), split_norm);
+        optims[i]->update(s.params(), s.grads(), s.trainable_begin(), 1e-2f);
       }
       ASSERT_EQ(whole_loss, split_loss) << "frozen " << frozen << " step " << step;
+      ASSERT_EQ(whole_norm, split_norm) << "frozen " << frozen << " step " << step;
+      ASSERT_GT(whole_norm, oc.grad_clip);
     }
     for (auto& s : split.stages)
       for (const ParamInfo& e : s->table().entries())

@@ -128,8 +128,22 @@ void residual_forward(float* out, const float* a, const float* b, size_t n);
 // dropout: the mask is a pure function of (key, index), nothing stored, recomputed backward.
 // x (n) *= keep(key, i) / (1 - p), in place. p == 0 is a no-op.
 void dropout_apply(float* x, size_t n, float p, uint64_t key);
-// Σ x² in double (for the global gradient norm)
+// Σ x² in double (for the global gradient norm): chunks of 4096 floats, each summed in 8 float
+// lanes (then its last n % 8 floats in double), the chunks' sums added in double in order, so
+// every thread count gives the same bits.
 double sum_squares(const float* x, size_t n);
+// The same sum over a stream fed in pieces, e.g. the gradient slices of a model split into block
+// ranges, fed range by range in order: sum_squares_finish gives exactly sum_squares of the pieces'
+// concatenation, provided every piece but the last holds a multiple of 8 floats.
+struct SumSquaresStream {
+  double total = 0;      // the completed chunks' sums, added in order
+  size_t filled = 0;     // floats of the current chunk consumed so far
+  float lanes[8] = {};   // the current chunk's lane sums
+  float tail[7] = {};    // the last piece's floats after its last full group of 8
+  int tail_count = 0;
+};
+void sum_squares_feed(SumSquaresStream& stream, const float* x, size_t n);
+double sum_squares_finish(const SumSquaresStream& stream);
 // x (n) *= s
 void scale_inplace(float* x, size_t n, float s);
 

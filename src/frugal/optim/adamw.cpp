@@ -29,11 +29,19 @@ float AdamW::step(float* params, float* grads, size_t begin, float lr) {
   return norm;
 }
 
-float AdamW::clip(float* grads, size_t begin) const {
+void AdamW::feed_grad_norm(kernels::SumSquaresStream& stream, const float* grads, size_t begin) const {
+  kernels::sum_squares_feed(stream, grads + begin, table_.total() - begin);
+}
+
+void AdamW::clip_to(float* grads, size_t begin, float norm) const {
   const size_t end = table_.total();
-  const float norm = grad_norm(grads, begin, end);
   if (config_.grad_clip > 0.0f && norm > config_.grad_clip)
     kernels::scale_inplace(grads + begin, end - begin, config_.grad_clip / (norm + 1e-6f));
+}
+
+float AdamW::clip(float* grads, size_t begin) const {
+  const float norm = grad_norm(grads, begin, table_.total());
+  clip_to(grads, begin, norm);
   return norm;
 }
 

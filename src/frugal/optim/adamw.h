@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "frugal/core/memory.h"
+#include "frugal/kernels/ops.h"
 #include "frugal/model/param_table.h"
 
 namespace frugal {
@@ -30,14 +31,19 @@ class AdamW {
 
   // Global L2 norm of grads[begin, end).
   static float grad_norm(const float* grads, size_t begin, size_t end);
+  // Feeds grads[begin, total) into a stream of the global norm's sum of squares. The block ranges
+  // of one model (pipeline stages), each feeding its own buffer in range order, get exactly the
+  // whole model's grad_norm: sqrt(kernels::sum_squares_finish(stream)).
+  void feed_grad_norm(kernels::SumSquaresStream& stream, const float* grads, size_t begin) const;
+  // Scales grads[begin, total) to norm config.grad_clip when `norm` is above it (if enabled).
+  void clip_to(float* grads, size_t begin, float norm) const;
   // Clips grads[begin, total) to config.grad_clip (if enabled) and applies one AdamW step with
   // learning rate lr to every tensor starting at or after `begin` (frozen parameters form the
   // prefix [0, begin) and are left alone). Returns the gradient norm before clipping.
   // Equivalent to clip() then update(); the trainer calls the two halves separately so methods
   // can edit the clipped gradients in between (BeforeOptimStep).
   float step(float* params, float* grads, size_t begin, float lr);
-  // Scales grads[begin, total) to norm config.grad_clip when above it (if enabled); returns the
-  // norm before clipping.
+  // clip_to(grad_norm of grads[begin, total)); returns that norm, the one before clipping.
   float clip(float* grads, size_t begin) const;
   // One AdamW step with learning rate lr on the tensors starting at or after `begin`.
   void update(float* params, const float* grads, size_t begin, float lr);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "frugal/core/error.h"
 #include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
 #include "frugal/kernels/cpu/elementwise.h"
@@ -36,29 +37,66 @@ void dropout_apply(float* x, size_t n, float p, uint64_t key) {
   for (size_t i = 0; i < n; ++i) x[i] = uniform_at(key, i) < p ? 0.0f : x[i] * keep_scale;
 }
 
-double sum_squares(const float* x, size_t n) {
-  FRUGAL_PROFILE("grad norm");
-  // Fixed-size chunks summed in float lanes, then combined in double in chunk order: the result
-  // is the same for any thread count.
-  constexpr size_t kChunk = 4096;
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(chunks);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (size_t c = 0; c < chunks; ++c) {
-    const size_t begin = c * kChunk, end = std::min(n, begin + kChunk);
-    __m256 acc = _mm256_setzero_ps();
-    size_t i = begin;
-    for (; i + 8 <= end; i += 8) {
-      const __m256 v = _mm256_loadu_ps(x + i);
-      acc = _mm256_fmadd_ps(v, v, acc);
-    }
-    double s = hsum256(acc);
-    for (; i < end; ++i) s += static_cast<double>(x[i]) * x[i];
-    partial[c] = s;
+namespace {
+
+constexpr size_t kSquaresChunk = 4096;
+
+// acc + the squares of x[0, n) in the 8 lanes, n rounded down to a multiple of 8.
+__m256 add_squares(__m256 acc, const float* x, size_t n) {
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm256_fmadd_ps(v, v, acc);
   }
-  double total = 0.0;
-  for (double s : partial) total += s;
-  return total;
+  return acc;
+}
+
+// Feeds x[0, n) into the stream's current chunk (n <= what the chunk still takes); adds the chunk
+// to the total when it is complete.
+void feed_chunk(SumSquaresStream& s, const float* x, size_t n) {
+  const size_t groups = n / 8 * 8;
+  _mm256_storeu_ps(s.lanes, add_squares(_mm256_loadu_ps(s.lanes), x, groups));
+  s.tail_count = static_cast<int>(n - groups);
+  std::copy(x + groups, x + n, s.tail);
+  s.filled += n;
+  if (s.filled == kSquaresChunk) {
+    s.total += hsum256(_mm256_loadu_ps(s.lanes));
+    s = {s.total};
+  }
+}
+
+}  // namespace
+
+void sum_squares_feed(SumSquaresStream& s, const float* x, size_t n) {
+  FRUGAL_CHECK(s.tail_count == 0, "internal: sum_squares_feed after a piece that was not a multiple of 8 floats");
+  FRUGAL_PROFILE("grad norm");
+  size_t done = 0;
+  if (s.filled > 0) {  // finish the chunk an earlier piece began
+    done = std::min(n, kSquaresChunk - s.filled);
+    feed_chunk(s, x, done);
+  }
+  // Whole chunks in parallel, their sums added in order: the result is the same for any thread
+  // count.
+  const size_t chunks = (n - done) / kSquaresChunk;
+  std::vector<double> partial(chunks);
+#pragma omp parallel for schedule(static) if (n - done >= kParallelMin)
+  for (size_t c = 0; c < chunks; ++c)
+    partial[c] = hsum256(add_squares(_mm256_setzero_ps(), x + done + c * kSquaresChunk, kSquaresChunk));
+  for (double p : partial) s.total += p;
+  done += chunks * kSquaresChunk;
+  if (done < n) feed_chunk(s, x + done, n - done);
+}
+
+double sum_squares_finish(const SumSquaresStream& s) {
+  if (s.filled == 0) return s.total;
+  double chunk = hsum256(_mm256_loadu_ps(s.lanes));
+  for (int i = 0; i < s.tail_count; ++i) chunk += static_cast<double>(s.tail[i]) * s.tail[i];
+  return s.total + chunk;
+}
+
+double sum_squares(const float* x, size_t n) {
+  SumSquaresStream stream;
+  sum_squares_feed(stream, x, n);
+  return sum_squares_finish(stream);
 }
 
 }  // namespace frugal::kernels
