@@ -79,9 +79,7 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   const TrainSettings& t = s.train;
   FRUGAL_CHECK(s.model.vocab_size > 0, "bench needs model.vocab_size > 0");
   check_memory_available(s);
-  Session session({.model = s.model, .optim = s.optim, .batch = t.batch_size, .seq_len = t.seq_len,
-                   .recompute = [&](int n_layer) { return recompute_blocks(t.recompute, n_layer); },
-                   .max_steps = t.max_steps});
+  Session session(session_options(s));
   session.model().init_weights(t.seed);
   session.set_lr_schedule([lr = s.optim.lr](int64_t) { return lr; });  // every step alike
   MethodSet methods = MethodSet::from_config(preset.config);

@@ -84,6 +84,13 @@ std::string config_reference_markdown() {
          run_schema().markdown();
 }
 
+SessionOptions session_options(const RunSettings& s) {
+  const TrainSettings& t = s.train;
+  return {.model = s.model, .optim = s.optim, .batch = t.batch_size, .seq_len = t.seq_len,
+          .recompute = [spec = t.recompute](int n_layer) { return recompute_blocks(spec, n_layer); },
+          .max_steps = t.max_steps};
+}
+
 std::vector<bool> recompute_blocks(const std::string& spec, int n_layer) {
   if (spec == "none") return std::vector<bool>(n_layer, false);
   if (spec == "all") return std::vector<bool>(n_layer, true);

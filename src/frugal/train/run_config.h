@@ -8,6 +8,7 @@
 #include "frugal/io/config.h"
 #include "frugal/model/config.h"
 #include "frugal/optim/adamw.h"
+#include "frugal/session/session.h"
 
 namespace frugal {
 
@@ -49,5 +50,8 @@ std::vector<bool> recompute_blocks(const std::string& spec, int n_layer);
 // train.seq_len <= model.block_size, train.recompute, the methods' settings. Everything
 // `frugal train` checks before it reads data, so `frugal config` refuses the same configs.
 RunSettings run_settings(const io::Config& config);
+// The session a run of these settings trains: its model, AdamW, (train.batch_size, train.seq_len),
+// train.recompute for any depth, and the warm-up + cosine schedule over train.max_steps.
+SessionOptions session_options(const RunSettings& settings);
 
 }  // namespace frugal

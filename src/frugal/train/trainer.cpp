@@ -98,13 +98,8 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   // Resuming: the model has the checkpoint's shape, which a method may have changed mid-run.
   std::optional<PinnedCheckpoint> resume;
   if (!options.resume.empty()) resume.emplace(pin_checkpoint(options.resume));
-  SessionOptions session;
-  session.model = resume ? checkpoint_model_config(resume->dir) : m;
-  session.optim = settings_.optim;
-  session.batch = t.batch_size;
-  session.seq_len = t.seq_len;
-  session.recompute = [spec = t.recompute](int n_layer) { return recompute_blocks(spec, n_layer); };
-  session.max_steps = t.max_steps;
+  SessionOptions session = session_options(settings_);
+  if (resume) session.model = checkpoint_model_config(resume->dir);
   session_ = std::make_unique<Session>(session);
   session_->model().init_weights(t.seed);
   methods_ = MethodSet::from_config(config_);
