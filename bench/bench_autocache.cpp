@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "frugal/bench/kernel_bench.h"
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
 #include "frugal/methods/freeze/autocache.h"
@@ -22,18 +23,7 @@
 namespace {
 
 using namespace frugal;
-
-template <class F>
-double best_seconds(F&& call, int reps) {
-  call();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    Timer t;
-    call();
-    best = std::min(best, t.seconds());
-  }
-  return best;
-}
+using frugal::bench::best_seconds;
 
 void drop_page_cache(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
