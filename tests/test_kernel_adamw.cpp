@@ -3,16 +3,8 @@
 
 #include <cmath>
 
-#include "frugal/kernels/ops.h"
 #include "frugal/kernels/ref/adamw_ref.h"
-#include "gradcheck.h"
-
-namespace k = frugal::kernels;
-namespace ref = frugal::kernels::ref;
-using frugal::testing::max_rel_error;
-using frugal::testing::random_vector;
-using frugal::testing::to_d;
-using frugal::testing::to_f;
+#include "kernel_test.h"
 
 TEST(Kernels, AdamWMatchesReference) {
   const size_t n = 45;

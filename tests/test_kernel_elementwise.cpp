@@ -7,12 +7,7 @@
 #include <vector>
 
 #include "frugal/core/error.h"
-#include "frugal/kernels/ops.h"
-#include "gradcheck.h"
-
-namespace k = frugal::kernels;
-using frugal::testing::random_vector;
-using frugal::testing::to_f;
+#include "kernel_test.h"
 
 TEST(Kernels, SumSquaresScaleResidualDropout) {
   const size_t n = 100003;

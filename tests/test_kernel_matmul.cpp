@@ -5,18 +5,8 @@
 
 #include <vector>
 
-#include "frugal/kernels/ops.h"
 #include "frugal/kernels/ref/matmul_ref.h"
-#include "gradcheck.h"
-
-namespace k = frugal::kernels;
-namespace ref = frugal::kernels::ref;
-using frugal::testing::dot;
-using frugal::testing::max_rel_error;
-using frugal::testing::numeric_gradient;
-using frugal::testing::random_vector;
-using frugal::testing::to_d;
-using frugal::testing::to_f;
+#include "kernel_test.h"
 
 TEST(Kernels, MatmulMatchesReferenceAndGradients) {
   const int N = 5, C = 16, OC = 12;
