@@ -2,7 +2,6 @@
 #include "frugal/session/session.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "frugal/core/error.h"
 #include "frugal/model/formats/dense.h"
