@@ -24,6 +24,12 @@ namespace frugal {
 
 namespace {
 constexpr const char* kStepScope = "step (total)";  // the profiler's whole: every other scope nests in it
+
+double max_over_ranks(ProcessGroup& group, double value) {
+  std::vector<double> all(group.size());
+  group.allgather(&value, 1, all.data());
+  return *std::max_element(all.begin(), all.end());
+}
 }  // namespace
 
 BenchPreset bench_preset(const std::string& name, const std::vector<std::string>& overrides,
@@ -69,11 +75,16 @@ std::string BenchResult::to_json(const std::string& preset, int threads) const {
                    {"dense_flops_per_step", dense_flops_per_step},
                    {"peak_gemm_flops", peak_flops}, {"peak_rss_bytes", peak_rss_bytes},
                    {"parameters", parameters},  {"batch", batch}, {"seq_len", seq_len},
-                   {"warmup", warmup},          {"steps", steps}};
+                   {"warmup", warmup},          {"steps", steps},
+                   {"ranks", ranks},            {"strategy", strategy}};
+  if (ranks > 1)
+    j.update({{"comm_wait_share", comm_wait_share}, {"gradient_bytes_per_step", gradient_bytes},
+              {"ring_bytes_per_step", ring_bytes}, {"buckets", buckets}});
   return j.dump();
 }
 
-BenchResult run_train_bench(const BenchPreset& preset) {
+BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory& strategy,
+                            ProcessGroup& group) {
   FRUGAL_CHECK(preset.steps >= 1 && preset.warmup >= 0, "bench needs steps >= 1 and warmup >= 0");
   const RunSettings s = run_settings(preset.config);
   const TrainSettings& t = s.train;
@@ -83,7 +94,7 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   session.model().init_weights(t.seed);
   session.set_lr_schedule([lr = s.optim.lr](int64_t) { return lr; });  // every step alike
   MethodSet methods = MethodSet::from_config(preset.config);
-  const std::unique_ptr<StepStrategy> runner = make_single_process_step(session, methods, s);
+  const std::unique_ptr<StepStrategy> runner = strategy(session, methods, s);
   // The data set is B random sequences (ids 0..B-1), and every micro-batch is all of them: each
   // step is like a step of a later epoch, so methods that depend on samples coming back work as
   // in training (AutoCache serves the frozen prefix from memory once the first step filled it).
@@ -107,6 +118,8 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   }
   std::vector<double> times;  // of the timed steps
   PhaseFlops executed, dense;  // summed over the timed steps (they change with the methods' state)
+  double comm_wait = 0, gradient_bytes = 0;
+  int buckets = 0;
   for (int step = 0; step < preset.warmup + preset.steps; ++step) {
     nlohmann::json record;
     if (step == preset.warmup && preset.profile) {
@@ -119,10 +132,16 @@ BenchResult run_train_bench(const BenchPreset& preset) {
       FRUGAL_PROFILE(kStepScope);
       result = runner->run(step, whole_data_set, &record);
     }
+    const double seconds = timer.seconds();
     if (step < preset.warmup) continue;
-    times.push_back(timer.seconds());
+    times.push_back(group.size() > 1 ? max_over_ranks(group, seconds) : seconds);
     executed += result.executed;
     dense += result.dense;
+    if (record.contains("comm")) {
+      comm_wait += record["comm"]["wait_s"].get<double>();
+      gradient_bytes += record["comm"]["bytes_reduced"].get<double>();
+      buckets = record["comm"]["buckets"].get<int>();
+    }
   }
   std::string kernel_profile;
   if (preset.profile) {
@@ -141,11 +160,18 @@ BenchResult run_train_bench(const BenchPreset& preset) {
   r.ms_per_step = median * 1e3;
   r.ms_min = times.front() * 1e3;
   r.ms_mean = seconds / preset.steps * 1e3;
-  r.tokens_per_s = double(t.batch_size) * t.seq_len * t.grad_accum / median;
+  r.ranks = group.size();
+  r.strategy = runner->name();
+  r.tokens_per_s = double(t.batch_size) * t.seq_len * t.grad_accum * r.ranks / median;
+  r.comm_wait_share = comm_wait / seconds;
+  r.gradient_bytes = gradient_bytes / preset.steps;
+  r.ring_bytes = 2.0 * (r.ranks - 1) / r.ranks * r.gradient_bytes;
+  r.buckets = buckets;
   r.model_flops_per_step = executed.model() / preset.steps;
   r.dense_flops_per_step = dense.model() / preset.steps;
-  r.peak_rss_bytes = peak_rss_bytes();  // before the GEMM peak measurement allocates its matrices
-  r.peak_flops = kernels::cpu::measure_gemm_peak_flops();
+  // Before the GEMM peak measurement allocates its matrices.
+  r.peak_rss_bytes = static_cast<uint64_t>(max_over_ranks(group, static_cast<double>(peak_rss_bytes())));
+  r.peak_flops = group.sum({kernels::cpu::measure_gemm_peak_flops()})[0];
   r.mfu = executed.model() / seconds / r.peak_flops;
   r.parameters = session.model().table().num_parameters(session.model().config());
   r.memory_plan = session.model().memory_plan().describe(session.optim().state_bytes());

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "frugal/io/config.h"
+#include "frugal/train/process_group.h"
+#include "frugal/train/step.h"
 
 namespace frugal {
 
@@ -30,8 +32,19 @@ BenchPreset bench_preset(const std::string& name, const std::vector<std::string>
 // Over the timed steps: ms_per_step and tokens_per_s from the median step time (robust on a shared
 // machine); ms_min; the mean step time, executed and dense-equivalent model FLOPs per step and
 // MFU from their sums (FLOPs change from step to step with the methods' state).
+// Under a data-parallel strategy: a step's time is the slowest rank's, tokens count every rank's
+// micro-batches, peak RSS is the largest rank's, the GEMM peak is every rank's measured at once
+// (their sum), and the communication fields are filled (rank 0's figures).
 struct BenchResult {
   double ms_per_step = 0, ms_min = 0, ms_mean = 0, tokens_per_s = 0, mfu = 0;
+  int ranks = 1;
+  std::string strategy;
+  // Mean over the timed steps of the seconds the step waited for gradient buckets after its
+  // backward (communication not hidden behind it), as a share of the step time; the gradient
+  // bytes handed to the collectives per step, and the bytes a ring all-reduce moves for them per
+  // rank, 2(N-1)/N of that (computed, not measured: MPI chooses the algorithm).
+  double comm_wait_share = 0, gradient_bytes = 0, ring_bytes = 0;
+  int buckets = 0;
   double model_flops_per_step = 0, dense_flops_per_step = 0, peak_flops = 0;
   uint64_t peak_rss_bytes = 0;
   size_t parameters = 0;
@@ -41,6 +54,8 @@ struct BenchResult {
   std::string to_json(const std::string& preset, int threads) const;
 };
 
-BenchResult run_train_bench(const BenchPreset& preset);
+// Every rank of `group` calls it with the same preset; `strategy` runs the steps.
+BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory& strategy = make_single_process_step,
+                            ProcessGroup& group = single_process());
 
 }  // namespace frugal

@@ -12,6 +12,8 @@
 #include "frugal/core/threading.h"
 #include "frugal/io/stdout.h"
 #include "frugal/kernels/cpu/gemm.h"
+#include "frugal/parallel/world.h"
+#include "frugal/train/run_config.h"
 
 namespace frugal::cli {
 
@@ -89,20 +91,30 @@ void add_bench_command(CLI::App& app) {
                                      args->warmup >= 0 ? std::optional(args->warmup) : std::nullopt,
                                      args->steps > 0 ? std::optional(args->steps) : std::nullopt);
     setup.profile = args->profile;
-    for (const std::string& note : setup.notes) fmt::print(stderr, "note: {}\n", note);
-    BenchResult r = run_train_bench(setup);
+    parallel::World& world = parallel::World::current();
+    const bool writer = world.group().is_writer();
+    if (writer)
+      for (const std::string& note : setup.notes) fmt::print(stderr, "note: {}\n", note);
+    world.set_timeout(run_settings(setup.config).parallel.timeout);
+    BenchResult r = run_train_bench(setup, world.step_strategy(), world.group());
+    if (!writer) return;
     if (args->json) {
       io::print("{}\n", r.to_json(args->preset, num_threads()));
       return;
     }
-    io::print("preset {} ({:.2f}M parameters, B={} T={}), {} threads, dense GEMM {}\n", args->preset,
+    io::print("preset {} ({:.2f}M parameters, B={} T={}), {} threads{}, dense GEMM {}\n", args->preset,
               r.parameters / 1e6, r.batch, r.seq_len, num_threads(),
+              r.ranks > 1 ? fmt::format(" per rank, {} ranks ({})", r.ranks, r.strategy) : "",
               kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()));
     io::print("{}\n", r.memory_plan);
     io::print("{:.2f} ms/step (median; min {:.2f}, mean {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of "
               "measured GEMM peak {:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
               r.ms_per_step, r.ms_min, r.ms_mean, r.tokens_per_s, 100 * r.mfu, r.peak_flops / 1e9,
               r.peak_rss_bytes / 1048576.0);
+    if (r.ranks > 1)
+      io::print("communication: {:.1f}% of the step waiting for gradients after the backward; {} "
+                "buckets, {:.1f} MiB of gradients per step ({:.1f} MiB per rank on a ring)\n",
+                100 * r.comm_wait_share, r.buckets, r.gradient_bytes / 1048576.0, r.ring_bytes / 1048576.0);
     if (!r.profile.empty()) io::print("{}", r.profile);
     if (r.model_flops_per_step < r.dense_flops_per_step)
       io::print("executes {:.1f}% of the dense model's FLOPs per step\n",

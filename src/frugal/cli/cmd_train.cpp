@@ -5,6 +5,7 @@
 
 #include "frugal/cli/commands.h"
 #include "frugal/io/stdout.h"
+#include "frugal/parallel/world.h"
 #include "frugal/train/trainer.h"
 
 namespace frugal::cli {
@@ -27,8 +28,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--overwrite", args->options.overwrite, "train.out_dir may hold an earlier run: delete its checkpoints and metrics and start over");
   cmd->callback([args] {
     io::Config config = io::Config::load(run_schema(), args->config_path, args->overrides);
-    Trainer trainer(config, args->options);
+    // Under mpirun every rank trains its slice of each batch; rank 0 reports.
+    parallel::World& world = parallel::World::current();
+    world.set_timeout(run_settings(config).parallel.timeout);
+    TrainerOptions options = args->options;
+    options.group = &world.group();
+    options.step_strategy = world.step_strategy();
+    Trainer trainer(config, options);
     FitResult r = trainer.fit();
+    if (!world.group().is_writer()) return;
     io::print("trained {} steps in {:.1f} s: train loss {:.4f}, val loss {:.4f}\n", r.steps,
               r.seconds, r.final_train_loss, r.final_val_loss);
     if (!r.interrupted) trainer.print_samples();

@@ -2,7 +2,8 @@
 // (frugal::Error) are printed as one line and give exit code 1; so does output that could not be
 // written (io/stdout.h): SIGPIPE is ignored, a closed pipe is the write error EPIPE; and so do the
 // standard library's file-system and out-of-memory errors, which the library reports itself
-// where it can.
+// where it can. Under mpirun an error on one rank ends the whole job (the others would wait for
+// it), its line prefixed with the rank.
 #include <fmt/format.h>
 
 #include <csignal>
@@ -10,14 +11,24 @@
 #include <exception>
 #include <filesystem>
 #include <new>
+#include <string>
 
 #include "frugal/cli/commands.h"
 #include "frugal/core/error.h"
 #include "frugal/core/threading.h"
 #include "frugal/io/stdout.h"
+#include "frugal/parallel/world.h"
+
+namespace {
+// "rank R: " before an error of one rank of a multi-process run (it ends every rank).
+std::string rank_prefix(frugal::parallel::World& world) {
+  return world.parallel() ? fmt::format("rank {}: ", world.group().rank()) : "";
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   frugal::reexec_with_default_omp_wait_policy(argv);
+  frugal::parallel::World& world = frugal::parallel::World::join(&argc, &argv);
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"frugal: cheap transformer pretraining"};
   app.require_subcommand(1);
@@ -41,20 +52,20 @@ int main(int argc, char** argv) {
     }
     frugal::io::flush_stdout();
   } catch (const frugal::Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
+    fmt::print(stderr, "error: {}{}\n", rank_prefix(world), e.what());
+    return world.fail(1);
   } catch (const std::filesystem::filesystem_error& e) {
-    fmt::print(stderr, "error: {}: {}{}; check that the path is right, is a file or directory as "
-               "needed, and is writable\n", e.code().message(), e.path1().string(),
+    fmt::print(stderr, "error: {}{}: {}{}; check that the path is right, is a file or directory as "
+               "needed, and is writable\n", rank_prefix(world), e.code().message(), e.path1().string(),
                e.path2().empty() ? "" : " and " + e.path2().string());
-    return 1;
+    return world.fail(1);
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "error: out of memory; make the model or the batch smaller (model.*, "
-               "train.batch_size, train.seq_len) or free memory\n");
-    return 1;
+    fmt::print(stderr, "error: {}out of memory; make the model or the batch smaller (model.*, "
+               "train.batch_size, train.seq_len) or free memory\n", rank_prefix(world));
+    return world.fail(1);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
+    fmt::print(stderr, "error: {}{}\n", rank_prefix(world), e.what());
+    return world.fail(1);
   }
   return rc;
 }

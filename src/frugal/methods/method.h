@@ -36,6 +36,9 @@ struct Capabilities {
   bool changes_trainable_set = false;  // frozen prefix (optimizer range, FLOP accounting)
   bool changes_shapes = false;         // reshapes the session at Reconfigure (Session::reshape)
   bool owns_masks = false;             // installs linear formats / sparsity masks
+  // Reads gradients of the whole model after their reduction (AfterGradReduce and later); a
+  // data-parallel run with ZeRO stage 2 leaves each rank only its shard's.
+  bool reads_all_gradients = false;
 };
 
 // The view of training a method gets at each event. Fields are valid as noted.

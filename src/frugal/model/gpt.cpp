@@ -462,12 +462,18 @@ void GPT::backward_range(const float* doutput) {
     k::layernorm_backward(top_trainable ? dres_ : nullptr, grads_.data() + lnf_w_,
                           lnf_b_ == kAbsent ? nullptr : grads_.data() + lnf_b_, dln_, output(),
                           P(lnf_w_), lnf_mean_, lnf_rstd_, N, C);
+    if (grad_ready_) grad_ready_(table_.layer_range(config_.n_layer).first);
   } else {
     std::memcpy(dres_, doutput, sizeof(float) * N * C);
   }
-  for (int l = range_.end - 1; l >= std::max(frozen_, range_.begin); --l) block_backward(l, dropout_key_);
-  if (range_.embeddings && frozen_ == 0)
+  for (int l = range_.end - 1; l >= std::max(frozen_, range_.begin); --l) {
+    block_backward(l, dropout_key_);
+    if (grad_ready_) grad_ready_(table_.layer_range(l).first);
+  }
+  if (range_.embeddings && frozen_ == 0) {
     k::encoder_backward(grads_.data() + wte_, grads_.data() + wpe_, dres_, tokens_.data(), B, T, C);
+    if (grad_ready_) grad_ready_(0);
+  }
 }
 
 const float* GPT::input_grad() const {

@@ -8,6 +8,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -128,6 +129,12 @@ class GPT {
   const float* block_output(int l) const { return l < range_.begin ? input_ : acts_[l].res_out; }
   void backward() { backward_range(nullptr); }
   void zero_grad();
+  // Called by backward_range each time the gradients of [from, num_floats()) are final for that
+  // backward: after ln_f and an untied head, after each block (top down), after the embeddings
+  // (from = 0; a tied head's wte gradient is final only then). A data-parallel strategy starts
+  // reducing those gradients while the rest of the backward runs. Null: no calls.
+  using GradReadyHook = std::function<void(size_t from)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
   // Logits (B, T, V) of the last position only is what sampling needs; this gives all positions.
   void logits(const int32_t* inputs, int B, int T, float* out);
 
@@ -188,6 +195,7 @@ class GPT {
   uint64_t dropout_key_ = 0;
   float dropout_p_ = 0.0f;  // config dropout while training, 0 in evaluation
   bool backward_ready_ = false;
+  GradReadyHook grad_ready_;
   MemoryPlan plan_;
 };
 

@@ -1,7 +1,10 @@
 // AdamW, clipping and schedule; see adamw.h.
 #include "frugal/optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "frugal/core/error.h"
 
 #include "frugal/kernels/ops.h"
 
@@ -16,8 +19,14 @@ float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps) {
   return static_cast<float>(c.min_lr + cosine * (c.lr - c.min_lr));
 }
 
-AdamW::AdamW(const ParamTable& table, const AdamWConfig& config)
-    : table_(table), config_(config), m_(table.total()), v_(table.total()) {}
+AdamW::AdamW(const ParamTable& table, const AdamWConfig& config) : AdamW(table, config, 0, table.total()) {}
+
+AdamW::AdamW(const ParamTable& table, const AdamWConfig& config, size_t shard_begin, size_t shard_end)
+    : table_(table), config_(config), shard_begin_(shard_begin), shard_end_(shard_end),
+      m_(shard_end - shard_begin), v_(shard_end - shard_begin) {
+  FRUGAL_CHECK(shard_begin <= shard_end && shard_end <= table.total(), "internal: optimizer shard "
+               "[{}, {}) outside the {} parameters", shard_begin, shard_end, table.total());
+}
 
 float AdamW::grad_norm(const float* grads, size_t begin, size_t end) {
   return static_cast<float>(std::sqrt(kernels::sum_squares(grads + begin, end - begin)));
@@ -48,10 +57,13 @@ float AdamW::clip(float* grads, size_t begin) const {
 void AdamW::update(float* params, const float* grads, size_t begin, float lr) {
   ++t_;
   const kernels::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, t_};
+  const size_t lo = std::max(begin, shard_begin_);
   for (const ParamInfo& e : table_.entries()) {
-    if (e.offset < begin) continue;
-    const size_t o = e.offset;
-    kernels::adamw_update(params + o, grads + o, m_.data() + o, v_.data() + o, e.numel, s, e.decays());
+    if (e.offset < begin) continue;  // frozen: a whole tensor or nothing
+    const size_t b = std::max(e.offset, lo), end = std::min(e.offset + e.numel, shard_end_);
+    if (b >= end) continue;
+    const size_t o = b - shard_begin_;
+    kernels::adamw_update(params + b, grads + b, m_.data() + o, v_.data() + o, end - b, s, e.decays());
   }
 }
 

@@ -28,6 +28,9 @@ float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps);
 class AdamW {
  public:
   AdamW(const ParamTable& table, const AdamWConfig& config);
+  // A ZeRO shard (stages 1 and 2): the moments exist, and update() changes parameters, only in
+  // [shard_begin, shard_end) of the flat buffer; the rest belongs to other processes.
+  AdamW(const ParamTable& table, const AdamWConfig& config, size_t shard_begin, size_t shard_end);
 
   // Global L2 norm of grads[begin, end).
   static float grad_norm(const float* grads, size_t begin, size_t end);
@@ -45,19 +48,25 @@ class AdamW {
   float step(float* params, float* grads, size_t begin, float lr);
   // clip_to(grad_norm of grads[begin, total)); returns that norm, the one before clipping.
   float clip(float* grads, size_t begin) const;
-  // One AdamW step with learning rate lr on the tensors starting at or after `begin`.
+  // One AdamW step with learning rate lr on the parameters at or after `begin` within the shard.
   void update(float* params, const float* grads, size_t begin, float lr);
 
   const AdamWConfig& config() const { return config_; }
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
+  // The moments of the shard: m()[i] belongs to the parameter at offset shard_begin() + i.
   float* m() { return m_.data(); }
   float* v() { return v_.data(); }
+  size_t shard_begin() const { return shard_begin_; }
+  size_t shard_end() const { return shard_end_; }
+  size_t model_floats() const { return table_.total(); }
+  bool sharded() const { return shard_begin_ != 0 || shard_end_ != table_.total(); }
   size_t state_bytes() const { return 2 * m_.size() * sizeof(float); }
 
  private:
   const ParamTable& table_;
   AdamWConfig config_;
+  size_t shard_begin_, shard_end_;
   Buffer<float> m_, v_;
   int64_t t_ = 0;
 };

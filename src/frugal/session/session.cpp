@@ -56,6 +56,9 @@ void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
   const BlockRange whole = BlockRange::whole(model_->config());
   FRUGAL_CHECK(model_->range() == whole, "internal: only a session of the whole model can be "
                "reshaped (a pipeline stage is re-partitioned by its strategy)");
+  FRUGAL_CHECK(!optim_->sharded(), "a method reshaped the model while the optimizer state is "
+               "sharded over processes (parallel.zero = 1 or 2), which reshaping does not support "
+               "yet; run this method with parallel.zero = 0");
   for (int l = 0; l < model_->config().n_layer; ++l)
     for (int i = 0; i < GPT::kLinears; ++i)
       FRUGAL_CHECK(dynamic_cast<const DenseFormat*>(&model_->linear_format(l, static_cast<GPT::Linear>(i))),
@@ -75,6 +78,11 @@ void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
   model_ = std::move(next_model);
   optim_ = std::move(next_optim);
   ++reshapes_;
+}
+
+void Session::shard_optimizer(size_t begin, size_t end) {
+  FRUGAL_CHECK(optim_->steps_taken() == 0, "internal: the optimizer is sharded after it took steps");
+  optim_ = std::make_unique<AdamW>(model_->table(), options_.optim, begin, end);
 }
 
 nlohmann::json Session::save_state() const {

@@ -83,6 +83,11 @@ class Session {
   // Call only at the Reconfigure safe point (or before training starts); references to the old
   // model and optimizer are invalid afterwards.
   void reshape(const ModelConfig& next, const ReshapeMap& map);
+  // ZeRO (stages 1 and 2): from now on the optimizer keeps moments for, and updates, only
+  // [begin, end) of the flat parameter buffer. Replaces the optimizer with a fresh one: call
+  // before any optimizer state is loaded or step taken.
+  void shard_optimizer(size_t begin, size_t end);
+
   // How many reshapes this session (and the run it continues) went through.
   int64_t reshapes() const { return reshapes_; }
 

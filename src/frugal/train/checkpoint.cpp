@@ -138,68 +138,124 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
 
 }  // namespace
 
+namespace {
+
+// The file of rank `rank`'s optimizer shard in a checkpoint written with a sharded optimizer.
+std::string shard_file_name(int rank) { return fmt::format("optimizer.rank{:05}.safetensors", rank); }
+
+// Runs `work` on every rank of `group` (it may be a no-op on some), then agrees: when it threw on
+// any rank, every rank throws, the failing ranks their own error, the others one naming them.
+template <typename Work>
+void on_every_rank(ProcessGroup& group, const char* what, Work&& work) {
+  std::exception_ptr failure;
+  try {
+    work();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  std::vector<double> flags(group.size());
+  const double failed = failure ? 1.0 : 0.0;
+  group.allgather(&failed, 1, flags.data());
+  if (failure) std::rethrow_exception(failure);
+  for (int r = 0; r < group.size(); ++r)
+    FRUGAL_CHECK(flags[r] == 0.0, "rank {} failed while {} (its error says why)", r, what);
+}
+
+}  // namespace
+
 std::string save_checkpoint(const std::string& run_dir, const io::Config& config, const GPT& model,
                             const AdamW* optim, const TrainState& state,
-                            const std::string& tokenizer_json, int keep_last) {
+                            const std::string& tokenizer_json, int keep_last, ProcessGroup& group) {
   FRUGAL_CHECK(keep_last >= 1, "keep_last = {} must be at least 1", keep_last);
   const fs::path root = fs::path(run_dir) / "checkpoints";
-  fs::create_directories(root);
   const std::string name = fmt::format("step_{:08}", state.step);
   const fs::path final_dir = root / name;
   const fs::path tmp_dir = root / (name + ".tmp");
   const fs::path old_dir = root / (name + ".old");  // an earlier checkpoint of the same step
-  fs::remove_all(tmp_dir);
-  fs::create_directories(tmp_dir);
-  bool replaced = false;
-  try {
-    const ParamTable& table = model.table();
-    io::SafeTensors weights;
-    weights.metadata["format"] = kFormat;
-    weights.metadata["config"] = config.to_toml();
-    weights.metadata["model"] = model_config_json(model.config()).dump();
-    for (const ParamInfo& e : table.entries())
-      weights.put_f32(e.name, e.shape, model.params() + e.offset);
-    io::write_safetensors((tmp_dir / "model.safetensors").string(), weights);
-
-    nlohmann::json js{{"step", state.step},
-                      {"optimizer_steps", state.optimizer_steps},
-                      {"loader_epoch", state.loader_epoch},
-                      {"loader_position", state.loader_position},
-                      {"flops", state.flops},
-                      {"dense_flops", state.dense_flops},
-                      {"wall_seconds", state.wall_seconds},
-                      {"methods", state.methods},
-                      {"session", state.session}};
-    io::SafeTensors train_state;
-    train_state.metadata["format"] = kFormat;
-    train_state.metadata["state"] = js.dump();
-    if (optim) {
-      const int64_t n = static_cast<int64_t>(table.total());
-      train_state.put_f32("adamw.m", {n}, const_cast<AdamW*>(optim)->m());
-      train_state.put_f32("adamw.v", {n}, const_cast<AdamW*>(optim)->v());
-    }
-    io::write_safetensors((tmp_dir / "train_state.safetensors").string(), train_state);
-    io::write_file_atomic((tmp_dir / "tokenizer.json").string(), tokenizer_json);
-    io::write_file_atomic((tmp_dir / io::kLockFileName).string(), "");
-    io::fsync_directory(tmp_dir.string());
-    // Replacing a checkpoint of the same step (a resumed run redoing steps): move the old one
-    // aside first, so that at every instant one complete copy exists under a known name.
-    if (fs::exists(final_dir)) {
-      fs::remove_all(old_dir);
-      fs::rename(final_dir, old_dir);
-      replaced = true;
-    }
-    fs::rename(tmp_dir, final_dir);
-    io::fsync_directory(root.string());
-    io::write_file_atomic((root / "latest").string(), name + "\n");
-  } catch (...) {
+  const bool writer = group.is_writer();
+  const bool sharded = optim && optim->sharded();
+  auto discard_tmp = [&] {
     std::error_code ignored;
-    if (replaced && !fs::exists(final_dir)) fs::rename(old_dir, final_dir, ignored);
-    fs::remove_all(tmp_dir, ignored);
+    if (writer) fs::remove_all(tmp_dir, ignored);
+  };
+  on_every_rank(group, "preparing the checkpoint directory", [&] {
+    if (!writer) return;
+    fs::create_directories(root);
+    fs::remove_all(tmp_dir);
+    fs::create_directories(tmp_dir);
+  });
+  try {
+    // Each rank writes the moments it owns into the shared temporary directory.
+    on_every_rank(group, "writing its optimizer shard", [&] {
+      if (!sharded) return;
+      io::SafeTensors shard;
+      shard.metadata["format"] = kFormat;
+      shard.metadata["shard"] = nlohmann::json{{"begin", optim->shard_begin()}, {"end", optim->shard_end()},
+                                               {"total", model.table().total()}}.dump();
+      const int64_t n = static_cast<int64_t>(optim->shard_end() - optim->shard_begin());
+      shard.put_f32("adamw.m", {n}, const_cast<AdamW*>(optim)->m());
+      shard.put_f32("adamw.v", {n}, const_cast<AdamW*>(optim)->v());
+      io::write_safetensors((tmp_dir / shard_file_name(group.rank())).string(), shard);
+    });
+  } catch (...) {
+    discard_tmp();
     throw;
   }
-  fs::remove_all(old_dir);
-  prune_checkpoints(root, state.step, keep_last);
+  on_every_rank(group, "writing the checkpoint", [&] {
+    if (!writer) return;
+    bool replaced = false;
+    try {
+      const ParamTable& table = model.table();
+      io::SafeTensors weights;
+      weights.metadata["format"] = kFormat;
+      weights.metadata["config"] = config.to_toml();
+      weights.metadata["model"] = model_config_json(model.config()).dump();
+      for (const ParamInfo& e : table.entries())
+        weights.put_f32(e.name, e.shape, model.params() + e.offset);
+      io::write_safetensors((tmp_dir / "model.safetensors").string(), weights);
+
+      nlohmann::json js{{"step", state.step},
+                        {"optimizer_steps", state.optimizer_steps},
+                        {"loader_epoch", state.loader_epoch},
+                        {"loader_position", state.loader_position},
+                        {"flops", state.flops},
+                        {"dense_flops", state.dense_flops},
+                        {"wall_seconds", state.wall_seconds},
+                        {"methods", state.methods},
+                        {"session", state.session},
+                        {"ranks", state.ranks}};
+      if (sharded) js["optimizer_shards"] = group.size();
+      io::SafeTensors train_state;
+      train_state.metadata["format"] = kFormat;
+      train_state.metadata["state"] = js.dump();
+      if (optim && !sharded) {
+        const int64_t n = static_cast<int64_t>(table.total());
+        train_state.put_f32("adamw.m", {n}, const_cast<AdamW*>(optim)->m());
+        train_state.put_f32("adamw.v", {n}, const_cast<AdamW*>(optim)->v());
+      }
+      io::write_safetensors((tmp_dir / "train_state.safetensors").string(), train_state);
+      io::write_file_atomic((tmp_dir / "tokenizer.json").string(), tokenizer_json);
+      io::write_file_atomic((tmp_dir / io::kLockFileName).string(), "");
+      io::fsync_directory(tmp_dir.string());
+      // Replacing a checkpoint of the same step (a resumed run redoing steps): move the old one
+      // aside first, so that at every instant one complete copy exists under a known name.
+      if (fs::exists(final_dir)) {
+        fs::remove_all(old_dir);
+        fs::rename(final_dir, old_dir);
+        replaced = true;
+      }
+      fs::rename(tmp_dir, final_dir);
+      io::fsync_directory(root.string());
+      io::write_file_atomic((root / "latest").string(), name + "\n");
+    } catch (...) {
+      std::error_code ignored;
+      if (replaced && !fs::exists(final_dir)) fs::rename(old_dir, final_dir, ignored);
+      discard_tmp();
+      throw;
+    }
+    fs::remove_all(old_dir);
+    prune_checkpoints(root, state.step, keep_last);
+  });
   return final_dir.string();
 }
 
@@ -298,17 +354,51 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
   s.wall_seconds = js.value("wall_seconds", 0.0);
   s.methods = js.value("methods", nlohmann::json::object());
   s.session = js.value("session", nlohmann::json());
-  FRUGAL_CHECK(st.tensors.count("adamw.m") && st.tensors.count("adamw.v"),
-               "{} has no optimizer moments; it cannot be resumed (use --init-from to start a new "
-               "run from its weights)", path);
-  for (auto [name, dst] : {std::pair{"adamw.m", optim.m()}, std::pair{"adamw.v", optim.v()}}) {
-    std::vector<float> v = st.at(name).to_f32(name);
-    FRUGAL_CHECK(v.size() == optim.state_bytes() / 2 / sizeof(float),
-                 "{}: optimizer state '{}' has {} values but this model needs {}; the checkpoint "
-                 "is from a different model shape", path, name, v.size(), optim.state_bytes() / 8);
-    check_finite(checkpoint_dir, path, name, v);
-    std::copy(v.begin(), v.end(), dst);
+  s.ranks = js.value("ranks", 1);
+  // The moments of optim's shard, from the full tensors or from the shards of the world size
+  // that wrote them (any world size: each shard file gives its range of the flat buffer).
+  const size_t begin = optim.shard_begin(), end = optim.shard_end();
+  size_t covered = 0;
+  auto take = [&](const io::SafeTensors& file, const std::string& file_path, size_t file_begin,
+                  size_t file_end) {
+    const size_t lo = std::max(begin, file_begin), hi = std::min(end, file_end);
+    if (lo >= hi) return;
+    for (auto [name, dst] : {std::pair{"adamw.m", optim.m()}, std::pair{"adamw.v", optim.v()}}) {
+      FRUGAL_CHECK(file.tensors.count(name), "{} has no optimizer moments '{}'; it cannot be "
+                   "resumed (use --init-from to start a new run from its weights)", file_path, name);
+      std::vector<float> v = file.at(name).to_f32(name);
+      FRUGAL_CHECK(v.size() == file_end - file_begin, "{}: optimizer state '{}' has {} values "
+                   "where {} were expected; the file is damaged", file_path, name, v.size(),
+                   file_end - file_begin);
+      check_finite(checkpoint_dir, file_path, name, v);
+      std::copy(v.begin() + (lo - file_begin), v.begin() + (hi - file_begin), dst + (lo - begin));
+    }
+    covered += hi - lo;
+  };
+  const size_t model_total = optim.model_floats();
+  if (!js.contains("optimizer_shards")) {
+    const size_t n = st.tensors.count("adamw.m") ? st.at("adamw.m").numel() : model_total;
+    FRUGAL_CHECK(n == model_total, "{}: optimizer state 'adamw.m' has {} values but this model "
+                 "needs {}; the checkpoint is from a different model shape", path, n, model_total);
+    take(st, path, 0, model_total);
+  } else {
+    const int shards = js.at("optimizer_shards").get<int>();
+    for (int r = 0; r < shards; ++r) {
+      const std::string file_path = (fs::path(checkpoint_dir) / shard_file_name(r)).string();
+      FRUGAL_CHECK(fs::exists(file_path), "{} is missing: the checkpoint was written by {} "
+                   "processes with a sharded optimizer and needs every shard; {}", file_path,
+                   shards, earlier_checkpoint_advice(checkpoint_dir));
+      io::SafeTensors file = read_checkpoint_file(checkpoint_dir, shard_file_name(r).c_str());
+      const nlohmann::json range = nlohmann::json::parse(file.metadata.at("shard"));
+      FRUGAL_CHECK(range.at("total").get<size_t>() == model_total, "{}: the optimizer shard is of "
+                   "a model of {} parameters but this model has {}; the checkpoint is from a "
+                   "different model shape", file_path, range.at("total").get<size_t>(), model_total);
+      take(file, file_path, range.at("begin").get<size_t>(), range.at("end").get<size_t>());
+    }
   }
+  FRUGAL_CHECK(covered == end - begin, "{}: the optimizer shards cover {} of the {} moments this "
+               "process needs; the checkpoint is damaged: {}", checkpoint_dir, covered, end - begin,
+               earlier_checkpoint_advice(checkpoint_dir));
   optim.set_steps_taken(s.optimizer_steps);
   return s;
 }
@@ -328,6 +418,15 @@ ModelConfig checkpoint_model_config(const std::string& checkpoint_dir) {
     fail("{}: the stored model shape is unreadable ({}): the file is damaged; {}", path, e.what(),
          earlier_checkpoint_advice(checkpoint_dir));
   }
+}
+
+int checkpoint_ranks(const std::string& checkpoint_dir) {
+  const io::SafeTensors st =
+      read_checkpoint_file(checkpoint_dir, "train_state.safetensors", io::SafeTensorsPart::Metadata);
+  const auto it = st.metadata.find("state");
+  if (it == st.metadata.end()) return 1;
+  const nlohmann::json js = nlohmann::json::parse(it->second, nullptr, false);
+  return js.is_object() ? js.value("ranks", 1) : 1;
 }
 
 std::unique_ptr<GPT> load_checkpoint_model(const std::string& checkpoint_dir) {

@@ -7,7 +7,12 @@
 //                            reshaped it mid-run, so it can differ from the config's model.*)
 //   train_state.safetensors  AdamW moments m and v over the flat buffer; metadata "state" = JSON
 //                            with step, optimizer step count, data-loader position, method
-//                            states, the session's state (LR scale, reshape count)
+//                            states, the session's state (LR scale, reshape count), and
+//                            "optimizer_shards" = N when the moments were sharded over N ranks
+//                            (ZeRO): they are then in
+//   optimizer.rankNNNNN.safetensors  one per rank: adamw.m / adamw.v of its range of the flat
+//                            buffer, metadata "shard" = {begin, end, total}; a resume with any
+//                            number of ranks reads the ranges it needs
 //   tokenizer.json           the tokenizer of the data the model was trained on
 // A checkpoint is written into a temporary directory, every file fsync'ed, then renamed into
 // place, and `checkpoints/latest` (the directory name) is replaced atomically last: a crash or a
@@ -27,6 +32,7 @@
 #include "frugal/io/dir_lock.h"
 #include "frugal/model/gpt.h"
 #include "frugal/optim/adamw.h"
+#include "frugal/train/process_group.h"
 
 namespace frugal {
 
@@ -39,16 +45,21 @@ struct TrainState {
   double wall_seconds = 0;           // cumulative training wall-clock
   nlohmann::json methods = nlohmann::json::object();  // name -> that method's saved state
   nlohmann::json session;  // Session::save_state(); null in checkpoints written before it existed
+  int ranks = 1;           // processes the run spanned (data parallel)
 };
 
 // Writes a checkpoint of `model` (and, when optim is non-null, its moments) into
 // run_dir/checkpoints/step_<step>/ (replacing one of the same step) and keeps it and the newest
 // keep_last - 1 older ones (keep_last >= 1); newer ones are never deleted, nor older ones pinned
 // by a reader at that moment (a later save deletes them). Returns its path. The caller holds the
-// run directory's lock.
+// run directory's lock. Every rank of `group` calls it: rank 0 writes everything but a sharded
+// optimizer's moments, which each rank writes as its own file (the run directory must be shared
+// between machines); an error on any rank makes every rank throw, and the previous checkpoint
+// stays the latest.
 std::string save_checkpoint(const std::string& run_dir, const io::Config& config, const GPT& model,
                             const AdamW* optim, const TrainState& state,
-                            const std::string& tokenizer_json, int keep_last);
+                            const std::string& tokenizer_json, int keep_last,
+                            ProcessGroup& group = single_process());
 
 // Whether run_dir already holds checkpoints (a run that new training must not silently replace).
 bool run_has_checkpoints(const std::string& run_dir);
@@ -80,8 +91,12 @@ ModelConfig checkpoint_model_config(const std::string& checkpoint_dir);
 // naming the tensor and both shapes.
 void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model);
 
-// Loads moments into optim and returns the training state.
+// Loads optim's moments (its shard of them, from full or sharded ones) and returns the training
+// state.
 TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim);
+
+// How many processes the run that wrote a checkpoint spanned (1 before that was recorded).
+int checkpoint_ranks(const std::string& checkpoint_dir);
 
 // A ready model for inference (eval, sample, export): the checkpoint's model shape, parameters
 // loaded.

@@ -33,11 +33,19 @@ struct SampleSettings {
   uint64_t seed = 1;
 };
 
+// Multi-process training (parallel/, used when launched by mpirun with more than one process).
+struct ParallelSettings {
+  int zero = 0;             // ZeRO stage: 0 replicates AdamW's state, 1 shards it, 2 also the gradients
+  double bucket_mb = 25;    // gradient all-reduce bucket size (MiB), as PyTorch DDP's default
+  double timeout = 300;     // seconds without progress from another rank before the run stops
+};
+
 struct RunSettings {
   ModelConfig model;
   AdamWConfig optim;
   TrainSettings train;
   SampleSettings sample;
+  ParallelSettings parallel;
 };
 
 io::ConfigSchema run_schema();

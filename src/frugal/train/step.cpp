@@ -27,7 +27,12 @@ void check_memory_available(const RunSettings& settings) {
 }
 
 StepStrategy::StepStrategy(Session& session, MethodSet& methods, const RunSettings& settings)
-    : session_(session), methods_(methods), settings_(settings) {}
+    : session_(session), methods_(methods), settings_(settings) {
+  const size_t N = size_t(settings.train.batch_size) * settings.train.seq_len;
+  inputs_.resize(N);
+  targets_.resize(N);
+  ids_.resize(settings.train.batch_size);
+}
 
 TrainContext StepStrategy::context(int64_t step, nlohmann::json* record) {
   const TrainSettings& t = settings_.train;
@@ -44,12 +49,43 @@ TrainContext StepStrategy::context(int64_t step, nlohmann::json* record) {
   return ctx;
 }
 
-SingleProcessStep::SingleProcessStep(Session& session, MethodSet& methods, const RunSettings& settings)
-    : StepStrategy(session, methods, settings) {
-  const size_t N = size_t(settings.train.batch_size) * settings.train.seq_len;
-  inputs_.resize(N);
-  targets_.resize(N);
-  ids_.resize(settings.train.batch_size);
+void StepStrategy::draw(const BatchSource& next_batch) { next_batch(inputs_.data(), targets_.data(), ids_.data()); }
+
+double StepStrategy::run_micro_batch(TrainContext& ctx, int micro, int64_t step, int index, int count,
+                                     StepResult& r) {
+  const TrainSettings& t = settings_.train;
+  GPT& model = session_.model();
+  ctx.micro = micro;
+  ctx.inputs = inputs_.data();
+  ctx.targets = targets_.data();
+  ctx.sample_ids = ids_.data();
+  ctx.prefix_output = nullptr;
+  ctx.prefix_blocks = 0;
+  methods_.fire(Event::BeforeForward, ctx);
+  const int cached = ctx.prefix_output ? ctx.prefix_blocks : 0;
+  const StepFlops flops = count_step_flops(model, t.batch_size, t.seq_len, cached);
+  r.executed += flops.executed_total();
+  r.dense += flops.dense_total();
+  const uint64_t dropout_key = mix64(t.seed ^ mix64(static_cast<uint64_t>(step * count + index)));
+  ctx.loss = model.forward(inputs_.data(), targets_.data(), 1.0f / count, dropout_key,
+                           ctx.prefix_output, ctx.prefix_blocks);
+  methods_.fire(Event::AfterForward, ctx);
+  methods_.fire(Event::BeforeBackward, ctx);
+  model.backward();
+  methods_.fire(Event::AfterBackward, ctx);
+  return ctx.loss;
+}
+
+void StepStrategy::check_finite(const char* what, double value, int64_t step) {
+  FRUGAL_CHECK(std::isfinite(value), "the training {} became {} at step {}; lower optim.lr or "
+               "raise optim.warmup_steps", what, value, step);
+}
+
+void StepStrategy::end_step(TrainContext& ctx) {
+  session_.model().refresh_formats();
+  methods_.fire(Event::AfterOptimStep, ctx);
+  if (ctx.request_reconfigure) methods_.fire(Event::Reconfigure, ctx);
+  methods_.fire(Event::BatchEnd, ctx);
 }
 
 std::unique_ptr<StepStrategy> make_single_process_step(Session& session, MethodSet& methods,
@@ -58,54 +94,27 @@ std::unique_ptr<StepStrategy> make_single_process_step(Session& session, MethodS
 }
 
 StepResult SingleProcessStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
-  const TrainSettings& t = settings_.train;
+  const int A = settings_.train.grad_accum;
   TrainContext ctx = context(step, record);
   methods_.fire(Event::BatchStart, ctx);
-  GPT& model = session_.model();  // the same until the Reconfigure below
+  GPT& model = session_.model();  // the same until the Reconfigure in end_step
   model.zero_grad();
   StepResult r;
   r.lr = session_.lr(step);
-  for (int micro = 0; micro < t.grad_accum; ++micro) {
-    next_batch(inputs_.data(), targets_.data(), ids_.data());
-    ctx.micro = micro;
-    ctx.inputs = inputs_.data();
-    ctx.targets = targets_.data();
-    ctx.sample_ids = ids_.data();
-    ctx.prefix_output = nullptr;
-    ctx.prefix_blocks = 0;
-    methods_.fire(Event::BeforeForward, ctx);
-    const int cached = ctx.prefix_output ? ctx.prefix_blocks : 0;
-    const StepFlops flops = count_step_flops(model, t.batch_size, t.seq_len, cached);
-    r.executed += flops.executed_total();
-    r.dense += flops.dense_total();
-    const uint64_t dropout_key = mix64(t.seed ^ mix64(static_cast<uint64_t>(step * t.grad_accum + micro)));
-    ctx.loss = model.forward(inputs_.data(), targets_.data(), 1.0f / t.grad_accum, dropout_key,
-                             ctx.prefix_output, ctx.prefix_blocks);
-    r.loss += ctx.loss;
-    methods_.fire(Event::AfterForward, ctx);
-    methods_.fire(Event::BeforeBackward, ctx);
-    model.backward();
-    methods_.fire(Event::AfterBackward, ctx);
+  for (int micro = 0; micro < A; ++micro) {
+    draw(next_batch);
+    r.loss += run_micro_batch(ctx, micro, step, micro, A, r);
   }
-  r.loss /= t.grad_accum;
-  // A non-finite loss or gradient stops training before the update: the weights stay finite, so
-  // no checkpoint of diverged weights replaces a good one.
-  auto check_finite = [&](const char* what, double value) {
-    FRUGAL_CHECK(std::isfinite(value), "the training {} became {} at step {}; lower optim.lr or "
-                 "raise optim.warmup_steps", what, value, step);
-  };
-  check_finite("loss", r.loss);
+  r.loss /= A;
+  check_finite("loss", r.loss, step);
   methods_.fire(Event::AfterGradReduce, ctx);
   AdamW& optim = session_.optim();
   const size_t begin = model.trainable_begin();
   r.grad_norm = ctx.grad_norm = optim.clip(model.grads(), begin);
-  check_finite("gradient norm", r.grad_norm);
+  check_finite("gradient norm", r.grad_norm, step);
   methods_.fire(Event::BeforeOptimStep, ctx);
   optim.update(model.params(), model.grads(), begin, r.lr);
-  model.refresh_formats();
-  methods_.fire(Event::AfterOptimStep, ctx);
-  if (ctx.request_reconfigure) methods_.fire(Event::Reconfigure, ctx);
-  methods_.fire(Event::BatchEnd, ctx);
+  end_step(ctx);
   return r;
 }
 

@@ -54,22 +54,34 @@ class StepStrategy {
   void set_num_samples(int64_t n) { num_samples_ = n; }
 
  protected:
+  // The pieces every strategy's run() is made of.
+  // Fills the micro-batch buffers from next_batch.
+  void draw(const BatchSource& next_batch);
+  // Runs the micro-batch in the buffers, BeforeForward .. AfterBackward, and adds its FLOPs to r;
+  // returns its loss. It is micro-batch `index` of the `count` that make optimizer step `step`
+  // in the order one process runs them: that keys its dropout masks and scales its gradient.
+  double run_micro_batch(TrainContext& ctx, int micro, int64_t step, int index, int count, StepResult& r);
+  // Stops training with an error saying what to change when the loss or the norm is not finite:
+  // before the update, so that no checkpoint of diverged weights replaces a good one.
+  static void check_finite(const char* what, double value, int64_t step);
+  // After the AdamW update: refreshes the linear formats, fires AfterOptimStep, Reconfigure (when
+  // a method asked for it) and BatchEnd.
+  void end_step(TrainContext& ctx);
+
   Session& session_;
   MethodSet& methods_;
   const RunSettings& settings_;
   int64_t num_samples_ = 0;
+  std::vector<int32_t> inputs_, targets_;  // the micro-batch (B,T)
+  std::vector<int64_t> ids_;               // its sample ids (B)
 };
 
 // Every micro-batch, the gradient norm and the update in this process, over the whole model.
 class SingleProcessStep final : public StepStrategy {
  public:
-  SingleProcessStep(Session& session, MethodSet& methods, const RunSettings& settings);
+  using StepStrategy::StepStrategy;
   const char* name() const override { return "single-process"; }
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
-
- private:
-  std::vector<int32_t> inputs_, targets_;
-  std::vector<int64_t> ids_;
 };
 
 // Builds the step strategy of a run (the trainer's default: SingleProcessStep).

@@ -45,13 +45,21 @@ void drop_metrics_after(const std::string& path, int64_t step) {
 
 // The keys a resumed run must share with its checkpoint: the model (the tensor shapes do not show
 // e.g. n_head) and what defines the batches. One "key: stored vs now" line per difference.
-std::vector<std::string> resume_differences(const io::Config& stored, const io::Config& now,
+// train.grad_accum may differ when the number of ranks does: what must stay is the global batch,
+// ranks × grad_accum micro-batches.
+std::vector<std::string> resume_differences(const io::Config& stored, int stored_ranks,
+                                            const io::Config& now, int ranks,
                                             int resolved_vocab_size) {
   std::vector<std::string> out;
+  const int64_t stored_micro = stored_ranks * stored.get_int("train.grad_accum");
+  const int64_t micro = ranks * now.get_int("train.grad_accum");
+  if (stored_micro != micro)
+    out.push_back(fmt::format("micro-batches per step (ranks × train.grad_accum) = {} × {} in the "
+                              "checkpoint, {} × {} now: keep their product", stored_ranks,
+                              stored_micro / stored_ranks, ranks, micro / ranks));
   for (const io::ConfigKey& key : now.schema().keys()) {
     const std::string& k = key.name;
-    if (!k.starts_with("model.") && k != "train.seq_len" && k != "train.batch_size" &&
-        k != "train.grad_accum" && k != "train.seed")
+    if (!k.starts_with("model.") && k != "train.seq_len" && k != "train.batch_size" && k != "train.seed")
       continue;
     io::ConfigValue now_value = now.get(k);
     if (k == "model.vocab_size" && std::get<int64_t>(now_value) == 0) now_value = int64_t{resolved_vocab_size};
@@ -71,7 +79,10 @@ std::string format_duration(double s) {
 }  // namespace
 
 Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
-    : config_(config), options_(options), settings_(run_settings(config)) {
+    : config_(config), options_(options),
+      group_(options.group ? *options.group : single_process()), settings_(run_settings(config)) {
+  const bool writer = group_.is_writer();
+  if (!writer) options_.quiet = true;
   FRUGAL_CHECK(options.resume.empty() || options.init_from.empty(),
                "--resume and --init-from exclude each other: resume continues a run, init-from "
                "starts a new one from a checkpoint's weights");
@@ -79,8 +90,9 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   FRUGAL_CHECK(!t.out_dir.empty(), "train.out_dir is empty; set it to the directory this run "
                "should write, e.g. --set train.out_dir=runs/my-run");
   // Before anything in the run directory is read or written (--overwrite's deleting included).
-  run_lock_.emplace(io::DirLock::exclusive(t.out_dir, "run directory",
-                                           "wait for that run to end or set another train.out_dir"));
+  if (writer)
+    run_lock_.emplace(io::DirLock::exclusive(t.out_dir, "run directory",
+                                             "wait for that run to end or set another train.out_dir"));
   set_num_threads(t.threads);
   FRUGAL_CHECK(!t.data_dir.empty(), "data.dir is not set; point it at a directory made by `frugal prepare`");
   tokenizer_ = data::load_prepared_tokenizer(t.data_dir);
@@ -118,7 +130,9 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   if (resume) {
     const std::string& dir = resume->dir;
     check_data_tokenizer(dir, *tokenizer_, t.data_dir);
-    const std::vector<std::string> changed = resume_differences(checkpoint_config(dir, config_.schema()), config_, m.vocab_size);
+    const std::vector<std::string> changed =
+        resume_differences(checkpoint_config(dir, config_.schema()), checkpoint_ranks(dir), config_,
+                           group_.size(), m.vocab_size);
     FRUGAL_CHECK(changed.empty(), "--resume {}: the config differs from the one the checkpoint was "
                  "trained with ({}); resume with the run's own config (frugal train RUN/config.toml "
                  "--resume RUN), or start a new run from its weights with --init-from",
@@ -148,16 +162,19 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                  "metrics.jsonl); continue it with --resume {0}, choose another train.out_dir, or "
                  "pass --overwrite to delete that run's checkpoints and metrics and start over",
                  t.out_dir);
-    fs::remove_all(fs::path(t.out_dir) / "checkpoints");
+    if (writer) fs::remove_all(fs::path(t.out_dir) / "checkpoints");
   }
   // Keep the model.vocab_size actually used in the saved config.
   config_.set("model.vocab_size", std::to_string(m.vocab_size));
   const std::string toml = config_.to_toml();
-  io::write_file_atomic((fs::path(t.out_dir) / "config.toml").string(), toml);
-  if (continues_out_dir)
-    drop_metrics_after(metrics_path_, start_step_);
-  else
-    io::write_file_atomic(metrics_path_, "");
+  if (writer) {
+    io::write_file_atomic((fs::path(t.out_dir) / "config.toml").string(), toml);
+    if (continues_out_dir)
+      drop_metrics_after(metrics_path_, start_step_);
+    else
+      io::write_file_atomic(metrics_path_, "");
+  }
+  group_.barrier();  // no rank starts before the run directory is ready
 }
 
 std::string Trainer::save(int64_t step) {
@@ -174,13 +191,16 @@ std::string Trainer::save(int64_t step) {
   const data::LoaderState loader = train_loader_->state();
   state.loader_epoch = loader.epoch;
   state.loader_position = loader.position;
+  state.ranks = group_.size();
   return save_checkpoint(settings_.train.out_dir, config_, session_->model(), &session_->optim(), state,
-                         tokenizer_->to_json(), settings_.train.keep_checkpoints);
+                         tokenizer_->to_json(), settings_.train.keep_checkpoints, group_);
 }
 
 Trainer::~Trainer() = default;
 
-void Trainer::log_metrics(const std::string& json_line) { io::append_to_file(metrics_path_, json_line + "\n"); }
+void Trainer::log_metrics(const std::string& json_line) {
+  if (group_.is_writer()) io::append_to_file(metrics_path_, json_line + "\n");
+}
 
 void Trainer::stop_after_failed_output(int64_t steps_done, const std::exception& cause) {
   std::string outcome;
@@ -206,16 +226,18 @@ FitResult Trainer::fit() {
   if (!stop_signals_) stop_signals_.emplace();  // fit() again on this Trainer
 
   if (print) {
-    io::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads\n",
+    io::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads{}\n",
               session_->model().table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd,
-              m.vocab_size, num_threads());
+              m.vocab_size, num_threads(),
+              group_.size() > 1 ? fmt::format(" per rank, {} ranks ({})", group_.size(), step_->name()) : "");
     io::print("{}\n", session_->model().memory_plan().describe(session_->optim().state_bytes()));
     io::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
               train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
     for (const auto& method : methods_.methods()) io::print("method: {}\n", method->name());
   }
-  const double peak = kernels::cpu::measure_gemm_peak_flops();
-  const size_t N = size_t(t.batch_size) * t.seq_len;
+  // Every rank measures its own share of the machine at once: the run's peak is their sum.
+  const double peak = kernels::cpu::measure_gemm_peak_flops() * group_.size();
+  const size_t N = size_t(t.batch_size) * t.seq_len * group_.size();  // tokens per micro-batch, all ranks
   {
     TrainContext ctx = step_->context(start_step_);
     methods_.fire(Event::FitStart, ctx);
@@ -247,8 +269,9 @@ FitResult Trainer::fit() {
     ++window_steps;
     result.final_train_loss = static_cast<float>(loss);
     result.losses.push_back(static_cast<float>(loss));
-    const bool last = step + 1 == t.max_steps || stop_requested() ||
-                      (t.max_seconds > 0 && wall.seconds() >= t.max_seconds);
+    // Ranks stop together: a signal or the time limit may reach them at different steps.
+    const bool last = step + 1 == t.max_steps ||
+                      group_.any(stop_requested() || (t.max_seconds > 0 && wall.seconds() >= t.max_seconds));
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
     if (eval_now) {
       TrainContext ctx = step_->context(step, &record);
@@ -300,7 +323,7 @@ FitResult Trainer::fit() {
     TrainContext ctx = step_->context(step);
     methods_.fire(Event::FitEnd, ctx);
   }
-  result.interrupted = stop_requested();
+  result.interrupted = group_.any(stop_requested());
   const std::string saved = step > start_step_ ? save(step) : "";
   if (print && result.interrupted) io::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
   else if (print && !saved.empty()) io::print("checkpoint {}\n", saved);

@@ -2,7 +2,8 @@
 // LR schedule) from the run config, or from a checkpoint's model shape when resuming, reads the
 // prepared shards, runs the steps through a step strategy (single process by default), evaluates
 // on the validation split, logs metrics (JSON lines in the run directory and a progress
-// display), stops cleanly on SIGINT/SIGTERM, and prints samples at the end. A Trainer holds its
+// display), stops cleanly on SIGINT/SIGTERM, and prints samples at the end. Under a parallel
+// strategy every rank runs a Trainer; see TrainerOptions::group. A Trainer (rank 0's) holds its
 // run directory's exclusive lock (io/dir_lock.h) from construction to destruction.
 #pragma once
 #include <exception>
@@ -18,6 +19,7 @@
 #include "frugal/io/dir_lock.h"
 #include "frugal/methods/method_set.h"
 #include "frugal/session/session.h"
+#include "frugal/train/process_group.h"
 #include "frugal/train/run_config.h"
 #include "frugal/train/step.h"
 
@@ -32,6 +34,9 @@ struct TrainerOptions {
   bool overwrite = false;
   // How each optimizer step executes (single process unless a parallel strategy is given).
   StepStrategyFactory step_strategy = make_single_process_step;
+  // The processes the run spans (null: this one). Every rank constructs a Trainer with the same
+  // config; rank 0 alone prints, logs and writes the run directory, and all ranks stop together.
+  ProcessGroup* group = nullptr;
 };
 
 struct FitResult {
@@ -71,6 +76,7 @@ class Trainer {
   std::optional<StopSignals> stop_signals_{std::in_place};
   io::Config config_;
   TrainerOptions options_;
+  ProcessGroup& group_;
   RunSettings settings_;
   // Declared before everything that may write into the run directory, so released after it.
   std::optional<io::DirLock> run_lock_;

@@ -24,7 +24,9 @@ class FreezeMethod final : public Method {
  public:
   explicit FreezeMethod(FreezeConfig config) : config_(config), autocache_(config.autocache) {}
   std::string name() const override { return "freeze"; }
-  Capabilities capabilities() const override { return {.changes_trainable_set = true}; }
+  Capabilities capabilities() const override {
+    return {.changes_trainable_set = true, .reads_all_gradients = true};
+  }
   bool match(Event event, const TrainContext& ctx) const override;
   void apply(Event event, TrainContext& ctx) override;
   nlohmann::json save_state() const override;

@@ -1,0 +1,160 @@
+// The data-parallel step; see data_parallel.h.
+#include "frugal/parallel/data_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "frugal/core/error.h"
+#include "frugal/core/timer.h"
+#include "frugal/kernels/ops.h"
+
+namespace frugal::parallel {
+namespace {
+
+// Rank r's ZeRO shard begins at bounds[r]: N nearly equal pieces of the flat buffer, cut at
+// multiples of 16 floats (the parameter table aligns every tensor so, so a shard's part of the
+// gradient-norm stream is whole groups of 8).
+std::vector<size_t> shard_bounds_of(size_t total, int ranks) {
+  std::vector<size_t> bounds(ranks + 1);
+  for (int r = 0; r < ranks; ++r) bounds[r] = total * r / ranks / 16 * 16;
+  bounds[ranks] = total;
+  return bounds;
+}
+
+}  // namespace
+
+DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
+                                   MpiWorld& world)
+    : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero),
+      comm_(world.new_communicator()) {
+  if (zero_ == 2)
+    for (const auto& method : methods.methods())
+      FRUGAL_CHECK(!method->capabilities().reads_all_gradients, "methods.{} reads every block's "
+                   "gradients, which parallel.zero = 2 leaves reduced on the rank that owns them "
+                   "only; use parallel.zero = 1 (or 0)", method->name());
+  shards_ = shard_bounds_of(session.model().num_floats(), world.size());
+  if (zero_ >= 1) session.shard_optimizer(shards_[world.rank()], shards_[world.rank() + 1]);
+  const size_t bucket_floats = static_cast<size_t>(settings.parallel.bucket_mb * 1024 * 1024 / sizeof(float));
+  reducer_ = std::make_unique<GradientReducer>(world, bucket_floats);
+}
+
+const char* DataParallelStep::name() const {
+  static const char* names[] = {"data-parallel", "data-parallel, ZeRO-1", "data-parallel, ZeRO-2"};
+  return names[zero_];
+}
+
+StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
+  const int A = settings_.train.grad_accum, N = world_.size(), rank = world_.rank();
+  const int count = N * A;  // micro-batches in the step, over all ranks
+  TrainContext ctx = context(step, record);
+  methods_.fire(Event::BatchStart, ctx);
+  GPT& model = session_.model();  // the same until the Reconfigure in end_step
+  FRUGAL_CHECK(model.num_floats() == shards_.back(), "a method reshaped the model, which data "
+               "parallelism does not follow yet; run it in one process");
+  model.zero_grad();
+  StepResult r;
+  r.lr = session_.lr(step);
+  const size_t begin = model.trainable_begin(), total = model.num_floats();
+  Timer timer;
+  // The global batch in one-process order: rank r's micro-batches are r·A .. r·A + A − 1; the
+  // others' are drawn and dropped, so every rank's loader stays at the same position.
+  for (int skipped = 0; skipped < rank * A; ++skipped) draw(next_batch);
+  std::vector<double> losses(A);
+  for (int micro = 0; micro < A; ++micro) {
+    draw(next_batch);
+    if (micro == A - 1) {  // the gradients are final in the last backward: reduce as they come
+      reducer_->begin(model.grads(), begin, total,
+                      zero_ == 2 ? GradientReducer::Mode::ReduceScatter : GradientReducer::Mode::AllReduce,
+                      shards_);
+      model.set_grad_ready_hook([this](size_t from) { reducer_->ready(from); });
+    }
+    losses[micro] = run_micro_batch(ctx, micro, step, rank * A + micro, count, r);
+  }
+  model.set_grad_ready_hook(nullptr);
+  for (int skipped = (rank + 1) * A; skipped < count; ++skipped) draw(next_batch);
+  const double compute_seconds = timer.seconds();
+  const double wait_seconds = reducer_->finish();
+
+  // The loss: every micro-batch's, added in one-process order; the FLOPs of all ranks.
+  std::vector<double> all_losses(count);
+  world_.allgather(losses.data(), A, all_losses.data());
+  for (double loss : all_losses) r.loss += loss;
+  r.loss /= count;
+  const std::vector<double> flops = world_.sum({r.executed.forward, r.executed.backward_input,
+                                                r.executed.backward_weight, r.executed.optimizer,
+                                                r.dense.forward, r.dense.backward_input,
+                                                r.dense.backward_weight, r.dense.optimizer});
+  r.executed = {flops[0], flops[1], flops[2], flops[3]};
+  r.dense = {flops[4], flops[5], flops[6], flops[7]};
+  check_finite("loss", r.loss, step);
+  methods_.fire(Event::AfterGradReduce, ctx);
+
+  AdamW& optim = session_.optim();
+  Timer update_timer;
+  if (zero_ == 2) {
+    r.grad_norm = sharded_grad_norm(model.grads(), begin);
+    const size_t lo = std::max(begin, shards_[rank]), hi = shards_[rank + 1];
+    if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm);
+  } else {
+    r.grad_norm = optim.clip(model.grads(), begin);
+  }
+  ctx.grad_norm = r.grad_norm;
+  check_finite("gradient norm", r.grad_norm, step);
+  methods_.fire(Event::BeforeOptimStep, ctx);
+  optim.update(model.params(), model.grads(), begin, r.lr);
+  if (zero_ >= 1) allgather_params(model.params(), begin);
+  const double update_seconds = update_timer.seconds();
+  if (record) {
+    (*record)["comm"] = {{"wait_s", wait_seconds}, {"compute_s", compute_seconds},
+                         {"update_s", update_seconds}, {"buckets", reducer_->buckets()},
+                         {"bytes_reduced", reducer_->bytes_reduced()}};
+  }
+  end_step(ctx);
+  return r;
+}
+
+float DataParallelStep::sharded_grad_norm(const float* grads, size_t begin) {
+  // Rank r feeds its part of grads[begin, total) after ranks 0 .. r − 1 fed theirs: the stream's
+  // state travels up the ranks and the last one's result comes back down to all.
+  const int rank = world_.rank(), N = world_.size();
+  kernels::SumSquaresStream stream;
+  MPI_Request request;
+  if (rank > 0) {
+    MPI_Irecv(&stream, sizeof stream, MPI_BYTE, rank - 1, 0, comm_, &request);
+    world_.wait(request, "the gradient norm");
+  }
+  const size_t lo = std::max(begin, shards_[rank]), hi = shards_[rank + 1];
+  if (lo < hi) kernels::sum_squares_feed(stream, grads + lo, hi - lo);
+  double sum = 0;
+  if (rank + 1 < N) {
+    MPI_Isend(&stream, sizeof stream, MPI_BYTE, rank + 1, 0, comm_, &request);
+    world_.wait(request, "the gradient norm");
+  } else {
+    sum = kernels::sum_squares_finish(stream);
+  }
+  MPI_Ibcast(&sum, 1, MPI_DOUBLE, N - 1, comm_, &request);
+  world_.wait(request, "the gradient norm");
+  return static_cast<float>(std::sqrt(sum));
+}
+
+void DataParallelStep::allgather_params(float* params, size_t begin) {
+  const int N = world_.size();
+  std::vector<int> counts(N), displs(N);
+  for (int r = 0; r < N; ++r) {
+    const size_t lo = std::max(begin, shards_[r]), hi = std::max(lo, shards_[r + 1]);
+    counts[r] = static_cast<int>(hi - lo);
+    displs[r] = static_cast<int>(lo - begin);
+  }
+  MPI_Request request;
+  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, params + begin, counts.data(), displs.data(), MPI_FLOAT,
+                  comm_, &request);
+  world_.wait(request, "the all-gather of the updated parameters");
+}
+
+StepStrategyFactory data_parallel_step(MpiWorld& world) {
+  return [&world](Session& session, MethodSet& methods, const RunSettings& settings) {
+    return std::make_unique<DataParallelStep>(session, methods, settings, world);
+  };
+}
+
+}  // namespace frugal::parallel

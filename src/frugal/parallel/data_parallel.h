@@ -1,0 +1,52 @@
+// Data parallelism as a step strategy (train/step.h), applied to the model from outside: each of
+// the N ranks holds the whole model and runs train.grad_accum micro-batches of every optimizer
+// step, a disjoint slice of the global batch of N × grad_accum micro-batches (rank r takes
+// micro-batches r·A .. r·A + A − 1 of the order one process would draw them in, with the same
+// dropout keys), so N ranks compute what one process computes with N × grad_accum micro-batches.
+// Gradients are reduced during the last micro-batch's backward (gradient_reducer.h); the loss is
+// the mean over all micro-batches, added in the one-process order. ZeRO (parallel.zero):
+//   0  every rank all-reduces the gradients and runs AdamW over the whole model;
+//   1  the gradients are all-reduced, but each rank keeps AdamW's moments for, and updates, only
+//      its shard (1/N of the flat buffer); the updated parameters are all-gathered;
+//   2  as 1, but gradients are reduce-scattered: a rank receives the sums of its shard only, and
+//      the gradient norm is one chained sum over the shards in order (bit-identical to one
+//      process's). Methods that read every block's gradients (freeze) need stage 0 or 1.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "frugal/parallel/gradient_reducer.h"
+#include "frugal/parallel/mpi_world.h"
+#include "frugal/train/step.h"
+
+namespace frugal::parallel {
+
+class DataParallelStep final : public StepStrategy {
+ public:
+  DataParallelStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);
+  const char* name() const override;
+  StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
+
+  // The ZeRO shards: rank r owns [bounds[r], bounds[r + 1]) of the flat buffer.
+  const std::vector<size_t>& shard_bounds() const { return shards_; }
+
+ private:
+  // The gradient norm of grads[begin, total) when each rank holds the reduced sums of its shard
+  // only: the sum of squares is streamed through the ranks in order.
+  float sharded_grad_norm(const float* grads, size_t begin);
+  // Gathers every rank's updated shard of params[begin, total) onto every rank.
+  void allgather_params(float* params, size_t begin);
+
+  MpiWorld& world_;
+  int zero_;
+  MPI_Comm comm_;  // the norm chain and the parameter all-gather
+  std::vector<size_t> shards_;
+  std::unique_ptr<GradientReducer> reducer_;
+  std::vector<int32_t> inputs_, targets_;
+  std::vector<int64_t> ids_;
+};
+
+// The factory TrainerOptions::step_strategy and the benchmark take.
+StepStrategyFactory data_parallel_step(MpiWorld& world);
+
+}  // namespace frugal::parallel

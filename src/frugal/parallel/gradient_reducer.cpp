@@ -1,0 +1,112 @@
+// Bucketed gradient reduction on a communication thread; see gradient_reducer.h.
+#include "frugal/parallel/gradient_reducer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "frugal/core/error.h"
+#include "frugal/core/timer.h"
+
+namespace frugal::parallel {
+
+GradientReducer::GradientReducer(MpiWorld& world, size_t bucket_floats)
+    : world_(world), comm_(world.new_communicator()), bucket_floats_(std::max<size_t>(bucket_floats, 1)),
+      thread_([this] { communicate(); }) {}
+
+GradientReducer::~GradientReducer() {
+  {
+    std::lock_guard lock(mutex_);
+    quit_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+  MPI_Comm_free(&comm_);
+}
+
+void GradientReducer::begin(float* grads, size_t begin, size_t end, Mode mode,
+                            std::vector<size_t> shard_bounds) {
+  FRUGAL_CHECK(mode == Mode::AllReduce || shard_bounds.size() == size_t(world_.size()) + 1,
+               "internal: reduce-scatter needs one shard per rank");
+  std::lock_guard lock(mutex_);
+  FRUGAL_CHECK(unfinished_ == 0, "internal: a gradient reduction began before the last finished");
+  grads_ = grads;
+  begin_ = begin;
+  end_ = launched_ = end;
+  mode_ = mode;
+  shards_ = std::move(shard_bounds);
+  bytes_ = 0;
+  buckets_ = 0;
+}
+
+void GradientReducer::ready(size_t from) {
+  from = std::max(from, begin_);
+  if (launched_ - from >= bucket_floats_) launch(from);
+}
+
+void GradientReducer::launch(size_t from) {
+  if (from >= launched_) return;
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back({from, launched_});
+    ++unfinished_;
+    bytes_ += (launched_ - from) * sizeof(float);
+    ++buckets_;
+  }
+  launched_ = from;
+  changed_.notify_all();
+}
+
+double GradientReducer::finish() {
+  launch(begin_);
+  Timer waited;
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return unfinished_ == 0; });
+  return waited.seconds();
+}
+
+void GradientReducer::communicate() {
+  for (;;) {
+    Bucket bucket;
+    {
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [&] { return quit_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // quit_
+      bucket = queue_.front();
+      queue_.pop_front();
+    }
+    reduce(bucket);
+    {
+      std::lock_guard lock(mutex_);
+      --unfinished_;
+    }
+    changed_.notify_all();
+  }
+}
+
+void GradientReducer::reduce(const Bucket& b) {
+  const std::string what = fmt::format("the reduction of gradients [{}, {})", b.begin, b.end);
+  MPI_Request request;
+  if (mode_ == Mode::AllReduce) {
+    MPI_Iallreduce(MPI_IN_PLACE, grads_ + b.begin, static_cast<int>(b.end - b.begin), MPI_FLOAT,
+                   MPI_SUM, comm_, &request);
+    world_.wait(request, what);
+    return;
+  }
+  // Reduce-scatter: rank r receives the sum of the bucket's part inside its shard.
+  const int n = world_.size(), me = world_.rank();
+  counts_.assign(n, 0);
+  for (int r = 0; r < n; ++r) {
+    const size_t lo = std::max(b.begin, shards_[r]), hi = std::min(b.end, shards_[r + 1]);
+    counts_[r] = lo < hi ? static_cast<int>(hi - lo) : 0;
+  }
+  received_.resize(std::max(counts_[me], 1));
+  MPI_Ireduce_scatter(grads_ + b.begin, received_.data(), counts_.data(), MPI_FLOAT, MPI_SUM, comm_,
+                      &request);
+  world_.wait(request, what);
+  if (counts_[me] > 0)
+    std::memcpy(grads_ + std::max(b.begin, shards_[me]), received_.data(), sizeof(float) * counts_[me]);
+}
+
+}  // namespace frugal::parallel

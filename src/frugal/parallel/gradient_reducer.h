@@ -1,0 +1,71 @@
+// Sums the gradients of a data-parallel step over the ranks in buckets, overlapped with the
+// backward pass (PyTorch DDP's scheme): the model reports, layer by layer from the top, which
+// part of its gradient buffer is final (GPT::set_grad_ready_hook); once a bucket's worth of final
+// gradients has gathered it goes to a communication thread, which reduces it with a non-blocking
+// MPI collective while the backward pass continues below. Buckets are contiguous ranges of the
+// flat buffer made of whole layer groups, at least parallel.bucket_mb each (the last may be
+// smaller), launched top down; frozen parameters (below the range given to begin()) never move.
+// Two modes: all-reduce (every rank gets the whole sum) and reduce-scatter (each rank gets the
+// sum over its own ZeRO shard only).
+#pragma once
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "frugal/parallel/mpi_world.h"
+
+namespace frugal::parallel {
+
+class GradientReducer {
+ public:
+  enum class Mode { AllReduce, ReduceScatter };
+  GradientReducer(MpiWorld& world, size_t bucket_floats);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // Starts reducing grads[begin, end) for one step. ReduceScatter: shard_bounds (size() + 1
+  // offsets) give each rank's range; only this rank's receives the sum.
+  void begin(float* grads, size_t begin, size_t end, Mode mode, std::vector<size_t> shard_bounds = {});
+  // The gradients of [from, end) are final (the model's grad-ready hook): launches full buckets.
+  void ready(size_t from);
+  // Launches what is left and waits until every bucket is reduced. Returns the seconds the
+  // caller waited: the communication the backward pass did not hide.
+  double finish();
+  // Bytes of gradients this rank handed to the collectives in the last step, and buckets.
+  size_t bytes_reduced() const { return bytes_; }
+  int buckets() const { return buckets_; }
+
+ private:
+  struct Bucket {
+    size_t begin, end;
+  };
+  void launch(size_t from);
+  void communicate();  // the communication thread
+  void reduce(const Bucket& bucket);
+
+  MpiWorld& world_;
+  MPI_Comm comm_;
+  size_t bucket_floats_;
+  // The step being reduced (set by begin(), read by the thread).
+  float* grads_ = nullptr;
+  size_t begin_ = 0, end_ = 0, launched_ = 0;  // buckets cover [launched_, end_)
+  Mode mode_ = Mode::AllReduce;
+  std::vector<size_t> shards_;
+  std::vector<int> counts_;    // reduce-scatter: this bucket's floats per rank
+  std::vector<float> received_;
+  size_t bytes_ = 0;
+  int buckets_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Bucket> queue_;
+  int unfinished_ = 0;  // launched buckets not reduced yet
+  bool quit_ = false;
+  std::thread thread_;
+};
+
+}  // namespace frugal::parallel

@@ -1,0 +1,96 @@
+// Joining the MPI job, or running alone; see world.h.
+#include "frugal/parallel/world.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "frugal/core/threading.h"
+
+#ifdef FRUGAL_HAVE_MPI
+#include "frugal/parallel/data_parallel.h"
+#include "frugal/parallel/mpi_world.h"
+#endif
+
+namespace frugal::parallel {
+namespace {
+
+World* joined = nullptr;
+
+// The job size mpirun announces in the environment (Open MPI, or a PMI-based launcher); 0 when
+// this process was not started by an MPI launcher.
+int launcher_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  return 0;
+}
+
+}  // namespace
+
+#ifndef FRUGAL_HAVE_MPI
+class MpiWorld {};  // a build without MPI never creates one
+#endif
+World::~World() = default;
+
+World& World::join(int* argc, char*** argv) {
+  static World world;
+  joined = &world;
+  const int size = launcher_size();
+#ifdef FRUGAL_HAVE_MPI
+  if (size >= 1) {
+    world.mpi_ = std::make_unique<MpiWorld>(argc, argv);
+    if (!std::getenv("OMP_NUM_THREADS"))
+      set_num_threads(std::max(1, omp_get_num_procs() / world.mpi_->local_size()));
+  }
+#else
+  if (size > 1) {
+    std::fprintf(stderr, "error: started by mpirun with %d processes, but this frugal was built "
+                 "without MPI; apt-get install libopenmpi-dev openmpi-bin, then rebuild "
+                 "(cmake -DFRUGAL_MPI=ON)\n", size);
+    std::exit(1);
+  }
+#endif
+  return world;
+}
+
+World& World::current() { return *joined; }
+
+ProcessGroup& World::group() {
+#ifdef FRUGAL_HAVE_MPI
+  if (mpi_) return *mpi_;
+#endif
+  return single_process();
+}
+
+bool World::parallel() const {
+#ifdef FRUGAL_HAVE_MPI
+  return mpi_ && mpi_->size() > 1;
+#else
+  return false;
+#endif
+}
+
+StepStrategyFactory World::step_strategy() {
+#ifdef FRUGAL_HAVE_MPI
+  if (parallel()) return data_parallel_step(*mpi_);
+#endif
+  return make_single_process_step;
+}
+
+void World::set_timeout(double seconds) {
+#ifdef FRUGAL_HAVE_MPI
+  if (mpi_) mpi_->set_timeout(seconds);
+#endif
+}
+
+int World::fail(int code) {
+#ifdef FRUGAL_HAVE_MPI
+  if (parallel()) mpi_->abort(code);
+#endif
+  return code;
+}
+
+}  // namespace frugal::parallel
