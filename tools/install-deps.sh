@@ -8,6 +8,7 @@ packages=(
   libopenblas-openmp-dev libdnnl-dev libpcre2-dev liblzma-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  openmpi-bin libopenmpi-dev
   gnuplot-nox
 )
 
