@@ -227,6 +227,10 @@ size_t GPT::trainable_begin() const {
   return range_.head ? table_.layer_range(config_.n_layer).first : table_.total();
 }
 
+std::pair<size_t, size_t> GPT::token_embedding_range() const {
+  return {wte_, wte_ + table_.at("transformer.wte.weight").numel};
+}
+
 size_t GPT::head_offset() const {
   const ParamInfo* head = table_.find("lm_head.weight");
   return head ? head->offset : table_.at("transformer.wte.weight").offset;
@@ -471,7 +475,8 @@ void GPT::backward_range(const float* doutput) {
     if (grad_ready_) grad_ready_(table_.layer_range(l).first);
   }
   if (range_.embeddings && frozen_ == 0) {
-    k::encoder_backward(grads_.data() + wte_, grads_.data() + wpe_, dres_, tokens_.data(), B, T, C);
+    k::encoder_backward(defer_wte_grad_ ? nullptr : grads_.data() + wte_, grads_.data() + wpe_, dres_,
+                        tokens_.data(), B, T, C);
     if (grad_ready_) grad_ready_(0);
   }
 }

@@ -135,6 +135,17 @@ class GPT {
   // reducing those gradients while the rest of the backward runs. Null: no calls.
   using GradReadyHook = std::function<void(size_t from)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+  // While set, backward leaves the token embedding's gradient out of grads() (wte still gets a
+  // tied head's, which is final once the forward ran): a data-parallel strategy reduces wte's
+  // large dense part during the backward and adds the sparse embedding part of every rank
+  // afterwards, from embedding_output_grad() and tokens() (kernels::encoder_backward).
+  void set_defer_token_embedding_grad(bool defer) { defer_wte_grad_ = defer; }
+  // (B,T,C) d loss / d the embeddings' output after a backward of the whole model, and the
+  // (B,T) tokens of the last forward.
+  const float* embedding_output_grad() const { return dres_; }
+  const int32_t* tokens() const { return tokens_.data(); }
+  // [begin, end) of the token embedding in params() / grads().
+  std::pair<size_t, size_t> token_embedding_range() const;
   // Logits (B, T, V) of the last position only is what sampling needs; this gives all positions.
   void logits(const int32_t* inputs, int B, int T, float* out);
 
@@ -196,6 +207,7 @@ class GPT {
   float dropout_p_ = 0.0f;  // config dropout while training, 0 in evaluation
   bool backward_ready_ = false;
   GradReadyHook grad_ready_;
+  bool defer_wte_grad_ = false;
   MemoryPlan plan_;
 };
 

@@ -59,21 +59,34 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
   // The global batch in one-process order: rank r's micro-batches are r·A .. r·A + A − 1; the
   // others' are drawn and dropped, so every rank's loader stays at the same position.
   for (int skipped = 0; skipped < rank * A; ++skipped) draw(next_batch);
+  // The token embedding (at the bottom of the buffer) would be final only at the very end of the
+  // backward; its dense part (a tied head's gradient) is reduced from the first hook on instead,
+  // and the embedding rows of every rank are added after the backward (add_embedding_grads).
+  const bool defer_wte = begin == 0;
+  const auto [wte_begin, wte_end] = model.token_embedding_range();
   std::vector<double> losses(A);
   for (int micro = 0; micro < A; ++micro) {
     draw(next_batch);
     if (micro == A - 1) {  // the gradients are final in the last backward: reduce as they come
-      reducer_->begin(model.grads(), begin, total,
+      reducer_->begin(model.grads(), defer_wte ? wte_end : begin, total,
                       zero_ == 2 ? GradientReducer::Mode::ReduceScatter : GradientReducer::Mode::AllReduce,
                       shards_);
-      model.set_grad_ready_hook([this](size_t from) { reducer_->ready(from); });
+      bool wte_launched = !defer_wte;
+      model.set_grad_ready_hook([&, wte_begin = wte_begin, wte_end = wte_end](size_t from) {
+        if (!wte_launched) reducer_->launch_range(wte_begin, wte_end);
+        wte_launched = true;
+        reducer_->ready(from);
+      });
+      model.set_defer_token_embedding_grad(defer_wte);
     }
     losses[micro] = run_micro_batch(ctx, micro, step, rank * A + micro, count, r);
   }
   model.set_grad_ready_hook(nullptr);
+  model.set_defer_token_embedding_grad(false);
   for (int skipped = (rank + 1) * A; skipped < count; ++skipped) draw(next_batch);
   const double compute_seconds = timer.seconds();
   const double wait_seconds = reducer_->finish();
+  if (defer_wte) add_embedding_grads(model);
 
   // The loss: every micro-batch's, added in one-process order; the FLOPs of all ranks.
   std::vector<double> all_losses(count);
@@ -111,6 +124,23 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
   }
   end_step(ctx);
   return r;
+}
+
+void DataParallelStep::add_embedding_grads(GPT& model) {
+  const int B = settings_.train.batch_size, T = settings_.train.seq_len, C = model.config().n_embd;
+  const int N = world_.size();
+  const size_t rows = size_t(B) * T;
+  all_tokens_.resize(rows * N);
+  all_rows_.resize(rows * C * N);
+  MPI_Request requests[2];
+  MPI_Iallgather(model.tokens(), static_cast<int>(rows), MPI_INT32_T, all_tokens_.data(), static_cast<int>(rows),
+                 MPI_INT32_T, comm_, &requests[0]);
+  MPI_Iallgather(model.embedding_output_grad(), static_cast<int>(rows * C), MPI_FLOAT, all_rows_.data(),
+                 static_cast<int>(rows * C), MPI_FLOAT, comm_, &requests[1]);
+  for (MPI_Request& request : requests) world_.wait(request, "the all-gather of the embedding gradients");
+  // Every rank's rows, in rank order, into the reduced token-embedding gradient.
+  kernels::encoder_backward(model.grads() + model.token_embedding_range().first, nullptr, all_rows_.data(),
+                            all_tokens_.data(), N * B, T, C);
 }
 
 float DataParallelStep::sharded_grad_norm(const float* grads, size_t begin) {

@@ -34,6 +34,9 @@ class DataParallelStep final : public StepStrategy {
   // The gradient norm of grads[begin, total) when each rank holds the reduced sums of its shard
   // only: the sum of squares is streamed through the ranks in order.
   float sharded_grad_norm(const float* grads, size_t begin);
+  // Adds the token-embedding gradient rows of every rank's last micro-batch (left out of the
+  // backward, see GPT::set_defer_token_embedding_grad) to the reduced gradients.
+  void add_embedding_grads(GPT& model);
   // Gathers every rank's updated shard of params[begin, total) onto every rank.
   void allgather_params(float* params, size_t begin);
 
@@ -42,8 +45,8 @@ class DataParallelStep final : public StepStrategy {
   MPI_Comm comm_;  // the norm chain and the parameter all-gather
   std::vector<size_t> shards_;
   std::unique_ptr<GradientReducer> reducer_;
-  std::vector<int32_t> inputs_, targets_;
-  std::vector<int64_t> ids_;
+  std::vector<int32_t> all_tokens_;  // add_embedding_grads: every rank's (B,T) tokens
+  std::vector<float> all_rows_;       // and (B,T,C) embedding-output gradients
 };
 
 // The factory TrainerOptions::step_strategy and the benchmark take.

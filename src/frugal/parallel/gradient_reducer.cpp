@@ -47,14 +47,23 @@ void GradientReducer::ready(size_t from) {
 
 void GradientReducer::launch(size_t from) {
   if (from >= launched_) return;
+  enqueue(from, launched_);
+  launched_ = from;
+}
+
+void GradientReducer::launch_range(size_t b, size_t e) {
+  FRUGAL_CHECK(e <= begin_, "internal: an extra bucket overlaps the reduced range");
+  if (b < e) enqueue(b, e);
+}
+
+void GradientReducer::enqueue(size_t b, size_t e) {
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back({from, launched_});
+    queue_.push_back({b, e});
     ++unfinished_;
-    bytes_ += (launched_ - from) * sizeof(float);
+    bytes_ += (e - b) * sizeof(float);
     ++buckets_;
   }
-  launched_ = from;
   changed_.notify_all();
 }
 

@@ -32,6 +32,9 @@ class GradientReducer {
   void begin(float* grads, size_t begin, size_t end, Mode mode, std::vector<size_t> shard_bounds = {});
   // The gradients of [from, end) are final (the model's grad-ready hook): launches full buckets.
   void ready(size_t from);
+  // Launches [b, e), below begin's range, as a bucket of its own now (a tied head's part of the
+  // token embedding's gradient, final before the backward reaches the embeddings).
+  void launch_range(size_t b, size_t e);
   // Launches what is left and waits until every bucket is reduced. Returns the seconds the
   // caller waited: the communication the backward pass did not hide.
   double finish();
@@ -44,6 +47,7 @@ class GradientReducer {
     size_t begin, end;
   };
   void launch(size_t from);
+  void enqueue(size_t b, size_t e);
   void communicate();  // the communication thread
   void reduce(const Bucket& bucket);
 
