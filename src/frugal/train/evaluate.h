@@ -5,6 +5,7 @@
 
 #include "frugal/data/loader.h"
 #include "frugal/model/gpt.h"
+#include "frugal/train/process_group.h"
 
 namespace frugal {
 
@@ -14,12 +15,17 @@ struct EvalResult {
   double loss = 0;        // mean over those tokens (nats)
   double perplexity = 0;  // exp(loss)
   double seconds = 0;
+  int64_t batches = 0;      // evaluated, by all ranks
+  int64_t batches_run = 0;  // of them, by this rank
 };
 
 // Rewinds `loader` (Sequential order) and runs the model over its sequences in batches of
 // batch_size, at most max_batches of them (0: all). Every target token weighs the same (a short
 // last batch counts for its rows only). Plans the model for (batch_size, loader.seq_len()) when
-// it is planned otherwise. No dropout (evaluation).
-EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, int64_t max_batches);
+// it is planned otherwise. No dropout (evaluation). Over the ranks of `group` (each with the same
+// model): rank r runs batches r, r + N, ...; every rank gets the result, which is the one
+// process's to the bit (the per-batch sums are added in batch order).
+EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, int64_t max_batches,
+                         ProcessGroup& group = single_process());
 
 }  // namespace frugal

@@ -215,7 +215,8 @@ void Trainer::stop_after_failed_output(int64_t steps_done, const std::exception&
 
 float Trainer::evaluate() {
   const TrainSettings& t = settings_.train;
-  return static_cast<float>(evaluate_loss(session_->model(), *val_loader_, t.batch_size, t.eval_batches).loss);
+  return static_cast<float>(
+      evaluate_loss(session_->model(), *val_loader_, t.batch_size, t.eval_batches, group_).loss);
 }
 
 FitResult Trainer::fit() {
