@@ -231,7 +231,13 @@ FitResult Trainer::fit() {
               session_->model().table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd,
               m.vocab_size, num_threads(),
               group_.size() > 1 ? fmt::format(" per rank, {} ranks ({})", group_.size(), step_->name()) : "");
-    io::print("{}\n", session_->model().memory_plan().describe(session_->optim().state_bytes()));
+    const MemoryPlan plan = session_->model().memory_plan();
+    const size_t optimizer = session_->optim().state_bytes();
+    io::print("{}{}\n", plan.describe(optimizer),
+              group_.size() > 1
+                  ? fmt::format(" per rank; weights, gradients and optimizer state {:.2f} bytes per parameter",
+                                double(plan.parameters + plan.gradients + optimizer) / session_->model().num_floats())
+                  : "");
     io::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
               train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
     for (const auto& method : methods_.methods()) io::print("method: {}\n", method->name());
