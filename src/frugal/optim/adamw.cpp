@@ -22,10 +22,15 @@ float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps) {
 AdamW::AdamW(const ParamTable& table, const AdamWConfig& config) : AdamW(table, config, 0, table.total()) {}
 
 AdamW::AdamW(const ParamTable& table, const AdamWConfig& config, size_t shard_begin, size_t shard_end)
-    : table_(table), config_(config), shard_begin_(shard_begin), shard_end_(shard_end),
-      m_(shard_end - shard_begin), v_(shard_end - shard_begin) {
+    : table_(table), config_(config), shard_begin_(shard_begin), shard_end_(shard_end) {
   FRUGAL_CHECK(shard_begin <= shard_end && shard_end <= table.total(), "internal: optimizer shard "
                "[{}, {}) outside the {} parameters", shard_begin, shard_end, table.total());
+}
+
+void AdamW::allocate_state() {
+  if (m_.size() == shard_end_ - shard_begin_) return;
+  m_.resize(shard_end_ - shard_begin_);
+  v_.resize(shard_end_ - shard_begin_);
 }
 
 float AdamW::grad_norm(const float* grads, size_t begin, size_t end) {
@@ -57,6 +62,7 @@ float AdamW::clip(float* grads, size_t begin) const {
 void AdamW::update(float* params, const float* grads, size_t begin, float lr) {
   ++t_;
   const kernels::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, t_};
+  allocate_state();
   const size_t lo = std::max(begin, shard_begin_);
   for (const ParamInfo& e : table_.entries()) {
     if (e.offset < begin) continue;  // frozen: a whole tensor or nothing

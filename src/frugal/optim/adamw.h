@@ -55,15 +55,19 @@ class AdamW {
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
   // The moments of the shard: m()[i] belongs to the parameter at offset shard_begin() + i.
-  float* m() { return m_.data(); }
-  float* v() { return v_.data(); }
+  // Allocated (zero) at the first use, so that an optimizer replaced before it took a step (by
+  // Session::shard_optimizer) never holds the whole model's.
+  float* m() { return allocate_state(), m_.data(); }
+  float* v() { return allocate_state(), v_.data(); }
   size_t shard_begin() const { return shard_begin_; }
   size_t shard_end() const { return shard_end_; }
   size_t model_floats() const { return table_.total(); }
   bool sharded() const { return shard_begin_ != 0 || shard_end_ != table_.total(); }
-  size_t state_bytes() const { return 2 * m_.size() * sizeof(float); }
+  size_t state_bytes() const { return 2 * (shard_end_ - shard_begin_) * sizeof(float); }
 
  private:
+  void allocate_state();
+
   const ParamTable& table_;
   AdamWConfig config_;
   size_t shard_begin_, shard_end_;
