@@ -6,13 +6,16 @@ each timed step is timed alone and ms/step and tokens/s come from the median ste
 Run with Debian's torch (OpenBLAS, OpenMP variant):
 
     /usr/bin/python3 tools/bench_torch.py --preset M --threads 2 [--warmup 3 --steps 10] [--json]
+
+tools/bench_ddp.py (data-parallel) reuses the presets and the step, timing and counting functions.
+torch_gpt (beside this file, on sys.path when run as a script) imports torch, so it is imported
+only after import_torch() has set the thread count.
 """
 import argparse
 import json
 import os
 import resource
 import statistics
-import sys
 import time
 
 # preset -> (model config fields, B, T); block_size = T, tied head, gelu MLP, no dropout.
@@ -26,14 +29,21 @@ PRESETS = {
 DEFAULT_STEPS = {"S": (5, 30), "M": (3, 10), "L": (2, 5)}
 
 
-def parse_args():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def make_parser(doc, default_threads=os.cpu_count()):
+    """The options every training-step benchmark takes; callers may add their own."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="S")
-    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="intra-op threads (default: all cores)")
+    ap.add_argument("--threads", type=int, default=default_threads,
+                    help=f"intra-op threads per process (default: {default_threads})")
     ap.add_argument("--warmup", type=int, help="untimed steps first (default per preset)")
     ap.add_argument("--steps", type=int, help="timed steps (default per preset)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    return ap
+
+
+def parse_args(ap):
+    """Parses the command line and fills in the preset's warm-up and timed step counts."""
     args = ap.parse_args()
     warmup, steps = DEFAULT_STEPS[args.preset]
     args.warmup = warmup if args.warmup is None else args.warmup
@@ -41,6 +51,67 @@ def parse_args():
     if args.threads < 1 or args.steps < 1 or args.warmup < 0:
         ap.error("--threads and --steps must be at least 1, --warmup at least 0")
     return args
+
+
+def import_torch(threads):
+    """Imports torch running `threads` intra-op threads and returns the module."""
+    # OpenMP (torch and OpenBLAS's OpenMP variant) reads this at start-up: set it before import.
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    return torch
+
+
+def build_model(preset, generator, attention="manual"):
+    """The preset's model in training mode, initialised from `generator`; returns (cfg, model, B, T)."""
+    from torch_gpt import GPT, GPTConfig, init_params
+
+    fields, B, T = PRESETS[preset]
+    cfg = GPTConfig(**fields, block_size=T, mlp="gelu", tied_head=True, dropout=0.0)
+    model = GPT(cfg, attention=attention)
+    init_params(model, generator)
+    model.train()
+    return cfg, model, B, T
+
+
+def random_batch(cfg, B, T, generator):
+    """B random sequences of T tokens: (inputs, targets), the targets shifted by one."""
+    import torch
+
+    tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=generator)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def train_step(model, opt, inputs, targets):
+    """Forward, backward, AdamW step, zero_grad(set_to_none=True); returns the loss."""
+    _, loss = model(inputs, targets)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def time_steps(step, warmup, steps, before_each=lambda: None):
+    """Runs `warmup` untimed steps, then times `steps` steps one by one (before_each() runs
+    untimed ahead of each); returns (the step times in seconds, the last step's result)."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        before_each()
+        start = time.perf_counter()
+        result = step()
+        times.append(time.perf_counter() - start)
+    return times, result
+
+
+def parameter_counts(model, cfg):
+    """(all parameters with the vocabulary padding rows, parameters counted as frugal bench counts
+    them: without the padding rows V..Vp-1)."""
+    n_params = sum(p.numel() for p in model.parameters())
+    vocab_matrices = 1 if cfg.tied_head else 2
+    return n_params, n_params - vocab_matrices * (cfg.padded_vocab() - cfg.vocab_size) * cfg.n_embd
 
 
 def peak_rss_bytes():
@@ -55,45 +126,21 @@ def blas_library():
 
 
 def main():
-    args = parse_args()
-    # OpenMP (torch and OpenBLAS's OpenMP variant) reads this at start-up: set it before import.
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    import torch
+    args = parse_args(make_parser(__doc__))
+    torch = import_torch(args.threads)
+    from torch_gpt import make_adamw
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from torch_gpt import GPT, GPTConfig, init_params, make_adamw
-
-    torch.set_num_threads(args.threads)
-    fields, B, T = PRESETS[args.preset]
-    cfg = GPTConfig(**fields, block_size=T, mlp="gelu", tied_head=True, dropout=0.0)
     gen = torch.Generator().manual_seed(args.seed)
-    model = GPT(cfg)
-    init_params(model, gen)
-    model.train()
+    cfg, model, B, T = build_model(args.preset, gen)
     opt = make_adamw(model, lr=3e-4)
-    tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=gen)
-    inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
-
-    def step():
-        _, loss = model(inputs, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.item()
+    inputs, targets = random_batch(cfg, B, T, gen)
 
     load_before = os.getloadavg()[0]  # the machine may be shared: record how busy it was
-    for _ in range(args.warmup):
-        step()
-    times = []
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        loss = step()
-        times.append(time.perf_counter() - start)
+    times, loss = time_steps(lambda: train_step(model, opt, inputs, targets), args.warmup, args.steps)
 
     # The median step time, as frugal bench reports it: robust to steps slowed by other load.
     ms_per_step = 1000.0 * statistics.median(times)
-    n_params = sum(p.numel() for p in model.parameters())
-    vocab_matrices = 1 if cfg.tied_head else 2
+    n_params, parameters = parameter_counts(model, cfg)
     result = dict(
         impl="pytorch",
         preset=args.preset,
@@ -108,8 +155,7 @@ def main():
         batch=B,
         seq_len=T,
         n_params=n_params,  # with the vocabulary padding rows
-        # Counted as frugal bench counts them: without the padding rows V..Vp-1.
-        parameters=n_params - vocab_matrices * (cfg.padded_vocab() - cfg.vocab_size) * cfg.n_embd,
+        parameters=parameters,  # without them, as frugal bench counts
         final_loss=loss,
         torch_version=torch.__version__,
         blas=blas_library(),

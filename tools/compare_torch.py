@@ -12,6 +12,7 @@ batch, seq_len, parameters (without vocabulary padding rows), warmup and steps: 
 with an error when the two sides did not run the same model, batch and step counts.
 --frugal-cmd / --torch-cmd replace the program part of a command (frugal still gets `bench`, both
 get the options), e.g. to test this script with a fake benchmark.
+tools/compare_ddp.py (data-parallel: MPI ranks against PyTorch DDP) reuses these functions.
 """
 import argparse
 import json
@@ -28,29 +29,33 @@ SAME_RUN = ("batch", "seq_len", "parameters", "warmup", "steps")  # must agree b
 REQUIRED = MEASURED + SAME_RUN
 
 
-def parse_args():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def make_parser(doc, torch_program, default_threads):
+    """The options of a side-by-side comparison; torch_program names the default PyTorch command."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", nargs="+", default=["S"], help="one or more presets (S, M, L)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=default_threads)
     ap.add_argument("--repeats", type=int, default=5, help="runs of each side per preset")
     ap.add_argument("--frugal", default=os.path.join(REPO, "build", "frugal"), help="frugal binary")
     ap.add_argument("--frugal-cmd", help="command line replacing the frugal binary (shell-quoted)")
-    ap.add_argument("--torch-cmd", help="command line replacing /usr/bin/python3 tools/bench_torch.py")
+    ap.add_argument("--torch-cmd", help=f"command line replacing {torch_program}")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds allowed for one run")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    return ap
+
+
+def parse_args(ap):
     args = ap.parse_args()
     if args.repeats < 1 or args.threads < 1:
         ap.error("--repeats and --threads must be at least 1")
     return args
 
 
-def run_bench(name, program, preset, threads, timeout):
-    """Runs one benchmark command and returns its JSON result (a dict); exits with a clear error."""
-    cmd = program + ["--preset", preset, "--threads", str(threads), "--json"]
+def run_bench(name, cmd, timeout, required=REQUIRED):
+    """Runs one benchmark command line and returns its JSON result (a dict); exits with a clear error."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
-        sys.exit(f"error: cannot run {cmd[0]!r} for {name}; build it or pass its path (--frugal / --{name}-cmd)")
+        sys.exit(f"error: cannot run {cmd[0]!r} for {name}; build or install it, or pass another command (see --help)")
     except subprocess.TimeoutExpired:
         sys.exit(f"error: {name} ran longer than {timeout:.0f} s: {shlex.join(cmd)}; raise --timeout")
     if proc.returncode != 0:
@@ -61,53 +66,58 @@ def run_bench(name, program, preset, threads, timeout):
         except json.JSONDecodeError:
             continue
         if isinstance(result, dict):
-            missing = [k for k in REQUIRED if k not in result]
+            missing = [k for k in required if k not in result]
             if missing:
                 sys.exit(f"error: {name}'s JSON lacks {missing}: {shlex.join(cmd)}")
             return result
     sys.exit(f"error: {name} printed no JSON object: {shlex.join(cmd)}\nstdout: {proc.stdout.strip()[-500:]}")
 
 
-def check_same_run(preset, frugal, pytorch):
-    """Exits with an error unless both results describe the same model, batch and step counts."""
-    differ = [f"{key} {frugal[key]} vs {pytorch[key]}" for key in SAME_RUN if frugal[key] != pytorch[key]]
+def check_same_run(preset, results, same_run=SAME_RUN):
+    """Exits with an error unless the two sides' results ({side: result}) describe the same model,
+    batch and step counts."""
+    (a, ra), (b, rb) = results.items()
+    differ = [key for key in same_run if ra[key] != rb[key]]
     if differ:
-        sys.exit(f"error: preset {preset}: frugal and pytorch did not run the same benchmark "
-                 f"(frugal vs pytorch: {', '.join(differ)}); align the presets in "
-                 f"bench/step.cpp and tools/bench_torch.py")
+        advice = "; align the presets in bench/step.cpp and tools/bench_torch.py" if set(differ) & set(SAME_RUN) else ""
+        sys.exit(f"error: preset {preset}: {a} and {b} did not run the same benchmark "
+                 f"({a} vs {b}: {', '.join(f'{key} {ra[key]} vs {rb[key]}' for key in differ)}){advice}")
 
 
-def compare(preset, args, programs):
-    """Alternates the two benchmarks; returns the medians of one preset as a dict."""
-    runs = {name: [] for name in programs}
-    for _ in range(args.repeats):
-        for name, program in programs.items():
-            runs[name].append(run_bench(name, program, preset, args.threads, args.timeout))
+def compare(preset, commands, repeats, timeout, head, required=REQUIRED, same_run=SAME_RUN):
+    """Alternates the two sides' commands ({side: preset -> command line}) `repeats` times; returns
+    head followed by the medians of one preset, the ratio being the first side's tokens/s over the
+    second's (median of the per-pair ratios)."""
+    runs = {name: [] for name in commands}
+    for _ in range(repeats):
+        for name, command in commands.items():
+            runs[name].append(run_bench(name, command(preset), timeout, required))
             print(f"  {preset} {name}: {runs[name][-1]['tokens_per_s']:.0f} tokens/s", file=sys.stderr)
-        check_same_run(preset, runs["frugal"][-1], runs["pytorch"][-1])
-    ratios = [f["tokens_per_s"] / t["tokens_per_s"] for f, t in zip(runs["frugal"], runs["pytorch"])]
-    summary = dict(preset=preset, threads=args.threads, repeats=args.repeats, ratio_median=statistics.median(ratios))
+        check_same_run(preset, {name: results[-1] for name, results in runs.items()}, same_run)
+    (a, first), (_, second) = runs.items()
+    ratios = [f["tokens_per_s"] / t["tokens_per_s"] for f, t in zip(first, second)]
+    summary = dict(head, repeats=repeats, ratio_median=statistics.median(ratios))
     for name, results in runs.items():
         for key in MEASURED:
             summary[f"{name}_{key}_median"] = statistics.median(r[key] for r in results)
         summary[f"{name}_tokens_per_s_all"] = [r["tokens_per_s"] for r in results]
-    if all("mfu" in r for r in runs["frugal"]):
-        summary["frugal_mfu_median"] = statistics.median(r["mfu"] for r in runs["frugal"])
+    if all("mfu" in r for r in first):
+        summary[f"{a}_mfu_median"] = statistics.median(r["mfu"] for r in first)
     return summary
 
 
-def print_table(rows):
-    header = ("preset", "threads", "frugal tok/s", "pytorch tok/s", "frugal/pytorch", "frugal MiB", "pytorch MiB")
+def print_table(rows, sides, lead=("preset", "threads")):
+    """One line per preset: the `lead` fields of the rows, then both sides' medians and the ratio."""
+    a, b = sides
+    header = lead + (f"{a} tok/s", f"{b} tok/s", f"{a}/{b}", f"{a} MiB", f"{b} MiB")
     lines = [header]
     for r in rows:
-        lines.append((
-            r["preset"],
-            str(r["threads"]),
-            f"{r['frugal_tokens_per_s_median']:.0f}",
-            f"{r['pytorch_tokens_per_s_median']:.0f}",
+        lines.append(tuple(str(r[key]) for key in lead) + (
+            f"{r[f'{a}_tokens_per_s_median']:.0f}",
+            f"{r[f'{b}_tokens_per_s_median']:.0f}",
             f"{r['ratio_median']:.2f}x",
-            f"{r['frugal_peak_rss_bytes_median'] / 2**20:.0f}",
-            f"{r['pytorch_peak_rss_bytes_median'] / 2**20:.0f}",
+            f"{r[f'{a}_peak_rss_bytes_median'] / 2**20:.0f}",
+            f"{r[f'{b}_peak_rss_bytes_median'] / 2**20:.0f}",
         ))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     for line in lines:
@@ -115,22 +125,33 @@ def print_table(rows):
     print(f"medians of {rows[0]['repeats']} alternating runs each; ratio = median of per-pair tokens/s ratios")
 
 
-def main():
-    args = parse_args()
-    # Both sides wait in OpenMP barriers the same way: the frugal binary's default wait policy
-    # (GOMP_SPINCOUNT=1000, core/threading.h) unless the user chose one for both.
-    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = "1000"
-    programs = {
-        "frugal": (shlex.split(args.frugal_cmd) if args.frugal_cmd else [args.frugal]) + ["bench"],
-        "pytorch": shlex.split(args.torch_cmd) if args.torch_cmd
-        else ["/usr/bin/python3", os.path.join(TOOLS, "bench_torch.py")],
-    }
-    rows = [compare(preset, args, programs) for preset in args.preset]
-    if args.json:
+def report(rows, as_json, sides, lead=("preset", "threads")):
+    if as_json:
         print(json.dumps(rows))  # one object per preset
     else:
-        print_table(rows)
+        print_table(rows, sides, lead)
+
+
+def set_omp_wait_policy():
+    """Both sides wait in OpenMP barriers the same way: the frugal binary's default wait policy
+    (GOMP_SPINCOUNT=1000, core/threading.h) unless the user chose one for both."""
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = "1000"
+
+
+def main():
+    args = parse_args(make_parser(__doc__, "/usr/bin/python3 tools/bench_torch.py", default_threads=2))
+    set_omp_wait_policy()
+    frugal = (shlex.split(args.frugal_cmd) if args.frugal_cmd else [args.frugal]) + ["bench"]
+    pytorch = shlex.split(args.torch_cmd) if args.torch_cmd else ["/usr/bin/python3", os.path.join(TOOLS, "bench_torch.py")]
+    options = ["--threads", str(args.threads), "--json"]
+    commands = {
+        "frugal": lambda preset: frugal + ["--preset", preset] + options,
+        "pytorch": lambda preset: pytorch + ["--preset", preset] + options,
+    }
+    rows = [compare(preset, commands, args.repeats, args.timeout, dict(preset=preset, threads=args.threads))
+            for preset in args.preset]
+    report(rows, args.json, tuple(commands))
 
 
 if __name__ == "__main__":

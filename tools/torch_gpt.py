@@ -2,7 +2,8 @@
 
 The same architecture, parameter names and shapes as frugal's ParamTable, used to make golden
 test fixtures (tools/make_fixtures.py) and as the side-by-side speed baseline
-(tools/bench_torch.py). Runs with Debian's /usr/bin/python3 and torch 1.13.
+(tools/bench_torch.py, tools/bench_ddp.py). Runs with Debian's /usr/bin/python3 and torch 1.13;
+GPT(cfg, attention="sdpa") needs torch >= 2.0.
 """
 import dataclasses
 import json
@@ -13,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 MLP_KINDS = ("gelu", "geglu", "swiglu")
+ATTENTION_KINDS = ("manual", "sdpa")
 
 
 @dataclasses.dataclass
@@ -68,22 +70,35 @@ class LayerNorm(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg):
+    """attention="manual": scores, mask and softmax written out (any torch); "sdpa":
+    F.scaled_dot_product_attention(is_causal=True), torch's fused kernel (torch >= 2.0)."""
+
+    def __init__(self, cfg, attention="manual"):
         super().__init__()
+        if attention not in ATTENTION_KINDS:
+            raise ValueError(f"attention = {attention!r} is not known; use one of {ATTENTION_KINDS}")
+        if attention == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
+            raise ValueError(f"attention = 'sdpa' needs torch >= 2.0 (this is {torch.__version__})")
         C = cfg.n_embd
         self.n_head = cfg.n_head
+        self.attention = attention
         self.c_attn = nn.Linear(C, 3 * C, bias=cfg.bias)  # weight (3C, C) -> [q | k | v]
         self.c_proj = nn.Linear(C, C, bias=cfg.bias)
-        # Additive causal mask (T, T): 0 on and below the diagonal, -inf above. Not a parameter,
-        # not saved; baddbmm adds it while computing the scaled scores.
-        future = torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool).triu(1)
-        mask = torch.zeros(cfg.block_size, cfg.block_size).masked_fill(future, float("-inf"))
-        self.register_buffer("mask", mask, persistent=False)
+        if attention == "manual":
+            # Additive causal mask (T, T): 0 on and below the diagonal, -inf above. Not a parameter,
+            # not saved; baddbmm adds it while computing the scaled scores.
+            future = torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool).triu(1)
+            mask = torch.zeros(cfg.block_size, cfg.block_size).masked_fill(future, float("-inf"))
+            self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, x):  # x (B, T, C) -> (B, T, C)
         B, T, C = x.shape
         NH, HS = self.n_head, C // self.n_head
         q, k, v = self.c_attn(x).split(C, dim=2)
+        if self.attention == "sdpa":
+            q, k, v = (t.view(B, T, NH, HS).transpose(1, 2) for t in (q, k, v))  # (B, NH, T, HS)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
         def heads(t):  # (B, T, C) -> (B*NH, T, HS)
             return t.view(B, T, NH, HS).transpose(1, 2).reshape(B * NH, T, HS)
@@ -116,10 +131,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, attention="manual"):
         super().__init__()
         self.ln_1 = LayerNorm(cfg.n_embd, cfg.bias, cfg.layernorm_eps)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, attention)
         self.ln_2 = LayerNorm(cfg.n_embd, cfg.bias, cfg.layernorm_eps)
         self.mlp = MLP(cfg)
         self.dropout = cfg.dropout
@@ -130,9 +145,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Parameters are registered in frugal's ParamTable order with the same names and shapes."""
+    """Parameters are registered in frugal's ParamTable order with the same names and shapes.
+    attention ("manual" or "sdpa", see CausalSelfAttention) changes how, not what, is computed."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, attention="manual"):
         super().__init__()
         self.cfg = cfg
         Vp, C = cfg.padded_vocab(), cfg.n_embd
@@ -140,7 +156,7 @@ class GPT(nn.Module):
             dict(
                 wte=nn.Embedding(Vp, C),  # (Vp, C); rows V..Vp-1 are padding, kept at zero
                 wpe=nn.Embedding(cfg.block_size, C),
-                h=nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer)),
+                h=nn.ModuleList(Block(cfg, attention) for _ in range(cfg.n_layer)),
                 ln_f=LayerNorm(C, cfg.bias, cfg.layernorm_eps),
             )
         )
