@@ -76,7 +76,7 @@ std::string BenchResult::to_json(const std::string& preset, int threads) const {
                    {"peak_gemm_flops", peak_flops}, {"peak_rss_bytes", peak_rss_bytes},
                    {"parameters", parameters},  {"batch", batch}, {"seq_len", seq_len},
                    {"warmup", warmup},          {"steps", steps},
-                   {"ranks", ranks},            {"strategy", strategy}};
+                   {"nproc", ranks},            {"strategy", strategy}};
   if (ranks > 1)
     j.update({{"comm_wait_share", comm_wait_share}, {"gradient_bytes_per_step", gradient_bytes},
               {"ring_bytes_per_step", ring_bytes}, {"buckets", buckets}});
