@@ -1,12 +1,16 @@
 // Implementation of the small core utilities: threads, aligned memory, RSS.
 #include <omp.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
+#include "frugal/core/error.h"
 #include "frugal/core/memory.h"
 #include "frugal/core/threading.h"
 
@@ -48,6 +52,35 @@ void* aligned_zeroed_alloc(size_t bytes) {
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, rounded);
   return p;
+}
+
+size_t release_pages(void* p, size_t bytes) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (end <= begin) return 0;
+  FRUGAL_CHECK(madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0,
+               "internal: madvise(MADV_DONTNEED) failed: {}", std::strerror(errno));
+  return end - begin;
+}
+
+void zero_releasing_pages(void* p, size_t bytes) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  char* const first = static_cast<char*>(p);
+  char* const last = first + bytes;
+  char* begin = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(first) + page - 1) / page * page);
+  char* end = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(last) / page * page);
+  if (end <= begin) begin = end = last;
+  std::memset(first, 0, begin - first);
+  std::memset(end, 0, last - end);
+  release_pages(begin, end - begin);
+}
+
+void prefer_huge_pages(void* p, size_t bytes) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
 namespace {

@@ -44,6 +44,17 @@ void Buffer<T>::zero() {
   if (n_) __builtin_memset(static_cast<void*>(ptr_.get()), 0, n_ * sizeof(T));
 }
 
+// Returns the whole pages inside [p, p + bytes) to the operating system (madvise MADV_DONTNEED on
+// the pages of a private anonymous mapping, which every Buffer is): they read as zero afterwards
+// and take memory again only when written. Returns the bytes released.
+size_t release_pages(void* p, size_t bytes);
+// Sets [p, p + bytes) to zero: the whole pages by releasing them, the rest with memset.
+void zero_releasing_pages(void* p, size_t bytes);
+// Asks for transparent huge pages (2 MiB) on the pages inside [p, p + bytes), where the kernel
+// allows them on request: memory released and taken again every step then costs one page fault
+// per 2 MiB instead of per 4 KiB. Best effort: does nothing where they are unavailable.
+void prefer_huge_pages(void* p, size_t bytes);
+
 // Peak resident set size of this process in bytes (VmHWM), 0 when unknown.
 uint64_t peak_rss_bytes();
 

@@ -47,8 +47,8 @@ void AdamW::feed_grad_norm(kernels::SumSquaresStream& stream, const float* grads
   kernels::sum_squares_feed(stream, grads + begin, table_.total() - begin);
 }
 
-void AdamW::clip_to(float* grads, size_t begin, float norm) const {
-  const size_t end = table_.total();
+void AdamW::clip_to(float* grads, size_t begin, float norm, size_t end) const {
+  if (end == 0) end = table_.total();
   if (config_.grad_clip > 0.0f && norm > config_.grad_clip)
     kernels::scale_inplace(grads + begin, end - begin, config_.grad_clip / (norm + 1e-6f));
 }

@@ -38,8 +38,9 @@ class AdamW {
   // of one model (pipeline stages), each feeding its own buffer in range order, get exactly the
   // whole model's grad_norm: sqrt(kernels::sum_squares_finish(stream)).
   void feed_grad_norm(kernels::SumSquaresStream& stream, const float* grads, size_t begin) const;
-  // Scales grads[begin, total) to norm config.grad_clip when `norm` is above it (if enabled).
-  void clip_to(float* grads, size_t begin, float norm) const;
+  // Scales grads[begin, end) (end 0: the total) by config.grad_clip / norm when `norm`, the
+  // global norm, is above it (if enabled).
+  void clip_to(float* grads, size_t begin, float norm, size_t end = 0) const;
   // Clips grads[begin, total) to config.grad_clip (if enabled) and applies one AdamW step with
   // learning rate lr to every tensor starting at or after `begin` (frozen parameters form the
   // prefix [0, begin) and are left alone). Returns the gradient norm before clipping.

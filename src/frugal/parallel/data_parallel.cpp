@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "frugal/core/error.h"
+#include "frugal/core/memory.h"
 #include "frugal/core/timer.h"
 #include "frugal/kernels/ops.h"
 
@@ -34,6 +36,9 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
                    "only; use parallel.zero = 1 (or 0)", method->name());
   shards_ = shard_bounds_of(session.model().num_floats(), world.size());
   if (zero_ >= 1) session.shard_optimizer(shards_[world.rank()], shards_[world.rank() + 1]);
+  // ZeRO-2 releases the other shards' gradient pages every step (GradientReducer) and takes them
+  // again in the next backward: in huge pages, that costs 512 times fewer page faults.
+  if (zero_ == 2) prefer_huge_pages(session.model().grads(), sizeof(float) * session.model().num_floats());
   const size_t bucket_floats = static_cast<size_t>(settings.parallel.bucket_mb * 1024 * 1024 / sizeof(float));
   reducer_ = std::make_unique<GradientReducer>(world, bucket_floats);
 }
@@ -41,6 +46,11 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
 const char* DataParallelStep::name() const {
   static const char* names[] = {"data-parallel", "data-parallel, ZeRO-1", "data-parallel, ZeRO-2"};
   return names[zero_];
+}
+
+size_t DataParallelStep::resident_gradient_bytes() const {
+  if (zero_ < 2) return StepStrategy::resident_gradient_bytes();
+  return (shards_[world_.rank() + 1] - shards_[world_.rank()]) * sizeof(float);
 }
 
 StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
@@ -51,10 +61,17 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
   GPT& model = session_.model();  // the same until the Reconfigure in end_step
   FRUGAL_CHECK(model.num_floats() == shards_.back(), "a method reshaped the model, which data "
                "parallelism does not follow yet; run it in one process");
-  model.zero_grad();
   StepResult r;
   r.lr = session_.lr(step);
   const size_t begin = model.trainable_begin(), total = model.num_floats();
+  if (zero_ == 2) {  // zero_grad that leaves the other ranks' shards without memory until written
+    const size_t own = std::clamp(shards_[rank], begin, total), own_end = std::clamp(shards_[rank + 1], begin, total);
+    zero_releasing_pages(model.grads() + begin, sizeof(float) * (own - begin));
+    std::memset(model.grads() + own, 0, sizeof(float) * (own_end - own));
+    zero_releasing_pages(model.grads() + own_end, sizeof(float) * (total - own_end));
+  } else {
+    model.zero_grad();
+  }
   Timer timer;
   // The global batch in one-process order: rank r's micro-batches are r·A .. r·A + A − 1; the
   // others' are drawn and dropped, so every rank's loader stays at the same position.
@@ -107,7 +124,7 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
   if (zero_ == 2) {
     r.grad_norm = sharded_grad_norm(model.grads(), begin);
     const size_t lo = std::max(begin, shards_[rank]), hi = shards_[rank + 1];
-    if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm);
+    if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm, hi);
   } else {
     r.grad_norm = optim.clip(model.grads(), begin);
   }

@@ -26,6 +26,8 @@ class DataParallelStep final : public StepStrategy {
   DataParallelStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);
   const char* name() const override;
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
+  // ZeRO-2: this rank's shard (the rest of the buffer takes memory only while reduced).
+  size_t resident_gradient_bytes() const override;
 
   // The ZeRO shards: rank r owns [bounds[r], bounds[r + 1]) of the flat buffer.
   const std::vector<size_t>& shard_bounds() const { return shards_; }

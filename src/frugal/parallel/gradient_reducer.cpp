@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "frugal/core/error.h"
+#include "frugal/core/memory.h"
 #include "frugal/core/timer.h"
 
 namespace frugal::parallel {
@@ -103,19 +104,22 @@ void GradientReducer::reduce(const Bucket& b) {
     world_.wait(request, what);
     return;
   }
-  // Reduce-scatter: rank r receives the sum of the bucket's part inside its shard.
+  // Reduce-scatter, in place: rank r's sum of the bucket's part inside its shard lands at the
+  // bucket's start and moves to where it belongs; the rest of the bucket is no longer needed.
   const int n = world_.size(), me = world_.rank();
   counts_.assign(n, 0);
   for (int r = 0; r < n; ++r) {
     const size_t lo = std::max(b.begin, shards_[r]), hi = std::min(b.end, shards_[r + 1]);
     counts_[r] = lo < hi ? static_cast<int>(hi - lo) : 0;
   }
-  received_.resize(std::max(counts_[me], 1));
-  MPI_Ireduce_scatter(grads_ + b.begin, received_.data(), counts_.data(), MPI_FLOAT, MPI_SUM, comm_,
-                      &request);
+  MPI_Ireduce_scatter(MPI_IN_PLACE, grads_ + b.begin, counts_.data(), MPI_FLOAT, MPI_SUM, comm_, &request);
   world_.wait(request, what);
-  if (counts_[me] > 0)
-    std::memcpy(grads_ + std::max(b.begin, shards_[me]), received_.data(), sizeof(float) * counts_[me]);
+  const size_t own = std::max(b.begin, shards_[me]);
+  const size_t own_end = own + counts_[me];
+  if (counts_[me] > 0) std::memmove(grads_ + own, grads_ + b.begin, sizeof(float) * counts_[me]);
+  const size_t keep_begin = counts_[me] > 0 ? own : b.end, keep_end = counts_[me] > 0 ? own_end : b.end;
+  release_pages(grads_ + b.begin, sizeof(float) * (keep_begin - b.begin));
+  release_pages(grads_ + keep_end, sizeof(float) * (b.end - keep_end));
 }
 
 }  // namespace frugal::parallel

@@ -28,7 +28,9 @@ class GradientReducer {
   GradientReducer& operator=(const GradientReducer&) = delete;
 
   // Starts reducing grads[begin, end) for one step. ReduceScatter: shard_bounds (size() + 1
-  // offsets) give each rank's range; only this rank's receives the sum.
+  // offsets) give each rank's range; only this rank's receives the sum, and the pages of the
+  // rest of each bucket are returned to the operating system once it is reduced (ZeRO-2: a rank
+  // holds only its shard's gradients and the buckets not reduced yet).
   void begin(float* grads, size_t begin, size_t end, Mode mode, std::vector<size_t> shard_bounds = {});
   // The gradients of [from, end) are final (the model's grad-ready hook): launches full buckets.
   void ready(size_t from);
@@ -60,7 +62,6 @@ class GradientReducer {
   Mode mode_ = Mode::AllReduce;
   std::vector<size_t> shards_;
   std::vector<int> counts_;    // reduce-scatter: this bucket's floats per rank
-  std::vector<float> received_;
   size_t bytes_ = 0;
   int buckets_ = 0;
 

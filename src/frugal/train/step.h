@@ -48,6 +48,10 @@ class StepStrategy {
   // line, which methods add to.
   virtual StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) = 0;
 
+  // Bytes of gradients this process holds between steps: the whole buffer, unless the strategy
+  // keeps only a shard of it (ZeRO-2).
+  virtual size_t resident_gradient_bytes() const { return session_.model().num_floats() * sizeof(float); }
+
   // A context for events outside a step (Init, FitStart, Eval, Checkpoint, FitEnd).
   TrainContext context(int64_t step, nlohmann::json* record = nullptr);
   // The number of distinct training samples, passed to methods (TrainContext::num_samples).

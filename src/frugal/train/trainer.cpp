@@ -235,8 +235,9 @@ FitResult Trainer::fit() {
     const size_t optimizer = session_->optim().state_bytes();
     io::print("{}{}\n", plan.describe(optimizer),
               group_.size() > 1
-                  ? fmt::format(" per rank; weights, gradients and optimizer state {:.2f} bytes per parameter",
-                                double(plan.parameters + plan.gradients + optimizer) / session_->model().num_floats())
+                  ? fmt::format(" per rank; weights, gradients and optimizer state {:.2f} bytes per "
+                                "parameter between steps", double(plan.parameters + step_->resident_gradient_bytes() +
+                                                                  optimizer) / session_->model().num_floats())
                   : "");
     io::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
               train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
