@@ -145,9 +145,13 @@ TEST_F(DataParallel, ZeroStagesGiveStageZerosRunBitForBit) {
     const TrainedRun zero = train(fmt::format("zero{}", stage), 2, 8, fmt::format("--set parallel.zero={}", stage));
     expect_identical(zero0.steps, zero.steps);
     EXPECT_TRUE(contains(zero.output, fmt::format("ZeRO-{}", stage))) << zero.output;
-    // The memory plan (rank 0's) shows half of AdamW's state.
+    // The memory plan (rank 0's) shows half of AdamW's state, and bytes per parameter of
+    // 4 + 4 + 8/N (stage 1) and 4 + (4 + 8)/N (stage 2).
     EXPECT_NEAR(optimizer_mib(zero.output), optimizer_mib(zero0.output) / 2, 0.11) << zero.output;
+    EXPECT_TRUE(contains(zero.output, stage == 1 ? "state 12.00 bytes per parameter" : "state 10.00 bytes per parameter"))
+        << zero.output;
   }
+  EXPECT_TRUE(contains(zero0.output, "state 16.00 bytes per parameter")) << zero0.output;
   const TrainedRun four = train("zero2-np4", 4, 4, "--set parallel.zero=2");
   EXPECT_LE(max_relative_difference(train("np4", 4, 4, "").steps, four.steps), 0.0);
 }
