@@ -1,6 +1,7 @@
 """PyTorch speed baseline: training steps of tools/torch_gpt.py in float32 on CPU.
 
-One step = forward, backward, AdamW step, zero_grad(set_to_none=True) on a fixed random batch.
+One step = forward, backward, gradient-norm clipping (to 1.0, as frugal's step), AdamW step,
+zero_grad(set_to_none=True) on a fixed random batch.
 Presets, warm-up and timed step counts match `frugal bench --preset`, and so does the statistic:
 each timed step is timed alone and ms/step and tokens/s come from the median step time.
 Run with Debian's torch (OpenBLAS, OpenMP variant):
@@ -83,10 +84,19 @@ def random_batch(cfg, B, T, generator):
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
+# The global gradient-norm clip of frugal's training step (optim.grad_clip's default), so that
+# both sides do the same work: frugal bench clips at every step.
+GRAD_CLIP = 1.0
+
+
 def train_step(model, opt, inputs, targets):
-    """Forward, backward, AdamW step, zero_grad(set_to_none=True); returns the loss."""
+    """Forward, backward, gradient-norm clipping to GRAD_CLIP, AdamW step,
+    zero_grad(set_to_none=True); returns the loss."""
+    import torch
+
     _, loss = model(inputs, targets)
     loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
     opt.step()
     opt.zero_grad(set_to_none=True)
     return loss.item()
