@@ -43,6 +43,8 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
   reducer_ = std::make_unique<GradientReducer>(world, bucket_floats);
 }
 
+DataParallelStep::~DataParallelStep() { MPI_Comm_free(&comm_); }
+
 const char* DataParallelStep::name() const {
   static const char* names[] = {"data-parallel", "data-parallel, ZeRO-1", "data-parallel, ZeRO-2"};
   return names[zero_];

@@ -24,6 +24,7 @@ namespace frugal::parallel {
 class DataParallelStep final : public StepStrategy {
  public:
   DataParallelStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);
+  ~DataParallelStep() override;
   const char* name() const override;
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   // ZeRO-2: this rank's shard (the rest of the buffer takes memory only while reduced).
