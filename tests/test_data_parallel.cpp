@@ -197,6 +197,14 @@ TEST_F(DataParallel, MethodsRunAsInOneProcess) {
   EXPECT_TRUE(contains(r.output, "methods.freeze reads every block's gradients, which parallel.zero = 2")) << r.output;
 }
 
+TEST_F(DataParallel, OtherCommandsRefuseToRunOnSeveralRanks) {
+  const CliResult r = run_shell(mpirun(2) + " prepare --tokenizer char --input " + tmp_.file("text.txt") +
+                                " --out " + tmp_.file("prepared"));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.output, "frugal prepare runs in one process: start it without mpirun")) << r.output;
+  EXPECT_FALSE(fs::exists(tmp_.file("prepared")));
+}
+
 // A job started in the background, its output in a file.
 class Job {
  public:

@@ -113,8 +113,9 @@ void add_bench_command(CLI::App& app) {
               r.peak_rss_bytes / 1048576.0);
     if (r.ranks > 1)
       io::print("communication: {:.1f}% of the step waiting for gradients after the backward; {} "
-                "buckets, {:.1f} MiB of gradients per step ({:.1f} MiB per rank on a ring)\n",
-                100 * r.comm_wait_share, r.buckets, r.gradient_bytes / 1048576.0, r.ring_bytes / 1048576.0);
+                "bucket{}, {:.1f} MiB of gradients per step ({:.1f} MiB per rank on a ring)\n",
+                100 * r.comm_wait_share, r.buckets, r.buckets == 1 ? "" : "s", r.gradient_bytes / 1048576.0,
+                r.ring_bytes / 1048576.0);
     if (!r.profile.empty()) io::print("{}", r.profile);
     if (r.model_flops_per_step < r.dense_flops_per_step)
       io::print("executes {:.1f}% of the dense model's FLOPs per step\n",

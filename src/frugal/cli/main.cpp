@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include "frugal/cli/commands.h"
 #include "frugal/core/error.h"
@@ -45,6 +46,11 @@ int main(int argc, char** argv) {
   frugal::cli::add_experiment_command(app);
   int rc = 0;
   try {
+    // Under mpirun only training and its benchmark divide work between the ranks; any other
+    // command would run N times over the same files.
+    if (world.parallel() && argc > 1 && std::string_view(argv[1]) != "train" && std::string_view(argv[1]) != "bench")
+      frugal::fail("frugal {} runs in one process: start it without mpirun (only train and bench run "
+                   "over several processes)", argv[1]);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
