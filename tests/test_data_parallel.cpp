@@ -175,6 +175,14 @@ TEST_F(DataParallel, ShardedCheckpointResumesBitExactlyAndWithAnotherWorldSize) 
                 " --resume " + tmp_.file("single") + "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_LE(max_relative_difference(straight.steps, metrics(tmp_.file("single"))), kTolerance);
+  // The other way: a one-process checkpoint (whole moments) resumed by two ZeRO-2 ranks, each
+  // taking its shard of them.
+  const TrainedRun one = train("one", 0, 8, "--set train.grad_accum=2 --set train.checkpoint_interval=4 --set train.keep_checkpoints=5");
+  fs::copy(one.dir, tmp_.file("one-copy"), fs::copy_options::recursive);
+  r = run_shell(mpirun(2) + " " + train_args("one-copy", 8, zero2) + " --resume " + tmp_.file("one-copy") +
+                "/checkpoints/step_00000004");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_LE(max_relative_difference(one.steps, metrics(tmp_.file("one-copy"))), kTolerance);
   // A world size that changes the global batch is refused, naming the keys to change.
   r = run_shell(std::string(FRUGAL_BINARY) + " " + train_args("run", 8, "") + " --resume " + step4);
   EXPECT_EQ(r.rc, 1);
