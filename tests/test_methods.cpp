@@ -116,7 +116,8 @@ TEST(Methods, EveryPairOfRegisteredMethodsTrains) {
   // Settings under which each method acts within the 3 steps (several defaults do nothing).
   const std::map<std::string, std::vector<std::string>> acting = {
       {"freeze", {"methods.freeze.frozen_layers=1", "methods.freeze.autocache=on"}},
-      {"sparse24", {"methods.sparse24.mask_interval=1", "methods.sparse24.dense_finetune_fraction=0.34"}}};
+      {"sparse24", {"methods.sparse24.mask_interval=1", "methods.sparse24.dense_finetune_fraction=0.34"}},
+      {"multilevel", {"methods.multilevel.shares=0.34,0.33,0.33"}}};
   const auto& all = registered_methods();
   for (size_t i = 0; i < all.size(); ++i)
     for (size_t j = i; j < all.size(); ++j) {

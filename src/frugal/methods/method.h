@@ -6,8 +6,11 @@
 // point (after the optimizer step, all ranks at a barrier). See docs/methods.md.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -82,6 +85,12 @@ class Method {
   // The method's resumable state, stored in every checkpoint.
   virtual nlohmann::json save_state() const { return nlohmann::json::object(); }
   virtual void load_state(const nlohmann::json& state) {}
+  // Resumable state too large for JSON (a saved copy of the model), as named float tensors; the
+  // views stay valid until the next event. Stored in the checkpoint's methods.safetensors and
+  // handed back, before load_state, on resume.
+  using StateTensors = std::vector<std::pair<std::string, std::span<const float>>>;
+  virtual StateTensors state_tensors() const { return {}; }
+  virtual void load_state_tensors(std::map<std::string, std::vector<float>> tensors) {}
   // FLOP accounting: true when blocks [0, k) run no forward this step (cached activations).
   virtual int cached_prefix_blocks() const { return 0; }
 };

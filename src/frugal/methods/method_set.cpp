@@ -97,13 +97,33 @@ nlohmann::json MethodSet::save_state() const {
   return j;
 }
 
+Method& MethodSet::saved_method(const std::string& name) {
+  auto m = std::find_if(methods_.begin(), methods_.end(), [&](const auto& x) { return x->name() == name; });
+  FRUGAL_CHECK(m != methods_.end(), "the checkpoint has state of method '{}' but the config does "
+               "not enable it; add a [methods.{}] table to resume this run", name, name);
+  return **m;
+}
+
 void MethodSet::load_state(const nlohmann::json& state) {
-  for (auto it = state.begin(); it != state.end(); ++it) {
-    auto m = std::find_if(methods_.begin(), methods_.end(), [&](const auto& x) { return x->name() == it.key(); });
-    FRUGAL_CHECK(m != methods_.end(), "the checkpoint has state of method '{}' but the config does "
-                 "not enable it; add a [methods.{}] table to resume this run", it.key(), it.key());
-    (*m)->load_state(it.value());
+  for (auto it = state.begin(); it != state.end(); ++it) saved_method(it.key()).load_state(it.value());
+}
+
+Method::StateTensors MethodSet::state_tensors() const {
+  Method::StateTensors all;
+  for (const auto& m : methods_)
+    for (auto& [name, values] : m->state_tensors()) all.emplace_back(m->name() + "/" + name, values);
+  return all;
+}
+
+void MethodSet::load_state_tensors(std::map<std::string, std::vector<float>> tensors) {
+  std::map<std::string, std::map<std::string, std::vector<float>>> by_method;
+  for (auto& [name, values] : tensors) {
+    const size_t slash = name.find('/');
+    FRUGAL_CHECK(slash != std::string::npos, "a checkpoint's method tensor '{}' is not named "
+                 "<method>/<tensor>; the file is damaged", name);
+    by_method[name.substr(0, slash)][name.substr(slash + 1)] = std::move(values);
   }
+  for (auto& [method, named] : by_method) saved_method(method).load_state_tensors(std::move(named));
 }
 
 }  // namespace frugal

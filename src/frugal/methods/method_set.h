@@ -26,10 +26,14 @@ class MethodSet {
 
   nlohmann::json save_state() const;              // {name: state}
   void load_state(const nlohmann::json& state);   // throws when a saved method is not enabled
+  // Every method's state tensors, named "<method>/<tensor>"; and back (before load_state).
+  Method::StateTensors state_tensors() const;
+  void load_state_tensors(std::map<std::string, std::vector<float>> tensors);
   // How often each event was fired (for tests and debugging).
   const std::array<int64_t, kNumEvents>& event_counts() const { return counts_; }
 
  private:
+  Method& saved_method(const std::string& name);  // throws when a checkpoint's method is not enabled
   std::vector<std::unique_ptr<Method>> methods_;
   std::array<int64_t, kNumEvents> counts_{};
 };

@@ -4,13 +4,15 @@
 #include "frugal/core/error.h"
 #include "frugal/methods/freeze/freeze.h"
 #include "frugal/methods/method.h"
+#include "frugal/methods/multilevel/vcycle.h"
 #include "frugal/methods/sparse24/plugin.h"
 
 namespace frugal {
 
 namespace {
 std::vector<MethodInfo>& registry() {
-  static std::vector<MethodInfo> methods = {freeze::method_info(), sparse24::method_info()};
+  static std::vector<MethodInfo> methods = {freeze::method_info(), sparse24::method_info(),
+                                            multilevel::method_info()};
   return methods;
 }
 }  // namespace

@@ -29,11 +29,14 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
                                    MpiWorld& world)
     : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero),
       comm_(world.new_communicator()) {
-  if (zero_ == 2)
-    for (const auto& method : methods.methods())
-      FRUGAL_CHECK(!method->capabilities().reads_all_gradients, "methods.{} reads every block's "
-                   "gradients, which parallel.zero = 2 leaves reduced on the rank that owns them "
-                   "only; use parallel.zero = 1 (or 0)", method->name());
+  for (const auto& method : methods.methods()) {
+    FRUGAL_CHECK(zero_ < 2 || !method->capabilities().reads_all_gradients, "methods.{} reads every "
+                 "block's gradients, which parallel.zero = 2 leaves reduced on the rank that owns "
+                 "them only; use parallel.zero = 1 (or 0)", method->name());
+    FRUGAL_CHECK(!method->capabilities().changes_shapes, "methods.{} reshapes the model mid-run, "
+                 "which data parallelism does not follow yet; run it in one process (without "
+                 "mpirun)", method->name());
+  }
   shards_ = shard_bounds_of(session.model().num_floats(), world.size());
   if (zero_ >= 1) session.shard_optimizer(shards_[world.rank()], shards_[world.rank() + 1]);
   // ZeRO-2 releases the other shards' gradient pages every step (GradientReducer) and takes them
@@ -61,8 +64,6 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
   TrainContext ctx = context(step, record);
   methods_.fire(Event::BatchStart, ctx);
   GPT& model = session_.model();  // the same until the Reconfigure in end_step
-  FRUGAL_CHECK(model.num_floats() == shards_.back(), "a method reshaped the model, which data "
-               "parallelism does not follow yet; run it in one process");
   StepResult r;
   r.lr = session_.lr(step);
   const size_t begin = model.trainable_begin(), total = model.num_floats();

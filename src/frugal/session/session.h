@@ -32,6 +32,10 @@ class NamedTensors {
   std::span<float> param(std::string_view name) const { return view(params_, name); }
   std::span<float> m(std::string_view name) const { return view(m_, name); }
   std::span<float> v(std::string_view name) const { return view(v_, name); }
+  // The whole flat buffers (table().total() floats), for maps over the complete layout.
+  std::span<float> params() const { return {params_, table_.total()}; }
+  std::span<float> m() const { return {m_, table_.total()}; }
+  std::span<float> v() const { return {v_, table_.total()}; }
 
  private:
   std::span<float> view(float* base, std::string_view name) const;

@@ -19,6 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFormat = "frugal-v1";
+constexpr const char* kMethodTensorsFile = "methods.safetensors";
 
 // The step of a checkpoint directory name "step_<digits>", or -1 for anything else (temporary
 // ".tmp" and ".old" directories included).
@@ -234,6 +235,13 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
         train_state.put_f32("adamw.v", {n}, const_cast<AdamW*>(optim)->v());
       }
       io::write_safetensors((tmp_dir / "train_state.safetensors").string(), train_state);
+      if (!state.method_tensors.empty()) {
+        io::SafeTensors method_state;
+        method_state.metadata["format"] = kFormat;
+        for (const auto& [name, values] : state.method_tensors)
+          method_state.put_f32(name, {static_cast<int64_t>(values.size())}, values.data());
+        io::write_safetensors((tmp_dir / kMethodTensorsFile).string(), method_state);
+      }
       io::write_file_atomic((tmp_dir / "tokenizer.json").string(), tokenizer_json);
       io::write_file_atomic((tmp_dir / io::kLockFileName).string(), "");
       io::fsync_directory(tmp_dir.string());
@@ -400,6 +408,15 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
                "process needs; the checkpoint is damaged: {}", checkpoint_dir, covered, end - begin,
                earlier_checkpoint_advice(checkpoint_dir));
   optim.set_steps_taken(s.optimizer_steps);
+  const std::string methods_path = (fs::path(checkpoint_dir) / kMethodTensorsFile).string();
+  if (fs::exists(methods_path)) {
+    const io::SafeTensors file = read_checkpoint_file(checkpoint_dir, kMethodTensorsFile);
+    for (const auto& [name, tensor] : file.tensors) {
+      std::vector<float> values = tensor.to_f32(name);
+      check_finite(checkpoint_dir, methods_path, name, values);
+      s.loaded_method_tensors.emplace(name, std::move(values));
+    }
+  }
   return s;
 }
 

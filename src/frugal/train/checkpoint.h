@@ -13,6 +13,8 @@
 //   optimizer.rankNNNNN.safetensors  one per rank: adamw.m / adamw.v of its range of the flat
 //                            buffer, metadata "shard" = {begin, end, total}; a resume with any
 //                            number of ranks reads the ranges it needs
+//   methods.safetensors      methods' state too large for JSON (Method::state_tensors), named
+//                            "<method>/<tensor>"; only when a method has any
 //   tokenizer.json           the tokenizer of the data the model was trained on
 // A checkpoint is written into a temporary directory, every file fsync'ed, then renamed into
 // place, and `checkpoints/latest` (the directory name) is replaced atomically last: a crash or a
@@ -21,9 +23,13 @@
 // checkpoint holds it shared (pin_checkpoint), and pruning skips a checkpoint so held.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -46,6 +52,10 @@ struct TrainState {
   nlohmann::json methods = nlohmann::json::object();  // name -> that method's saved state
   nlohmann::json session;  // Session::save_state(); null in checkpoints written before it existed
   int ranks = 1;           // processes the run spanned (data parallel)
+  // Methods' state tensors ("<method>/<tensor>"): views written by save_checkpoint; values read
+  // by load_checkpoint_state.
+  std::vector<std::pair<std::string, std::span<const float>>> method_tensors;
+  std::map<std::string, std::vector<float>> loaded_method_tensors;
 };
 
 // Writes a checkpoint of `model` (and, when optim is non-null, its moments) into

@@ -140,12 +140,13 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
     continues_out_dir = fs::weakly_canonical(fs::path(dir)).parent_path().parent_path() ==
                         fs::weakly_canonical(fs::path(t.out_dir));
     load_checkpoint_params(dir, session_->model());
-    const TrainState state = load_checkpoint_state(dir, session_->optim());
+    TrainState state = load_checkpoint_state(dir, session_->optim());
     if (!state.session.is_null()) session_->load_state(state.session);
     start_step_ = state.step;
     flops_executed_ = state.flops;
     flops_dense_ = state.dense_flops;
     wall_offset_ = state.wall_seconds;
+    methods_.load_state_tensors(std::move(state.loaded_method_tensors));
     methods_.load_state(state.methods);
     train_loader_->restore({state.loader_epoch, state.loader_position});
     FRUGAL_CHECK(start_step_ < t.max_steps, "the checkpoint {} is at step {} and train.max_steps "
@@ -182,6 +183,7 @@ std::string Trainer::save(int64_t step) {
   methods_.fire(Event::Checkpoint, ctx);
   TrainState state;
   state.methods = methods_.save_state();
+  state.method_tensors = methods_.state_tensors();
   state.flops = flops_executed_;
   state.dense_flops = flops_dense_;
   state.wall_seconds = wall_offset_ + (wall_started_ ? wall_started_->seconds() : 0.0);

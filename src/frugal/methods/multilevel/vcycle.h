@@ -1,0 +1,77 @@
+// The `multilevel` method plugin: the V-cycle of multi-level training (Zou et al., ICLR 2024)
+// inside one run. Level 1 is the configured model; level i+1 is level i coalesced by the i-th
+// transition's spec (coalescing.h). The run's steps are cut into 2k-1 segments by `shares`: level
+// 1, 2, ..., k, then k-1, ..., 1. Going down a level, the model is coalesced and the level's
+// weights are kept; coming back up, the small model is de-coalesced and interpolated with the
+// kept weights: θ <- (1-α)·θ_kept + α·decoalesce(θ_small). Every switch happens at the
+// Reconfigure safe point through Session::reshape. Each level trains at its own LR factor times
+// the run's schedule (no new warm-up). AdamW's moments at a switch are fresh (zero, bias
+// correction restarted) or mapped through the same operator as the weights.
+// Checkpoints keep the segment, the per-level statistics and the kept weights, so a run resumes
+// bit-exactly at any point of the cycle.
+#pragma once
+#include <vector>
+
+#include "frugal/core/timer.h"
+#include "frugal/methods/method.h"
+#include "frugal/methods/multilevel/coalescing.h"
+
+namespace frugal::multilevel {
+
+enum class MomentRule { Fresh, Mapped };
+
+struct VCycleConfig {
+  int levels = 2;
+  std::vector<double> shares;      // 2·levels-1 segments, summing to 1
+  std::vector<double> lr_factors;  // per level, level 1 first
+  std::vector<double> alphas;      // per transition (levels-1): the interpolation on the way up
+  std::vector<CoalesceSpec> specs; // per transition
+  MomentRule moments = MomentRule::Fresh;
+};
+
+MethodInfo method_info();
+
+class VCycleMethod final : public Method {
+ public:
+  VCycleMethod(VCycleConfig config, int64_t max_steps);
+  std::string name() const override { return "multilevel"; }
+  Capabilities capabilities() const override { return {.changes_shapes = true}; }
+  bool match(Event event, const TrainContext& ctx) const override;
+  void apply(Event event, TrainContext& ctx) override;
+  nlohmann::json save_state() const override;
+  void load_state(const nlohmann::json& state) override;
+  StateTensors state_tensors() const override;
+  void load_state_tensors(std::map<std::string, std::vector<float>> tensors) override;
+
+  int level() const { return level_of(segment_); }  // 0-based: 0 is the configured model
+  // The first step of segment s + 1 (the end of segment s), for a run of max_steps.
+  static std::vector<int64_t> segment_ends(const std::vector<double>& shares, int64_t max_steps);
+
+ private:
+  struct LevelStats {
+    int64_t steps = 0;
+    double seconds = 0, flops = 0;
+  };
+  int level_of(int segment) const;
+  int last_segment() const { return 2 * config_.levels - 2; }
+  // Builds maps_ from level 0's shape (the configured model's).
+  void build_maps(const ModelConfig& level0);
+  // Moves to the next segment: one coalescing or de-coalescing with interpolation.
+  void advance(TrainContext& ctx);
+
+  VCycleConfig config_;
+  std::vector<int64_t> ends_;  // segment_ends
+  std::vector<LevelMap> maps_; // maps_[i]: level i -> level i+1
+  int segment_ = 0;
+  // kept_[i]: level i's weights saved when it was coalesced, until the cycle comes back to it
+  std::vector<std::vector<float>> kept_;
+  std::vector<LevelStats> stats_;
+  // The level-0 shape's dims, saved so a resume (whose model may be any level) rebuilds maps_.
+  int level0_layers_ = 0, level0_heads_ = 0, level0_embd_ = 0;
+  // The current step's level, FLOPs and timer (BatchStart to BatchEnd, the switch included).
+  int step_level_ = 0;
+  double step_flops_ = 0;
+  Timer step_timer_;
+};
+
+}  // namespace frugal::multilevel

@@ -1,0 +1,170 @@
+// The multilevel method (the V-cycle) in training runs: the levels visited at the scheduled steps
+// with their LR factors, bit-exact resume from every step of 2- and 3-level cycles (fresh and
+// mapped moments), the interpolation against the weights kept before coalescing, training options
+// it composes with, and clear errors for bad settings.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "error_of.h"
+#include "frugal/io/safetensors.h"
+#include "frugal/methods/multilevel/vcycle.h"
+#include "frugal/train/trainer.h"
+#include "temp_dir.h"
+#include "train_data.h"
+
+using namespace frugal;
+using frugal::testing::error_of;
+using frugal::testing::TempDir;
+
+namespace {
+
+std::string make_data(const TempDir& dir) { return frugal::testing::make_shakespeare_data(dir, 40000); }
+
+// Level 1: 4 layers, 4 heads of 8; level 2: 2 layers, 2 heads; level 3: 1 layer, 1 head.
+// With `cycle`, a two-level V-cycle over the 10 steps: level 1 for steps 1-2, level 2 for 3-7,
+// level 1 for 8-10 (settings in `extra` given later override it).
+io::Config config(const std::string& data, const std::string& out, std::vector<std::string> extra,
+                  bool cycle = true) {
+  std::vector<std::string> o = {"data.dir=" + data, "train.out_dir=" + out, "model.n_layer=4",
+                                "model.n_head=4", "model.n_embd=32", "model.block_size=32",
+                                "train.batch_size=4", "train.max_steps=10", "train.eval_interval=5",
+                                "train.eval_batches=2", "train.log_interval=1", "optim.warmup_steps=2",
+                                "model.dropout=0.1", "sample.count=0"};
+  if (cycle) o.push_back("methods.multilevel.shares=0.2,0.5,0.3");
+  o.insert(o.end(), extra.begin(), extra.end());
+  return io::Config::load(run_schema(), "", o);
+}
+
+std::vector<nlohmann::json> metrics(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+std::string checkpoint(const std::string& run_dir, int step) {
+  return run_dir + "/checkpoints/" + fmt::format("step_{:08}", step);
+}
+
+// A run checkpointed after every step, then resumed from each checkpoint into a new directory:
+// every resumed run must repeat the straight run's losses to the bit.
+void expect_resume_bit_exact_everywhere(const std::vector<std::string>& settings) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  auto every_step = settings;
+  every_step.insert(every_step.end(), {"train.checkpoint_interval=1", "train.keep_checkpoints=100"});
+  Trainer straight(config(data, dir.file("a"), every_step), {.quiet = true});
+  const FitResult all = straight.fit();
+  const int steps = static_cast<int>(all.losses.size());
+  for (int k = 1; k < steps; ++k) {
+    const std::string out = dir.file(fmt::format("r{}", k));
+    Trainer resumed(config(data, out, settings), {.resume = checkpoint(dir.file("a"), k), .quiet = true});
+    const FitResult rest = resumed.fit();
+    ASSERT_EQ(rest.losses.size(), size_t(steps - k)) << "resumed at " << k;
+    for (int i = 0; i < steps - k; ++i)
+      EXPECT_EQ(rest.losses[i], all.losses[k + i]) << "resumed at step " << k << ", step " << k + i;
+    EXPECT_EQ(resumed.model().config(), straight.model().config());
+  }
+}
+
+}  // namespace
+
+TEST(MultiLevel, SegmentEndsFollowTheShares) {
+  using multilevel::VCycleMethod;
+  EXPECT_EQ(VCycleMethod::segment_ends({0.05, 0.5, 0.45}, 100), (std::vector<int64_t>{5, 55, 100}));
+  EXPECT_EQ(VCycleMethod::segment_ends({0.1, 0.2, 0.3, 0.2, 0.2}, 10), (std::vector<int64_t>{1, 3, 6, 8, 10}));
+}
+
+TEST(MultiLevel, VisitsEachLevelAtItsStepsWithItsLearningRate) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  Trainer(config(data, dir.file("dense"), {}, false), {.quiet = true}).fit();
+  Trainer cycle(config(data, dir.file("cycle"), {}), {.quiet = true});
+  cycle.fit();
+  const auto dense = metrics(dir.file("dense"));
+  const auto lines = metrics(dir.file("cycle"));
+  ASSERT_EQ(lines.size(), 10u);
+  const std::vector<int> expected = {1, 1, 2, 2, 2, 2, 2, 1, 1, 1};
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].at("level"), expected[i]) << "step " << i + 1;
+    const double factor = expected[i] == 2 ? 4.0 : 1.0;  // the default LR factors, on the same schedule
+    EXPECT_DOUBLE_EQ(lines[i].at("lr").get<double>(), factor * dense[i].at("lr").get<double>()) << "step " << i + 1;
+  }
+  EXPECT_EQ(lines.back().at("level1_steps"), 5);
+  EXPECT_EQ(lines.back().at("level2_steps"), 5);
+  EXPECT_GT(lines.back().at("level1_flops").get<double>(), 4 * lines.back().at("level2_flops").get<double>());
+  EXPECT_EQ(cycle.model().config().n_layer, 4);
+  EXPECT_EQ(cycle.model().config().n_head, 4);
+  EXPECT_EQ(cycle.model().config().n_embd, 32);
+}
+
+TEST(MultiLevel, ResumesBitExactlyFromEveryStepOfTheCycle) {
+  expect_resume_bit_exact_everywhere({});
+  expect_resume_bit_exact_everywhere({"methods.multilevel.moments=mapped"});
+}
+
+TEST(MultiLevel, ThreeLevelsResumeBitExactlyFromEveryStep) {
+  expect_resume_bit_exact_everywhere({"methods.multilevel.levels=3", "methods.multilevel.alpha=0.25,0.5",
+                                      "methods.multilevel.shares=0.2,0.1,0.3,0.1,0.3"});
+}
+
+TEST(MultiLevel, AlphaZeroRestoresTheWeightsKeptBeforeCoalescing) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  Trainer(config(data, dir.file("a"), {"methods.multilevel.alpha=0", "train.checkpoint_interval=1",
+                                       "train.keep_checkpoints=100"}), {.quiet = true}).fit();
+  // Step 2: level 2 with level 1's weights kept; step 7: back at level 1 with exactly those.
+  const io::SafeTensors kept = io::read_safetensors(checkpoint(dir.file("a"), 2) + "/methods.safetensors");
+  const std::vector<float> before = kept.at("multilevel/kept.0").to_f32("kept");
+  const io::SafeTensors back = io::read_safetensors(checkpoint(dir.file("a"), 7) + "/model.safetensors");
+  const io::SafeTensors at_start = io::read_safetensors(checkpoint(dir.file("a"), 1) + "/model.safetensors");
+  ModelConfig level1 = Trainer(config(data, dir.file("b"), {}, false), {.quiet = true}).model().config();
+  const ParamTable table = ParamTable::build(level1);
+  ASSERT_EQ(before.size(), table.total());
+  bool changed_by_step_2 = false;
+  for (const ParamInfo& e : table.entries()) {
+    const std::vector<float> now = back.at(e.name).to_f32(e.name);
+    const std::vector<float> kept_tensor(before.begin() + e.offset, before.begin() + e.offset + e.numel);
+    EXPECT_EQ(now, kept_tensor) << e.name;
+    changed_by_step_2 |= at_start.at(e.name).to_f32(e.name) != kept_tensor;
+  }
+  EXPECT_TRUE(changed_by_step_2);  // the kept weights are step 2's, not step 1's
+}
+
+TEST(MultiLevel, ComposesWithAccumulationRecomputationAndEveryModelVariant) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::vector<std::vector<std::string>> variants = {
+      {"train.grad_accum=2", "train.recompute=all"},
+      {"model.mlp=swiglu", "model.tied_head=false", "model.bias=false", "methods.multilevel.moments=mapped"},
+      {"model.mlp=geglu", "methods.multilevel.width_grouping=adjacent", "methods.multilevel.depth_grouping=stride"}};
+  int i = 0;
+  for (const auto& v : variants) {
+    Trainer t(config(data, dir.file(fmt::format("v{}", i++)), v), {.quiet = true});
+    const ModelConfig start = t.model().config();
+    const FitResult r = t.fit();
+    ASSERT_EQ(r.losses.size(), 10u);
+    for (float l : r.losses) EXPECT_TRUE(std::isfinite(l));
+    EXPECT_TRUE(std::isfinite(r.final_val_loss));
+    EXPECT_EQ(t.model().config(), start);
+  }
+}
+
+TEST(MultiLevel, BadSettingsGiveClearErrors) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  auto error = [&](std::vector<std::string> extra) {
+    return error_of([&] { Trainer t(config(data, dir.file("x"), extra), {.quiet = true}); });
+  };
+  EXPECT_NE(error({"methods.multilevel.shares=0.5,0.5"}).find("needs 3"), std::string::npos);
+  EXPECT_NE(error({"methods.multilevel.shares=0.5,0.5,0.5"}).find("sum to 1.5"), std::string::npos);
+  EXPECT_NE(error({"methods.multilevel.shares=0.01,0.5,0.49"}).find("at least one"), std::string::npos);
+  EXPECT_NE(error({"methods.multilevel.levels=3"}).find("shares is required"), std::string::npos);
+  EXPECT_NE(error({"methods.multilevel.width_factor=3"}).find("width_factor"), std::string::npos);
+  EXPECT_NE(error({"methods.multilevel.alpha=x"}).find("is not a number"), std::string::npos);
+  EXPECT_NE(error({"methods.multilevel.alpha=1.5"}).find("[0, 1]"), std::string::npos);
+  EXPECT_NE(error({"methods.freeze.alpha=0.3"}).find("cannot be used together"), std::string::npos);
+}
