@@ -209,17 +209,34 @@ TEST(Report, MissingGnuplotSaysHowToInstall) {
   EXPECT_FALSE(fs::exists(tmp.path() / "out" / "plots.gp"));
 }
 
+TEST(Report, LevelsTableSumsEachLevelOfAMultiLevelRun) {
+  TempDir tmp;
+  const RunMetrics dense = read_run(make_run(tmp.path() / "dense", {3.0, 2.5, 2.0}, 1.0, 1e12));
+  // Level 1 for steps 1-50 and 201-300 (1 s, 1 TFLOP each), level 2 for 51-200 (0.25 s, 0.125 TFLOP).
+  const RunMetrics cycle = read_run(make_run(tmp.path() / "cycle", {3.0, 2.5, 2.0}, 0.6, 0.5e12, [](int step) {
+    const int l1 = std::min(step, 50) + std::max(0, step - 200), l2 = std::clamp(step - 50, 0, 150);
+    return fmt::format(R"(, "level": {}, "level1_steps": {}, "level1_seconds": {}, "level1_flops": {})"
+                       R"(, "level2_steps": {}, "level2_seconds": {}, "level2_flops": {})",
+                       step > 50 && step <= 200 ? 2 : 1, l1, l1 * 1.0, l1 * 1e12, l2, l2 * 0.25, l2 * 0.125e12);
+  }));
+  EXPECT_EQ(levels_markdown({dense}), "");
+  const std::string md = levels_markdown({dense, cycle});
+  EXPECT_TRUE(contains(md, "| cycle | 1 | 150 | 150.0 s | 80.0% | 150 TFLOP | 88.9% |")) << md;
+  EXPECT_TRUE(contains(md, "| cycle | 2 | 150 | 37.5 s | 20.0% | 18.8 TFLOP | 11.1% |")) << md;
+  EXPECT_FALSE(contains(md, "| dense |")) << md;
+}
+
 TEST(Report, WritesPngAndSvgPlots) {
   TempDir tmp;
   ReportOptions options;
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
   const std::string base = make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12);
   const std::string sparse = make_run(tmp.path() / "sparse", {2.9, 2.4, 2.1}, 0.8, 0.5e12, [](int step) {
-    return fmt::format(", \"flip_rate\": {}", 0.1 / step);
+    return fmt::format(", \"flip_rate\": {}, \"level\": {}", 0.1 / step, step > 100 ? 1 : 2);
   });
   options.names = {"dense baseline", "2:4 it's_sparse"};  // spaces, quote, underscore in legends
   write_report({base, sparse}, tmp.file("out"), options);
-  for (const char* plot : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep}) {
+  for (const char* plot : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep, kPlotLevelVsStep}) {
     const fs::path png = tmp.path() / "out" / (std::string(plot) + ".png");
     const fs::path svg = tmp.path() / "out" / (std::string(plot) + ".svg");
     ASSERT_TRUE(fs::exists(png) && fs::exists(svg)) << plot;
@@ -239,6 +256,7 @@ TEST(Report, WritesPngAndSvgPlots) {
   write_report({base}, tmp.file("out"), {});
   EXPECT_TRUE(fs::exists(tmp.path() / "out" / "val_loss_vs_flops.png"));
   EXPECT_FALSE(fs::exists(tmp.path() / "out" / "flip_rate_vs_step.png"));
+  EXPECT_FALSE(fs::exists(tmp.path() / "out" / "level_vs_step.png"));
   EXPECT_FALSE(fs::exists(tmp.path() / "out" / "plot-data" / "run1_train.dat"));
 }
 

@@ -236,6 +236,35 @@ std::string markdown(const ReportTable& table) {
   return out;
 }
 
+std::string levels_markdown(const std::vector<RunMetrics>& runs) {
+  std::string out;
+  for (const RunMetrics& r : runs) {
+    const MetricPoint& last = r.points.back();
+    if (!last.get("level1_steps")) continue;
+    if (out.empty()) {
+      out = "\n## Levels (methods.multilevel)\n\nSteps, step time (level changes included, evaluation "
+            "excluded) and executed FLOPs per level, at each run's last log line.\n\n"
+            "| run | level | steps | time | share of time | FLOPs | share of FLOPs |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+    }
+    double seconds = 0, flops = 0;
+    int levels = 0;
+    while (last.get(fmt::format("level{}_steps", levels + 1))) {
+      ++levels;
+      seconds += last.get(fmt::format("level{}_seconds", levels)).value_or(0);
+      flops += last.get(fmt::format("level{}_flops", levels)).value_or(0);
+    }
+    for (int l = 1; l <= levels; ++l) {
+      const double s = last.get(fmt::format("level{}_seconds", l)).value_or(0);
+      const double f = last.get(fmt::format("level{}_flops", l)).value_or(0);
+      out += fmt::format("| {} | {} | {:.0f} | {:.1f} s | {:.1f}% | {} | {:.1f}% |\n", markdown_cell(r.name), l,
+                         *last.get(fmt::format("level{}_steps", l)), s, seconds > 0 ? 100 * s / seconds : 0.0,
+                         format_flops(f), flops > 0 ? 100 * f / flops : 0.0);
+    }
+  }
+  return out;
+}
+
 namespace {
 
 // A string as a gnuplot single-quoted literal (no escapes inside except '' for ').
@@ -322,20 +351,27 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
                  "validation loss", true, val_wall.style, {}, table.target};
   Plot train{kPlotTrainVsStep, "Training loss vs step", "step", "training loss", false,
              "lines linewidth 1.5", {}, std::nullopt};
-  Plot flip{kPlotFlipVsStep, "2:4 mask flip rate vs step", "step", "flip rate", false,
-            "linespoints pointtype 7 pointsize 0.5 linewidth 1.5", {}, std::nullopt};
+  // Per-step metrics some methods log, each drawn against the step when a run logs it.
+  struct StepMetric {
+    const char* key;
+    Plot plot;
+  };
+  const std::string points = "linespoints pointtype 7 pointsize 0.5 linewidth 1.5";
+  std::vector<StepMetric> step_metrics = {
+      {"flip_rate", {kPlotFlipVsStep, "2:4 mask flip rate vs step", "step", "flip rate", false, points, {}, std::nullopt}},
+      {"level", {kPlotLevelVsStep, "Multi-level: level trained vs step (1 = the configured model)", "step",
+                 "level", false, "steps linewidth 2", {}, std::nullopt}}};
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunMetrics& run = runs[i];
-    std::string val = "# step wall_s flops val_loss\n", loss = "# step loss\n", rate = "# step flip_rate\n";
+    std::string val = "# step wall_s flops val_loss\n", loss = "# step loss\n";
     for (const MetricPoint& p : run.points) {
       loss += fmt::format("{} {}\n", p.step, gp_number(p.loss));
       if (p.val_loss) {
         val += fmt::format("{} {} {} {}\n", p.step, gp_number(p.wall_s), gp_number(p.flops),
                            gp_number(*p.val_loss));
       }
-      if (auto r = p.get("flip_rate")) rate += fmt::format("{} {}\n", p.step, gp_number(*r));
     }
-    auto add = [&](Plot& plot, const char* kind, const std::string& text, const char* columns) {
+    auto add = [&](Plot& plot, const std::string& kind, const std::string& text, const char* columns) {
       const std::string file = fmt::format("{}/run{}_{}.dat", kPlotDataDir, i, kind);
       write_text(out_dir / file, text);
       plot.series.push_back({file, columns, run.name, i});
@@ -345,11 +381,19 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
       add(val_wall, "val", val, "2:4");
       val_flops.series.push_back({val_wall.series.back().file, "3:4", run.name, i});
     }
-    if (run.has("flip_rate")) add(flip, "flip", rate, "1:2");
+    for (StepMetric& m : step_metrics) {
+      if (!run.has(m.key)) continue;
+      std::string text = fmt::format("# step {}\n", m.key);
+      for (const MetricPoint& p : run.points)
+        if (auto v = p.get(m.key)) text += fmt::format("{} {}\n", p.step, gp_number(*v));
+      add(m.plot, m.key, text, "1:2");
+    }
   }
   std::vector<Plot> plots;
-  for (Plot* p : {&val_wall, &val_flops, &train, &flip})
+  for (Plot* p : {&val_wall, &val_flops, &train})
     if (!p->series.empty()) plots.push_back(std::move(*p));
+  for (StepMetric& m : step_metrics)
+    if (!m.plot.series.empty()) plots.push_back(std::move(m.plot));
   return plots;
 }
 
@@ -397,7 +441,7 @@ ReportTable write_report(const std::vector<RunMetrics>& runs_in, const std::stri
   }
   const fs::path out(out_dir);
   io::create_directories(out_dir, "the report directory (--out)");
-  std::string md = "# Run comparison\n\n" + markdown(table) + "\nRun directories:\n\n";
+  std::string md = "# Run comparison\n\n" + markdown(table) + levels_markdown(runs) + "\nRun directories:\n\n";
   for (const ReportRow& r : table.rows) md += fmt::format("- `{}`: `{}`\n", r.name, r.dir);
   if (gnuplot) {
     const std::vector<Plot> plots = write_plot_data(runs, table, out);
@@ -405,7 +449,7 @@ ReportTable write_report(const std::vector<RunMetrics>& runs_in, const std::stri
                          "set grid\nset key top right box opaque\n\n";
     for (const Plot& p : plots) script += plot_script(p);
     write_text(out / "plots.gp", script);
-    for (const char* name : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep})
+    for (const char* name : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep, kPlotLevelVsStep})
       for (const char* ext : {".png", ".svg"}) fs::remove(out / (std::string(name) + ext));  // stale
     run_gnuplot(*gnuplot, out);
     md += "\n## Plots\n";
