@@ -203,6 +203,11 @@ TEST_F(DataParallel, MethodsRunAsInOneProcess) {
   const CliResult r = run_shell(mpirun(2) + " " + train_args("refused", 2, "--set parallel.zero=2 --set methods.freeze.alpha=0.5"));
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(r.output, "methods.freeze reads every block's gradients, which parallel.zero = 2")) << r.output;
+  // The V-cycle reshapes the model, which the ranks' buckets and shards do not follow yet.
+  const CliResult v =
+      run_shell(mpirun(2) + " " + train_args("refused-v", 8, "--set methods.multilevel.shares=0.25,0.25,0.5"));
+  EXPECT_NE(v.rc, 0);
+  EXPECT_TRUE(contains(v.output, "methods.multilevel reshapes the model mid-run, which data parallelism")) << v.output;
 }
 
 TEST_F(DataParallel, OtherCommandsRefuseToRunOnSeveralRanks) {

@@ -1,7 +1,7 @@
 // The multilevel method (the V-cycle) in training runs: the levels visited at the scheduled steps
-// with their LR factors, bit-exact resume from every step of 2- and 3-level cycles (fresh and
-// mapped moments), the interpolation against the weights kept before coalescing, training options
-// it composes with, and clear errors for bad settings.
+// with their LR factors, bit-exact resume from every step of 2- and 3-level cycles (mapped and
+// fresh moments, both learning-rate schedules), the interpolation against the weights kept before
+// coalescing, training options it composes with, and clear errors for bad settings.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -45,6 +45,11 @@ std::vector<nlohmann::json> metrics(const std::string& run_dir) {
   return lines;
 }
 
+// optim.lr of a run, from the config it saved.
+double c_lr(const std::string& run_dir) {
+  return io::Config::load(run_schema(), run_dir + "/config.toml").get_float("optim.lr");
+}
+
 std::string checkpoint(const std::string& run_dir, int step) {
   return run_dir + "/checkpoints/" + fmt::format("step_{:08}", step);
 }
@@ -82,7 +87,7 @@ TEST(MultiLevel, VisitsEachLevelAtItsStepsWithItsLearningRate) {
   TempDir dir;
   const std::string data = make_data(dir);
   Trainer(config(data, dir.file("dense"), {}, false), {.quiet = true}).fit();
-  Trainer cycle(config(data, dir.file("cycle"), {}), {.quiet = true});
+  Trainer cycle(config(data, dir.file("cycle"), {"methods.multilevel.lr_schedule=run"}), {.quiet = true});
   cycle.fit();
   const auto dense = metrics(dir.file("dense"));
   const auto lines = metrics(dir.file("cycle"));
@@ -99,11 +104,20 @@ TEST(MultiLevel, VisitsEachLevelAtItsStepsWithItsLearningRate) {
   EXPECT_EQ(cycle.model().config().n_layer, 4);
   EXPECT_EQ(cycle.model().config().n_head, 4);
   EXPECT_EQ(cycle.model().config().n_embd, 32);
+
+  // The released code's schedule: each segment after the first restarts at its peak and decays.
+  Trainer(config(data, dir.file("segment"), {"methods.multilevel.lr_schedule=segment"}), {.quiet = true}).fit();
+  const auto segment = metrics(dir.file("segment"));
+  const double lr = c_lr(dir.file("segment"));
+  EXPECT_NEAR(segment[2].at("lr").get<double>(), 4 * lr, 1e-6 * lr);  // step 3: level 2 starts
+  EXPECT_NEAR(segment[7].at("lr").get<double>(), lr, 1e-6 * lr);      // step 8: level 1 again
+  for (size_t i : {3, 4, 5, 6, 8, 9}) EXPECT_LT(segment[i].at("lr"), segment[i - 1].at("lr")) << "step " << i + 1;
+  for (size_t i : {0, 1}) EXPECT_EQ(segment[i].at("lr"), dense[i].at("lr"));  // the run's warm-up
 }
 
 TEST(MultiLevel, ResumesBitExactlyFromEveryStepOfTheCycle) {
   expect_resume_bit_exact_everywhere({});
-  expect_resume_bit_exact_everywhere({"methods.multilevel.moments=mapped"});
+  expect_resume_bit_exact_everywhere({"methods.multilevel.moments=fresh", "methods.multilevel.lr_schedule=segment"});
 }
 
 TEST(MultiLevel, ThreeLevelsResumeBitExactlyFromEveryStep) {
@@ -139,7 +153,7 @@ TEST(MultiLevel, ComposesWithAccumulationRecomputationAndEveryModelVariant) {
   const std::string data = make_data(dir);
   const std::vector<std::vector<std::string>> variants = {
       {"train.grad_accum=2", "train.recompute=all"},
-      {"model.mlp=swiglu", "model.tied_head=false", "model.bias=false", "methods.multilevel.moments=mapped"},
+      {"model.mlp=swiglu", "model.tied_head=false", "model.bias=false", "methods.multilevel.moments=fresh"},
       {"model.mlp=geglu", "methods.multilevel.width_grouping=adjacent", "methods.multilevel.depth_grouping=stride"}};
   int i = 0;
   for (const auto& v : variants) {
@@ -162,7 +176,9 @@ TEST(MultiLevel, BadSettingsGiveClearErrors) {
   EXPECT_NE(error({"methods.multilevel.shares=0.5,0.5"}).find("needs 3"), std::string::npos);
   EXPECT_NE(error({"methods.multilevel.shares=0.5,0.5,0.5"}).find("sum to 1.5"), std::string::npos);
   EXPECT_NE(error({"methods.multilevel.shares=0.01,0.5,0.49"}).find("at least one"), std::string::npos);
-  EXPECT_NE(error({"methods.multilevel.levels=3"}).find("shares is required"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Trainer t(config(data, dir.file("x"), {"methods.multilevel.levels=3"}, false), {.quiet = true});
+            }).find("shares is required"), std::string::npos);
   EXPECT_NE(error({"methods.multilevel.width_factor=3"}).find("width_factor"), std::string::npos);
   EXPECT_NE(error({"methods.multilevel.alpha=x"}).find("is not a number"), std::string::npos);
   EXPECT_NE(error({"methods.multilevel.alpha=1.5"}).find("[0, 1]"), std::string::npos);

@@ -1,6 +1,7 @@
 // The multilevel (V-cycle) plugin; see vcycle.h.
 #include "frugal/methods/multilevel/vcycle.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -33,9 +34,13 @@ void add_keys(io::ConfigSchema& s, const std::string& p) {
                   "h + H/2, the paper's) or adjacent (2h, 2h+1)", {"stride", "adjacent"})
       .add_string(p + ".depth_grouping", "adjacent", "which layers are merged: adjacent (2i, 2i+1, "
                   "the paper's) or stride (i, i + L/2)", {"adjacent", "stride"})
-      .add_string(p + ".moments", "fresh", "AdamW's moments after a level change: fresh (zero, bias "
-                  "correction restarted) or mapped (through the operator that maps the weights)",
-                  {"fresh", "mapped"});
+      .add_string(p + ".lr_schedule", "run", "the learning rate over the cycle: run (the run's warm-up "
+                  "and cosine throughout; measured better) or segment (the run's warm-up in the first "
+                  "segment, then in each later segment a cosine from optim.lr to optim.min_lr over its "
+                  "own steps, as the released code's separate runs do)", {"run", "segment"})
+      .add_string(p + ".moments", "mapped", "AdamW's moments after a level change: mapped (through the "
+                  "operator that maps the weights; measured better) or fresh (zero, bias correction "
+                  "restarted)", {"mapped", "fresh"});
 }
 
 // The numbers of list key `name`: `count` of them (one value stands for all); `fallback` when empty.
@@ -78,7 +83,8 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   const std::vector<double> widths = numbers(c, "width_factor", k - 1, {}, "one per transition");
   const std::vector<double> depths = numbers(c, "depth_factor", k - 1, {}, "one per transition");
   const std::string moments = c.get_string(p + ".moments");
-  v.moments = moments == "mapped" ? MomentRule::Mapped : MomentRule::Fresh;
+  v.moments = moments == "fresh" ? MomentRule::Fresh : MomentRule::Mapped;
+  v.lr_shape = c.get_string(p + ".lr_schedule") == "segment" ? LrShape::Segment : LrShape::Run;
 
   for (double s : v.shares) FRUGAL_CHECK(s >= 0, "{}.shares holds {}; shares cannot be negative", p, s);
   const double sum = std::accumulate(v.shares.begin(), v.shares.end(), 0.0);
@@ -186,6 +192,17 @@ void VCycleMethod::apply(Event event, TrainContext& ctx) {
                    "{}: the model ({} layers, {} heads, width {}) is not level {} of this V-cycle; "
                    "resume the run with its own config", kPrefix, ctx.model().config().n_layer,
                    ctx.model().config().n_head, ctx.model().config().n_embd, level() + 1);
+      if (config_.lr_shape == LrShape::Segment) {  // a schedule is not saved: installed at every start
+        const AdamWConfig optim = ctx.optim().config();
+        ctx.session.set_lr_schedule([optim, ends = ends_, max_steps = ctx.max_steps](int64_t step) {
+          const size_t s = std::upper_bound(ends.begin(), ends.end(), step) - ends.begin();
+          if (s == 0) return lr_at(optim, step, max_steps);
+          if (s == ends.size()) return optim.min_lr;  // past the run's end
+          AdamWConfig restarted = optim;
+          restarted.warmup_steps = 0;
+          return lr_at(restarted, step - ends[s - 1], ends[s] - ends[s - 1]);
+        });
+      }
       for (int i = 0; i < level(); ++i) {
         const ModelConfig& c = i == 0 ? level0 : maps_[i - 1].small;
         FRUGAL_CHECK(kept_[i].size() == ParamTable::build(c).total(), "{}: the checkpoint's kept "

@@ -5,8 +5,9 @@
 // weights are kept; coming back up, the small model is de-coalesced and interpolated with the
 // kept weights: θ <- (1-α)·θ_kept + α·decoalesce(θ_small). Every switch happens at the
 // Reconfigure safe point through Session::reshape. Each level trains at its own LR factor times
-// the run's schedule (no new warm-up). AdamW's moments at a switch are fresh (zero, bias
-// correction restarted) or mapped through the same operator as the weights.
+// the schedule (lr_schedule: the run's, or restarted per segment; no new warm-up). AdamW's
+// moments at a switch are mapped through the same operator as the weights, or fresh (zero, bias
+// correction restarted).
 // Checkpoints keep the segment, the per-level statistics and the kept weights, so a run resumes
 // bit-exactly at any point of the cycle.
 #pragma once
@@ -19,6 +20,10 @@
 namespace frugal::multilevel {
 
 enum class MomentRule { Fresh, Mapped };
+// The learning rate over the cycle: the run's schedule throughout (Run, the default: measured
+// better), or (Segment, the released code's) the run's warm-up in the first segment and then, in
+// every later segment, a cosine from optim.lr down to optim.min_lr over its own steps.
+enum class LrShape { Run, Segment };
 
 struct VCycleConfig {
   int levels = 2;
@@ -26,7 +31,8 @@ struct VCycleConfig {
   std::vector<double> lr_factors;  // per level, level 1 first
   std::vector<double> alphas;      // per transition (levels-1): the interpolation on the way up
   std::vector<CoalesceSpec> specs; // per transition
-  MomentRule moments = MomentRule::Fresh;
+  MomentRule moments = MomentRule::Mapped;
+  LrShape lr_shape = LrShape::Run;
 };
 
 MethodInfo method_info();
