@@ -116,8 +116,8 @@ TEST(MultiLevel, VisitsEachLevelAtItsStepsWithItsLearningRate) {
 }
 
 TEST(MultiLevel, ResumesBitExactlyFromEveryStepOfTheCycle) {
-  expect_resume_bit_exact_everywhere({});
-  expect_resume_bit_exact_everywhere({"methods.multilevel.moments=fresh", "methods.multilevel.lr_schedule=segment"});
+  expect_resume_bit_exact_everywhere({});  // fresh moments, restarted segments
+  expect_resume_bit_exact_everywhere({"methods.multilevel.moments=mapped", "methods.multilevel.lr_schedule=run"});
 }
 
 TEST(MultiLevel, ThreeLevelsResumeBitExactlyFromEveryStep) {

@@ -34,13 +34,13 @@ void add_keys(io::ConfigSchema& s, const std::string& p) {
                   "h + H/2, the paper's) or adjacent (2h, 2h+1)", {"stride", "adjacent"})
       .add_string(p + ".depth_grouping", "adjacent", "which layers are merged: adjacent (2i, 2i+1, "
                   "the paper's) or stride (i, i + L/2)", {"adjacent", "stride"})
-      .add_string(p + ".lr_schedule", "run", "the learning rate over the cycle: run (the run's warm-up "
-                  "and cosine throughout; measured better) or segment (the run's warm-up in the first "
-                  "segment, then in each later segment a cosine from optim.lr to optim.min_lr over its "
-                  "own steps, as the released code's separate runs do)", {"run", "segment"})
-      .add_string(p + ".moments", "mapped", "AdamW's moments after a level change: mapped (through the "
-                  "operator that maps the weights; measured better) or fresh (zero, bias correction "
-                  "restarted)", {"mapped", "fresh"});
+      .add_string(p + ".lr_schedule", "segment", "the learning rate over the cycle: segment (the run's "
+                  "warm-up in the first segment, then in each later segment a cosine from optim.lr to "
+                  "optim.min_lr over its own steps, as the released code's separate runs do) or run "
+                  "(the run's warm-up and cosine throughout)", {"segment", "run"})
+      .add_string(p + ".moments", "fresh", "AdamW's moments after a level change: fresh (zero, bias "
+                  "correction restarted) or mapped (through the operator that maps the weights)",
+                  {"fresh", "mapped"});
 }
 
 // The numbers of list key `name`: `count` of them (one value stands for all); `fallback` when empty.

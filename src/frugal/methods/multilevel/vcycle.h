@@ -20,9 +20,9 @@
 namespace frugal::multilevel {
 
 enum class MomentRule { Fresh, Mapped };
-// The learning rate over the cycle: the run's schedule throughout (Run, the default: measured
-// better), or (Segment, the released code's) the run's warm-up in the first segment and then, in
-// every later segment, a cosine from optim.lr down to optim.min_lr over its own steps.
+// The learning rate over the cycle: (Segment, the default and the released code's) the run's
+// warm-up in the first segment and then, in every later segment, a cosine from optim.lr down to
+// optim.min_lr over its own steps; or the run's schedule throughout (Run).
 enum class LrShape { Run, Segment };
 
 struct VCycleConfig {
@@ -31,8 +31,8 @@ struct VCycleConfig {
   std::vector<double> lr_factors;  // per level, level 1 first
   std::vector<double> alphas;      // per transition (levels-1): the interpolation on the way up
   std::vector<CoalesceSpec> specs; // per transition
-  MomentRule moments = MomentRule::Mapped;
-  LrShape lr_shape = LrShape::Run;
+  MomentRule moments = MomentRule::Fresh;
+  LrShape lr_shape = LrShape::Segment;
 };
 
 MethodInfo method_info();
