@@ -65,6 +65,7 @@ struct TrainContext {
   const int64_t* sample_ids = nullptr;  // (B) stable ids of the micro-batch's sequences
   float loss = 0;                       // after AfterForward: the micro-batch loss
   float grad_norm = 0;                  // from BeforeOptimStep: the gradient norm before clipping
+  double step_flops = 0;                // from AfterOptimStep: the step's executed model FLOPs (all ranks)
   // Set at BeforeForward to feed cached activations: the output of the first `prefix_blocks`
   // blocks for the whole micro-batch (B,T,C); the trainer passes it to GPT::forward.
   const float* prefix_output = nullptr;

@@ -142,7 +142,7 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
                          {"update_s", update_seconds}, {"buckets", reducer_->buckets()},
                          {"bytes_reduced", reducer_->bytes_reduced()}};
   }
-  end_step(ctx);
+  end_step(ctx, r);
   return r;
 }
 

@@ -81,8 +81,9 @@ void StepStrategy::check_finite(const char* what, double value, int64_t step) {
                "raise optim.warmup_steps", what, value, step);
 }
 
-void StepStrategy::end_step(TrainContext& ctx) {
+void StepStrategy::end_step(TrainContext& ctx, const StepResult& r) {
   session_.model().refresh_formats();
+  ctx.step_flops = r.executed.model();
   methods_.fire(Event::AfterOptimStep, ctx);
   if (ctx.request_reconfigure) methods_.fire(Event::Reconfigure, ctx);
   methods_.fire(Event::BatchEnd, ctx);
@@ -114,7 +115,7 @@ StepResult SingleProcessStep::run(int64_t step, const BatchSource& next_batch, n
   check_finite("gradient norm", r.grad_norm, step);
   methods_.fire(Event::BeforeOptimStep, ctx);
   optim.update(model.params(), model.grads(), begin, r.lr);
-  end_step(ctx);
+  end_step(ctx, r);
   return r;
 }
 

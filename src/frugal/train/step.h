@@ -68,9 +68,9 @@ class StepStrategy {
   // Stops training with an error saying what to change when the loss or the norm is not finite:
   // before the update, so that no checkpoint of diverged weights replaces a good one.
   static void check_finite(const char* what, double value, int64_t step);
-  // After the AdamW update: refreshes the linear formats, fires AfterOptimStep, Reconfigure (when
-  // a method asked for it) and BatchEnd.
-  void end_step(TrainContext& ctx);
+  // After the AdamW update: refreshes the linear formats, hands the methods the step's executed
+  // FLOPs (r.executed), fires AfterOptimStep, Reconfigure (when a method asked for it) and BatchEnd.
+  void end_step(TrainContext& ctx, const StepResult& r);
 
   Session& session_;
   MethodSet& methods_;

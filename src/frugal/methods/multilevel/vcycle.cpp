@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "frugal/core/error.h"
-#include "frugal/model/flops.h"
 
 namespace frugal::multilevel {
 
@@ -107,18 +106,26 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   model.n_head = c.get_int32("model.n_head");
   model.n_embd = c.get_int32("model.n_embd");
   model.ffn_mult = c.get_int32("model.ffn_mult");
-  for (size_t i = 0; i + 1 < k; ++i) {
-    try {
-      model = LevelMap::make(model, v.specs[i]).small;
-    } catch (const Error& e) {
-      fail("{}: transition {} (level {} with {} layers, {} heads -> level {}): {}", p, i + 1, i + 1,
-           model.n_layer, model.n_head, i + 2, e.what());
-    }
-  }
+  level_maps(model, v.specs);
   return std::make_unique<VCycleMethod>(std::move(v), c.get_int("train.max_steps"));
 }
 
 }  // namespace
+
+std::vector<LevelMap> level_maps(const ModelConfig& level1, const std::vector<CoalesceSpec>& specs) {
+  std::vector<LevelMap> maps;
+  ModelConfig large = level1;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    try {
+      maps.push_back(LevelMap::make(large, specs[i]));
+    } catch (const Error& e) {
+      fail("{}: transition {} (level {} with {} layers, {} heads -> level {}): {}", kPrefix, i + 1, i + 1,
+           large.n_layer, large.n_head, i + 2, e.what());
+    }
+    large = maps.back().small;
+  }
+  return maps;
+}
 
 MethodInfo method_info() {
   return {"multilevel", "multi-level training: the V-cycle of coalescing, de-coalescing and interpolation",
@@ -151,13 +158,8 @@ int VCycleMethod::level_of(int segment) const {
   return segment < config_.levels ? segment : last_segment() - segment;
 }
 
-void VCycleMethod::build_maps(const ModelConfig& level0) {
-  maps_.clear();
-  ModelConfig large = level0;
-  for (const CoalesceSpec& spec : config_.specs) {
-    maps_.push_back(LevelMap::make(large, spec));
-    large = maps_.back().small;
-  }
+const ModelConfig& VCycleMethod::level_config(int level) const {
+  return level == 0 ? maps_.front().large : maps_[level - 1].small;
 }
 
 bool VCycleMethod::match(Event event, const TrainContext& ctx) const {
@@ -186,9 +188,8 @@ void VCycleMethod::apply(Event event, TrainContext& ctx) {
       level0.n_layer = level0_layers_;
       level0.n_head = level0_heads_;
       level0.n_embd = level0_embd_;
-      build_maps(level0);
-      const ModelConfig& expected = level() == 0 ? level0 : maps_[level() - 1].small;
-      FRUGAL_CHECK(ctx.model().config() == expected && static_cast<int>(kept_.size()) == level(),
+      maps_ = level_maps(level0, config_.specs);
+      FRUGAL_CHECK(ctx.model().config() == level_config(level()) && static_cast<int>(kept_.size()) == level(),
                    "{}: the model ({} layers, {} heads, width {}) is not level {} of this V-cycle; "
                    "resume the run with its own config", kPrefix, ctx.model().config().n_layer,
                    ctx.model().config().n_head, ctx.model().config().n_embd, level() + 1);
@@ -204,8 +205,7 @@ void VCycleMethod::apply(Event event, TrainContext& ctx) {
         });
       }
       for (int i = 0; i < level(); ++i) {
-        const ModelConfig& c = i == 0 ? level0 : maps_[i - 1].small;
-        FRUGAL_CHECK(kept_[i].size() == ParamTable::build(c).total(), "{}: the checkpoint's kept "
+        FRUGAL_CHECK(kept_[i].size() == ParamTable::build(level_config(i)).total(), "{}: the checkpoint's kept "
                      "weights of level {} do not fit that level's shape; the checkpoint is damaged",
                      kPrefix, i + 1);
       }
@@ -213,7 +213,6 @@ void VCycleMethod::apply(Event event, TrainContext& ctx) {
     }
     case Event::BatchStart:
       step_level_ = level();
-      step_flops_ = count_step_flops(ctx.model(), ctx.batch, ctx.seq_len).executed_total().model() * ctx.grad_accum;
       step_timer_.reset();
       break;
     case Event::AfterOptimStep:
@@ -226,7 +225,7 @@ void VCycleMethod::apply(Event event, TrainContext& ctx) {
       LevelStats& s = stats_[step_level_];
       ++s.steps;
       s.seconds += step_timer_.seconds();
-      s.flops += step_flops_;
+      s.flops += ctx.step_flops;
       if (!ctx.metrics) break;
       nlohmann::json& m = *ctx.metrics;
       m["level"] = step_level_ + 1;

@@ -37,6 +37,10 @@ struct VCycleConfig {
 
 MethodInfo method_info();
 
+// The maps level i -> level i+1 of a cycle whose level 1 is `level1`; throws Error naming the
+// transition (and its config key) whose spec does not fit.
+std::vector<LevelMap> level_maps(const ModelConfig& level1, const std::vector<CoalesceSpec>& specs);
+
 class VCycleMethod final : public Method {
  public:
   VCycleMethod(VCycleConfig config, int64_t max_steps);
@@ -60,8 +64,7 @@ class VCycleMethod final : public Method {
   };
   int level_of(int segment) const;
   int last_segment() const { return 2 * config_.levels - 2; }
-  // Builds maps_ from level 0's shape (the configured model's).
-  void build_maps(const ModelConfig& level0);
+  const ModelConfig& level_config(int level) const;  // 0-based, from maps_
   // Moves to the next segment: one coalescing or de-coalescing with interpolation.
   void advance(TrainContext& ctx);
 
@@ -74,9 +77,8 @@ class VCycleMethod final : public Method {
   std::vector<LevelStats> stats_;
   // The level-0 shape's dims, saved so a resume (whose model may be any level) rebuilds maps_.
   int level0_layers_ = 0, level0_heads_ = 0, level0_embd_ = 0;
-  // The current step's level, FLOPs and timer (BatchStart to BatchEnd, the switch included).
+  // The current step's level and timer (BatchStart to BatchEnd, the switch included).
   int step_level_ = 0;
-  double step_flops_ = 0;
   Timer step_timer_;
 };
 
