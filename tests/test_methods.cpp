@@ -117,7 +117,9 @@ TEST(Methods, EveryPairOfRegisteredMethodsTrains) {
   const std::map<std::string, std::vector<std::string>> acting = {
       {"freeze", {"methods.freeze.frozen_layers=1", "methods.freeze.autocache=on"}},
       {"sparse24", {"methods.sparse24.mask_interval=1", "methods.sparse24.dense_finetune_fraction=0.34"}},
-      {"multilevel", {"methods.multilevel.shares=0.34,0.33,0.33"}}};
+      {"multilevel", {"methods.multilevel.shares=0.34,0.33,0.33"}},
+      {"mst", {"methods.mst.update_interval=1", "methods.mst.sparsity_initial=0.5", "methods.mst.warmup_fraction=0.34",
+               "methods.mst.restore_fraction=0.67", "methods.mst.attention_window=4", "methods.mst.attention_stride=4"}}};
   const auto& all = registered_methods();
   for (size_t i = 0; i < all.size(); ++i)
     for (size_t j = i; j < all.size(); ++j) {

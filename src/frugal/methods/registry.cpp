@@ -4,6 +4,7 @@
 #include "frugal/core/error.h"
 #include "frugal/methods/freeze/freeze.h"
 #include "frugal/methods/method.h"
+#include "frugal/methods/mst/plugin.h"
 #include "frugal/methods/multilevel/vcycle.h"
 #include "frugal/methods/sparse24/plugin.h"
 
@@ -12,7 +13,7 @@ namespace frugal {
 namespace {
 std::vector<MethodInfo>& registry() {
   static std::vector<MethodInfo> methods = {freeze::method_info(), sparse24::method_info(),
-                                            multilevel::method_info()};
+                                            multilevel::method_info(), mst::method_info()};
   return methods;
 }
 }  // namespace

@@ -8,6 +8,7 @@
 #include "frugal/core/error.h"
 #include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
+#include "frugal/methods/mask_codec.h"
 #include "frugal/methods/sparse24/mask.h"
 
 namespace frugal::sparse24 {
@@ -33,55 +34,6 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   s.include_attention = c.get_bool(p + ".include_attention");
   s.mvue = c.get_bool(p + ".mvue");
   return std::make_unique<Sparse24Method>(s);
-}
-
-const char* linear_name(GPT::Linear which) {
-  switch (which) {
-    case GPT::Linear::Qkv: return "qkv";
-    case GPT::Linear::Proj: return "proj";
-    case GPT::Linear::Fc: return "fc";
-    case GPT::Linear::Gate: return "gate";
-    case GPT::Linear::FcProj: return "fc_proj";
-  }
-  return "?";
-}
-
-std::string target_key(const Sparse24Method::Target& t) { return fmt::format("{}.{}", t.layer, linear_name(t.which)); }
-
-// A 0/1 mask as base64 of its bits (8 entries per byte, entry i at bit i % 8 of byte i / 8).
-constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-std::string encode_mask(const std::vector<uint8_t>& mask) {
-  std::vector<uint8_t> bytes((mask.size() + 7) / 8, 0);
-  for (size_t i = 0; i < mask.size(); ++i) bytes[i / 8] |= static_cast<uint8_t>((mask[i] != 0) << (i % 8));
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t v = 0;
-    for (size_t k = 0; k < 3; ++k) v = v << 8 | (i + k < bytes.size() ? bytes[i + k] : 0u);
-    const size_t chars = std::min<size_t>(4, (bytes.size() - i) * 4 / 3 + 1);
-    for (size_t k = 0; k < chars; ++k) out += kBase64[(v >> (18 - 6 * k)) & 63];
-  }
-  return out;
-}
-
-void decode_mask(const std::string& text, std::vector<uint8_t>& mask, const std::string& what) {
-  const size_t n_bytes = (mask.size() + 7) / 8;
-  FRUGAL_CHECK(text.size() == n_bytes / 3 * 4 + (n_bytes % 3 ? n_bytes % 3 + 1 : 0),
-               "the checkpoint's sparse24 mask {} has {} characters, which does not fit the model's "
-               "{} entries; resume with the model config the checkpoint was written with", what,
-               text.size(), mask.size());
-  std::vector<uint8_t> bytes(n_bytes, 0);
-  for (size_t c = 0; c < text.size(); ++c) {
-    const char* hit = std::char_traits<char>::find(kBase64, 64, text[c]);
-    FRUGAL_CHECK(hit, "the checkpoint's sparse24 mask {} is not base64 (character {}); the "
-                 "checkpoint is damaged", what, c);
-    const uint32_t six = static_cast<uint32_t>(hit - kBase64);
-    const size_t bit = c * 6;  // six bits at bit offset `bit` of the big-endian byte stream
-    for (size_t k = 0; k < 6 && (bit + k) / 8 < n_bytes; ++k)
-      if (six >> (5 - k) & 1u) bytes[(bit + k) / 8] |= static_cast<uint8_t>(0x80u >> ((bit + k) % 8));
-  }
-  for (size_t i = 0; i < mask.size(); ++i) mask[i] = (bytes[i / 8] >> (i % 8)) & 1u;
 }
 
 }  // namespace
@@ -219,7 +171,7 @@ void Sparse24Method::apply(Event event, TrainContext& ctx) {
 nlohmann::json Sparse24Method::save_state() const {
   nlohmann::json masks = nlohmann::json::object();
   if (have_masks_)
-    for (const Target& t : targets_) masks[target_key(t)] = encode_mask(t.mask);
+    for (const Target& t : targets_) masks[linear_key(t.layer, t.which)] = encode_mask(t.mask);
   return {{"finetune", finetune_}, {"have_masks", have_masks_}, {"mask_updates", mask_updates_},
           {"flip_rate", flip_rate_}, {"masks", masks}};
 }
@@ -232,10 +184,10 @@ void Sparse24Method::load_state(const nlohmann::json& s) {
   if (!have_masks_) return;
   const nlohmann::json& masks = s.at("masks");
   for (Target& t : targets_) {
-    const std::string key = target_key(t);
+    const std::string key = linear_key(t.layer, t.which);
     FRUGAL_CHECK(masks.contains(key), "the checkpoint has no sparse24 mask for {} (methods.sparse24."
                  "include_attention changed?); resume with the settings it was written with", key);
-    decode_mask(masks.at(key).get<std::string>(), t.mask, key);
+    decode_mask(masks.at(key).get<std::string>(), t.mask, "the checkpoint's sparse24 mask " + key);
   }
 }
 

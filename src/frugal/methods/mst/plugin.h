@@ -1,0 +1,86 @@
+// The `mst` method plugin: Mixed Sparsity Training (METHODS.md section 3; Hu, Li, Huang 2024).
+// Every block linear (qkv, proj, fc, gate for gated MLPs, fc_proj) trains as a dynamic sparse
+// weight W ⊙ M through a sparse LinearFormat; the embedding and a tied head stay dense.
+// - Masks: Erdős–Rényi densities per linear for the schedule's sparsity, random at the start.
+//   Invariant between steps: W, AdamW's m and v are exactly 0 outside the mask (gradients are
+//   masked at AfterGradReduce, so AdamW keeps them there; nothing needs re-masking afterwards).
+// - Topology update every `update_interval` steps t > 0, at AfterGradReduce of step t (the formats
+//   computed the dense weight gradient of that step): per trainable linear, the counts of
+//   sparsity.h's update_counts toward the ER density of the sparsity at t + 1 and the cosine
+//   drop fraction ζ_t; drop the smallest |W|, grow 3 of 4 by largest |gradient| and 1 of 4 at
+//   random among the previously inactive; dropped weights and the moments of dropped and grown
+//   entries are zeroed; the new masks go into the formats at the Reconfigure after the step.
+// - Sparsity variation: warm-up → ultra-sparse hold → restoration (sparsity.h's schedule).
+// - Hybrid sparse attention: Strided(window, stride) or Fixed(block, summary) patterns in every
+//   block during the hold, dense causal before and after (switched at Reconfigure points).
+// - `dynamic = false` keeps the initial mask for the whole run (the static-sparse control);
+//   constant sparsity (initial = peak = final) with `dynamic = true` is RigL.
+// Frozen layers (methods.freeze) keep their masks. State: the masks and counters (JSON).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "frugal/kernels/attention_pattern.h"
+#include "frugal/methods/method.h"
+#include "frugal/methods/mst/sparsity.h"
+#include "frugal/model/formats/masked.h"
+
+namespace frugal::mst {
+
+struct MstConfig {
+  SparsitySchedule schedule;
+  bool dynamic = true;
+  int update_interval = 100;     // Δ
+  double drop_fraction = 0.3;    // ζ
+  double random_growth = 0.25;   // share of the grown weights chosen at random (Mixed-Growing)
+  bool erdos_renyi = true;       // false: the same density in every linear
+  // Pattern of the ultra-sparse hold; Causal: none.
+  kernels::AttentionPattern attention = kernels::AttentionPattern::strided(16, 16);
+};
+
+MethodInfo method_info();
+
+class MstMethod final : public Method {
+ public:
+  explicit MstMethod(MstConfig config) : config_(config) {}
+  std::string name() const override { return "mst"; }
+  Capabilities capabilities() const override { return {.owns_masks = true, .reads_all_gradients = true}; }
+  bool match(Event event, const TrainContext& ctx) const override;
+  void apply(Event event, TrainContext& ctx) override;
+  nlohmann::json save_state() const override;
+  void load_state(const nlohmann::json& state) override;
+
+  // One sparse linear: its place in the model and its mask (OC, IC), 1 = active; the format (none
+  // while the mask is full) keeps its own copy, handed over at every Reconfigure.
+  struct Target {
+    int layer = 0;
+    GPT::Linear which = GPT::Linear::Fc;
+    int OC = 0, IC = 0;
+    std::vector<uint8_t> mask;
+    int64_t active = 0;
+    std::shared_ptr<MaskedFormat> format;
+    int64_t size() const { return static_cast<int64_t>(OC) * IC; }
+  };
+  const std::vector<Target>& targets() const { return targets_; }
+  // Fraction of zeros over all targets' masks.
+  double sparsity() const;
+  int64_t topology_updates() const { return updates_; }
+  bool is_update_step(int64_t step, int64_t max_steps) const;
+
+ private:
+  void build_targets(const GPT& model);
+  void initial_masks(uint64_t seed, int64_t max_steps);
+  // Zeroes W, m and v outside every target's mask (after --init-from a dense model, idempotent).
+  void apply_masks_to_state(TrainContext& ctx) const;
+  void update_topology(TrainContext& ctx);
+  void mask_gradients(TrainContext& ctx) const;
+  void install_formats(GPT& model);
+  kernels::AttentionPattern pattern_at(int64_t step, int64_t max_steps) const;
+
+  MstConfig config_;
+  std::vector<Target> targets_;
+  bool have_masks_ = false, pending_install_ = false;
+  int64_t updates_ = 0, last_pruned_ = 0, last_grown_ = 0;
+};
+
+}  // namespace frugal::mst

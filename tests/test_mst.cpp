@@ -1,0 +1,387 @@
+// Mixed Sparsity Training (methods/mst): the pure pieces (schedule, drop fraction, Erdős–Rényi
+// densities, prune/grow counts against METHODS.md's formula, random masks, drop-and-grow choices),
+// one topology update on a session (dropped weights and the moments of dropped and grown entries
+// zeroed, gradients masked), and the plugin in runs: mask invariants (W, m, v zero outside the
+// masks), the sparsity schedule and hybrid attention phases, counts in the metrics, the static
+// control, bit-exact resume mid-phase, and configuration errors.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+
+#include "frugal/core/error.h"
+#include "frugal/core/rng.h"
+#include "frugal/methods/mst/plugin.h"
+#include "frugal/methods/mst/sparsity.h"
+#include "frugal/train/trainer.h"
+#include "temp_dir.h"
+#include "train_data.h"
+
+using namespace frugal;
+using namespace frugal::mst;
+using frugal::testing::TempDir;
+
+namespace {
+
+std::string make_data(const TempDir& dir) { return frugal::testing::make_shakespeare_data(dir, 40000); }
+
+io::Config config(const std::string& data, const std::string& out, std::vector<std::string> extra) {
+  std::vector<std::string> o = {"data.dir=" + data, "train.out_dir=" + out, "model.n_layer=2",
+                                "model.n_head=2", "model.n_embd=32", "model.block_size=32",
+                                "train.batch_size=4", "train.max_steps=20", "train.eval_interval=10",
+                                "train.eval_batches=2", "train.log_interval=1", "optim.warmup_steps=2",
+                                "sample.count=0", "methods.mst.update_interval=3",
+                                "methods.mst.attention_window=4", "methods.mst.attention_stride=4"};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return io::Config::load(run_schema(), "", o);
+}
+
+MstMethod& method_of(Trainer& t) {
+  auto* m = dynamic_cast<MstMethod*>(t.methods().methods().at(0).get());
+  EXPECT_NE(m, nullptr);
+  return *m;
+}
+
+// The metrics records by 0-based step (a record's "step" counts the steps done).
+std::map<int64_t, nlohmann::json> read_metrics(const std::string& run_dir) {
+  std::map<int64_t, nlohmann::json> out;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("step") && j.contains("sparsity")) out[j.at("step").get<int64_t>() - 1] = j;
+  }
+  return out;
+}
+
+// W, and AdamW's m and v where the optimizer holds them, are exactly zero outside every mask.
+void expect_zero_outside_masks(Trainer& t) {
+  GPT& model = t.model();
+  AdamW& optim = t.session().optim();
+  for (const auto& target : method_of(t).targets()) {
+    const size_t off = model.linear_weight_offset(target.layer, target.which);
+    ASSERT_EQ(target.active, std::count(target.mask.begin(), target.mask.end(), uint8_t{1}));
+    for (int64_t i = 0; i < target.size(); ++i) {
+      if (target.mask[i]) continue;
+      ASSERT_EQ(model.params()[off + i], 0.0f) << target.layer << "/" << int(target.which) << " entry " << i;
+      ASSERT_EQ(optim.m()[off + i - optim.shard_begin()], 0.0f) << i;
+      ASSERT_EQ(optim.v()[off + i - optim.shard_begin()], 0.0f) << i;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(MstSparsity, ScheduleHasThreePhases) {
+  SparsitySchedule s{.initial = 0.2, .peak = 0.9, .final = 0.5, .warmup_fraction = 0.1, .restore_fraction = 0.8};
+  EXPECT_EQ(s.warmup_end(100), 10);
+  EXPECT_EQ(s.restore_start(100), 80);
+  EXPECT_DOUBLE_EQ(s.at(0, 100), 0.2);
+  EXPECT_DOUBLE_EQ(s.at(5, 100), 0.2 + 0.7 * 0.5);
+  EXPECT_DOUBLE_EQ(s.at(10, 100), 0.9);
+  EXPECT_DOUBLE_EQ(s.at(79, 100), 0.9);
+  EXPECT_DOUBLE_EQ(s.at(90, 100), 0.9 - 0.4 * 0.5);
+  EXPECT_DOUBLE_EQ(s.at(100, 100), 0.5);
+  EXPECT_FALSE(s.in_hold(9, 100));
+  EXPECT_TRUE(s.in_hold(10, 100));
+  EXPECT_TRUE(s.in_hold(79, 100));
+  EXPECT_FALSE(s.in_hold(80, 100));
+  SparsitySchedule flat{.initial = 0.8, .peak = 0.8, .final = 0.8, .warmup_fraction = 0, .restore_fraction = 1};
+  for (int64_t t : {0, 1, 50, 99, 100}) EXPECT_DOUBLE_EQ(flat.at(t, 100), 0.8) << t;
+}
+
+TEST(MstSparsity, DropFractionDecaysByCosine) {
+  EXPECT_DOUBLE_EQ(drop_fraction(0.3, 0, 1000), 0.3);
+  EXPECT_NEAR(drop_fraction(0.3, 500, 1000), 0.15, 1e-15);
+  EXPECT_NEAR(drop_fraction(0.3, 250, 1000), 0.15 * (1 + std::sqrt(0.5)), 1e-15);
+  EXPECT_EQ(drop_fraction(0.3, 1000, 1000), 0.0);
+}
+
+TEST(MstSparsity, ErdosRenyiDensitiesMeetTheTargetAndClampDenseLayers) {
+  // A GPT block at C = 64: qkv (192,64), proj (64,64), fc (256,64), fc_proj (64,256), and a tiny
+  // layer whose ER density would exceed 1.
+  const std::vector<std::pair<int, int>> shapes = {{192, 64}, {64, 64}, {256, 64}, {64, 256}, {4, 4}};
+  for (double density : {0.05, 0.1, 0.3, 0.6}) {
+    const std::vector<double> d = layer_densities(shapes, density);
+    double kept = 0, total = 0;
+    for (size_t l = 0; l < shapes.size(); ++l) {
+      const double n = double(shapes[l].first) * shapes[l].second;
+      kept += d[l] * n, total += n;
+      EXPECT_LE(d[l], 1.0);
+    }
+    EXPECT_NEAR(kept / total, density, 1e-12) << density;
+    EXPECT_EQ(d[4], 1.0) << "the 4x4 layer's ER density exceeds 1 at " << density;
+    // Among sparse layers, density / ((OC + IC) / (OC·IC)) is one constant ε.
+    const auto eps = [&](size_t l) { return d[l] * shapes[l].first * shapes[l].second / (shapes[l].first + shapes[l].second); };
+    for (size_t l = 1; l < 4; ++l)
+      if (d[l] < 1) {
+        EXPECT_NEAR(eps(l), eps(0), 1e-9 * eps(0)) << density << " layer " << l;
+      }
+  }
+  const std::vector<double> u = layer_densities(shapes, 0.25, /*uniform=*/true);
+  for (double d : u) EXPECT_EQ(d, 0.25);
+  for (double d : layer_densities(shapes, 1.0)) EXPECT_EQ(d, 1.0);
+}
+
+TEST(MstSparsity, UpdateCountsFollowTheFormula) {
+  // Rising sparsity: n_prune = max(⌊a·ζ⌋, a − a'), n_grow = n_prune − (a − a').
+  UpdateCounts c = update_counts(1000, 500, 300, 0.3);
+  EXPECT_EQ(c.prune, 200);
+  EXPECT_EQ(c.grow, 0);
+  c = update_counts(1000, 500, 450, 0.3);
+  EXPECT_EQ(c.prune, 150);
+  EXPECT_EQ(c.grow, 100);
+  // Constant sparsity: the cosine fraction only.
+  c = update_counts(1000, 101, 101, 0.3);
+  EXPECT_EQ(c.prune, 30);
+  EXPECT_EQ(c.grow, 30);
+  // Falling sparsity (restoration): more grown than pruned.
+  c = update_counts(1000, 100, 400, 0.1);
+  EXPECT_EQ(c.prune, 10);
+  EXPECT_EQ(c.grow, 310);
+  // Restoring to full: nothing can be pruned and regrown (candidates are the inactive ones).
+  c = update_counts(1000, 900, 1000, 0.3);
+  EXPECT_EQ(c.prune, 0);
+  EXPECT_EQ(c.grow, 100);
+  c = update_counts(1000, 900, 980, 0.3);
+  EXPECT_EQ(c.prune, 20);
+  EXPECT_EQ(c.grow, 100);
+  EXPECT_THROW(update_counts(10, 11, 5, 0.1), frugal::Error);
+}
+
+TEST(MstSparsity, RandomMaskHasTheExactCountAndIsReproducible) {
+  for (int64_t active : {0, 1, 37, 999, 1000}) {
+    const auto m = random_mask(1000, active, 7, 3);
+    EXPECT_EQ(std::count(m.begin(), m.end(), uint8_t{1}), active);
+    EXPECT_EQ(m, random_mask(1000, active, 7, 3));
+  }
+  EXPECT_NE(random_mask(1000, 100, 7, 3), random_mask(1000, 100, 7, 4));
+}
+
+TEST(MstSparsity, DropAndGrowPicksBySizeAndGradient) {
+  const int64_t n = 400;
+  Rng rng(1, 2);
+  std::vector<float> w(n), g(n);
+  for (int64_t i = 0; i < n; ++i) g[i] = static_cast<float>(rng.normal());
+  std::vector<uint8_t> mask = random_mask(n, 100, 5, 0);
+  for (int64_t i = 0; i < n; ++i) w[i] = mask[i] ? static_cast<float>(rng.normal()) : 0.0f;
+  const std::vector<uint8_t> before = mask;
+  const UpdateCounts counts{.prune = 30, .grow = 40};
+  const UpdateResult r = drop_and_grow(mask, w, g, counts, 0.25, 9, 1);
+  ASSERT_EQ(r.dropped.size(), 30u);
+  ASSERT_EQ(r.grown.size(), 40u);
+  EXPECT_EQ(std::count(mask.begin(), mask.end(), uint8_t{1}), 110);
+  // Dropped: active before, and no kept weight is smaller in magnitude than a dropped one.
+  float max_dropped = 0, min_kept = INFINITY;
+  std::vector<bool> dropped(n, false), grown(n, false);
+  for (int64_t i : r.dropped) {
+    ASSERT_TRUE(before[i]) << i;
+    dropped[i] = true;
+    max_dropped = std::max(max_dropped, std::fabs(w[i]));
+  }
+  for (int64_t i = 0; i < n; ++i)
+    if (before[i] && !dropped[i]) min_kept = std::min(min_kept, std::fabs(w[i]));
+  EXPECT_LE(max_dropped, min_kept);
+  // Grown: inactive before; the first 30 (3 of 4) have the largest |g| among the candidates.
+  for (int64_t i : r.grown) {
+    ASSERT_FALSE(before[i]) << i;
+    grown[i] = true;
+  }
+  float min_by_grad = INFINITY;
+  for (size_t k = 0; k < 30; ++k) min_by_grad = std::min(min_by_grad, std::fabs(g[r.grown[k]]));
+  int larger_left = 0;
+  for (int64_t i = 0; i < n; ++i) larger_left += !before[i] && !grown[i] && std::fabs(g[i]) > min_by_grad;
+  EXPECT_EQ(larger_left, 0);
+  // Reproducible, and the random 10 depend on the stream.
+  std::vector<uint8_t> again = before, other = before;
+  EXPECT_EQ(drop_and_grow(again, w, g, counts, 0.25, 9, 1).grown, r.grown);
+  EXPECT_NE(drop_and_grow(other, w, g, counts, 0.25, 9, 2).grown, r.grown);
+}
+
+TEST(MstMethod, TopologyUpdateZeroesDroppedWeightsAndMomentsAndMasksGradients) {
+  ModelConfig c;
+  c.vocab_size = 40, c.block_size = 16, c.n_layer = 2, c.n_head = 2, c.n_embd = 32;
+  Session session({.model = c, .batch = 2, .seq_len = 16});
+  GPT& model = session.model();
+  model.init_weights(3);
+  MstConfig mc;
+  mc.schedule = {.initial = 0.5, .peak = 0.5, .final = 0.5, .warmup_fraction = 0, .restore_fraction = 1};
+  mc.update_interval = 2;
+  MstMethod method(mc);
+  TrainContext ctx{.session = session, .step = 0, .max_steps = 10, .seed = 11};
+  method.apply(Event::Init, ctx);
+  method.apply(Event::FitStart, ctx);
+  EXPECT_NEAR(method.sparsity(), 0.5, 1e-3);
+  // Moments and gradients as after some steps: non-zero inside the masks, gradients everywhere.
+  AdamW& optim = session.optim();
+  optim.set_steps_taken(4);
+  Rng rng(4, 4);
+  for (size_t i = 0; i < model.num_floats(); ++i) model.grads()[i] = static_cast<float>(rng.normal());
+  for (const auto& t : method.targets()) {
+    const size_t off = model.linear_weight_offset(t.layer, t.which);
+    for (int64_t i = 0; i < t.size(); ++i) {
+      optim.m()[off + i] = t.mask[i] ? 0.5f : 0.0f;
+      optim.v()[off + i] = t.mask[i] ? 0.25f : 0.0f;
+    }
+  }
+  const auto before = method.targets();
+  const std::vector<float> grads(model.grads(), model.grads() + model.num_floats());
+  const std::vector<float> weights(model.params(), model.params() + model.num_floats());
+  ctx.step = 4;
+  ASSERT_TRUE(method.is_update_step(4, 10));
+  method.apply(Event::AfterGradReduce, ctx);
+  EXPECT_EQ(method.topology_updates(), 1);
+  EXPECT_NEAR(method.sparsity(), 0.5, 1e-3);
+  const double zeta = drop_fraction(0.3, 4, 10);
+  int64_t changed_total = 0;
+  for (size_t k = 0; k < before.size(); ++k) {
+    const auto& a = before[k];
+    const auto& b = method.targets()[k];
+    const size_t off = model.linear_weight_offset(a.layer, a.which);
+    int64_t dropped = 0, grown = 0;
+    for (int64_t i = 0; i < a.size(); ++i) {
+      const size_t p = off + i;
+      if (a.mask[i] && !b.mask[i]) {
+        ++dropped;
+        EXPECT_EQ(model.params()[p], 0.0f);
+        EXPECT_EQ(optim.m()[p], 0.0f);
+        EXPECT_EQ(optim.v()[p], 0.0f);
+      } else if (!a.mask[i] && b.mask[i]) {
+        ++grown;
+        EXPECT_EQ(model.params()[p], 0.0f);
+        EXPECT_EQ(optim.m()[p], 0.0f);
+        EXPECT_EQ(optim.v()[p], 0.0f);
+        EXPECT_EQ(model.grads()[p], grads[p]) << "a grown weight keeps its gradient";
+      } else if (a.mask[i]) {
+        EXPECT_EQ(model.params()[p], weights[p]);
+        EXPECT_EQ(optim.m()[p], 0.5f);
+        EXPECT_EQ(model.grads()[p], grads[p]);
+      }
+      if (!b.mask[i]) {
+        EXPECT_EQ(model.grads()[p], 0.0f) << "gradient outside the new mask";
+      }
+    }
+    const int64_t expect = static_cast<int64_t>(std::floor(a.active * zeta));
+    EXPECT_EQ(dropped, expect) << k;
+    EXPECT_EQ(grown, expect) << k;
+    changed_total += dropped;
+  }
+  EXPECT_GT(changed_total, 0);
+  // The new masks reach the formats at the Reconfigure after the step.
+  ctx.request_reconfigure = false;
+  method.apply(Event::AfterOptimStep, ctx);
+  EXPECT_TRUE(ctx.request_reconfigure);
+  method.apply(Event::Reconfigure, ctx);
+  for (const auto& t : method.targets()) {
+    auto* f = dynamic_cast<MaskedFormat*>(&model.linear_format(t.layer, t.which));
+    ASSERT_NE(f, nullptr);
+    EXPECT_TRUE(std::equal(t.mask.begin(), t.mask.end(), f->mask().begin()));
+  }
+}
+
+TEST(MstMethod, RunKeepsMasksFollowsTheScheduleAndSwitchesAttention) {
+  TempDir dir;
+  // 20 steps: warm-up 0 → 0.8 over steps [0, 6), hold [6, 14), restoration to 0.4; updates at
+  // 3, 6, 9, 12, 15, 18.
+  Trainer t(config(make_data(dir), dir.file("run"),
+                   {"methods.mst.sparsity_peak=0.8", "methods.mst.sparsity_final=0.4",
+                    "methods.mst.warmup_fraction=0.3", "methods.mst.restore_fraction=0.7"}),
+            {.quiet = true});
+  const FitResult r = t.fit();
+  for (float l : r.losses) EXPECT_TRUE(std::isfinite(l));
+  expect_zero_outside_masks(t);
+  MstMethod& m = method_of(t);
+  EXPECT_EQ(m.topology_updates(), 6);
+  const auto metrics = read_metrics(dir.file("run"));
+  ASSERT_EQ(metrics.size(), 20u);
+  const SparsitySchedule s{.initial = 0, .peak = 0.8, .final = 0.4, .warmup_fraction = 0.3, .restore_fraction = 0.7};
+  EXPECT_EQ(metrics.at(0).at("sparsity").get<double>(), 0.0);
+  for (int64_t step : {3, 6, 9, 12, 15, 18}) {
+    // After the update at `step`, the sparsity is the schedule's at step + 1 (ER rounding aside).
+    EXPECT_NEAR(metrics.at(step).at("sparsity").get<double>(), s.at(step + 1, 20), 2e-3) << step;
+    EXPECT_TRUE(metrics.at(step).contains("mst_pruned")) << step;
+  }
+  EXPECT_FALSE(metrics.at(4).contains("mst_pruned"));
+  // Restoration: attention back to causal.
+  for (int l = 0; l < 2; ++l) EXPECT_EQ(t.model().attention_pattern(l), kernels::AttentionPattern::causal());
+  // Linear formats: masked where sparse.
+  for (const auto& target : m.targets())
+    EXPECT_STREQ(t.model().linear_format(target.layer, target.which).name(), target.active < target.size() ? "masked" : "dense");
+}
+
+TEST(MstMethod, HoldUsesTheSparseAttentionPattern) {
+  TempDir dir;
+  Trainer t(config(make_data(dir), dir.file("run"),
+                   {"train.max_steps=8", "methods.mst.warmup_fraction=0.25", "methods.mst.restore_fraction=1",
+                    "methods.mst.attention=fixed", "methods.mst.attention_block=8"}),
+            {.quiet = true});
+  t.fit();
+  for (int l = 0; l < 2; ++l) EXPECT_EQ(t.model().attention_pattern(l), kernels::AttentionPattern::fixed(8, 1));
+}
+
+TEST(MstMethod, StaticMaskNeverChanges) {
+  TempDir dir;
+  const std::vector<std::string> s = {"methods.mst.dynamic=false", "methods.mst.sparsity_initial=0.7",
+                                      "methods.mst.sparsity_peak=0.7", "methods.mst.sparsity_final=0.7",
+                                      "methods.mst.attention=dense", "train.max_steps=6"};
+  Trainer a(config(make_data(dir), dir.file("a"), s), {.quiet = true});
+  a.fit();
+  // The mask of step 0 is the one a fresh method draws from the same seed.
+  Trainer b(config(make_data(dir), dir.file("b"), [&] { auto x = s; x.push_back("train.max_steps=1"); return x; }()), {.quiet = true});
+  b.fit();
+  EXPECT_EQ(method_of(a).topology_updates(), 0);
+  for (size_t k = 0; k < method_of(a).targets().size(); ++k)
+    EXPECT_EQ(method_of(a).targets()[k].mask, method_of(b).targets()[k].mask) << k;
+  EXPECT_NEAR(method_of(a).sparsity(), 0.7, 1e-3);
+  expect_zero_outside_masks(a);
+}
+
+TEST(MstMethod, ResumeMidPhaseIsBitExact) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::vector<std::string> mst = {"methods.mst.warmup_fraction=0.3", "methods.mst.restore_fraction=0.7"};
+  Trainer straight(config(data, dir.file("a"), mst), {.quiet = true});
+  const FitResult all = straight.fit();
+  // Checkpoints at 7 (hold, just after the update at 6) and 13 (last hold step before restoration).
+  for (int64_t at : {7, 13}) {
+    const std::string run = dir.file("b" + std::to_string(at));
+    auto with_ckpt = mst;
+    with_ckpt.push_back("train.checkpoint_interval=" + std::to_string(at));
+    Trainer(config(data, run, with_ckpt), {.quiet = true}).fit();
+    for (const auto& e : std::filesystem::directory_iterator(run + "/checkpoints"))
+      if (e.is_directory() && e.path().filename() != fmt::format("step_{:08d}", at)) std::filesystem::remove_all(e.path());
+    std::ofstream(run + "/checkpoints/latest") << fmt::format("step_{:08d}\n", at);
+    Trainer resumed(config(data, run, mst), {.resume = run, .quiet = true});
+    const FitResult rest = resumed.fit();
+    ASSERT_EQ(rest.losses.size(), size_t(20 - at)) << at;
+    for (size_t i = 0; i < rest.losses.size(); ++i) EXPECT_EQ(rest.losses[i], all.losses[at + i]) << "step " << at + i;
+    for (size_t k = 0; k < method_of(straight).targets().size(); ++k)
+      EXPECT_EQ(method_of(straight).targets()[k].mask, method_of(resumed).targets()[k].mask) << k;
+    EXPECT_EQ(method_of(resumed).topology_updates(), method_of(straight).topology_updates());
+    for (size_t i = 0; i < straight.model().num_floats(); ++i)
+      ASSERT_EQ(straight.model().params()[i], resumed.model().params()[i]) << at << ": " << i;
+  }
+}
+
+TEST(MstMethod, BadSettingsGetOneLineErrors) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"methods.mst.warmup_fraction=0.9", "methods.mst.restore_fraction=0.5"}, "warmup_fraction <= restore_fraction"},
+      {{"methods.mst.dynamic=false"}, "cannot vary"},
+      {{"methods.mst.distribution=er"}, "erdos_renyi or uniform"},
+      {{"methods.mst.attention=sparse"}, "strided, fixed or dense"},
+      {{"methods.mst.sparsity_peak=1"}, "sparsity_peak"}};
+  for (const auto& [extra, expect] : cases) {
+    try {
+      Trainer t(config(data, dir.file("x"), extra), {.quiet = true});
+      t.fit();
+      ADD_FAILURE() << expect;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  }
+}
