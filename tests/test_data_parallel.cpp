@@ -1,7 +1,8 @@
 // Data-parallel training under mpirun (parallel/data_parallel.h), through the `frugal` binary:
 // N ranks × A micro-batches give one process's run with N·A micro-batches; ZeRO-1/2 give stage
 // 0's run bit for bit; sharded checkpoints resume bit-exactly with the same world size and with
-// another one; freeze and sparse24 run under it; a killed or a hung rank stops the job with a
+// another one; freeze, sparse24 and mst run under it (mst chooses its masks from the reduced
+// gradients, so every rank draws the same ones); a killed or a hung rank stops the job with a
 // line naming it and leaves a resumable checkpoint. Every rank runs 1 thread and so does the
 // one-process reference (oneDNN's results depend on the thread count). np = 4 oversubscribes the
 // machine's 2 cores.
@@ -191,7 +192,11 @@ TEST_F(DataParallel, ShardedCheckpointResumesBitExactlyAndWithAnotherWorldSize) 
 
 TEST_F(DataParallel, MethodsRunAsInOneProcess) {
   for (auto [method, tolerance] : {std::pair<std::string, double>{"--set methods.freeze.alpha=0.5 --set methods.freeze.interval=2", kTolerance},
-                                   {"--set methods.sparse24.mask_interval=2", kMaskTolerance}}) {
+                                   {"--set methods.sparse24.mask_interval=2", kMaskTolerance},
+                                   {"--set methods.mst.update_interval=2 --set methods.mst.sparsity_initial=0.5 "
+                                    "--set methods.mst.warmup_fraction=0.25 --set methods.mst.restore_fraction=0.75 "
+                                    "--set methods.mst.attention_window=16 --set methods.mst.attention_stride=16",
+                                    kMaskTolerance}}) {
     const TrainedRun parallel = train("method", 2, 8, method);
     const TrainedRun single = train("method-ref", 0, 8, method + " --set train.grad_accum=2");
     const double diff = max_relative_difference(single.steps, parallel.steps);
