@@ -232,11 +232,11 @@ TEST(Report, WritesPngAndSvgPlots) {
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
   const std::string base = make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12);
   const std::string sparse = make_run(tmp.path() / "sparse", {2.9, 2.4, 2.1}, 0.8, 0.5e12, [](int step) {
-    return fmt::format(", \"flip_rate\": {}, \"level\": {}", 0.1 / step, step > 100 ? 1 : 2);
+    return fmt::format(", \"flip_rate\": {}, \"level\": {}, \"sparsity\": {}", 0.1 / step, step > 100 ? 1 : 2, step > 100 ? 0.9 : 0.5);
   });
   options.names = {"dense baseline", "2:4 it's_sparse"};  // spaces, quote, underscore in legends
   write_report({base, sparse}, tmp.file("out"), options);
-  for (const char* plot : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep, kPlotLevelVsStep}) {
+  for (const char* plot : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep, kPlotLevelVsStep, kPlotSparsityVsStep}) {
     const fs::path png = tmp.path() / "out" / (std::string(plot) + ".png");
     const fs::path svg = tmp.path() / "out" / (std::string(plot) + ".svg");
     ASSERT_TRUE(fs::exists(png) && fs::exists(svg)) << plot;
@@ -257,6 +257,7 @@ TEST(Report, WritesPngAndSvgPlots) {
   EXPECT_TRUE(fs::exists(tmp.path() / "out" / "val_loss_vs_flops.png"));
   EXPECT_FALSE(fs::exists(tmp.path() / "out" / "flip_rate_vs_step.png"));
   EXPECT_FALSE(fs::exists(tmp.path() / "out" / "level_vs_step.png"));
+  EXPECT_FALSE(fs::exists(tmp.path() / "out" / "sparsity_vs_step.png"));
   EXPECT_FALSE(fs::exists(tmp.path() / "out" / "plot-data" / "run1_train.dat"));
 }
 

@@ -360,7 +360,9 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
   std::vector<StepMetric> step_metrics = {
       {"flip_rate", {kPlotFlipVsStep, "2:4 mask flip rate vs step", "step", "flip rate", false, points, {}, std::nullopt}},
       {"level", {kPlotLevelVsStep, "Multi-level: level trained vs step (1 = the configured model)", "step",
-                 "level", false, "steps linewidth 2", {}, std::nullopt}}};
+                 "level", false, "steps linewidth 2", {}, std::nullopt}},
+      {"sparsity", {kPlotSparsityVsStep, "Sparsity of the block linears vs step (Mixed Sparsity Training)", "step",
+                    "sparsity", false, "steps linewidth 2", {}, std::nullopt}}};
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunMetrics& run = runs[i];
     std::string val = "# step wall_s flops val_loss\n", loss = "# step loss\n";
@@ -449,7 +451,7 @@ ReportTable write_report(const std::vector<RunMetrics>& runs_in, const std::stri
                          "set grid\nset key top right box opaque\n\n";
     for (const Plot& p : plots) script += plot_script(p);
     write_text(out / "plots.gp", script);
-    for (const char* name : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep, kPlotLevelVsStep})
+    for (const char* name : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep, kPlotLevelVsStep, kPlotSparsityVsStep})
       for (const char* ext : {".png", ".svg"}) fs::remove(out / (std::string(name) + ext));  // stale
     run_gnuplot(*gnuplot, out);
     md += "\n## Plots\n";

@@ -91,11 +91,12 @@ inline constexpr const char* kPlotValVsFlops = "val_loss_vs_flops";
 inline constexpr const char* kPlotTrainVsStep = "train_loss_vs_step";
 inline constexpr const char* kPlotFlipVsStep = "flip_rate_vs_step";
 inline constexpr const char* kPlotLevelVsStep = "level_vs_step";
+inline constexpr const char* kPlotSparsityVsStep = "sparsity_vs_step";
 
 // Writes OUT_DIR/report.md (table + plots) and, with options.plots, OUT_DIR/<plot>.png/.svg plus
 // the gnuplot inputs (plots.gp, plot-data/run<i>_*.dat) and gnuplot's output (gnuplot.log). Plots:
 // validation loss vs seconds and vs FLOPs (log x) with the target as a dashed line, training
-// loss vs step, flip_rate vs step and level vs step when a run logs them. Throws Error (saying `apt-get install
+// loss vs step, flip_rate, level and sparsity vs step when a run logs them. Throws Error (saying `apt-get install
 // gnuplot-nox`) before writing anything when gnuplot is not found. Returns the table.
 ReportTable write_report(const std::vector<RunMetrics>& runs, const std::string& out_dir,
                          const ReportOptions& options);
