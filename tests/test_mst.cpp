@@ -41,7 +41,9 @@ io::Config config(const std::string& data, const std::string& out, std::vector<s
 }
 
 MstMethod& method_of(Trainer& t) {
-  auto* m = dynamic_cast<MstMethod*>(t.methods().methods().at(0).get());
+  MstMethod* m = nullptr;
+  for (const auto& x : t.methods().methods())
+    if (auto* p = dynamic_cast<MstMethod*>(x.get())) m = p;
   EXPECT_NE(m, nullptr);
   return *m;
 }
@@ -384,4 +386,65 @@ TEST(MstMethod, BadSettingsGetOneLineErrors) {
       EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(MstSparsity, MagnitudeMaskKeepsTheLargest) {
+  const std::vector<float> w = {0.5f, -2.0f, 0.1f, 2.0f, -0.3f, 0.0f};
+  EXPECT_EQ(magnitude_mask(w, 3), (std::vector<uint8_t>{1, 1, 0, 1, 0, 0}));
+  EXPECT_EQ(magnitude_mask(w, 1), (std::vector<uint8_t>{0, 1, 0, 0, 0, 0}));  // tie: lower index
+  EXPECT_EQ(magnitude_mask(w, 0), (std::vector<uint8_t>(6, 0)));
+  EXPECT_EQ(magnitude_mask(w, 6), (std::vector<uint8_t>(6, 1)));
+}
+
+TEST(MstMethod, FrozenLayersKeepTheirMasks) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::vector<std::string> s = {"methods.mst.sparsity_initial=0.6", "methods.mst.sparsity_peak=0.6",
+                                      "methods.mst.sparsity_final=0.6", "methods.mst.update_interval=2",
+                                      "methods.mst.attention=dense", "train.max_steps=8"};
+  Trainer first(config(data, dir.file("a"), [&] { auto x = s; x.push_back("train.max_steps=1"); return x; }()), {.quiet = true});
+  first.fit();
+  auto frozen = s;
+  frozen.push_back("methods.freeze.frozen_layers=1");
+  Trainer t(config(data, dir.file("b"), frozen), {.quiet = true});
+  t.fit();
+  ASSERT_EQ(t.model().frozen_prefix(), 1);
+  const MstMethod& m = method_of(t);
+  EXPECT_EQ(m.topology_updates(), 3);
+  for (size_t k = 0; k < m.targets().size(); ++k) {
+    const bool same = m.targets()[k].mask == method_of(first).targets()[k].mask;
+    EXPECT_EQ(same, m.targets()[k].layer == 0) << "linear " << k << " of layer " << m.targets()[k].layer;
+  }
+}
+
+// With the V-cycle (methods.multilevel): the masks follow each level change (new shapes, the
+// current sparsity, W, m, v zero outside), and a resume inside the small level is bit-exact.
+TEST(MstMethod, FollowsMultilevelReshapesAndResumes) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::vector<std::string> s = {"methods.mst.sparsity_initial=0.5", "methods.mst.sparsity_peak=0.5",
+                                      "methods.mst.sparsity_final=0.5", "methods.mst.update_interval=2",
+                                      "methods.mst.attention=dense", "train.max_steps=12",
+                                      "methods.multilevel.shares=0.25,0.5,0.25"};
+  Trainer straight(config(data, dir.file("a"), s), {.quiet = true});
+  const FitResult all = straight.fit();
+  MstMethod& m = method_of(straight);
+  EXPECT_EQ(straight.session().reshapes(), 2);
+  EXPECT_EQ(m.targets().size(), 8u);  // back at level 1: 2 layers × qkv, proj, fc, fc_proj
+  EXPECT_EQ(m.targets()[0].OC, 96);
+  EXPECT_NEAR(m.sparsity(), 0.5, 2e-3);
+  expect_zero_outside_masks(straight);
+  for (const auto& t : m.targets())
+    EXPECT_STREQ(straight.model().linear_format(t.layer, t.which).name(), "masked");
+
+  auto with_ckpt = s;
+  with_ckpt.push_back("train.checkpoint_interval=5");  // step 5: inside level 2
+  Trainer(config(data, dir.file("b"), with_ckpt), {.quiet = true}).fit();
+  std::filesystem::remove_all(dir.file("b/checkpoints/step_00000010"));
+  std::ofstream(dir.file("b/checkpoints/latest")) << "step_00000005\n";
+  Trainer resumed(config(data, dir.file("b"), s), {.resume = dir.file("b"), .quiet = true});
+  const FitResult rest = resumed.fit();
+  ASSERT_EQ(rest.losses.size(), 7u);
+  for (size_t i = 0; i < 7; ++i) EXPECT_EQ(rest.losses[i], all.losses[5 + i]) << "step " << 5 + i;
+  for (size_t k = 0; k < m.targets().size(); ++k) EXPECT_EQ(m.targets()[k].mask, method_of(resumed).targets()[k].mask) << k;
 }

@@ -207,19 +207,31 @@ TEST(Session, CapabilitiesAreEnforced) {
             std::string::npos);
   // A shape-changing method next to one that keeps masks is refused at start-up.
   struct Masks final : Method {
+    explicit Masks(bool follows) : follows(follows) {}
     std::string name() const override { return "masks"; }
-    Capabilities capabilities() const override { return {.owns_masks = true}; }
+    Capabilities capabilities() const override { return {.owns_masks = true, .follows_reshape = follows}; }
     bool match(Event, const TrainContext&) const override { return false; }
     void apply(Event, TrainContext&) override {}
+    bool follows;
   };
   std::vector<std::unique_ptr<Method>> both;
   both.push_back(std::make_unique<Widen>(1));
-  both.push_back(std::make_unique<Masks>());
+  both.push_back(std::make_unique<Masks>(false));
   EXPECT_NE(error_of([&] { MethodSet set(std::move(both)); }).find("methods.widen changes the model's shapes"),
+            std::string::npos);
+  // One that follows reshapes is accepted when it fires after the reshaping method.
+  std::vector<std::unique_ptr<Method>> following;
+  following.push_back(std::make_unique<Widen>(1));
+  following.push_back(std::make_unique<Masks>(true));
+  EXPECT_NO_THROW(MethodSet set(std::move(following)));
+  std::vector<std::unique_ptr<Method>> before;
+  before.push_back(std::make_unique<Masks>(true));
+  before.push_back(std::make_unique<Widen>(1));
+  EXPECT_NE(error_of([&] { MethodSet set(std::move(before)); }).find("methods.masks follows the reshapes of methods.widen but fires before it"),
             std::string::npos);
 }
 
-TEST(Session, ReshapeRefusesRangesAndInstalledFormats) {
+TEST(Session, ReshapeRefusesRangesAndStartsTheNewModelDenseAndCausal) {
   ModelConfig c;
   c.tied_head = false;
   Session stage({.model = c, .batch = 1, .seq_len = 8}, BlockRange{0, 2, true, false});
@@ -229,6 +241,8 @@ TEST(Session, ReshapeRefusesRangesAndInstalledFormats) {
   const auto [oc, ic] = whole.model().linear_shape(GPT::Linear::Fc);
   whole.model().set_linear_format(1, GPT::Linear::Fc,
                                   std::make_shared<MaskedFormat>(oc, ic, std::vector<uint8_t>(size_t(oc) * ic, 1)));
-  EXPECT_NE(error_of([&] { whole.reshape(widened(c), nullptr); }).find("linear format installed on block 1"),
-            std::string::npos);
+  whole.model().set_attention_pattern(0, kernels::AttentionPattern::local(4));
+  whole.reshape(widened(c), nullptr);
+  EXPECT_STREQ(whole.model().linear_format(1, GPT::Linear::Fc).name(), "dense");
+  EXPECT_EQ(whole.model().attention_pattern(0), kernels::AttentionPattern::causal());
 }

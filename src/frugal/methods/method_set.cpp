@@ -42,11 +42,18 @@ MethodSet::MethodSet(std::vector<std::unique_ptr<Method>> methods) {
     methods_.push_back(std::move(methods[pick]));
   }
   // A reshape rebuilds the model: masks, a frozen prefix and its cached activations belong to the
-  // old shapes.
-  for (const auto& a : methods_)
-    for (const auto& b : methods_) {
-      if (a == b || !a->capabilities().changes_shapes) continue;
+  // old shapes, unless the mask owner follows reshapes (and fires after the reshaping method).
+  for (size_t i = 0; i < methods_.size(); ++i)
+    for (size_t j = 0; j < methods_.size(); ++j) {
+      const auto& a = methods_[i];
+      const auto& b = methods_[j];
+      if (i == j || !a->capabilities().changes_shapes) continue;
       const Capabilities other = b->capabilities();
+      if (other.owns_masks && other.follows_reshape && !other.changes_trainable_set && !other.changes_shapes) {
+        FRUGAL_CHECK(i < j, "internal: methods.{} follows the reshapes of methods.{} but fires before "
+                     "it; declare runs_before", b->name(), a->name());
+        continue;
+      }
       FRUGAL_CHECK(!other.owns_masks && !other.changes_trainable_set && !other.changes_shapes,
                    "methods.{} changes the model's shapes mid-run and methods.{} keeps state tied "
                    "to them ({}); they cannot be used together: remove one of the two tables",

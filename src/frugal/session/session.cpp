@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "frugal/core/error.h"
-#include "frugal/model/formats/dense.h"
 
 namespace frugal {
 
@@ -59,11 +58,6 @@ void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
   FRUGAL_CHECK(!optim_->sharded(), "a method reshaped the model while the optimizer state is "
                "sharded over processes (parallel.zero = 1 or 2), which reshaping does not support "
                "yet; run this method with parallel.zero = 0");
-  for (int l = 0; l < model_->config().n_layer; ++l)
-    for (int i = 0; i < GPT::kLinears; ++i)
-      FRUGAL_CHECK(dynamic_cast<const DenseFormat*>(&model_->linear_format(l, static_cast<GPT::Linear>(i))),
-                   "internal: reshape with a linear format installed on block {}; the method that "
-                   "installed it must remove it first", l);
   auto next_model = std::make_unique<GPT>(next, BlockRange::whole(next));
   auto next_optim = std::make_unique<AdamW>(next_model->table(), options_.optim);
   if (map) {

@@ -4,8 +4,9 @@
 // Reconfigure safe point: hand it a new model configuration and a map from the old named tensors
 // (weights and AdamW moments) to the new ones (reshape), or scale / replace the LR schedule.
 // Everything that depends on the shapes (parameter table, gradient and moment buffers, activation
-// arena) is rebuilt; the step count, frozen prefix and LR scale carry over; linear formats do not
-// (the new weights have other shapes: the method that reshapes installs what it needs).
+// arena) is rebuilt; the step count, frozen prefix and LR scale carry over; linear formats and
+// attention patterns do not: the new model starts dense and causal, and a method that owns formats
+// installs its own on the new shapes (Capabilities::follows_reshape).
 #pragma once
 #include <cstdint>
 #include <functional>

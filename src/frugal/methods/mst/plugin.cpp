@@ -78,8 +78,7 @@ MethodInfo method_info() {
           "warm-up/hold/restoration, hybrid sparse attention in the hold",
           add_keys,
           make,
-          {{"sparse24", "both own the masks of the block linears"},
-           {"multilevel", "its masks belong to one model shape and are not mapped through a level change"}}};
+          {{"sparse24", "both own the masks of the block linears"}}};
 }
 
 bool MstMethod::is_update_step(int64_t step, int64_t max_steps) const {
@@ -108,6 +107,23 @@ void MstMethod::build_targets(const GPT& model) {
       std::tie(t.OC, t.IC) = model.linear_shape(which);
       targets_.push_back(std::move(t));
     }
+}
+
+void MstMethod::follow_reshape(TrainContext& ctx) {
+  GPT& model = ctx.model();
+  build_targets(model);
+  std::vector<std::pair<int, int>> shapes;
+  for (const Target& t : targets_) shapes.emplace_back(t.OC, t.IC);
+  const std::vector<double> density =
+      layer_densities(shapes, 1 - config_.schedule.at(ctx.step + 1, ctx.max_steps), !config_.erdos_renyi);
+  for (size_t k = 0; k < targets_.size(); ++k) {
+    Target& t = targets_[k];
+    t.active = active_count(density[k], t.size());
+    t.mask = magnitude_mask({model.params() + model.linear_weight_offset(t.layer, t.which), static_cast<size_t>(t.size())}, t.active);
+  }
+  apply_masks_to_state(ctx);
+  reshapes_seen_ = ctx.session.reshapes();
+  pending_install_ = true;
 }
 
 void MstMethod::initial_masks(uint64_t seed, int64_t max_steps) {
@@ -207,7 +223,7 @@ bool MstMethod::match(Event event, const TrainContext& ctx) const {
     case Event::AfterOptimStep:
     case Event::BatchEnd: return true;
     case Event::Reconfigure:  // none after the last step: the model keeps the pattern it ended with
-      return pending_install_ || (ctx.step + 1 < ctx.max_steps &&
+      return pending_install_ || ctx.session.reshapes() != reshapes_seen_ || (ctx.step + 1 < ctx.max_steps &&
                                   pattern_at(ctx.step + 1, ctx.max_steps) != pattern_at(ctx.step, ctx.max_steps));
     default: return false;
   }
@@ -223,6 +239,7 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
       if (!have_masks_) initial_masks(ctx.seed, ctx.max_steps);
       apply_masks_to_state(ctx);
       install_formats(model);
+      reshapes_seen_ = ctx.session.reshapes();
       for (int l = 0; l < model.config().n_layer; ++l) model.set_attention_pattern(l, pattern_at(ctx.step, ctx.max_steps));
       break;
     case Event::AfterGradReduce:
@@ -233,6 +250,7 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
       if (match(Event::Reconfigure, ctx)) ctx.request_reconfigure = true;
       break;
     case Event::Reconfigure:
+      if (ctx.session.reshapes() != reshapes_seen_) follow_reshape(ctx);
       if (pending_install_) install_formats(model);
       pending_install_ = false;
       for (int l = 0; l < model.config().n_layer; ++l) model.set_attention_pattern(l, pattern_at(ctx.step + 1, ctx.max_steps));

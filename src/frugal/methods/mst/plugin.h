@@ -15,7 +15,9 @@
 //   block during the hold, dense causal before and after (switched at Reconfigure points).
 // - `dynamic = false` keeps the initial mask for the whole run (the static-sparse control);
 //   constant sparsity (initial = peak = final) with `dynamic = true` is RigL.
-// Frozen layers (methods.freeze) keep their masks. State: the masks and counters (JSON).
+// Frozen layers (methods.freeze) keep their masks. After a reshape by another method (the V-cycle
+// of methods.multilevel), the masks of the new shapes keep the largest mapped weights at the
+// current sparsity. State: the masks and counters (JSON).
 #pragma once
 #include <memory>
 #include <vector>
@@ -44,7 +46,9 @@ class MstMethod final : public Method {
  public:
   explicit MstMethod(MstConfig config) : config_(config) {}
   std::string name() const override { return "mst"; }
-  Capabilities capabilities() const override { return {.owns_masks = true, .reads_all_gradients = true}; }
+  Capabilities capabilities() const override {
+    return {.owns_masks = true, .follows_reshape = true, .reads_all_gradients = true};
+  }
   bool match(Event event, const TrainContext& ctx) const override;
   void apply(Event event, TrainContext& ctx) override;
   nlohmann::json save_state() const override;
@@ -70,6 +74,9 @@ class MstMethod final : public Method {
  private:
   void build_targets(const GPT& model);
   void initial_masks(uint64_t seed, int64_t max_steps);
+  // After a reshape (multi-level training): the new shapes' targets, masks keeping the largest
+  // mapped weights at the Erdős–Rényi densities of the next step's sparsity.
+  void follow_reshape(TrainContext& ctx);
   // Zeroes W, m and v outside every target's mask (after --init-from a dense model, idempotent).
   void apply_masks_to_state(TrainContext& ctx) const;
   void update_topology(TrainContext& ctx);
@@ -81,6 +88,7 @@ class MstMethod final : public Method {
   std::vector<Target> targets_;
   bool have_masks_ = false, pending_install_ = false;
   int64_t updates_ = 0, last_pruned_ = 0, last_grown_ = 0;
+  int64_t reshapes_seen_ = 0;  // Session::reshapes() the targets were built for
 };
 
 }  // namespace frugal::mst

@@ -128,6 +128,14 @@ std::vector<int64_t> take_smallest(std::vector<int64_t>& pool, int64_t k, Key ke
 
 }  // namespace
 
+std::vector<uint8_t> magnitude_mask(std::span<const float> weight, int64_t active) {
+  std::vector<int64_t> all(weight.size());
+  std::iota(all.begin(), all.end(), int64_t{0});
+  std::vector<uint8_t> mask(weight.size(), 0);
+  for (int64_t i : take_smallest(all, active, [&](int64_t i) { return -std::fabs(weight[i]); })) mask[i] = 1;
+  return mask;
+}
+
 UpdateResult drop_and_grow(std::span<uint8_t> mask, std::span<const float> weight,
                            std::span<const float> grad, UpdateCounts counts, double random_share,
                            uint64_t seed, uint64_t stream) {

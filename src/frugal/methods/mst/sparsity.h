@@ -53,6 +53,10 @@ UpdateCounts update_counts(int64_t n, int64_t active, int64_t target, double zet
 // stream seeded by (seed, stream)).
 std::vector<uint8_t> random_mask(int64_t n, int64_t active, uint64_t seed, uint64_t stream);
 
+// The 0/1 mask of n = weight.size() entries keeping the `active` of largest |weight| (ties: lower
+// index first): a layer's mask re-derived from weights that a reshape mapped to a new shape.
+std::vector<uint8_t> magnitude_mask(std::span<const float> weight, int64_t active);
+
 // One drop-and-grow step on a layer (RigL with MST's Mixed-Growing), in place on `mask`:
 // - drop: the `counts.prune` active entries of smallest |weight| (ties: lower index first);
 // - grow, among the entries inactive before the drop: `counts.grow − n_random` of largest
