@@ -347,11 +347,13 @@ TEST(MstMethod, ResumeMidPhaseIsBitExact) {
   const std::vector<std::string> mst = {"methods.mst.warmup_fraction=0.3", "methods.mst.restore_fraction=0.7"};
   Trainer straight(config(data, dir.file("a"), mst), {.quiet = true});
   const FitResult all = straight.fit();
-  // Checkpoints at 7 (hold, just after the update at 6) and 13 (last hold step before restoration).
-  for (int64_t at : {7, 13}) {
+  // Checkpoints in every phase: 4 (warm-up, between updates), 7 (hold, just after the update at
+  // 6), 13 (the last hold step before restoration) and 16 (restoration, after the update at 15).
+  for (int64_t at : {4, 7, 13, 16}) {
     const std::string run = dir.file("b" + std::to_string(at));
     auto with_ckpt = mst;
     with_ckpt.push_back("train.checkpoint_interval=" + std::to_string(at));
+    with_ckpt.push_back("train.keep_checkpoints=10");
     Trainer(config(data, run, with_ckpt), {.quiet = true}).fit();
     for (const auto& e : std::filesystem::directory_iterator(run + "/checkpoints"))
       if (e.is_directory() && e.path().filename() != fmt::format("step_{:08d}", at)) std::filesystem::remove_all(e.path());
