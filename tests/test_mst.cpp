@@ -322,6 +322,19 @@ TEST(MstMethod, HoldUsesTheSparseAttentionPattern) {
             {.quiet = true});
   t.fit();
   for (int l = 0; l < 2; ++l) EXPECT_EQ(t.model().attention_pattern(l), kernels::AttentionPattern::fixed(8, 1));
+  // attention = dense keeps causal attention through the hold, and trains differently.
+  Trainer dense(config(make_data(dir), dir.file("dense"),
+                       {"train.max_steps=8", "methods.mst.warmup_fraction=0.25", "methods.mst.restore_fraction=1",
+                        "methods.mst.attention=dense"}),
+                {.quiet = true});
+  const FitResult d = dense.fit();
+  for (int l = 0; l < 2; ++l) EXPECT_EQ(dense.model().attention_pattern(l), kernels::AttentionPattern::causal());
+  Trainer strided(config(make_data(dir), dir.file("strided"),
+                         {"train.max_steps=8", "methods.mst.warmup_fraction=0.25", "methods.mst.restore_fraction=1"}),
+                  {.quiet = true});
+  const FitResult s = strided.fit();
+  EXPECT_EQ(d.losses[1], s.losses[1]) << "the same before the hold";
+  EXPECT_NE(d.losses[7], s.losses[7]) << "the pattern changes the function in the hold";
 }
 
 TEST(MstMethod, StaticMaskNeverChanges) {

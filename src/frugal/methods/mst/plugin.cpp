@@ -60,8 +60,10 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
     m.attention = kernels::AttentionPattern::strided(c.get_int32(p + ".attention_window"), c.get_int32(p + ".attention_stride"));
   else if (attention == "fixed")
     m.attention = kernels::AttentionPattern::fixed(c.get_int32(p + ".attention_block"), c.get_int32(p + ".attention_summary"));
+  else if (attention == "dense")
+    m.attention = kernels::AttentionPattern::causal();
   else
-    FRUGAL_CHECK(attention == "dense", "{}.attention is '{}'; use strided, fixed or dense", p, attention);
+    fail("{}.attention is '{}'; use strided, fixed or dense", p, attention);
   return std::make_unique<MstMethod>(m);
 }
 
