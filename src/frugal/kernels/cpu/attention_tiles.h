@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "frugal/core/error.h"
@@ -506,12 +507,151 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
         std::fill_n(dqkv + d.at(b, t, C3, h), HS, 0.0f);
 }
 
+// ---- Strided{w, s}: the window, then the strided pairs per residue class ----
+// Every strided column of Strided touches every tile below the diagonal, so it is computed as two
+// parts whose softmaxes are merged through their lse: the window Local(w) over the whole head (the
+// banded tile loops), then the pairs beyond it, i - j = m·s with m >= m0 = ceil(w / s). Those
+// never leave a residue class r = i mod s, and within one they are causal attention shifted by
+// m0 rows: query r + (t + m0)·s attends the keys r, r + s, ..., r + t·s. So each class is packed
+// into a contiguous sequence, row t = [q of position r + (t + m0)·s | k, v of position r + t·s],
+// and run through the same tile loops under Causal. The backward of each part needs only the
+// final lse and D (flash-attention backward), so the class's packed gradients are added into dqkv
+// after the window's pass wrote it.
+
+// The pattern of the pass over whole heads: Local(w) for Strided, else the pattern itself.
+AttentionPattern head_pattern(const AttentionPattern& pattern) {
+  return pattern.kind() == AttentionPattern::Kind::Strided ? AttentionPattern::local(pattern.window())
+                                                           : pattern;
+}
+
+// The residue classes r < min(s, T) of a Strided pattern beyond its window, each a causal
+// sequence of n(r) = max(0, ceil((T - r) / s) - m0) rows (a query with no strided pair beyond the
+// window is in none). Lengths differ by at most one, so two Dims and TileMasks serve them all.
+class StridedClasses {
+ public:
+  StridedClasses(const AttentionPattern& strided, const Dims& d, bool key_rows)
+      : T_(d.T), s_(strided.stride()), m0_((strided.window() + s_ - 1) / s_),
+        count_(std::min(s_, T_)) {
+    for (int n : {length(0), length(count_ - 1)})
+      if (n > 0 && (packed_.empty() || n != packed_[0].d.T)) {
+        const Dims pd(1, n, d.HS, 1, AttentionPattern::causal());
+        packed_.push_back({pd, TileMasks(AttentionPattern::causal(), pd, key_rows)});
+      }
+  }
+  int count() const { return count_; }
+  int length(int r) const { return std::max(0, (T_ - r + s_ - 1) / s_ - m0_); }
+  int longest() const { return length(0); }
+  int query(int r, int t) const { return r + (t + m0_) * s_; }  // position of row t's query
+  int key(int r, int t) const { return r + t * s_; }            // position of row t's key
+  // The packed sequence (B = NH = 1, T = length(r) > 0, C = HS) of class r and its masks.
+  struct Packed {
+    Dims d;
+    TileMasks masks;
+  };
+  const Packed& packed(int r) const { return packed_[length(r) == longest() ? 0 : 1]; }
+
+ private:
+  int T_, s_, m0_, count_;
+  std::vector<Packed> packed_;
+};
+
+// Per-thread buffers of one packed class: qkv (n, 3·HS), and per query row out (n, HS), lse (n),
+// dout (n, HS), dqkv (n, 3·HS); n <= T / s + 1.
+struct PackedScratch {
+  std::vector<float> qkv, out, lse, dout, dqkv;
+  PackedScratch(int n, int HS)
+      : qkv(size_t(n) * 3 * HS), out(size_t(n) * HS), lse(n), dout(size_t(n) * HS),
+        dqkv(size_t(n) * 3 * HS) {}
+};
+
+// Packs the q, k and v rows of class r of (batch b, head h) into w.qkv.
+void pack_qkv(PackedScratch& w, const float* qkv, const Dims& d, const StridedClasses& classes,
+              int b, int h, int r) {
+  const int HS = d.HS, C3 = 3 * d.C;
+  for (int t = 0; t < classes.length(r); ++t) {
+    float* row = w.qkv.data() + size_t(t) * 3 * HS;
+    std::copy_n(qkv + d.at(b, classes.query(r, t), C3, h), HS, row);
+    const float* kv = qkv + d.at(b, classes.key(r, t), C3, h) + d.C;
+    std::copy_n(kv, HS, row + HS);
+    std::copy_n(kv + d.C, HS, row + 2 * HS);
+  }
+}
+
+// out and lse of the window (already written) merged with those of class r's packed forward:
+// out = e^(lse_1 - lse)·out_1 + e^(lse_2 - lse)·out_2, lse = log(e^lse_1 + e^lse_2) (both finite:
+// every query sees itself in the window, and row t of a class sees its key t).
+void merge_class(float* out, float* lse, const PackedScratch& w, const Dims& d,
+                 const StridedClasses& classes, int b, int h, int r) {
+  float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
+  for (int t = 0; t < classes.length(r); ++t) {
+    const int i = classes.query(r, t);
+    const float l1 = lse_bh[i], l2 = w.lse[t], hi = std::max(l1, l2);
+    const float both = hi + std::log(std::exp(l1 - hi) + std::exp(l2 - hi));
+    const __m256 w1 = _mm256_set1_ps(std::exp(l1 - both)), w2 = _mm256_set1_ps(std::exp(l2 - both));
+    float* dst = out + d.at(b, i, d.C, h);
+    const float* src = w.out.data() + size_t(t) * d.HS;
+    for (int c = 0; c < d.HS; c += 8)
+      _mm256_storeu_ps(dst + c, _mm256_fmadd_ps(w1, _mm256_loadu_ps(dst + c),
+                                                _mm256_mul_ps(w2, _mm256_loadu_ps(src + c))));
+    lse_bh[i] = both;
+  }
+}
+
+// dst[c] += src[c] for c < n (a multiple of 8).
+inline void add_row(float* dst, const float* src, int n) {
+  for (int c = 0; c < n; c += 8)
+    _mm256_storeu_ps(dst + c, _mm256_add_ps(_mm256_loadu_ps(dst + c), _mm256_loadu_ps(src + c)));
+}
+
+// Forward of class r of (batch b, head h): packed, every query tile, merged into out and lse.
+template <class Isa>
+void forward_class(float* out, float* lse, const float* qkv, const Dims& d,
+                   const StridedClasses& classes, int b, int h, int r, ForwardScratch& fw,
+                   PackedScratch& w) {
+  const StridedClasses::Packed& p = classes.packed(r);
+  pack_qkv(w, qkv, d, classes, b, h, r);
+  for (int qt = 0; qt < p.d.n_tiles; ++qt)
+    forward_query_tile<Isa>(w.out.data(), w.lse.data(), w.qkv.data(), p.d, p.masks, 0, 0, qt, fw);
+  merge_class(out, lse, w, d, classes, b, h, r);
+}
+
+// Backward of class r of (batch b, head h): packed with the final out, lse and dout of its
+// queries, its gradients added into dqkv.
+template <class Isa>
+void backward_class(float* dqkv, const float* dout, const float* qkv, const float* out,
+                    const float* lse, const Dims& d, const StridedClasses& classes, int b, int h,
+                    int r, BackwardScratch& bw, PackedScratch& w) {
+  const StridedClasses::Packed& p = classes.packed(r);
+  const int HS = d.HS, C3 = 3 * d.C, n = classes.length(r);
+  const float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
+  pack_qkv(w, qkv, d, classes, b, h, r);
+  for (int t = 0; t < n; ++t) {
+    const int i = classes.query(r, t);
+    std::copy_n(out + d.at(b, i, d.C, h), HS, w.out.data() + size_t(t) * HS);
+    std::copy_n(dout + d.at(b, i, d.C, h), HS, w.dout.data() + size_t(t) * HS);
+    w.lse[t] = lse_bh[i];
+  }
+  backward_head<Isa>(w.dqkv.data(), w.dout.data(), w.qkv.data(), w.out.data(), w.lse.data(), p.d,
+                     p.masks, 0, 0, bw);
+  for (int t = 0; t < n; ++t) {
+    const float* g = w.dqkv.data() + size_t(t) * 3 * HS;
+    add_row(dqkv + d.at(b, classes.query(r, t), C3, h), g, HS);
+    float* dkv = dqkv + d.at(b, classes.key(r, t), C3, h) + d.C;
+    add_row(dkv, g + HS, HS);
+    add_row(dkv + d.C, g + 2 * HS, HS);
+  }
+}
+
 // The kernels' entry points for traits Isa; each parallel work item is computed by one thread.
+// Strided's classes run after the whole-head pass has ended (the implicit barrier of its loop).
 template <class Isa>
 void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
              const AttentionPattern& pattern) {
-  const Dims d(B, T, C, NH, pattern);
-  const TileMasks masks(pattern, d, /*key_rows=*/true);
+  const AttentionPattern head = head_pattern(pattern);
+  const Dims d(B, T, C, NH, head);
+  const TileMasks masks(head, d, /*key_rows=*/true);
+  const std::optional<StridedClasses> classes =
+      head == pattern ? std::nullopt : std::optional(StridedClasses(pattern, d, true));
   const int items = B * NH * d.n_tiles;
 #pragma omp parallel
   {
@@ -523,20 +663,41 @@ void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int 
       const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
       forward_query_tile<Isa>(out, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
     }
+    if (classes) {
+      PackedScratch pw(classes->longest(), d.HS);
+#pragma omp for schedule(dynamic, 1)
+      for (int item = 0; item < B * NH * classes->count(); ++item) {
+        const int bh = item / classes->count(), r = item % classes->count();
+        if (classes->length(r) > 0)
+          forward_class<Isa>(out, lse, qkv, d, *classes, bh / NH, bh % NH, r, w, pw);
+      }
+    }
   }
 }
 
 template <class Isa>
 void backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
               int B, int T, int C, int NH, const AttentionPattern& pattern) {
-  const Dims d(B, T, C, NH, pattern);
-  const TileMasks masks(pattern, d, /*key_rows=*/false);
+  const AttentionPattern head = head_pattern(pattern);
+  const Dims d(B, T, C, NH, head);
+  const TileMasks masks(head, d, /*key_rows=*/false);
+  const std::optional<StridedClasses> classes =
+      head == pattern ? std::nullopt : std::optional(StridedClasses(pattern, d, false));
 #pragma omp parallel
   {
     BackwardScratch w(d.HS, T, d.n_tiles);
 #pragma omp for schedule(dynamic, 1)
     for (int bh = 0; bh < B * NH; ++bh)
       backward_head<Isa>(dqkv, dout, qkv, out, lse, d, masks, bh / NH, bh % NH, w);
+    if (classes) {
+      PackedScratch pw(classes->longest(), d.HS);
+#pragma omp for schedule(dynamic, 1)
+      for (int item = 0; item < B * NH * classes->count(); ++item) {
+        const int bh = item / classes->count(), r = item % classes->count();
+        if (classes->length(r) > 0)
+          backward_class<Isa>(dqkv, dout, qkv, out, lse, d, *classes, bh / NH, bh % NH, r, w, pw);
+      }
+    }
   }
 }
 
