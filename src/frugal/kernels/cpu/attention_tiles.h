@@ -578,16 +578,20 @@ void pack_qkv(PackedScratch& w, const float* qkv, const Dims& d, const StridedCl
 }
 
 // out and lse of the window (already written) merged with those of class r's packed forward:
-// out = e^(lse_1 - lse)·out_1 + e^(lse_2 - lse)·out_2, lse = log(e^lse_1 + e^lse_2) (both finite:
+// out = e^(lse_1 - lse)·out_1 + e^(lse_2 - lse)·out_2, lse = log(e^lse_1 + e^lse_2), computed as
+// lse = hi + log1p(e), e = e^(lo - hi) <= 1, weights 1/(1 + e) and e/(1 + e) (both lse finite:
 // every query sees itself in the window, and row t of a class sees its key t).
 void merge_class(float* out, float* lse, const PackedScratch& w, const Dims& d,
                  const StridedClasses& classes, int b, int h, int r) {
   float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
   for (int t = 0; t < classes.length(r); ++t) {
     const int i = classes.query(r, t);
-    const float l1 = lse_bh[i], l2 = w.lse[t], hi = std::max(l1, l2);
-    const float both = hi + std::log(std::exp(l1 - hi) + std::exp(l2 - hi));
-    const __m256 w1 = _mm256_set1_ps(std::exp(l1 - both)), w2 = _mm256_set1_ps(std::exp(l2 - both));
+    const float l1 = lse_bh[i], l2 = w.lse[t];
+    const float e = std::exp(-std::fabs(l1 - l2)), lo_weight = e / (1.0f + e);
+    const float w_hi = 1.0f - lo_weight;
+    const __m256 w1 = _mm256_set1_ps(l1 >= l2 ? w_hi : lo_weight);
+    const __m256 w2 = _mm256_set1_ps(l1 >= l2 ? lo_weight : w_hi);
+    const float both = std::max(l1, l2) + std::log1p(e);
     float* dst = out + d.at(b, i, d.C, h);
     const float* src = w.out.data() + size_t(t) * d.HS;
     for (int c = 0; c < d.HS; c += 8)
@@ -643,7 +647,8 @@ void backward_class(float* dqkv, const float* dout, const float* qkv, const floa
 }
 
 // The kernels' entry points for traits Isa; each parallel work item is computed by one thread.
-// Strided's classes run after the whole-head pass has ended (the implicit barrier of its loop).
+// Under Strided an item is a whole (batch, head): its window's tiles, then its classes, which so
+// find the head's rows (and the window's out and lse) still in cache.
 template <class Isa>
 void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
              const AttentionPattern& pattern) {
@@ -652,24 +657,26 @@ void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int 
   const TileMasks masks(head, d, /*key_rows=*/true);
   const std::optional<StridedClasses> classes =
       head == pattern ? std::nullopt : std::optional(StridedClasses(pattern, d, true));
-  const int items = B * NH * d.n_tiles;
 #pragma omp parallel
   {
     ForwardScratch w(d.HS);
-    // Head by head, so that a head's K and V stay in cache across its query tiles; within a head
-    // the longest query tiles (most key tiles) first. Each item writes only its own rows.
+    if (!classes) {
+      // Head by head, so that a head's K and V stay in cache across its query tiles; within a
+      // head the longest query tiles (most key tiles) first. Each item writes only its own rows.
 #pragma omp for schedule(dynamic, 1)
-    for (int item = 0; item < items; ++item) {
-      const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
-      forward_query_tile<Isa>(out, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
-    }
-    if (classes) {
+      for (int item = 0; item < B * NH * d.n_tiles; ++item) {
+        const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
+        forward_query_tile<Isa>(out, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
+      }
+    } else {
       PackedScratch pw(classes->longest(), d.HS);
 #pragma omp for schedule(dynamic, 1)
-      for (int item = 0; item < B * NH * classes->count(); ++item) {
-        const int bh = item / classes->count(), r = item % classes->count();
-        if (classes->length(r) > 0)
-          forward_class<Isa>(out, lse, qkv, d, *classes, bh / NH, bh % NH, r, w, pw);
+      for (int bh = 0; bh < B * NH; ++bh) {
+        for (int qt = d.n_tiles - 1; qt >= 0; --qt)
+          forward_query_tile<Isa>(out, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
+        for (int r = 0; r < classes->count(); ++r)
+          if (classes->length(r) > 0)
+            forward_class<Isa>(out, lse, qkv, d, *classes, bh / NH, bh % NH, r, w, pw);
       }
     }
   }
@@ -686,17 +693,13 @@ void backward(float* dqkv, const float* dout, const float* qkv, const float* out
 #pragma omp parallel
   {
     BackwardScratch w(d.HS, T, d.n_tiles);
+    PackedScratch pw(classes ? classes->longest() : 0, d.HS);
 #pragma omp for schedule(dynamic, 1)
-    for (int bh = 0; bh < B * NH; ++bh)
+    for (int bh = 0; bh < B * NH; ++bh) {
       backward_head<Isa>(dqkv, dout, qkv, out, lse, d, masks, bh / NH, bh % NH, w);
-    if (classes) {
-      PackedScratch pw(classes->longest(), d.HS);
-#pragma omp for schedule(dynamic, 1)
-      for (int item = 0; item < B * NH * classes->count(); ++item) {
-        const int bh = item / classes->count(), r = item % classes->count();
+      for (int r = 0; classes && r < classes->count(); ++r)
         if (classes->length(r) > 0)
           backward_class<Isa>(dqkv, dout, qkv, out, lse, d, *classes, bh / NH, bh % NH, r, w, pw);
-      }
     }
   }
 }
