@@ -564,17 +564,55 @@ struct PackedScratch {
         dqkv(size_t(n) * 3 * HS) {}
 };
 
+// dst[c] = src[c] for c < n (a multiple of 8).
+inline void copy_row(float* dst, const float* src, int n) {
+  for (int c = 0; c < n; c += 8) _mm256_storeu_ps(dst + c, _mm256_loadu_ps(src + c));
+}
+
+// dst[c] += src[c] for c < n (a multiple of 8).
+inline void add_row(float* dst, const float* src, int n) {
+  for (int c = 0; c < n; c += 8)
+    _mm256_storeu_ps(dst + c, _mm256_add_ps(_mm256_loadu_ps(dst + c), _mm256_loadu_ps(src + c)));
+}
+
+// Requests the cache lines of n floats at p.
+inline void prefetch_row(const float* p, int n) {
+  for (int c = 0; c < n; c += 16) _mm_prefetch(reinterpret_cast<const char*>(p + c), _MM_HINT_T0);
+}
+
+// Calls f(t, i, j) for the rows t of class r in order (i its query's position, j its key's), and
+// touch(i, j) for the row kAhead further on first: a class's rows are s positions apart, out of
+// reach of the hardware prefetchers, so touch prefetches what f will read.
+template <class Touch, class F>
+void for_each_class_row(const StridedClasses& classes, int r, Touch touch, F f) {
+  constexpr int kAhead = 4;
+  const int n = classes.length(r);
+  for (int t = 0; t < std::min(n, kAhead); ++t) touch(classes.query(r, t), classes.key(r, t));
+  for (int t = 0; t < n; ++t) {
+    if (t + kAhead < n) touch(classes.query(r, t + kAhead), classes.key(r, t + kAhead));
+    f(t, classes.query(r, t), classes.key(r, t));
+  }
+}
+
 // Packs the q, k and v rows of class r of (batch b, head h) into w.qkv.
 void pack_qkv(PackedScratch& w, const float* qkv, const Dims& d, const StridedClasses& classes,
               int b, int h, int r) {
   const int HS = d.HS, C3 = 3 * d.C;
-  for (int t = 0; t < classes.length(r); ++t) {
-    float* row = w.qkv.data() + size_t(t) * 3 * HS;
-    std::copy_n(qkv + d.at(b, classes.query(r, t), C3, h), HS, row);
-    const float* kv = qkv + d.at(b, classes.key(r, t), C3, h) + d.C;
-    std::copy_n(kv, HS, row + HS);
-    std::copy_n(kv + d.C, HS, row + 2 * HS);
-  }
+  auto q = [&](int i) { return qkv + d.at(b, i, C3, h); };
+  auto kv = [&](int j) { return qkv + d.at(b, j, C3, h) + d.C; };  // k, then v d.C further
+  for_each_class_row(
+      classes, r,
+      [&](int i, int j) {
+        prefetch_row(q(i), HS);
+        prefetch_row(kv(j), HS);
+        prefetch_row(kv(j) + d.C, HS);
+      },
+      [&](int t, int i, int j) {
+        float* row = w.qkv.data() + size_t(t) * 3 * HS;
+        copy_row(row, q(i), HS);
+        copy_row(row + HS, kv(j), HS);
+        copy_row(row + 2 * HS, kv(j) + d.C, HS);
+      });
 }
 
 // out and lse of the window (already written) merged with those of class r's packed forward:
@@ -601,12 +639,6 @@ void merge_class(float* out, float* lse, const PackedScratch& w, const Dims& d,
   }
 }
 
-// dst[c] += src[c] for c < n (a multiple of 8).
-inline void add_row(float* dst, const float* src, int n) {
-  for (int c = 0; c < n; c += 8)
-    _mm256_storeu_ps(dst + c, _mm256_add_ps(_mm256_loadu_ps(dst + c), _mm256_loadu_ps(src + c)));
-}
-
 // Forward of class r of (batch b, head h): packed, every query tile, merged into out and lse.
 template <class Isa>
 void forward_class(float* out, float* lse, const float* qkv, const Dims& d,
@@ -626,24 +658,38 @@ void backward_class(float* dqkv, const float* dout, const float* qkv, const floa
                     const float* lse, const Dims& d, const StridedClasses& classes, int b, int h,
                     int r, BackwardScratch& bw, PackedScratch& w) {
   const StridedClasses::Packed& p = classes.packed(r);
-  const int HS = d.HS, C3 = 3 * d.C, n = classes.length(r);
+  const int HS = d.HS, C3 = 3 * d.C;
   const float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
   pack_qkv(w, qkv, d, classes, b, h, r);
-  for (int t = 0; t < n; ++t) {
-    const int i = classes.query(r, t);
-    std::copy_n(out + d.at(b, i, d.C, h), HS, w.out.data() + size_t(t) * HS);
-    std::copy_n(dout + d.at(b, i, d.C, h), HS, w.dout.data() + size_t(t) * HS);
-    w.lse[t] = lse_bh[i];
-  }
+  auto o = [&](const float* x, int i) { return x + d.at(b, i, d.C, h); };  // out or dout row
+  for_each_class_row(
+      classes, r,
+      [&](int i, int) {
+        prefetch_row(o(out, i), HS);
+        prefetch_row(o(dout, i), HS);
+      },
+      [&](int t, int i, int) {
+        copy_row(w.out.data() + size_t(t) * HS, o(out, i), HS);
+        copy_row(w.dout.data() + size_t(t) * HS, o(dout, i), HS);
+        w.lse[t] = lse_bh[i];
+      });
   backward_head<Isa>(w.dqkv.data(), w.dout.data(), w.qkv.data(), w.out.data(), w.lse.data(), p.d,
                      p.masks, 0, 0, bw);
-  for (int t = 0; t < n; ++t) {
-    const float* g = w.dqkv.data() + size_t(t) * 3 * HS;
-    add_row(dqkv + d.at(b, classes.query(r, t), C3, h), g, HS);
-    float* dkv = dqkv + d.at(b, classes.key(r, t), C3, h) + d.C;
-    add_row(dkv, g + HS, HS);
-    add_row(dkv + d.C, g + 2 * HS, HS);
-  }
+  auto dq = [&](int i) { return dqkv + d.at(b, i, C3, h); };
+  auto dkv = [&](int j) { return dqkv + d.at(b, j, C3, h) + d.C; };  // dk, then dv d.C further
+  for_each_class_row(
+      classes, r,
+      [&](int i, int j) {
+        prefetch_row(dq(i), HS);
+        prefetch_row(dkv(j), HS);
+        prefetch_row(dkv(j) + d.C, HS);
+      },
+      [&](int t, int i, int j) {
+        const float* g = w.dqkv.data() + size_t(t) * 3 * HS;
+        add_row(dq(i), g, HS);
+        add_row(dkv(j), g + HS, HS);
+        add_row(dkv(j) + d.C, g + 2 * HS, HS);
+      });
 }
 
 // The kernels' entry points for traits Isa; each parallel work item is computed by one thread.
