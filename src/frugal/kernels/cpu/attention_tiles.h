@@ -8,7 +8,9 @@
 // query tiles inside; scores are recomputed from q, k and lse, dK/dV/dQ accumulate straight into
 // dqkv (each (batch, head) owns its columns). Every product is one register-blocked micro-kernel
 // C (+)= A·B that broadcasts elements of A (any row/inner strides, so transposed operands cost
-// nothing) and FMAs contiguous rows of B. See docs/attention.md.
+// nothing) and FMAs contiguous rows of B. Strided{w, s} runs as its window Local(w), then per
+// residue class mod s a causal pass over the strided pairs beyond the window (the class's rows
+// packed into a contiguous sequence), merged through the lse. See docs/attention.md.
 //
 // Isa provides: reg, mask, kLanes, kMR (micro-kernel rows), Narrow (traits for an 8-column
 // remainder), zero(), set1(x), load(p), store(p, v), bcast(p), fma(a, b, c) = a·b + c, add, sub,
