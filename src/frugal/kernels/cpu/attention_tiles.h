@@ -371,17 +371,26 @@ void softmax_update(float* st, int nk, int c, Band band, const TileMask& mask, f
   Isa::store(m + c, m_new);
 }
 
-// One query tile of one head: out rows q0..q0+nq-1 and their lse.
+// One query tile of one head: out rows q0..q0+nq-1 and their lse. With `resume`, out and lse
+// already hold these queries' softmax over other keys (Strided's window), and the online softmax
+// starts from it (shift lse, sum 1, partial output out): the result is the softmax over both.
 template <class Isa>
 void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
-                        const TileMasks& masks, int b, int h, int qt, ForwardScratch& w) {
+                        const TileMasks& masks, int b, int h, int qt, ForwardScratch& w,
+                        bool resume = false) {
   const int C3 = 3 * d.C, HS = d.HS, q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
   const int nq_pad = round_up8(nq);
+  float* lse_q0 = lse + (static_cast<size_t>(b) * d.NH + h) * d.T + q0;
   transpose_tile(w.qt.data(), kTile, qkv + d.at(b, q0, C3, h), C3, nq, HS);  // Qᵀ (HS x queries)
   // A finite "minus infinity" keeps every rescale factor exp(m_old - m_new) NaN-free.
   std::fill(w.m.begin(), w.m.end(), -std::numeric_limits<float>::max());
   std::fill(w.l.begin(), w.l.end(), 0.0f);
-  bool first = true;  // the first active key tile overwrites O: no zeroing, no rescaling
+  for (int i = 0; i < nq && resume; ++i) {
+    w.m[i] = lse_q0[i];
+    w.l[i] = 1.0f;
+    std::copy_n(out + d.at(b, q0 + i, d.C, h), HS, w.o.data() + i * HS);
+  }
+  bool first = !resume;  // the first active key tile overwrites O: no zeroing, no rescaling
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0);
     if (masks.kind[TileMasks::at(qt, kt)] == Tile::Empty) continue;
@@ -414,7 +423,7 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
     const __m256 inv = _mm256_set1_ps(1.0f / w.l[i]);
     for (int c = 0; c < HS; c += 8)
       _mm256_storeu_ps(dst + c, _mm256_mul_ps(inv, _mm256_loadu_ps(w.o.data() + i * HS + c)));
-    lse[(static_cast<size_t>(b) * d.NH + h) * d.T + q0 + i] = w.m[i] + std::log(w.l[i]);
+    lse_q0[i] = w.m[i] + std::log(w.l[i]);
   }
 }
 
@@ -511,14 +520,15 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
 
 // ---- Strided{w, s}: the window, then the strided pairs per residue class ----
 // Every strided column of Strided touches every tile below the diagonal, so it is computed as two
-// parts whose softmaxes are merged through their lse: the window Local(w) over the whole head (the
-// banded tile loops), then the pairs beyond it, i - j = m·s with m >= m0 = ceil(w / s). Those
-// never leave a residue class r = i mod s, and within one they are causal attention shifted by
-// m0 rows: query r + (t + m0)·s attends the keys r, r + s, ..., r + t·s. So each class is packed
-// into a contiguous sequence, row t = [q of position r + (t + m0)·s | k, v of position r + t·s],
-// and run through the same tile loops under Causal. The backward of each part needs only the
-// final lse and D (flash-attention backward), so the class's packed gradients are added into dqkv
-// after the window's pass wrote it.
+// parts: the window Local(w) over the whole head (the banded tile loops), then the pairs beyond
+// it, i - j = m·s with m >= m0 = ceil(w / s). Those never leave a residue class r = i mod s, and
+// within one they are causal attention shifted by m0 rows: query r + (t + m0)·s attends the keys
+// r, r + s, ..., r + t·s. So each class is packed into a contiguous sequence, row t = [q of
+// position r + (t + m0)·s | k, v of position r + t·s], and run through the same tile loops under
+// Causal, its online softmax resumed from its queries' softmax over the window (out, lse): the
+// result is the softmax over both parts. The backward of each part needs only the final lse and
+// D (flash-attention backward), so the class's packed gradients are added into dqkv after the
+// window's pass wrote it.
 
 // The pattern of the pass over whole heads: Local(w) for Strided, else the pattern itself.
 AttentionPattern head_pattern(const AttentionPattern& pattern) {
@@ -617,40 +627,43 @@ void pack_qkv(PackedScratch& w, const float* qkv, const Dims& d, const StridedCl
       });
 }
 
-// out and lse of the window (already written) merged with those of class r's packed forward:
-// out = e^(lse_1 - lse)·out_1 + e^(lse_2 - lse)·out_2, lse = log(e^lse_1 + e^lse_2), computed as
-// lse = hi + log1p(e), e = e^(lo - hi) <= 1, weights 1/(1 + e) and e/(1 + e) (both lse finite:
-// every query sees itself in the window, and row t of a class sees its key t).
-void merge_class(float* out, float* lse, const PackedScratch& w, const Dims& d,
-                 const StridedClasses& classes, int b, int h, int r) {
-  float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
-  for (int t = 0; t < classes.length(r); ++t) {
-    const int i = classes.query(r, t);
-    const float l1 = lse_bh[i], l2 = w.lse[t];
-    const float e = std::exp(-std::fabs(l1 - l2)), lo_weight = e / (1.0f + e);
-    const float w_hi = 1.0f - lo_weight;
-    const __m256 w1 = _mm256_set1_ps(l1 >= l2 ? w_hi : lo_weight);
-    const __m256 w2 = _mm256_set1_ps(l1 >= l2 ? lo_weight : w_hi);
-    const float both = std::max(l1, l2) + std::log1p(e);
-    float* dst = out + d.at(b, i, d.C, h);
-    const float* src = w.out.data() + size_t(t) * d.HS;
-    for (int c = 0; c < d.HS; c += 8)
-      _mm256_storeu_ps(dst + c, _mm256_fmadd_ps(w1, _mm256_loadu_ps(dst + c),
-                                                _mm256_mul_ps(w2, _mm256_loadu_ps(src + c))));
-    lse_bh[i] = both;
-  }
+// Packs out and lse (and dout, unless null) of the queries of class r of (batch b, head h) into w.
+void pack_query_rows(PackedScratch& w, const float* out, const float* dout, const float* lse,
+                     const Dims& d, const StridedClasses& classes, int b, int h, int r) {
+  const int HS = d.HS;
+  const float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
+  auto row = [&](const float* x, int i) { return x + d.at(b, i, d.C, h); };
+  for_each_class_row(
+      classes, r,
+      [&](int i, int) {
+        prefetch_row(row(out, i), HS);
+        if (dout) prefetch_row(row(dout, i), HS);
+      },
+      [&](int t, int i, int) {
+        copy_row(w.out.data() + size_t(t) * HS, row(out, i), HS);
+        if (dout) copy_row(w.dout.data() + size_t(t) * HS, row(dout, i), HS);
+        w.lse[t] = lse_bh[i];
+      });
 }
 
-// Forward of class r of (batch b, head h): packed, every query tile, merged into out and lse.
+// Forward of class r of (batch b, head h): its queries' softmax over the window (out, lse) resumed
+// over the class's keys, packed, and written back.
 template <class Isa>
 void forward_class(float* out, float* lse, const float* qkv, const Dims& d,
                    const StridedClasses& classes, int b, int h, int r, ForwardScratch& fw,
                    PackedScratch& w) {
   const StridedClasses::Packed& p = classes.packed(r);
   pack_qkv(w, qkv, d, classes, b, h, r);
+  pack_query_rows(w, out, nullptr, lse, d, classes, b, h, r);
   for (int qt = 0; qt < p.d.n_tiles; ++qt)
-    forward_query_tile<Isa>(w.out.data(), w.lse.data(), w.qkv.data(), p.d, p.masks, 0, 0, qt, fw);
-  merge_class(out, lse, w, d, classes, b, h, r);
+    forward_query_tile<Isa>(w.out.data(), w.lse.data(), w.qkv.data(), p.d, p.masks, 0, 0, qt, fw,
+                            /*resume=*/true);
+  float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
+  for (int t = 0; t < classes.length(r); ++t) {
+    const int i = classes.query(r, t);
+    copy_row(out + d.at(b, i, d.C, h), w.out.data() + size_t(t) * d.HS, d.HS);
+    lse_bh[i] = w.lse[t];
+  }
 }
 
 // Backward of class r of (batch b, head h): packed with the final out, lse and dout of its
@@ -661,20 +674,8 @@ void backward_class(float* dqkv, const float* dout, const float* qkv, const floa
                     int r, BackwardScratch& bw, PackedScratch& w) {
   const StridedClasses::Packed& p = classes.packed(r);
   const int HS = d.HS, C3 = 3 * d.C;
-  const float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
   pack_qkv(w, qkv, d, classes, b, h, r);
-  auto o = [&](const float* x, int i) { return x + d.at(b, i, d.C, h); };  // out or dout row
-  for_each_class_row(
-      classes, r,
-      [&](int i, int) {
-        prefetch_row(o(out, i), HS);
-        prefetch_row(o(dout, i), HS);
-      },
-      [&](int t, int i, int) {
-        copy_row(w.out.data() + size_t(t) * HS, o(out, i), HS);
-        copy_row(w.dout.data() + size_t(t) * HS, o(dout, i), HS);
-        w.lse[t] = lse_bh[i];
-      });
+  pack_query_rows(w, out, dout, lse, d, classes, b, h, r);
   backward_head<Isa>(w.dqkv.data(), w.dout.data(), w.qkv.data(), w.out.data(), w.lse.data(), p.d,
                      p.masks, 0, 0, bw);
   auto dq = [&](int i) { return dqkv + d.at(b, i, C3, h); };
