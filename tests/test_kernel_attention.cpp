@@ -2,8 +2,8 @@
 // tile kinds, pair counts) against brute force over allows(), the fp64 reference against finite
 // differences (causal and sparse patterns), the optimised CPU kernels (float; AVX2 and, where the
 // CPU has it, AVX-512) against the reference (fp64) on many shapes and every pattern kind,
-// thread-count determinism, decode against the forward's last row, and that tiles a pattern
-// leaves empty are never computed.
+// thread-count determinism, Strided's decomposition (window + residue classes) at its edges, decode
+// against the forward's last row, and that tiles a pattern leaves empty are never computed.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "frugal/core/error.h"
@@ -267,8 +268,9 @@ TEST(AttentionOptimised, MatchesReferenceOnGrowingScores) {
   expect_matches_reference(qkv, s);
 }
 
-TEST_P(AttentionOptimised, SameBitsOnOneAndTwoThreads) {
-  const Shape s = GetParam();
+// out, lse and dqkv on 1 and 2 threads are the same bit for bit, per instruction set.
+void expect_same_bits_on_one_and_two_threads(const Shape& s, const AttentionPattern& pattern = {}) {
+  SCOPED_TRACE(pattern.name());
   const std::vector<float> qkv = to_float(random_qkv(s, 30));
   const std::vector<float> dout = to_float(random_vector(size_t(s.B) * s.T * s.C, 31));
   auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
@@ -277,14 +279,45 @@ TEST_P(AttentionOptimised, SameBitsOnOneAndTwoThreads) {
   const int saved = omp_get_max_threads();
   for_each_isa([&] {
     omp_set_num_threads(1);
-    const Pass<float> one = run_optimised(qkv, dout, s);
+    const Pass<float> one = run_optimised(qkv, dout, s, pattern);
     omp_set_num_threads(2);
-    const Pass<float> two = run_optimised(qkv, dout, s);
+    const Pass<float> two = run_optimised(qkv, dout, s, pattern);
     EXPECT_TRUE(same(one.out, two.out));
     EXPECT_TRUE(same(one.lse, two.lse));
     EXPECT_TRUE(same(one.dqkv, two.dqkv));
   });
   omp_set_num_threads(saved);
+}
+
+TEST_P(AttentionOptimised, SameBitsOnOneAndTwoThreads) {
+  expect_same_bits_on_one_and_two_threads(GetParam());
+}
+
+// Strided{w, s} runs as its window Local(w) plus one causal pass per residue class mod s over the
+// pairs beyond the window, merged through the lse. Its edges: windows narrower than, equal to and
+// wider than the stride, and not multiples of it; s = 1 (every pair); classes of unequal length
+// (T not a multiple of s), T not a multiple of the 64-wide tile, classes longer than a tile;
+// sequences where some or all classes have no pair beyond the window (T <= w + s); B·NH > 1.
+TEST(AttentionOptimised, StridedDecompositionMatchesReference) {
+  const std::vector<std::pair<Shape, AttentionPattern>> cases = {
+      {{2, 1024, 64, 2}, AttentionPattern::strided(16, 16)},
+      {{2, 1024, 64, 2}, AttentionPattern::strided(8, 16)},
+      {{2, 1024, 64, 2}, AttentionPattern::strided(32, 16)},
+      {{2, 1024, 64, 2}, AttentionPattern::strided(16, 7)},
+      {{2, 1024, 64, 2}, AttentionPattern::strided(3, 7)},
+      {{1, 1000, 48, 3}, AttentionPattern::strided(16, 16)},  // 1000 = 62·16 + 8 = 15·64 + 40
+      {{3, 201, 64, 2}, AttentionPattern::strided(16, 7)},
+      {{1, 300, 64, 1}, AttentionPattern::strided(5, 2)},     // classes of 150 rows: 3 tiles
+      {{2, 70, 64, 2}, AttentionPattern::strided(4, 1)},      // s = 1: Causal
+      {{1, 40, 32, 1}, AttentionPattern::strided(30, 16)},    // only class r < 8 has a pair beyond
+      {{2, 16, 32, 2}, AttentionPattern::strided(16, 16)},    // no pair beyond the window
+      {{1, 9, 32, 1}, AttentionPattern::strided(2, 20)},      // s > T
+  };
+  for (const auto& [s, pattern] : cases) {
+    SCOPED_TRACE(fmt::format("B{} T{} C{} NH{}", s.B, s.T, s.C, s.NH));
+    expect_matches_reference(random_qkv(s, 50 + s.T), s, pattern);
+    expect_same_bits_on_one_and_two_threads(s, pattern);
+  }
 }
 
 // T=1; T below, at and above the 64-wide tile and not a multiple of it; HS 8/24/32/64/256 (24
@@ -342,10 +375,11 @@ TEST(AttentionOptimised, EmptyTilesAreNeverComputed) {
   }
 }
 
-// attention_decode at position t - 1 equals row t - 1 of the forward over t positions, for every
-// pattern (the cache holds the keys and values of all t positions).
-TEST(AttentionDecode, EqualsLastRowOfTheForwardForEveryPattern) {
-  const int T = 140, C = 64, NH = 4;
+// attention_decode at position t - 1 equals row t - 1 of the forward over t positions (the cache
+// holds the keys and values of all t positions), for every t of `ts` (at most T) and pattern.
+void expect_decode_equals_last_row(int T, const std::vector<int>& ts,
+                                   const std::vector<AttentionPattern>& pats) {
+  const int C = 64, NH = 4;
   const std::vector<float> qkv = to_float(random_vector(size_t(T) * 3 * C, 42, 2.0));
   std::vector<float> kc(size_t(T) * C), vc(size_t(T) * C);
   for (int t = 0; t < T; ++t)
@@ -353,8 +387,8 @@ TEST(AttentionDecode, EqualsLastRowOfTheForwardForEveryPattern) {
       kc[size_t(t) * C + c] = qkv[size_t(t) * 3 * C + C + c];
       vc[size_t(t) * C + c] = qkv[size_t(t) * 3 * C + 2 * C + c];
     }
-  for (const AttentionPattern& pattern : patterns())
-    for (int t : {1, 17, 64, 65, 130, 140}) {
+  for (const AttentionPattern& pattern : pats)
+    for (int t : ts) {
       SCOPED_TRACE(fmt::format("{} t={}", pattern.name(), t));
       std::vector<float> full(size_t(t) * C), lse(size_t(NH) * t), out(C);
       frugal::kernels::attention_forward(full.data(), lse.data(), qkv.data(), 1, t, C, NH,
@@ -363,6 +397,22 @@ TEST(AttentionDecode, EqualsLastRowOfTheForwardForEveryPattern) {
                                         vc.data(), t, C, NH, pattern);
       for (int c = 0; c < C; ++c) ASSERT_NEAR(out[c], full[size_t(t - 1) * C + c], 1e-5) << c;
     }
+}
+
+TEST(AttentionDecode, EqualsLastRowOfTheForwardForEveryPattern) {
+  expect_decode_equals_last_row(140, {1, 17, 64, 65, 130, 140}, patterns());
+}
+
+// The last row of Strided's forward merges its window with its residue class (or has no strided
+// pair beyond the window); decode attends the same keys directly. Both instruction sets.
+TEST(AttentionDecode, EqualsLastRowOfTheStridedForward) {
+  for_each_isa([] {
+    expect_decode_equals_last_row(
+        1024, {1, 16, 17, 33, 1000, 1023, 1024},
+        {AttentionPattern::strided(16, 16), AttentionPattern::strided(8, 16),
+         AttentionPattern::strided(32, 16), AttentionPattern::strided(16, 7),
+         AttentionPattern::strided(3, 7)});
+  });
 }
 
 TEST(AttentionOptimised, AutoPicksAvx512WhereAvailable) {

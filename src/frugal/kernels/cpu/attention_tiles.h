@@ -8,7 +8,9 @@
 // query tiles inside; scores are recomputed from q, k and lse, dK/dV/dQ accumulate straight into
 // dqkv (each (batch, head) owns its columns). Every product is one register-blocked micro-kernel
 // C (+)= A·B that broadcasts elements of A (any row/inner strides, so transposed operands cost
-// nothing) and FMAs contiguous rows of B. See docs/attention.md.
+// nothing) and FMAs contiguous rows of B. Strided{w, s} runs as its window Local(w), then per
+// residue class mod s a causal pass over the strided pairs beyond the window (the class's rows
+// packed into a contiguous sequence), merged through the lse. See docs/attention.md.
 //
 // Isa provides: reg, mask, kLanes, kMR (micro-kernel rows), Narrow (traits for an 8-column
 // remainder), zero(), set1(x), load(p), store(p, v), bcast(p), fma(a, b, c) = a·b + c, add, sub,
@@ -25,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "frugal/core/error.h"
@@ -368,17 +371,26 @@ void softmax_update(float* st, int nk, int c, Band band, const TileMask& mask, f
   Isa::store(m + c, m_new);
 }
 
-// One query tile of one head: out rows q0..q0+nq-1 and their lse.
+// One query tile of one head: out rows q0..q0+nq-1 and their lse. With `resume`, out and lse
+// already hold these queries' softmax over other keys (Strided's window), and the online softmax
+// starts from it (shift lse, sum 1, partial output out): the result is the softmax over both.
 template <class Isa>
 void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
-                        const TileMasks& masks, int b, int h, int qt, ForwardScratch& w) {
+                        const TileMasks& masks, int b, int h, int qt, ForwardScratch& w,
+                        bool resume = false) {
   const int C3 = 3 * d.C, HS = d.HS, q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
   const int nq_pad = round_up8(nq);
+  float* lse_q0 = lse + (static_cast<size_t>(b) * d.NH + h) * d.T + q0;
   transpose_tile(w.qt.data(), kTile, qkv + d.at(b, q0, C3, h), C3, nq, HS);  // Qᵀ (HS x queries)
   // A finite "minus infinity" keeps every rescale factor exp(m_old - m_new) NaN-free.
   std::fill(w.m.begin(), w.m.end(), -std::numeric_limits<float>::max());
   std::fill(w.l.begin(), w.l.end(), 0.0f);
-  bool first = true;  // the first active key tile overwrites O: no zeroing, no rescaling
+  for (int i = 0; i < nq && resume; ++i) {
+    w.m[i] = lse_q0[i];
+    w.l[i] = 1.0f;
+    std::copy_n(out + d.at(b, q0 + i, d.C, h), HS, w.o.data() + i * HS);
+  }
+  bool first = !resume;  // the first active key tile overwrites O: no zeroing, no rescaling
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0);
     if (masks.kind[TileMasks::at(qt, kt)] == Tile::Empty) continue;
@@ -411,7 +423,7 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
     const __m256 inv = _mm256_set1_ps(1.0f / w.l[i]);
     for (int c = 0; c < HS; c += 8)
       _mm256_storeu_ps(dst + c, _mm256_mul_ps(inv, _mm256_loadu_ps(w.o.data() + i * HS + c)));
-    lse[(static_cast<size_t>(b) * d.NH + h) * d.T + q0 + i] = w.m[i] + std::log(w.l[i]);
+    lse_q0[i] = w.m[i] + std::log(w.l[i]);
   }
 }
 
@@ -506,22 +518,215 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
         std::fill_n(dqkv + d.at(b, t, C3, h), HS, 0.0f);
 }
 
+// ---- Strided{w, s}: the window, then the strided pairs per residue class ----
+// Every strided column of Strided touches every tile below the diagonal, so it is computed as two
+// parts: the window Local(w) over the whole head (the banded tile loops), then the pairs beyond
+// it, i - j = m·s with m >= m0 = ceil(w / s). Those never leave a residue class r = i mod s, and
+// within one they are causal attention shifted by m0 rows: query r + (t + m0)·s attends the keys
+// r, r + s, ..., r + t·s. So each class is packed into a contiguous sequence, row t = [q of
+// position r + (t + m0)·s | k, v of position r + t·s], and run through the same tile loops under
+// Causal, its online softmax resumed from its queries' softmax over the window (out, lse): the
+// result is the softmax over both parts. The backward of each part needs only the final lse and
+// D (flash-attention backward), so the class's packed gradients are added into dqkv after the
+// window's pass wrote it.
+
+// The pattern of the pass over whole heads: Local(w) for Strided, else the pattern itself.
+AttentionPattern head_pattern(const AttentionPattern& pattern) {
+  return pattern.kind() == AttentionPattern::Kind::Strided ? AttentionPattern::local(pattern.window())
+                                                           : pattern;
+}
+
+// The residue classes r < min(s, T) of a Strided pattern beyond its window, each a causal
+// sequence of n(r) = max(0, ceil((T - r) / s) - m0) rows (a query with no strided pair beyond the
+// window is in none). Lengths differ by at most one, so two Dims and TileMasks serve them all.
+class StridedClasses {
+ public:
+  StridedClasses(const AttentionPattern& strided, const Dims& d, bool key_rows)
+      : T_(d.T), s_(strided.stride()), m0_((strided.window() + s_ - 1) / s_),
+        count_(std::min(s_, T_)) {
+    for (int n : {length(0), length(count_ - 1)})
+      if (n > 0 && (packed_.empty() || n != packed_[0].d.T)) {
+        const Dims pd(1, n, d.HS, 1, AttentionPattern::causal());
+        packed_.push_back({pd, TileMasks(AttentionPattern::causal(), pd, key_rows)});
+      }
+  }
+  int count() const { return count_; }
+  int length(int r) const { return std::max(0, (T_ - r + s_ - 1) / s_ - m0_); }
+  int longest() const { return length(0); }
+  int query(int r, int t) const { return r + (t + m0_) * s_; }  // position of row t's query
+  int key(int r, int t) const { return r + t * s_; }            // position of row t's key
+  // The packed sequence (B = NH = 1, T = length(r) > 0, C = HS) of class r and its masks.
+  struct Packed {
+    Dims d;
+    TileMasks masks;
+  };
+  const Packed& packed(int r) const { return packed_[length(r) == longest() ? 0 : 1]; }
+
+ private:
+  int T_, s_, m0_, count_;
+  std::vector<Packed> packed_;
+};
+
+// Per-thread buffers of one packed class: qkv (n, 3·HS), and per query row out (n, HS), lse (n),
+// dout (n, HS), dqkv (n, 3·HS); n <= T / s + 1.
+struct PackedScratch {
+  std::vector<float> qkv, out, lse, dout, dqkv;
+  PackedScratch(int n, int HS)
+      : qkv(size_t(n) * 3 * HS), out(size_t(n) * HS), lse(n), dout(size_t(n) * HS),
+        dqkv(size_t(n) * 3 * HS) {}
+};
+
+// dst[c] = src[c] for c < n (a multiple of 8).
+inline void copy_row(float* dst, const float* src, int n) {
+  for (int c = 0; c < n; c += 8) _mm256_storeu_ps(dst + c, _mm256_loadu_ps(src + c));
+}
+
+// dst[c] += src[c] for c < n (a multiple of 8).
+inline void add_row(float* dst, const float* src, int n) {
+  for (int c = 0; c < n; c += 8)
+    _mm256_storeu_ps(dst + c, _mm256_add_ps(_mm256_loadu_ps(dst + c), _mm256_loadu_ps(src + c)));
+}
+
+// Requests the cache lines of n floats at p.
+inline void prefetch_row(const float* p, int n) {
+  for (int c = 0; c < n; c += 16) _mm_prefetch(reinterpret_cast<const char*>(p + c), _MM_HINT_T0);
+}
+
+// Calls f(t, i, j) for the rows t of class r in order (i its query's position, j its key's), and
+// touch(i, j) for the row kAhead further on first: a class's rows are s positions apart, out of
+// reach of the hardware prefetchers, so touch prefetches what f will read.
+template <class Touch, class F>
+void for_each_class_row(const StridedClasses& classes, int r, Touch touch, F f) {
+  constexpr int kAhead = 4;
+  const int n = classes.length(r);
+  for (int t = 0; t < std::min(n, kAhead); ++t) touch(classes.query(r, t), classes.key(r, t));
+  for (int t = 0; t < n; ++t) {
+    if (t + kAhead < n) touch(classes.query(r, t + kAhead), classes.key(r, t + kAhead));
+    f(t, classes.query(r, t), classes.key(r, t));
+  }
+}
+
+// Packs the q, k and v rows of class r of (batch b, head h) into w.qkv.
+void pack_qkv(PackedScratch& w, const float* qkv, const Dims& d, const StridedClasses& classes,
+              int b, int h, int r) {
+  const int HS = d.HS, C3 = 3 * d.C;
+  auto q = [&](int i) { return qkv + d.at(b, i, C3, h); };
+  auto kv = [&](int j) { return qkv + d.at(b, j, C3, h) + d.C; };  // k, then v d.C further
+  for_each_class_row(
+      classes, r,
+      [&](int i, int j) {
+        prefetch_row(q(i), HS);
+        prefetch_row(kv(j), HS);
+        prefetch_row(kv(j) + d.C, HS);
+      },
+      [&](int t, int i, int j) {
+        float* row = w.qkv.data() + size_t(t) * 3 * HS;
+        copy_row(row, q(i), HS);
+        copy_row(row + HS, kv(j), HS);
+        copy_row(row + 2 * HS, kv(j) + d.C, HS);
+      });
+}
+
+// Packs out and lse (and dout, unless null) of the queries of class r of (batch b, head h) into w.
+void pack_query_rows(PackedScratch& w, const float* out, const float* dout, const float* lse,
+                     const Dims& d, const StridedClasses& classes, int b, int h, int r) {
+  const int HS = d.HS;
+  const float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
+  auto row = [&](const float* x, int i) { return x + d.at(b, i, d.C, h); };
+  for_each_class_row(
+      classes, r,
+      [&](int i, int) {
+        prefetch_row(row(out, i), HS);
+        if (dout) prefetch_row(row(dout, i), HS);
+      },
+      [&](int t, int i, int) {
+        copy_row(w.out.data() + size_t(t) * HS, row(out, i), HS);
+        if (dout) copy_row(w.dout.data() + size_t(t) * HS, row(dout, i), HS);
+        w.lse[t] = lse_bh[i];
+      });
+}
+
+// Forward of class r of (batch b, head h): its queries' softmax over the window (out, lse) resumed
+// over the class's keys, packed, and written back.
+template <class Isa>
+void forward_class(float* out, float* lse, const float* qkv, const Dims& d,
+                   const StridedClasses& classes, int b, int h, int r, ForwardScratch& fw,
+                   PackedScratch& w) {
+  const StridedClasses::Packed& p = classes.packed(r);
+  pack_qkv(w, qkv, d, classes, b, h, r);
+  pack_query_rows(w, out, nullptr, lse, d, classes, b, h, r);
+  for (int qt = 0; qt < p.d.n_tiles; ++qt)
+    forward_query_tile<Isa>(w.out.data(), w.lse.data(), w.qkv.data(), p.d, p.masks, 0, 0, qt, fw,
+                            /*resume=*/true);
+  float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
+  for (int t = 0; t < classes.length(r); ++t) {
+    const int i = classes.query(r, t);
+    copy_row(out + d.at(b, i, d.C, h), w.out.data() + size_t(t) * d.HS, d.HS);
+    lse_bh[i] = w.lse[t];
+  }
+}
+
+// Backward of class r of (batch b, head h): packed with the final out, lse and dout of its
+// queries, its gradients added into dqkv.
+template <class Isa>
+void backward_class(float* dqkv, const float* dout, const float* qkv, const float* out,
+                    const float* lse, const Dims& d, const StridedClasses& classes, int b, int h,
+                    int r, BackwardScratch& bw, PackedScratch& w) {
+  const StridedClasses::Packed& p = classes.packed(r);
+  const int HS = d.HS, C3 = 3 * d.C;
+  pack_qkv(w, qkv, d, classes, b, h, r);
+  pack_query_rows(w, out, dout, lse, d, classes, b, h, r);
+  backward_head<Isa>(w.dqkv.data(), w.dout.data(), w.qkv.data(), w.out.data(), w.lse.data(), p.d,
+                     p.masks, 0, 0, bw);
+  auto dq = [&](int i) { return dqkv + d.at(b, i, C3, h); };
+  auto dkv = [&](int j) { return dqkv + d.at(b, j, C3, h) + d.C; };  // dk, then dv d.C further
+  for_each_class_row(
+      classes, r,
+      [&](int i, int j) {
+        prefetch_row(dq(i), HS);
+        prefetch_row(dkv(j), HS);
+        prefetch_row(dkv(j) + d.C, HS);
+      },
+      [&](int t, int i, int j) {
+        const float* g = w.dqkv.data() + size_t(t) * 3 * HS;
+        add_row(dq(i), g, HS);
+        add_row(dkv(j), g + HS, HS);
+        add_row(dkv(j) + d.C, g + 2 * HS, HS);
+      });
+}
+
 // The kernels' entry points for traits Isa; each parallel work item is computed by one thread.
+// Under Strided an item is a whole (batch, head): its window's tiles, then its classes, which so
+// find the head's rows (and the window's out and lse) still in cache.
 template <class Isa>
 void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
              const AttentionPattern& pattern) {
-  const Dims d(B, T, C, NH, pattern);
-  const TileMasks masks(pattern, d, /*key_rows=*/true);
-  const int items = B * NH * d.n_tiles;
+  const AttentionPattern head = head_pattern(pattern);
+  const Dims d(B, T, C, NH, head);
+  const TileMasks masks(head, d, /*key_rows=*/true);
+  const std::optional<StridedClasses> classes =
+      head == pattern ? std::nullopt : std::optional(StridedClasses(pattern, d, true));
 #pragma omp parallel
   {
     ForwardScratch w(d.HS);
-    // Head by head, so that a head's K and V stay in cache across its query tiles; within a head
-    // the longest query tiles (most key tiles) first. Each item writes only its own rows.
+    if (!classes) {
+      // Head by head, so that a head's K and V stay in cache across its query tiles; within a
+      // head the longest query tiles (most key tiles) first. Each item writes only its own rows.
 #pragma omp for schedule(dynamic, 1)
-    for (int item = 0; item < items; ++item) {
-      const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
-      forward_query_tile<Isa>(out, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
+      for (int item = 0; item < B * NH * d.n_tiles; ++item) {
+        const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
+        forward_query_tile<Isa>(out, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
+      }
+    } else {
+      PackedScratch pw(classes->longest(), d.HS);
+#pragma omp for schedule(dynamic, 1)
+      for (int bh = 0; bh < B * NH; ++bh) {
+        for (int qt = d.n_tiles - 1; qt >= 0; --qt)
+          forward_query_tile<Isa>(out, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
+        for (int r = 0; r < classes->count(); ++r)
+          if (classes->length(r) > 0)
+            forward_class<Isa>(out, lse, qkv, d, *classes, bh / NH, bh % NH, r, w, pw);
+      }
     }
   }
 }
@@ -529,14 +734,22 @@ void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int 
 template <class Isa>
 void backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
               int B, int T, int C, int NH, const AttentionPattern& pattern) {
-  const Dims d(B, T, C, NH, pattern);
-  const TileMasks masks(pattern, d, /*key_rows=*/false);
+  const AttentionPattern head = head_pattern(pattern);
+  const Dims d(B, T, C, NH, head);
+  const TileMasks masks(head, d, /*key_rows=*/false);
+  const std::optional<StridedClasses> classes =
+      head == pattern ? std::nullopt : std::optional(StridedClasses(pattern, d, false));
 #pragma omp parallel
   {
     BackwardScratch w(d.HS, T, d.n_tiles);
+    PackedScratch pw(classes ? classes->longest() : 0, d.HS);
 #pragma omp for schedule(dynamic, 1)
-    for (int bh = 0; bh < B * NH; ++bh)
+    for (int bh = 0; bh < B * NH; ++bh) {
       backward_head<Isa>(dqkv, dout, qkv, out, lse, d, masks, bh / NH, bh % NH, w);
+      for (int r = 0; classes && r < classes->count(); ++r)
+        if (classes->length(r) > 0)
+          backward_class<Isa>(dqkv, dout, qkv, out, lse, d, *classes, bh / NH, bh % NH, r, w, pw);
+    }
   }
 }
 
