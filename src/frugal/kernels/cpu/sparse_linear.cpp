@@ -17,13 +17,14 @@ namespace frugal::kernels {
 namespace {
 
 using sparse_linear_detail::IsaKernel;
+using sparse_linear_detail::kChunk;
 using sparse_linear_detail::kPanel;
 using sparse_linear_detail::kPanelRowBytes;
 using sparse_linear_detail::SparseRows;
 
-// Output rows per product call: the (kRowBlock, kPanel) result tile (8 KiB) is transposed into the
-// output while it is still in L1.
-constexpr int kRowBlock = 32;
+// Output rows per result tile: the (kRowBlock, kPanel) tile (64 KiB, in L2) takes the products of
+// every chunk, then is transposed into the output.
+constexpr int kRowBlock = 256;
 // Token groups of the weight gradient: each sums its panels into its own copy of the entries,
 // and the copies are added in group order, so the result does not depend on the thread count.
 constexpr int kMaxGroups = 4;
@@ -44,6 +45,15 @@ bool use_avx512() { return resolve(g_isa.load()) == SparseLinearIsa::Avx512; }
 
 const IsaKernel& kernel_for(bool avx512) {
   return avx512 ? sparse_linear_detail::avx512_kernel() : sparse_linear_detail::avx2_kernel();
+}
+
+// ---- layout ----
+
+int chunks_of(int K) { return (K + kChunk - 1) / kChunk; }
+
+// A.ptr of chunk c of a matrix with R rows.
+SparseRows chunk_rows(SparseRows A, int c, int R) {
+  return {A.ptr + static_cast<size_t>(c) * R, A.offset, A.values};
 }
 
 // ---- buffers ----
@@ -79,7 +89,7 @@ void sparse_product(float* out, const float* inp, SparseRows A, int R, int K, co
   if (N <= 0) return;
   const bool avx512 = use_avx512();
   const IsaKernel& isa = kernel_for(avx512);
-  const int panels = (N + kPanel - 1) / kPanel;
+  const int panels = (N + kPanel - 1) / kPanel, chunks = chunks_of(K);
 #pragma omp parallel
   {
     float* P = at_least(t_scratch.p, static_cast<size_t>(K) * kPanel);
@@ -90,7 +100,7 @@ void sparse_product(float* out, const float* inp, SparseRows A, int R, int K, co
       load_panel(P, inp + static_cast<size_t>(n0) * K, K, rows, avx512);
       for (int r0 = 0; r0 < R; r0 += kRowBlock) {
         const int r1 = std::min(R, r0 + kRowBlock);
-        isa.product({C, P, A, r0, r1});
+        for (int c = 0; c < chunks; ++c) isa.product({C, P, chunk_rows(A, c, R), r0, r1, c == 0});
         transpose_into(out + static_cast<size_t>(n0) * R + r0, R, C, kPanel, r1 - r0, rows,
                        bias ? bias + r0 : nullptr, false, accumulate, avx512);
       }
@@ -121,19 +131,23 @@ void sparse_linear_pack(SparseLinearWeight& out, const float* W, const uint8_t* 
                    static_cast<uint64_t>(OC) * IC < (uint64_t{1} << 32),
                "sparse linear packing: a ({}, {}) weight is too large for 32-bit entry offsets", OC, IC);
   out.OC = 0;  // unpacked until complete
-  uint32_t* row_ptr = at_least(out.row_ptr, static_cast<size_t>(OC) + 1);
-  uint32_t* col_ptr = at_least(out.col_ptr, static_cast<size_t>(IC) + 1);
-  // row counts, then their prefix sums
+  const int CI = chunks_of(IC), CO = chunks_of(OC);
+  const size_t row_segments = static_cast<size_t>(CI) * OC, col_segments = static_cast<size_t>(CO) * IC;
+  uint32_t* row_ptr = at_least(out.row_ptr, row_segments + 1);
+  uint32_t* col_ptr = at_least(out.col_ptr, col_segments + 1);
+  // W by rows: the entries of (chunk c, row o) counted at row_ptr[c·OC + o + 1], prefix-summed
   row_ptr[0] = 0;
 #pragma omp parallel for schedule(static)
   for (int o = 0; o < OC; ++o) {
     const uint8_t* m = mask + static_cast<size_t>(o) * IC;
-    uint32_t count = 0;
-    for (int k = 0; k < IC; ++k) count += m[k] != 0;
-    row_ptr[o + 1] = count;
+    for (int c = 0; c < CI; ++c) {
+      uint32_t count = 0;
+      for (int k = c * kChunk; k < std::min(IC, (c + 1) * kChunk); ++k) count += m[k] != 0;
+      row_ptr[static_cast<size_t>(c) * OC + o + 1] = count;
+    }
   }
-  for (int o = 0; o < OC; ++o) row_ptr[o + 1] += row_ptr[o];
-  const size_t nnz = row_ptr[OC];
+  for (size_t i = 0; i < row_segments; ++i) row_ptr[i + 1] += row_ptr[i];
+  const size_t nnz = row_ptr[row_segments];
   uint32_t* row_offset = at_least(out.row_offset, nnz);
   at_least(out.row_values, nnz);
   uint32_t* col_offset = at_least(out.col_offset, nnz);
@@ -142,22 +156,31 @@ void sparse_linear_pack(SparseLinearWeight& out, const float* W, const uint8_t* 
 #pragma omp parallel for schedule(static)
   for (int o = 0; o < OC; ++o) {
     const uint8_t* m = mask + static_cast<size_t>(o) * IC;
-    uint32_t j = row_ptr[o];
-    for (int k = 0; k < IC; ++k)
-      if (m[k]) row_offset[j++] = static_cast<uint32_t>(k) * kPanelRowBytes;
-  }
-  // column counts and prefix sums; then the entries in row order, which leaves each column's
-  // entries sorted by row
-  std::vector<uint32_t> next(static_cast<size_t>(IC) + 1, 0);
-  for (size_t j = 0; j < nnz; ++j) ++next[row_offset[j] / kPanelRowBytes + 1];
-  for (int k = 0; k < IC; ++k) next[k + 1] += next[k];
-  std::copy(next.begin(), next.end(), col_ptr);
-  for (int o = 0; o < OC; ++o)
-    for (uint32_t j = row_ptr[o]; j < row_ptr[o + 1]; ++j) {
-      const uint32_t c = next[row_offset[j] / kPanelRowBytes]++;
-      col_offset[c] = static_cast<uint32_t>(o) * kPanelRowBytes;
-      col_source[c] = j;
+    for (int c = 0; c < CI; ++c) {
+      uint32_t j = row_ptr[static_cast<size_t>(c) * OC + o];
+      for (int k = c * kChunk; k < std::min(IC, (c + 1) * kChunk); ++k)
+        if (m[k]) row_offset[j++] = static_cast<uint32_t>(k) * kPanelRowBytes;
     }
+  }
+  // Wᵀ by rows: entry (o, k) is in segment (chunk o / kChunk, row k). Counted, prefix-summed, then
+  // placed walking the row copy in order, which leaves each segment sorted by o.
+  auto col_segment = [&](int o, uint32_t offset) {
+    return static_cast<size_t>(o / kChunk) * IC + offset / kPanelRowBytes;
+  };
+  std::fill(col_ptr, col_ptr + col_segments + 1, 0u);
+  for (size_t i = 0; i < row_segments; ++i)
+    for (uint32_t j = row_ptr[i]; j < row_ptr[i + 1]; ++j)
+      ++col_ptr[col_segment(static_cast<int>(i % OC), row_offset[j]) + 1];
+  for (size_t i = 0; i < col_segments; ++i) col_ptr[i + 1] += col_ptr[i];
+  std::vector<uint32_t> next(col_ptr, col_ptr + col_segments);
+  for (size_t i = 0; i < row_segments; ++i) {
+    const int o = static_cast<int>(i % OC);
+    for (uint32_t j = row_ptr[i]; j < row_ptr[i + 1]; ++j) {
+      const uint32_t pos = next[col_segment(o, row_offset[j])]++;
+      col_offset[pos] = static_cast<uint32_t>(o) * kPanelRowBytes;
+      col_source[pos] = j;
+    }
+  }
   out.OC = OC;
   out.IC = IC;
   out.nnz = nnz;
@@ -173,9 +196,9 @@ void sparse_linear_refresh_values(SparseLinearWeight& packed, const float* W) {
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
-    for (int o = 0; o < OC; ++o) {
-      const float* w = W + static_cast<size_t>(o) * IC;
-      for (uint32_t j = row_ptr[o]; j < row_ptr[o + 1]; ++j) row_values[j] = w[row_offset[j] / kPanelRowBytes];
+    for (size_t i = 0; i < static_cast<size_t>(chunks_of(IC)) * OC; ++i) {
+      const float* w = W + (i % OC) * IC;
+      for (uint32_t j = row_ptr[i]; j < row_ptr[i + 1]; ++j) row_values[j] = w[row_offset[j] / kPanelRowBytes];
     }
     const uint32_t* col_source = packed.col_source.data();
     float* col_values = packed.col_values.data();
@@ -214,6 +237,7 @@ void sparse_linear_backward_weight(float* dweight, const float* dout, const floa
   const bool avx512 = use_avx512();
   const IsaKernel& isa = kernel_for(avx512);
   const int panels = (N + kPanel - 1) / kPanel, groups = std::min(kMaxGroups, panels);
+  const int chunks = chunks_of(IC);
   float* partial = at_least(weight.partial_sums, static_cast<size_t>(groups) * nnz);
   const SparseRows A = rows_of(weight);
 #pragma omp parallel
@@ -228,13 +252,13 @@ void sparse_linear_backward_weight(float* dweight, const float* dout, const floa
         const int n0 = p * kPanel, rows = std::min(kPanel, N - n0);
         load_panel(P, inp + static_cast<size_t>(n0) * IC, IC, rows, avx512);
         load_panel(Q, dout + static_cast<size_t>(n0) * OC, OC, rows, avx512);
-        isa.dots({sums, Q, P, A, 0, OC});
+        for (int c = 0; c < chunks; ++c) isa.dots({sums, Q, P, chunk_rows(A, c, OC), 0, OC});
       }
     }
 #pragma omp for schedule(static)
-    for (int o = 0; o < OC; ++o) {
-      float* dw = dweight + static_cast<size_t>(o) * IC;
-      for (uint32_t j = A.ptr[o]; j < A.ptr[o + 1]; ++j) {
+    for (size_t i = 0; i < static_cast<size_t>(chunks) * OC; ++i) {  // segment (chunk, row o)
+      float* dw = dweight + (i % OC) * IC;
+      for (uint32_t j = A.ptr[i]; j < A.ptr[i + 1]; ++j) {
         float sum = partial[j];
         for (int g = 1; g < groups; ++g) sum += partial[static_cast<size_t>(g) * nnz + j];
         dw[A.offset[j] / kPanelRowBytes] += sum;

@@ -21,24 +21,30 @@ namespace frugal::kernels::sparse_linear_detail {
 // Tokens per panel, for every instruction set (the packed offsets depend on it).
 constexpr int kPanel = 64;
 constexpr int kPanelRowBytes = kPanel * 4;
+// Columns of A per chunk: the kChunk panel rows a chunk reads (24 KiB) stay in L1 while every row
+// of A takes its entries of the chunk; a whole panel (K up to 3072 rows, 768 KiB) would not.
+constexpr int kChunk = 96;
 
-// A sparse matrix A (R, K) by rows: row r's entries are [ptr[r], ptr[r+1]), each a byte offset
-// into the panel (column × kPanelRowBytes) and a value.
+// A sparse matrix A (R, K) by rows, cut into column chunks of kChunk: the entries of row r in
+// chunk c are [ptr[c·R + r], ptr[c·R + r + 1]) (chunk-major, so the pointer of chunk c is
+// ptr + c·R), each a byte offset into the panel (column × kPanelRowBytes) and a value.
 struct SparseRows {
   const uint32_t* ptr;
   const uint32_t* offset;
   const float* values;
 };
 
-// C (r1 - r0, kPanel) = rows r0..r1 of A · P (K, kPanel).
+// C (r1 - r0, kPanel) = (or += unless overwrite) rows r0..r1 of A · P (K, kPanel), A's entries
+// of one chunk (A.ptr = the chunk's pointer).
 struct ProductArgs {
   float* C;
   const float* P;
   SparseRows A;
   int r0, r1;
+  bool overwrite;
 };
 // sums[j] += Q[r] · P[k] for every entry j (row r, column k) of rows r0..r1 of A (its values
-// unused); Q (R, kPanel), P (K, kPanel), sums indexed like A's entries.
+// unused; A.ptr = one chunk's pointer); Q (R, kPanel), P (K, kPanel), sums indexed like A's entries.
 struct DotArgs {
   float* sums;
   const float* Q;
@@ -69,9 +75,11 @@ template <class V, int S>
 void product_kernel(const ProductArgs& s) {
   constexpr int NV = kPanel / V::kLanes;
   for (int r = s.r0; r < s.r1; ++r) {
+    float* c = s.C + static_cast<size_t>(r - s.r0) * kPanel;
     typename V::reg acc[S][NV];
     for (int k = 0; k < S; ++k)
-      for (int v = 0; v < NV; ++v) acc[k][v] = V::zero();
+      for (int v = 0; v < NV; ++v)
+        acc[k][v] = k == 0 && !s.overwrite ? V::load(c + v * V::kLanes) : V::zero();
     const uint32_t end = s.A.ptr[r + 1];
     uint32_t j = s.A.ptr[r];
     for (; j + S <= end; j += S)
@@ -87,7 +95,6 @@ void product_kernel(const ProductArgs& s) {
       const typename V::reg a = V::bcast(s.A.values + j);
       for (int v = 0; v < NV; ++v) acc[0][v] = V::fma(a, V::load(x + v * V::kLanes), acc[0][v]);
     }
-    float* c = s.C + static_cast<size_t>(r - s.r0) * kPanel;
     for (int v = 0; v < NV; ++v) {
       typename V::reg sum = acc[0][v];
       for (int k = 1; k < S; ++k) sum = V::add(sum, acc[k][v]);
