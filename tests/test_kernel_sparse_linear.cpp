@@ -157,7 +157,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SparseLinearKernel,
                                            Shape{130, 100, 45}, Shape{70, 50, 200},
                                            Shape{300, 260, 70}));
 
-// (IC = 260 and OC = 200 span several 96-column chunks of W and of Wᵀ.)
+// (IC = 260 and OC = 200 span two 192-column chunks of W and of Wᵀ.)
 
 // Whole rows and columns empty (and others full) in the same matrix.
 TEST(SparseLinearPack, EmptyAndFullRowsAndColumns) {

@@ -95,7 +95,7 @@ void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t 
 // the mask changes every ~100 steps). The products run over the kept entries only. The packed
 // layout belongs to the backend (kernels/cpu/sparse_linear.h); code outside kernels/ holds it
 // through the owning handle SparseLinearPacked. Scratch: per thread, two feature-major panels of
-// 64 tokens (64 · (IC + OC) floats) and a 4 KiB output tile; per packed weight, up to 4 · nnz
+// 64 tokens (64 · (IC + OC) floats) and a 128 KiB result tile; per packed weight, up to 4 · nnz
 // floats of token-group partial sums for the weight gradient (nnz = kept entries).
 struct SparseLinearWeight;
 struct SparseLinearWeightDeleter {

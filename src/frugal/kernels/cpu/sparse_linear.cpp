@@ -22,9 +22,10 @@ using sparse_linear_detail::kPanel;
 using sparse_linear_detail::kPanelRowBytes;
 using sparse_linear_detail::SparseRows;
 
-// Output rows per result tile: the (kRowBlock, kPanel) tile (64 KiB, in L2) takes the products of
-// every chunk, then is transposed into the output.
-constexpr int kRowBlock = 256;
+// Output rows per result tile: the (kRowBlock, kPanel) tile (128 KiB, in L2) takes the products
+// of every chunk, then is transposed into the output. Measured (1 thread): 512 rows 1-6% faster
+// than 256, 256 4-9% faster than 128.
+constexpr int kRowBlock = 512;
 // Token groups of the weight gradient: each sums its panels into its own copy of the entries,
 // and the copies are added in group order, so the result does not depend on the thread count.
 constexpr int kMaxGroups = 4;

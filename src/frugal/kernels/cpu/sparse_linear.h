@@ -23,12 +23,12 @@ namespace frugal::kernels {
 struct SparseLinearWeight {
   int OC = 0, IC = 0;
   size_t nnz = 0;
-  // W by rows, in column chunks of 96 (sparse_linear_microkernel.h): the entries of row o in
+  // W by rows, in column chunks of 192 (sparse_linear_microkernel.h): the entries of row o in
   // column chunk c are [row_ptr[c·OC + o], row_ptr[c·OC + o + 1]), by increasing column k.
   Buffer<uint32_t> row_ptr;     // (chunks of IC · OC + 1)
   Buffer<uint32_t> row_offset;  // (nnz) k × the panel row bytes
   Buffer<float> row_values;     // (nnz) W[o, k]
-  // Wᵀ by rows (W by columns), in chunks of 96 of W's rows: the entries of column k in row chunk
+  // Wᵀ by rows (W by columns), in chunks of 192 of W's rows: the entries of column k in row chunk
   // c are [col_ptr[c·IC + k], col_ptr[c·IC + k + 1]), by increasing o.
   Buffer<uint32_t> col_ptr;     // (chunks of OC · IC + 1)
   Buffer<uint32_t> col_offset;  // (nnz) o × the panel row bytes
