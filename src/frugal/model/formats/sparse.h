@@ -27,8 +27,8 @@ class SparseFormat final : public MaskedFormat {
  public:
   // Mask density above which the dense GEMMs are faster than the sparse kernels, measured with
   // `frugal bench --kernel sparse` (docs/sparse_linear.md): at 0.5 the three sparse products
-  // together are still 1.0-1.4x faster than the dense ones (the weight gradient alone 0.8-1.0x),
-  // at 0.2 2.0-2.8x; the crossing of the three together extrapolates to ~0.6.
+  // together are 0.86-1.20x the speed of the dense ones (median 1.06; the weight gradient alone
+  // 0.79-1.0x), at 0.2 1.85-2.76x; the three together break even at about 0.5-0.55.
   static constexpr double kDefaultBreakEven = 0.5;
 
   // mask (OC,IC) 0/1, copied; the sparse kernels run while its density is ≤ break_even.
