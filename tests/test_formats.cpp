@@ -1,7 +1,9 @@
 // Linear formats (model/formats/): DenseFormat is exactly the dense matmul kernels; MaskedFormat
 // against the fp64 reference with W ⊙ M (forward, input gradient, dense weight gradient) and
 // masked-out weights contributing nothing; Sparse24Format computing the same function as a
-// MaskedFormat with its 2:4 mask; every format's mask is its own copy; shape checks.
+// MaskedFormat with its 2:4 mask; SparseFormat computing MaskedFormat's function with the weight
+// gradient at the kept entries (or dense on request), on either side of its break-even density;
+// every format's mask is its own copy; shape checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,7 @@
 #include "frugal/methods/sparse24/mask.h"
 #include "frugal/model/formats/dense.h"
 #include "frugal/model/formats/masked.h"
+#include "frugal/model/formats/sparse.h"
 #include "frugal/model/formats/sparse24.h"
 #include "gradcheck.h"
 
@@ -134,6 +137,60 @@ TEST(Sparse24Format, ComputesTheMaskedFormatsFunction) {
     EXPECT_EQ(got.dbias, want.dbias);
     EXPECT_EQ(s.forward_density(), 0.5);
     EXPECT_EQ(s.backward_input_density(), transposable ? 0.5 : 1.0);
+  }
+}
+
+// SparseFormat = MaskedFormat on the same mask, except that the weight gradient changes the kept
+// entries only (their values are MaskedFormat's), unless set_dense_weight_grad; the same with the
+// sparse kernels (density ≤ break-even) and with the dense GEMMs (break-even below the density),
+// each reporting the densities of what it executes.
+TEST(SparseFormat, ComputesTheMaskedFormatsFunctionOnBothSidesOfTheBreakEven) {
+  const Inputs in;
+  for (int keep_one_in : {10, 3, 1}) {
+    const std::vector<uint8_t> mask = random_mask(in.w.size(), 9, keep_one_in);
+    double density = 0;
+    for (uint8_t m : mask) density += m;
+    density /= static_cast<double>(mask.size());
+    MaskedFormat m(OC, IC, mask);
+    const Products want = run(m, in.w, in.b, in.x, in.dy);
+    for (double break_even : {0.0, SparseFormat::kDefaultBreakEven, 1.0}) {
+      SCOPED_TRACE(::testing::Message() << "density " << density << ", break-even " << break_even);
+      SparseFormat s(OC, IC, mask, break_even);
+      const bool sparse = density <= break_even;
+      for (bool dense_grad : {false, true}) {
+        s.set_dense_weight_grad(dense_grad);
+        const Products got = run(s, in.w, in.b, in.x, in.dy);
+        EXPECT_EQ(s.sparse_kernels(), sparse);
+        EXPECT_LT(max_error_rel_to_max(got.out.data(), want.out.data(), want.out.size()), 1e-5);
+        EXPECT_LT(max_error_rel_to_max(got.dinp.data(), want.dinp.data(), want.dinp.size()), 1e-5);
+        std::vector<float> want_dw = want.dweight;
+        if (!dense_grad)
+          for (size_t i = 0; i < mask.size(); ++i) want_dw[i] *= mask[i];
+        EXPECT_LT(max_error_rel_to_max(got.dweight.data(), want_dw.data(), want_dw.size()), 1e-5);
+        for (size_t i = 0; i < mask.size(); ++i)
+          if (!mask[i] && !dense_grad && got.dweight[i] != 0.0f) FAIL() << "dW changed at " << i;
+        EXPECT_EQ(got.dbias, want.dbias);
+        EXPECT_DOUBLE_EQ(s.density(), density);
+        EXPECT_EQ(s.forward_density(), sparse ? density : 1.0);
+        EXPECT_EQ(s.backward_input_density(), sparse ? density : 1.0);
+        EXPECT_EQ(s.weight_grad_density(), sparse && !dense_grad ? density : 1.0);
+      }
+    }
+  }
+}
+
+// A mask change is picked up at the next refresh (re-pack), across the break-even both ways.
+TEST(SparseFormat, NewMaskTakesEffectAtTheNextRefresh) {
+  const Inputs in;
+  const std::vector<uint8_t> sparse_mask = random_mask(in.w.size(), 10, 10),
+                             dense_mask = random_mask(in.w.size(), 11, 2);
+  SparseFormat s(OC, IC, sparse_mask, 0.3);
+  for (const auto* mask : {&sparse_mask, &dense_mask, &sparse_mask}) {
+    s.set_mask(*mask);
+    MaskedFormat m(OC, IC, *mask);
+    const Products got = run(s, in.w, in.b, in.x, in.dy), want = run(m, in.w, in.b, in.x, in.dy);
+    EXPECT_LT(max_error_rel_to_max(got.out.data(), want.out.data(), want.out.size()), 1e-5);
+    EXPECT_LT(max_error_rel_to_max(got.dinp.data(), want.dinp.data(), want.dinp.size()), 1e-5);
   }
 }
 

@@ -1,5 +1,6 @@
 // `frugal bench`: times training steps of a preset model (see bench/step.h), or with
-// `--kernel sparse24` the 2:4 kernels against dense GEMM per FFN product and per FFN block.
+// `--kernel sparse24` the 2:4 kernels against dense GEMM per FFN product and per FFN block, or with
+// `--kernel sparse` the unstructured sparse linear kernels against the dense linear per product.
 #include <fmt/format.h>
 
 #include <memory>
@@ -7,6 +8,7 @@
 
 #include "frugal/bench/sparse24_ffn.h"
 #include "frugal/bench/sparse24_kernel.h"
+#include "frugal/bench/sparse_linear_kernel.h"
 #include "frugal/bench/step.h"
 #include "frugal/cli/commands.h"
 #include "frugal/core/threading.h"
@@ -52,6 +54,26 @@ void bench_sparse24_kernels(const BenchArgs& args) {
             kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()), num_threads(), args.repeats,
             kernels::format_sparse24_table(products), sparse24::format_ffn_table(blocks, f.mask_interval));
 }
+
+// `--kernel sparse`: the three products of an unstructured sparse linear per shape and density.
+void bench_sparse_linear_kernels(const BenchArgs& args) {
+  kernels::SparseLinearBenchOptions o;
+  o.threads = num_threads();
+  o.repeats = args.repeats;
+  const auto rows = kernels::run_sparse_linear_benchmark(o);
+  const char* isa = kernels::sparse_linear_isa_name(kernels::sparse_linear_active_isa());
+  const char* gemm = kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend());
+  if (args.json) {
+    const nlohmann::json j = {{"kernel", "sparse"}, {"isa", isa}, {"dense_gemm", gemm},
+                              {"threads", num_threads()}, {"repeats", args.repeats},
+                              {"rows", kernels::sparse_linear_rows_to_json(rows)}};
+    io::print("{}\n", j.dump(2));
+    return;
+  }
+  io::print("sparse linear kernels ({}) vs dense linear ({}), {} threads, medians of {} interleaved "
+            "runs; x = dense ms / sparse ms, all x = the three products together\n{}",
+            isa, gemm, num_threads(), args.repeats, kernels::format_sparse_linear_table(rows));
+}
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -59,7 +81,7 @@ void add_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench", "time full training steps of a preset model");
   CLI::Option* preset = cmd->add_option("--preset", args->preset, "model preset: S, M or L (GPT-2 small)")
       ->check(CLI::IsMember({"S", "M", "L"}));
-  cmd->add_option("--threads", args->threads, "threads (default: all cores)");
+  CLI::Option* threads = cmd->add_option("--threads", args->threads, "threads (default: all cores; 2 with --kernel sparse)");
   CLI::Option* steps = cmd->add_option("--steps", args->steps, "timed steps (default: per preset)")->check(CLI::Range(1, 100000));
   CLI::Option* warmup = cmd->add_option("--warmup", args->warmup, "untimed warm-up steps (default: per preset)")
       ->check(CLI::Range(0, 100000));
@@ -74,15 +96,21 @@ void add_bench_command(CLI::App& app) {
               "methods.freeze, AutoCache serves the frozen prefix as in training; "
               "methods.freeze.autocache=off times freezing alone.");
   CLI::Option* kernel = cmd->add_option("--kernel", args->kernel, "benchmark kernels instead of training steps: sparse24 "
-                  "(2:4 vs dense GEMM on FFN shapes, and a whole FFN block)")
-      ->check(CLI::IsMember({"sparse24"}));
+                  "(2:4 vs dense GEMM on FFN shapes, and a whole FFN block) or sparse (unstructured "
+                  "sparse linear vs dense, three products, densities 0.5-0.05)")
+      ->check(CLI::IsMember({"sparse24", "sparse"}));
   CLI::Option* repeats = cmd->add_option("--repeats", args->repeats, "interleaved repetitions per kernel measurement (median taken)")
       ->check(CLI::Range(1, 1000));
   // The kernel benchmarks have fixed shapes and no training step: refuse what they would ignore.
   kernel->excludes(preset)->excludes(steps)->excludes(warmup)->excludes(profile)->excludes(set);
   repeats->needs(kernel);
-  cmd->callback([args] {
+  cmd->callback([args, threads] {
+    if (args->kernel == "sparse" && threads->count() == 0) args->threads = 2;
     set_num_threads(args->threads);
+    if (args->kernel == "sparse") {
+      bench_sparse_linear_kernels(*args);
+      return;
+    }
     if (!args->kernel.empty()) {
       bench_sparse24_kernels(*args);
       return;

@@ -14,8 +14,8 @@
 //
 // Each section below is a kernel family named X (the name after "----"): its naive reference is
 // kernels/ref/X_ref.h, its CPU code kernels/cpu/X*.cpp, its test tests/test_kernel_X.cpp, its
-// benchmark bench/bench_X.cpp (docs/testing.md). sparse24 is a family with its own header,
-// kernels/cpu/sparse24.h.
+// benchmark bench/bench_X.cpp (docs/testing.md). sparse24 and sparse_linear are families with
+// their own headers, kernels/cpu/sparse24.h and kernels/cpu/sparse_linear.h.
 //
 // Backend choice happens here: these functions are implemented by the optimised CPU kernels in
 // kernels/cpu/ (checked against the naive templates in kernels/ref/). A CUDA build adds a device
@@ -89,6 +89,42 @@ void sparse24_matmul_backward_input(float* dinp, const float* dout, const Sparse
 // kept entry becomes sign · (|a| + |b|), so E[dout_sparse] = dout and every group of 4 rows holds
 // 2 non-zeros per column. A final odd row is copied. Random numbers: uniform_at(key, pair·OC + o).
 void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key);
+
+// ---- sparse_linear: unstructured sparse linear (docs/sparse_linear.md) ----
+// S(W) = W ⊙ M for an arbitrary 0/1 mask M (OC,IC) (dynamic sparse training: density ~0.05-0.5,
+// the mask changes every ~100 steps). The products run over the kept entries only. The packed
+// layout belongs to the backend (kernels/cpu/sparse_linear.h); code outside kernels/ holds it
+// through the owning handle SparseLinearPacked. Scratch: per thread, two feature-major panels of
+// 64 tokens (64 · (IC + OC) floats) and a 128 KiB result tile; per packed weight, up to 4 · nnz
+// floats of token-group partial sums for the weight gradient (nnz = kept entries).
+struct SparseLinearWeight;
+struct SparseLinearWeightDeleter {
+  void operator()(SparseLinearWeight* weight) const;
+};
+using SparseLinearPacked = std::unique_ptr<SparseLinearWeight, SparseLinearWeightDeleter>;
+// An empty packed weight, for sparse_linear_pack to fill.
+SparseLinearPacked sparse_linear_new_weight();
+// out = S(W) packed by rows (forward, weight gradient) and by columns (input gradient), from
+// W (OC,IC) and mask (OC,IC) 0/1 (non-zero = kept); any density, any OC, IC > 0. The
+// structure rebuild after a mask change; buffers are reused when large enough.
+void sparse_linear_pack(SparseLinearWeight& out, const float* W, const uint8_t* mask, int OC,
+                        int IC);
+// Re-reads the kept values from W (OC,IC) into the packing built by the last sparse_linear_pack
+// (same shape and mask): the cheap per-step update.
+void sparse_linear_refresh_values(SparseLinearWeight& packed, const float* W);
+// Kept entries / (OC·IC) of the last packing.
+double sparse_linear_density(const SparseLinearWeight& packed);
+// out (N,OC) = inp (N,IC) · S(W)ᵀ + bias (OC) or null
+void sparse_linear_forward(float* out, const float* inp, const SparseLinearWeight& weight,
+                           const float* bias, int N);
+// dinp (N,IC) = (or += when accumulate) dout (N,OC) · S(W)
+void sparse_linear_backward_input(float* dinp, const float* dout, const SparseLinearWeight& weight,
+                                  int N, bool accumulate);
+// dweight (OC,IC) += (doutᵀ · inp) ⊙ M: the gradient at the kept positions, accumulated into the
+// caller's dense buffer; entries outside the mask are not touched. dout (N,OC), inp (N,IC).
+// The bias gradient is matmul_backward's (dbias only, the other pointers null).
+void sparse_linear_backward_weight(float* dweight, const float* dout, const float* inp,
+                                   const SparseLinearWeight& weight, int N);
 
 // ---- attention: self-attention under a causal AttentionPattern (fused, tiled, online softmax) ----
 // Query i attends to the keys j with pattern.allows(i, j); tiles the pattern leaves empty are

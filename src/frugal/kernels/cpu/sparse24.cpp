@@ -1,5 +1,5 @@
-// 2:4 sparse linear products on CPU: packing of W and Wᵀ, the panel driver (OpenMP), the
-// transposes around the micro-kernel, and the instruction-set dispatch.
+// 2:4 sparse linear products on CPU: packing of W and Wᵀ, the panel driver (OpenMP) and the
+// instruction-set dispatch; the transposes around the micro-kernel are in panel_transpose.cpp.
 #include "frugal/kernels/cpu/sparse24.h"
 
 #include <immintrin.h>
@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <span>
 #include <vector>
 
 #include "frugal/core/error.h"
+#include "frugal/kernels/cpu/panel_transpose.h"
 #include "frugal/kernels/cpu/sparse24_microkernel.h"
 
 namespace frugal::kernels {
@@ -23,7 +23,6 @@ using sparse24_detail::kClasses;
 using sparse24_detail::kClassRows;
 using sparse24_detail::kPanelRowBytes;
 using sparse24_detail::kPanelWidth;
-using sparse24_detail::TransposeArgs;
 
 // ---- instruction-set selection ----
 
@@ -232,57 +231,6 @@ void fill_values(Sparse24Matrix& m, const float* W, int IC) {
   }
 }
 
-// ---- transposes ----
-
-// The transpose of args (sparse24_detail::TransposeArgs) by the block transposes of `isas`, widest
-// first: each takes the whole blocks of what is left, the next ones the right and bottom strips,
-// scalar code the last edges. With AVX-512 the 16x16 blocks (64 shuffles per 256 values against
-// 96 for 8x8 blocks) made the products 3-10% faster at C = 384 and changed nothing at C = 768,
-// where the transposes wait on memory (docs/sparse24.md).
-void transpose_region(const TransposeArgs& a, std::span<const IsaKernel* const> isas) {
-  if (a.rows <= 0 || a.cols <= 0) return;
-  if (isas.empty()) {
-    for (int j = 0; j < a.cols; ++j)
-      for (int i = 0; i < a.rows; ++i) {
-        const float x = a.src[i * a.src_ld + j] + (a.col_bias ? a.col_bias[i] : 0.0f);
-        float& d = a.dst[j * a.dst_ld + i];
-        d = a.accumulate ? d + x : x;
-      }
-    return;
-  }
-  const int B = isas[0]->transpose_block;
-  const int rows_b = a.rows / B * B, cols_b = a.cols / B * B;
-  if (rows_b > 0 && cols_b > 0) {
-    TransposeArgs whole = a;
-    whole.rows = rows_b;
-    whole.cols = cols_b;
-    isas[0]->transpose(whole);
-  }
-  TransposeArgs right = a;  // src columns [cols_b, cols), all rows
-  right.dst += cols_b * a.dst_ld;
-  right.src += cols_b;
-  right.cols = a.cols - cols_b;
-  TransposeArgs bottom = a;  // src rows [rows_b, rows), columns [0, cols_b)
-  bottom.dst += rows_b;
-  bottom.src += rows_b * a.src_ld;
-  bottom.rows = a.rows - rows_b;
-  bottom.cols = cols_b;
-  if (a.col_bias) bottom.col_bias += rows_b;
-  transpose_region(right, isas.subspan(1));
-  transpose_region(bottom, isas.subspan(1));
-}
-
-// dst (cols, rows) = (or += when accumulate) src (rows, cols)ᵀ + col_bias (rows) or null; blocks
-// in bands of src rows when src_bands, else of dst rows (see transpose_blocks).
-void transpose_into(float* dst, size_t dst_ld, const float* src, size_t src_ld, int rows, int cols,
-                    const float* col_bias, bool src_bands, bool accumulate) {
-  const IsaKernel* active = &active_kernel();
-  const IsaKernel* avx2 = &sparse24_detail::avx2_kernel();
-  const IsaKernel* chain[] = {active, avx2};
-  transpose_region({dst, dst_ld, src, src_ld, rows, cols, col_bias, src_bands, accumulate},
-                   std::span<const IsaKernel* const>(chain, active == avx2 ? 1 : 2));
-}
-
 // ---- driver ----
 
 // Scratch of one thread, grown on demand and kept between calls: its input panel P (K, NR) and
@@ -305,6 +253,7 @@ struct Scratch {
 void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, const float* bias,
                       int N, bool accumulate) {
   const IsaKernel& isa = active_kernel();
+  const bool avx512 = &isa == &sparse24_detail::avx512_kernel();
   const sparse24_detail::ChunkKernel kernel = A.classed ? isa.classed : isa.general;
   const int R = A.rows, K = A.cols, G = K / 4, tiles = R / 4, chunks = chunk_count(G);
   constexpr int NR = kPanelWidth;
@@ -324,7 +273,7 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
       const int t0 = static_cast<int>(static_cast<long long>(tiles) * range / ranges);
       const int t1 = static_cast<int>(static_cast<long long>(tiles) * (range + 1) / ranges);
       const int n0 = p * NR, rows = std::min(NR, N - n0);
-      transpose_into(P, NR, inp + static_cast<size_t>(n0) * K, K, rows, K, nullptr, true, false);
+      transpose_into(P, NR, inp + static_cast<size_t>(n0) * K, K, rows, K, nullptr, true, false, avx512);
       if (rows < NR)
         for (int k = 0; k < K; ++k)
           std::fill(P + static_cast<size_t>(k) * NR + rows, P + static_cast<size_t>(k + 1) * NR, 0.0f);
@@ -339,7 +288,7 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
       float* dst = out + static_cast<size_t>(n0) * R + 4 * t0;
       const float* c = C + static_cast<size_t>(4) * t0 * NR;
       const float* b = bias ? bias + 4 * t0 : nullptr;
-      transpose_into(dst, R, c, NR, 4 * (t1 - t0), rows, b, false, accumulate);
+      transpose_into(dst, R, c, NR, 4 * (t1 - t0), rows, b, false, accumulate, avx512);
     }
   }
 }

@@ -1,0 +1,39 @@
+// AVX2/FMA instantiation of the unstructured sparse linear inner loops (8 lanes: a 64-token panel
+// row is 8 vectors, one accumulator set).
+#include <immintrin.h>
+
+#include "frugal/kernels/cpu/sparse_linear_microkernel.h"
+
+namespace frugal::kernels::sparse_linear_detail {
+namespace {
+
+struct Avx2 {
+  using reg = __m256;
+  static constexpr int kLanes = 8;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+  static reg bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  // out[i] += Σ buf[8i .. 8i+8): two horizontal-add stages, then the 128-bit halves.
+  static void reduce_add(const float* buf, float* out) {
+    __m256 v[8];
+    for (int i = 0; i < 8; ++i) v[i] = load(buf + 8 * i);
+    const __m256 h0123 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 h4567 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    const __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
+                                      _mm256_permute2f128_ps(h0123, h4567, 0x31));
+    store(out, _mm256_add_ps(load(out), sums));
+  }
+};
+
+}  // namespace
+
+const IsaKernel& avx2_kernel() {
+  static const IsaKernel k{&product_kernel<Avx2, 1>, &dots_kernel<Avx2>};
+  return k;
+}
+
+}  // namespace frugal::kernels::sparse_linear_detail
