@@ -309,9 +309,9 @@ TEST(MstMethod, RunKeepsMasksFollowsTheScheduleAndSwitchesAttention) {
   EXPECT_FALSE(metrics.at(4).contains("mst_pruned"));
   // Restoration: attention back to causal.
   for (int l = 0; l < 2; ++l) EXPECT_EQ(t.model().attention_pattern(l), kernels::AttentionPattern::causal());
-  // Linear formats: masked where sparse.
+  // Linear formats: sparse where the mask is not full.
   for (const auto& target : m.targets())
-    EXPECT_STREQ(t.model().linear_format(target.layer, target.which).name(), target.active < target.size() ? "masked" : "dense");
+    EXPECT_STREQ(t.model().linear_format(target.layer, target.which).name(), target.active < target.size() ? "sparse" : "dense");
 }
 
 TEST(MstMethod, HoldUsesTheSparseAttentionPattern) {
@@ -450,7 +450,7 @@ TEST(MstMethod, FollowsMultilevelReshapesAndResumes) {
   EXPECT_NEAR(m.sparsity(), 0.5, 2e-3);
   expect_zero_outside_masks(straight);
   for (const auto& t : m.targets())
-    EXPECT_STREQ(straight.model().linear_format(t.layer, t.which).name(), "masked");
+    EXPECT_STREQ(straight.model().linear_format(t.layer, t.which).name(), "sparse");
 
   auto with_ckpt = s;
   with_ckpt.push_back("train.checkpoint_interval=5");  // step 5: inside level 2
@@ -462,4 +462,27 @@ TEST(MstMethod, FollowsMultilevelReshapesAndResumes) {
   ASSERT_EQ(rest.losses.size(), 7u);
   for (size_t i = 0; i < 7; ++i) EXPECT_EQ(rest.losses[i], all.losses[5 + i]) << "step " << 5 + i;
   for (size_t k = 0; k < m.targets().size(); ++k) EXPECT_EQ(m.targets()[k].mask, method_of(resumed).targets()[k].mask) << k;
+}
+
+// FLOP accounting follows the sparse formats: below the break-even density the products count
+// the mask's density, and an update step counts its dense weight gradient.
+TEST(MstMethod, FlopsCountSparseProductsAndTheUpdatesDenseWeightGradient) {
+  TempDir dir;
+  Trainer t(config(make_data(dir), dir.file("run"),
+                   {"methods.mst.sparsity_initial=0.7", "methods.mst.sparsity_peak=0.7",
+                    "methods.mst.sparsity_final=0.7", "methods.mst.attention=dense", "train.max_steps=6"}),
+            {.quiet = true});
+  t.fit();
+  for (const auto& target : method_of(t).targets())
+    EXPECT_STREQ(t.model().linear_format(target.layer, target.which).name(), "sparse");
+  const auto metrics = read_metrics(dir.file("run"));
+  const auto weight_grad = [&](int64_t step) { return metrics.at(step).at("step_flops").at("backward_weight").get<double>(); };
+  const auto forward = [&](int64_t step) { return metrics.at(step).at("step_flops").at("forward").get<double>(); };
+  // Steps 2 and 4 run the same sparsity; step 3 is an update step (update_interval 3).
+  EXPECT_NEAR(weight_grad(4), weight_grad(2), 1e-6 * weight_grad(2));
+  EXPECT_GT(weight_grad(3), 1.5 * weight_grad(2));
+  EXPECT_NEAR(forward(3), forward(2), 1e-6 * forward(2));
+  const double dense = metrics.at(2).at("dense_flops").get<double>() - metrics.at(1).at("dense_flops").get<double>();
+  const double executed = metrics.at(2).at("flops").get<double>() - metrics.at(1).at("flops").get<double>();
+  EXPECT_LT(executed, 0.6 * dense);
 }

@@ -208,7 +208,7 @@ void MstMethod::install_formats(GPT& model) {
       if (t.format) model.set_linear_format(t.layer, t.which, nullptr);
       t.format.reset();
     } else if (!t.format) {
-      t.format = std::make_shared<MaskedFormat>(t.OC, t.IC, t.mask);
+      t.format = std::make_shared<SparseFormat>(t.OC, t.IC, t.mask);
       model.set_linear_format(t.layer, t.which, t.format);
     } else {
       t.format->set_mask(t.mask);
@@ -221,6 +221,7 @@ bool MstMethod::match(Event event, const TrainContext& ctx) const {
   switch (event) {
     case Event::Init:
     case Event::FitStart:
+    case Event::BatchStart:
     case Event::AfterGradReduce:
     case Event::AfterOptimStep:
     case Event::BatchEnd: return true;
@@ -244,6 +245,12 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
       reshapes_seen_ = ctx.session.reshapes();
       for (int l = 0; l < model.config().n_layer; ++l) model.set_attention_pattern(l, pattern_at(ctx.step, ctx.max_steps));
       break;
+    case Event::BatchStart: {  // growth reads the dense gradient of an update step
+      const bool dense = is_update_step(ctx.step, ctx.max_steps);
+      for (Target& t : targets_)
+        if (t.format) t.format->set_dense_weight_grad(dense);
+      break;
+    }
     case Event::AfterGradReduce:
       if (is_update_step(ctx.step, ctx.max_steps)) update_topology(ctx);
       mask_gradients(ctx);

@@ -1,11 +1,12 @@
 // The `mst` method plugin: Mixed Sparsity Training (METHODS.md section 3; Hu, Li, Huang 2024).
 // Every block linear (qkv, proj, fc, gate for gated MLPs, fc_proj) trains as a dynamic sparse
-// weight W ⊙ M through a sparse LinearFormat; the embedding and a tied head stay dense.
+// weight W ⊙ M through a SparseFormat (sparse kernels up to its break-even density, dense masked
+// GEMMs above); the embedding and a tied head stay dense.
 // - Masks: Erdős–Rényi densities per linear for the schedule's sparsity, random at the start.
 //   Invariant between steps: W, AdamW's m and v are exactly 0 outside the mask (gradients are
 //   masked at AfterGradReduce, so AdamW keeps them there; nothing needs re-masking afterwards).
 // - Topology update every `update_interval` steps t > 0, at AfterGradReduce of step t (the formats
-//   computed the dense weight gradient of that step): per trainable linear, the counts of
+//   compute the dense weight gradient of that step, set at its BatchStart): per trainable linear, the counts of
 //   sparsity.h's update_counts toward the ER density of the sparsity at t + 1 and the cosine
 //   drop fraction ζ_t; drop the smallest |W|, grow 3 of 4 by largest |gradient| and 1 of 4 at
 //   random among the previously inactive; dropped weights and the moments of dropped and grown
@@ -25,7 +26,7 @@
 #include "frugal/kernels/attention_pattern.h"
 #include "frugal/methods/method.h"
 #include "frugal/methods/mst/sparsity.h"
-#include "frugal/model/formats/masked.h"
+#include "frugal/model/formats/sparse.h"
 
 namespace frugal::mst {
 
@@ -62,7 +63,7 @@ class MstMethod final : public Method {
     int OC = 0, IC = 0;
     std::vector<uint8_t> mask;
     int64_t active = 0;
-    std::shared_ptr<MaskedFormat> format;
+    std::shared_ptr<SparseFormat> format;
     int64_t size() const { return static_cast<int64_t>(OC) * IC; }
   };
   const std::vector<Target>& targets() const { return targets_; }
