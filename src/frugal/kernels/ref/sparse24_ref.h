@@ -1,7 +1,10 @@
-// Naive reference for the 2:4 sparse linear products: dense loops with the mask applied.
-// Templated on float/double so tests can compare the optimised kernels against fp64.
+// Naive reference for the 2:4 sparse linear products: a 2:4 mask is a mask like any other, so
+// these are the masked dense loops of the unstructured family (sparse_linear_ref.h), named for the
+// 2:4 kernels they check. Templated on float/double so tests can compare against fp64.
 #pragma once
 #include <cstdint>
+
+#include "frugal/kernels/ref/sparse_linear_ref.h"
 
 namespace frugal::kernels::ref {
 
@@ -9,30 +12,14 @@ namespace frugal::kernels::ref {
 template <class T>
 void sparse24_matmul_forward(T* out, const T* inp, const float* W, const uint8_t* mask,
                              const float* bias, int N, int IC, int OC) {
-  for (int n = 0; n < N; ++n)
-    for (int o = 0; o < OC; ++o) {
-      T acc = bias ? static_cast<T>(bias[o]) : T(0);
-      for (int i = 0; i < IC; ++i) {
-        const size_t wi = static_cast<size_t>(o) * IC + i;
-        if (mask[wi]) acc += inp[static_cast<size_t>(n) * IC + i] * static_cast<T>(W[wi]);
-      }
-      out[static_cast<size_t>(n) * OC + o] = acc;
-    }
+  sparse_linear_forward(out, inp, W, mask, bias, N, IC, OC);
 }
 
 // dinp (N,IC) = (or += when accumulate) dout (N,OC) · (mask ⊙ W); W (OC,IC), mask (OC,IC)
 template <class T>
 void sparse24_matmul_backward_input(T* dinp, const T* dout, const float* W, const uint8_t* mask,
                                     int N, int IC, int OC, bool accumulate) {
-  for (int n = 0; n < N; ++n)
-    for (int i = 0; i < IC; ++i) {
-      T acc = accumulate ? dinp[static_cast<size_t>(n) * IC + i] : T(0);
-      for (int o = 0; o < OC; ++o) {
-        const size_t wi = static_cast<size_t>(o) * IC + i;
-        if (mask[wi]) acc += dout[static_cast<size_t>(n) * OC + o] * static_cast<T>(W[wi]);
-      }
-      dinp[static_cast<size_t>(n) * IC + i] = acc;
-    }
+  sparse_linear_backward_input(dinp, dout, W, mask, N, IC, OC, accumulate);
 }
 
 }  // namespace frugal::kernels::ref
