@@ -1,9 +1,13 @@
-// Finite-difference gradient checking in fp64, shared by the kernel and model tests.
+// Finite-difference gradient checking in fp64, and the input and error helpers shared by the
+// kernel and model tests.
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <vector>
+
+#include "frugal/core/rng.h"
 
 namespace frugal::testing {
 
@@ -55,6 +59,23 @@ inline std::vector<double> random_vector(size_t n, unsigned seed, double scale =
     x = scale * (static_cast<double>(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
   }
   return v;
+}
+
+// n unit normals as floats from the stream (seed, 1) of core/rng.h (kernel inputs).
+inline std::vector<float> random_normal_floats(size_t n, uint64_t seed) {
+  Rng rng(seed, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(rng.normal());
+  return v;
+}
+
+// Largest |got - want| relative to the scale sqrt(K) of a sum of K unit products (K < 1 counts
+// as 1): the error measure of a product kernel against its fp64 reference.
+inline double max_scaled_error(const std::vector<float>& got, const std::vector<double>& want, int K) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::fabs(got[i] - want[i]) / std::sqrt(std::max(1.0, static_cast<double>(K))));
+  return worst;
 }
 
 // fp64 <-> float copies, and the dot product a loss Σ out ⊙ R is made of.

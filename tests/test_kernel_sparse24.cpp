@@ -13,28 +13,18 @@
 #include "frugal/kernels/cpu/sparse24.h"
 #include "frugal/kernels/ref/sparse24_ref.h"
 #include "frugal/methods/sparse24/mask.h"
+#include "gradcheck.h"
 
 using namespace frugal;
 using namespace frugal::kernels;
+using frugal::testing::max_scaled_error;
+using frugal::testing::random_normal_floats;
+using frugal::testing::to_d;
 
 namespace {
 
-std::vector<float> random_vec(size_t n, uint64_t seed) {
-  Rng rng(seed, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(rng.normal());
-  return v;
-}
 
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-// Largest |a-b| relative to the scale sqrt(K) of a sum of K unit products.
-double max_scaled_error(const std::vector<float>& got, const std::vector<double>& want, int K) {
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::fabs(got[i] - want[i]) / std::sqrt(static_cast<double>(K)));
-  return worst;
-}
 
 struct Shape {
   int N, IC, OC;
@@ -56,11 +46,11 @@ class Sparse24Kernel : public ::testing::TestWithParam<Shape> {
 
 TEST_P(Sparse24Kernel, MatchesReference) {
   const auto [N, IC, OC] = GetParam();
-  const auto W = random_vec(static_cast<size_t>(OC) * IC, 10);
-  const auto X = random_vec(static_cast<size_t>(N) * IC, 11);
-  const auto dY = random_vec(static_cast<size_t>(N) * OC, 12);
-  const auto bias = random_vec(OC, 13);
-  const auto dX0 = random_vec(static_cast<size_t>(N) * IC, 14);
+  const auto W = random_normal_floats(static_cast<size_t>(OC) * IC, 10);
+  const auto X = random_normal_floats(static_cast<size_t>(N) * IC, 11);
+  const auto dY = random_normal_floats(static_cast<size_t>(N) * OC, 12);
+  const auto bias = random_normal_floats(OC, 13);
+  const auto dX0 = random_normal_floats(static_cast<size_t>(N) * IC, 14);
   std::vector<uint8_t> mask(W.size());
   sparse24::transposable_mask_24(W.data(), OC, IC, mask.data());
   Sparse24Weight packed;
@@ -71,15 +61,15 @@ TEST_P(Sparse24Kernel, MatchesReference) {
     sparse24_set_isa(isa);
     for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
       std::vector<double> want(static_cast<size_t>(N) * OC);
-      ref::sparse24_matmul_forward<double>(want.data(), to_double(X).data(), W.data(), mask.data(),
+      ref::sparse24_matmul_forward<double>(want.data(), to_d(X).data(), W.data(), mask.data(),
                                            b, N, IC, OC);
       std::vector<float> got(want.size(), NAN);
       sparse24_matmul_forward(got.data(), X.data(), packed, b, N);
       EXPECT_LT(max_scaled_error(got, want, IC), 1e-5) << "forward, bias " << (b != nullptr);
     }
     for (bool accumulate : {false, true}) {
-      std::vector<double> want = to_double(dX0);
-      ref::sparse24_matmul_backward_input<double>(want.data(), to_double(dY).data(), W.data(),
+      std::vector<double> want = to_d(dX0);
+      ref::sparse24_matmul_backward_input<double>(want.data(), to_d(dY).data(), W.data(),
                                                   mask.data(), N, IC, OC, accumulate);
       std::vector<float> got = dX0;
       sparse24_matmul_backward_input(got.data(), dY.data(), packed, N, accumulate);
@@ -91,14 +81,14 @@ TEST_P(Sparse24Kernel, MatchesReference) {
 // Both products against the fp64 reference for every instruction set, mask given.
 static void expect_products_match(const std::vector<float>& W, const std::vector<uint8_t>& mask, int N,
                            int IC, int OC) {
-  const auto X = random_vec(static_cast<size_t>(N) * IC, 51);
-  const auto dY = random_vec(static_cast<size_t>(N) * OC, 52);
+  const auto X = random_normal_floats(static_cast<size_t>(N) * IC, 51);
+  const auto dY = random_normal_floats(static_cast<size_t>(N) * OC, 52);
   Sparse24Weight packed;
   sparse24_pack(packed, W.data(), mask.data(), OC, IC);
   std::vector<double> want_y(static_cast<size_t>(N) * OC), want_dx(static_cast<size_t>(N) * IC);
-  ref::sparse24_matmul_forward<double>(want_y.data(), to_double(X).data(), W.data(), mask.data(),
+  ref::sparse24_matmul_forward<double>(want_y.data(), to_d(X).data(), W.data(), mask.data(),
                                        nullptr, N, IC, OC);
-  ref::sparse24_matmul_backward_input<double>(want_dx.data(), to_double(dY).data(), W.data(),
+  ref::sparse24_matmul_backward_input<double>(want_dx.data(), to_d(dY).data(), W.data(),
                                               mask.data(), N, IC, OC, false);
   for (Sparse24Isa isa : isas()) {
     SCOPED_TRACE(sparse24_isa_name(isa));
@@ -117,7 +107,7 @@ static void expect_products_match(const std::vector<float>& W, const std::vector
 TEST(Sparse24Kernel, EveryTransposablePatternMatchesReference) {
   const auto& patterns = sparse24::transposable_patterns();
   const int P = static_cast<int>(patterns.size()), OC = 8, IC = 4 * P, N = 37;
-  const auto W = random_vec(static_cast<size_t>(OC) * IC, 50);
+  const auto W = random_normal_floats(static_cast<size_t>(OC) * IC, 50);
   std::vector<uint8_t> mask(W.size());
   for (int bo = 0; bo < 2; ++bo)
     for (int bi = 0; bi < P; ++bi) {
@@ -131,9 +121,9 @@ TEST(Sparse24Kernel, EveryTransposablePatternMatchesReference) {
 
 TEST_P(Sparse24Kernel, OneAndTwoThreadsAreBitIdentical) {
   const auto [N, IC, OC] = GetParam();
-  const auto W = random_vec(static_cast<size_t>(OC) * IC, 20);
-  const auto X = random_vec(static_cast<size_t>(N) * IC, 21);
-  const auto dY = random_vec(static_cast<size_t>(N) * OC, 22);
+  const auto W = random_normal_floats(static_cast<size_t>(OC) * IC, 20);
+  const auto X = random_normal_floats(static_cast<size_t>(N) * IC, 21);
+  const auto dY = random_normal_floats(static_cast<size_t>(N) * OC, 22);
   std::vector<uint8_t> mask(W.size());
   sparse24::transposable_mask_24(W.data(), OC, IC, mask.data());
   Sparse24Weight packed;
@@ -162,7 +152,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Sparse24Kernel,
 
 TEST(Sparse24Pack, RejectsMasksThatAreNotTransposable24) {
   const int OC = 8, IC = 8;
-  const auto W = random_vec(OC * IC, 30);
+  const auto W = random_normal_floats(OC * IC, 30);
   std::vector<uint8_t> mask(W.size());
   sparse24::row_mask_24(W.data(), OC, IC, mask.data());  // 2:4 rows, columns almost surely not
   Sparse24Weight packed;
@@ -183,14 +173,14 @@ TEST(Sparse24Pack, RejectsMasksThatAreNotTransposable24) {
 
 TEST(Sparse24Pack, RowOnlyPackingRunsTheForwardAndRefusesTheInputGradient) {
   const int N = 37, OC = 12, IC = 20;
-  const auto W = random_vec(OC * IC, 40);
-  const auto X = random_vec(N * IC, 41);
+  const auto W = random_normal_floats(OC * IC, 40);
+  const auto X = random_normal_floats(N * IC, 41);
   std::vector<uint8_t> mask(W.size());
   sparse24::row_mask_24(W.data(), OC, IC, mask.data());
   Sparse24Weight packed;
   sparse24_pack(packed, W.data(), mask.data(), OC, IC, /*transposable=*/false);
   std::vector<double> want(static_cast<size_t>(N) * OC);
-  ref::sparse24_matmul_forward<double>(want.data(), to_double(X).data(), W.data(), mask.data(),
+  ref::sparse24_matmul_forward<double>(want.data(), to_d(X).data(), W.data(), mask.data(),
                                        nullptr, N, IC, OC);
   std::vector<float> got(want.size(), NAN);
   sparse24_matmul_forward(got.data(), X.data(), packed, nullptr, N);
@@ -205,9 +195,9 @@ TEST(Sparse24Pack, RowOnlyPackingRunsTheForwardAndRefusesTheInputGradient) {
 // packing a full sparse24_pack of the new weights gives (several chunks, both mask kinds).
 TEST(Sparse24Pack, RefreshValuesEqualsAFullRepack) {
   const int N = 50, OC = 200, IC = 104;  // Wᵀ has 50 groups: two full chunks and a partial one
-  const auto W0 = random_vec(static_cast<size_t>(OC) * IC, 50);
-  const auto W1 = random_vec(W0.size(), 51);
-  const auto X = random_vec(static_cast<size_t>(N) * IC, 52);
+  const auto W0 = random_normal_floats(static_cast<size_t>(OC) * IC, 50);
+  const auto W1 = random_normal_floats(W0.size(), 51);
+  const auto X = random_normal_floats(static_cast<size_t>(N) * IC, 52);
   for (bool transposable : {true, false}) {
     SCOPED_TRACE(transposable ? "transposable" : "row-only");
     std::vector<uint8_t> mask(W0.size());
@@ -225,7 +215,7 @@ TEST(Sparse24Pack, RefreshValuesEqualsAFullRepack) {
     std::vector<float> y(static_cast<size_t>(N) * OC);
     sparse24_matmul_forward(y.data(), X.data(), refreshed, nullptr, N);
     std::vector<double> want(y.size());
-    ref::sparse24_matmul_forward<double>(want.data(), to_double(X).data(), W1.data(), mask.data(),
+    ref::sparse24_matmul_forward<double>(want.data(), to_d(X).data(), W1.data(), mask.data(),
                                          nullptr, N, IC, OC);
     EXPECT_LT(max_scaled_error(y, want, IC), 1e-5);
   }

@@ -19,18 +19,16 @@
 #include "frugal/core/rng.h"
 #include "frugal/kernels/cpu/sparse_linear.h"
 #include "frugal/kernels/ref/sparse_linear_ref.h"
+#include "gradcheck.h"
 
 using namespace frugal;
 using namespace frugal::kernels;
+using frugal::testing::max_scaled_error;
+using frugal::testing::random_normal_floats;
+using frugal::testing::to_d;
 
 namespace {
 
-std::vector<float> random_vec(size_t n, uint64_t seed) {
-  Rng rng(seed, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(rng.normal());
-  return v;
-}
 
 // Each entry kept with probability `density` (0 and 1 exactly all or none).
 std::vector<uint8_t> random_mask(size_t n, double density, uint64_t seed) {
@@ -40,15 +38,7 @@ std::vector<uint8_t> random_mask(size_t n, double density, uint64_t seed) {
   return m;
 }
 
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-// Largest |got - want| relative to the scale sqrt(K) of a sum of K unit products.
-double max_scaled_error(const std::vector<float>& got, const std::vector<double>& want, int K) {
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::fabs(got[i] - want[i]) / std::sqrt(std::max(1.0, static_cast<double>(K))));
-  return worst;
-}
 
 struct Shape {
   int N, IC, OC;
@@ -65,29 +55,29 @@ constexpr double kDensities[] = {0.0, 0.05, 0.1, 0.2, 0.5, 1.0};
 // The three products of `packed` (built from W, mask) against the reference, for the active ISA.
 void expect_products_match(const SparseLinearWeight& packed, const std::vector<float>& W,
                            const std::vector<uint8_t>& mask, int N, int IC, int OC) {
-  const auto X = random_vec(static_cast<size_t>(N) * IC, 11);
-  const auto dY = random_vec(static_cast<size_t>(N) * OC, 12);
-  const auto bias = random_vec(OC, 13);
-  const auto dX0 = random_vec(static_cast<size_t>(N) * IC, 14);
-  const auto dW0 = random_vec(static_cast<size_t>(OC) * IC, 15);
+  const auto X = random_normal_floats(static_cast<size_t>(N) * IC, 11);
+  const auto dY = random_normal_floats(static_cast<size_t>(N) * OC, 12);
+  const auto bias = random_normal_floats(OC, 13);
+  const auto dX0 = random_normal_floats(static_cast<size_t>(N) * IC, 14);
+  const auto dW0 = random_normal_floats(static_cast<size_t>(OC) * IC, 15);
   for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
     std::vector<double> want(static_cast<size_t>(N) * OC);
-    ref::sparse_linear_forward<double>(want.data(), to_double(X).data(), W.data(), mask.data(), b,
+    ref::sparse_linear_forward<double>(want.data(), to_d(X).data(), W.data(), mask.data(), b,
                                        N, IC, OC);
     std::vector<float> got(want.size(), NAN);
     sparse_linear_forward(got.data(), X.data(), packed, b, N);
     EXPECT_LT(max_scaled_error(got, want, IC), 1e-5) << "forward, bias " << (b != nullptr);
   }
   for (bool accumulate : {false, true}) {
-    std::vector<double> want = to_double(dX0);
-    ref::sparse_linear_backward_input<double>(want.data(), to_double(dY).data(), W.data(),
+    std::vector<double> want = to_d(dX0);
+    ref::sparse_linear_backward_input<double>(want.data(), to_d(dY).data(), W.data(),
                                               mask.data(), N, IC, OC, accumulate);
     std::vector<float> got = accumulate ? dX0 : std::vector<float>(dX0.size(), NAN);
     sparse_linear_backward_input(got.data(), dY.data(), packed, N, accumulate);
     EXPECT_LT(max_scaled_error(got, want, OC), 1e-5) << "input gradient, accumulate " << accumulate;
   }
-  std::vector<double> want = to_double(dW0);
-  ref::sparse_linear_backward_weight<double>(want.data(), to_double(dY).data(), to_double(X).data(),
+  std::vector<double> want = to_d(dW0);
+  ref::sparse_linear_backward_weight<double>(want.data(), to_d(dY).data(), to_d(X).data(),
                                              mask.data(), N, IC, OC);
   std::vector<float> got = dW0;
   sparse_linear_backward_weight(got.data(), dY.data(), X.data(), packed, N);
@@ -109,9 +99,9 @@ class SparseLinearKernel : public ::testing::TestWithParam<Shape> {
 
 TEST_P(SparseLinearKernel, MatchesReferenceAtEveryDensity) {
   const auto [N, IC, OC] = GetParam();
-  const auto W = random_vec(static_cast<size_t>(OC) * IC, 10);
+  const auto W = random_normal_floats(static_cast<size_t>(OC) * IC, 10);
   for (double density : kDensities) {
-    SCOPED_TRACE(testing::Message() << "density " << density);
+    SCOPED_TRACE(::testing::Message() << "density " << density);
     const auto mask = random_mask(W.size(), density, 100 + static_cast<uint64_t>(density * 100));
     SparseLinearWeight packed;
     sparse_linear_pack(packed, W.data(), mask.data(), OC, IC);
@@ -126,9 +116,9 @@ TEST_P(SparseLinearKernel, MatchesReferenceAtEveryDensity) {
 
 TEST_P(SparseLinearKernel, OneAndTwoThreadsAreBitIdentical) {
   const auto [N, IC, OC] = GetParam();
-  const auto W = random_vec(static_cast<size_t>(OC) * IC, 20);
-  const auto X = random_vec(static_cast<size_t>(N) * IC, 21);
-  const auto dY = random_vec(static_cast<size_t>(N) * OC, 22);
+  const auto W = random_normal_floats(static_cast<size_t>(OC) * IC, 20);
+  const auto X = random_normal_floats(static_cast<size_t>(N) * IC, 21);
+  const auto dY = random_normal_floats(static_cast<size_t>(N) * OC, 22);
   const auto mask = random_mask(W.size(), 0.2, 23);
   SparseLinearWeight packed;
   sparse_linear_pack(packed, W.data(), mask.data(), OC, IC);
@@ -162,7 +152,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SparseLinearKernel,
 // Whole rows and columns empty (and others full) in the same matrix.
 TEST(SparseLinearPack, EmptyAndFullRowsAndColumns) {
   const int N = 70, OC = 40, IC = 33;
-  const auto W = random_vec(static_cast<size_t>(OC) * IC, 30);
+  const auto W = random_normal_floats(static_cast<size_t>(OC) * IC, 30);
   auto mask = random_mask(W.size(), 0.3, 31);
   for (int k = 0; k < IC; ++k) {
     mask[3 * IC + k] = 0;   // empty row 3
@@ -187,8 +177,8 @@ TEST(SparseLinearPack, EmptyAndFullRowsAndColumns) {
 // reused) must give the new mask's products.
 TEST(SparseLinearPack, RefreshEqualsAFullPackAndRepackFollowsTheMask) {
   const int N = 90, OC = 70, IC = 50;
-  const auto W0 = random_vec(static_cast<size_t>(OC) * IC, 40);
-  const auto W1 = random_vec(W0.size(), 41);
+  const auto W0 = random_normal_floats(static_cast<size_t>(OC) * IC, 40);
+  const auto W1 = random_normal_floats(W0.size(), 41);
   const auto mask0 = random_mask(W0.size(), 0.1, 42), mask1 = random_mask(W0.size(), 0.3, 43);
   SparseLinearWeight refreshed, fresh;
   sparse_linear_pack(refreshed, W0.data(), mask0.data(), OC, IC);
