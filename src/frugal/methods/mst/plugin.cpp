@@ -67,9 +67,11 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   return std::make_unique<MstMethod>(m);
 }
 
-// Zeroes `value` (a buffer of the shard [begin, end) of the flat parameters) at flat offset off.
-void zero_in_shard(float* value, size_t begin, size_t end, size_t off) {
-  if (off >= begin && off < end) value[off - begin] = 0;
+// Zeroes AdamW's m and v of the parameter at flat offset off, if this process's shard holds them.
+void zero_moments(AdamW& optim, size_t off) {
+  if (off < optim.shard_begin() || off >= optim.shard_end()) return;
+  optim.m()[off - optim.shard_begin()] = 0;
+  optim.v()[off - optim.shard_begin()] = 0;
 }
 
 }  // namespace
@@ -97,6 +99,16 @@ double MstMethod::sparsity() const {
   return total == 0 ? 0.0 : 1.0 - static_cast<double>(active) / static_cast<double>(total);
 }
 
+std::vector<double> MstMethod::densities_at(int64_t step, int64_t max_steps) const {
+  std::vector<std::pair<int, int>> shapes;
+  for (const Target& t : targets_) shapes.emplace_back(t.OC, t.IC);
+  return layer_densities(shapes, 1 - config_.schedule.at(step, max_steps), !config_.erdos_renyi);
+}
+
+void MstMethod::set_attention(GPT& model, int64_t step, int64_t max_steps) const {
+  for (int l = 0; l < model.config().n_layer; ++l) model.set_attention_pattern(l, pattern_at(step, max_steps));
+}
+
 void MstMethod::build_targets(const GPT& model) {
   targets_.clear();
   for (int l = 0; l < model.config().n_layer; ++l)
@@ -114,10 +126,7 @@ void MstMethod::build_targets(const GPT& model) {
 void MstMethod::follow_reshape(TrainContext& ctx) {
   GPT& model = ctx.model();
   build_targets(model);
-  std::vector<std::pair<int, int>> shapes;
-  for (const Target& t : targets_) shapes.emplace_back(t.OC, t.IC);
-  const std::vector<double> density =
-      layer_densities(shapes, 1 - config_.schedule.at(ctx.step + 1, ctx.max_steps), !config_.erdos_renyi);
+  const std::vector<double> density = densities_at(ctx.step + 1, ctx.max_steps);
   for (size_t k = 0; k < targets_.size(); ++k) {
     Target& t = targets_[k];
     t.active = active_count(density[k], t.size());
@@ -129,9 +138,7 @@ void MstMethod::follow_reshape(TrainContext& ctx) {
 }
 
 void MstMethod::initial_masks(uint64_t seed, int64_t max_steps) {
-  std::vector<std::pair<int, int>> shapes;
-  for (const Target& t : targets_) shapes.emplace_back(t.OC, t.IC);
-  const std::vector<double> density = layer_densities(shapes, 1 - config_.schedule.at(0, max_steps), !config_.erdos_renyi);
+  const std::vector<double> density = densities_at(0, max_steps);
   for (size_t k = 0; k < targets_.size(); ++k) {
     Target& t = targets_[k];
     t.active = active_count(density[k], t.size());
@@ -149,10 +156,7 @@ void MstMethod::apply_masks_to_state(TrainContext& ctx) const {
     for (int64_t i = 0; i < t.size(); ++i) {
       if (t.mask[i]) continue;
       model.params()[off + i] = 0;
-      if (moments) {
-        zero_in_shard(optim.m(), optim.shard_begin(), optim.shard_end(), off + i);
-        zero_in_shard(optim.v(), optim.shard_begin(), optim.shard_end(), off + i);
-      }
+      if (moments) zero_moments(optim, off + i);
     }
   }
 }
@@ -161,10 +165,7 @@ void MstMethod::update_topology(TrainContext& ctx) {
   FRUGAL_PROFILE("mst topology update");
   GPT& model = ctx.model();
   AdamW& optim = ctx.optim();
-  std::vector<std::pair<int, int>> shapes;
-  for (const Target& t : targets_) shapes.emplace_back(t.OC, t.IC);
-  const std::vector<double> density =
-      layer_densities(shapes, 1 - config_.schedule.at(ctx.step + 1, ctx.max_steps), !config_.erdos_renyi);
+  const std::vector<double> density = densities_at(ctx.step + 1, ctx.max_steps);
   const double zeta = drop_fraction(config_.drop_fraction, ctx.step, ctx.max_steps);
   const uint64_t key = mix64(ctx.seed ^ kSeedSalt) + static_cast<uint64_t>(ctx.step);
   last_pruned_ = last_grown_ = 0;
@@ -178,10 +179,7 @@ void MstMethod::update_topology(TrainContext& ctx) {
                                          config_.random_growth, key, k);
     for (int64_t i : r.dropped) model.params()[off + i] = 0;
     for (const std::vector<int64_t>* changed : {&r.dropped, &r.grown})
-      for (int64_t i : *changed) {  // grown weights are 0 already (the invariant); moments restart
-        zero_in_shard(optim.m(), optim.shard_begin(), optim.shard_end(), off + i);
-        zero_in_shard(optim.v(), optim.shard_begin(), optim.shard_end(), off + i);
-      }
+      for (int64_t i : *changed) zero_moments(optim, off + i);  // grown weights are 0 already
     t.active += counts.grow - counts.prune;
     last_pruned_ += counts.prune;
     last_grown_ += counts.grow;
@@ -222,9 +220,9 @@ bool MstMethod::match(Event event, const TrainContext& ctx) const {
     case Event::Init:
     case Event::FitStart:
     case Event::BatchStart:
-    case Event::AfterGradReduce:
     case Event::AfterOptimStep:
     case Event::BatchEnd: return true;
+    case Event::AfterGradReduce: return is_update_step(ctx.step, ctx.max_steps);
     case Event::Reconfigure:  // none after the last step: the model keeps the pattern it ended with
       return pending_install_ || ctx.session.reshapes() != reshapes_seen_ || (ctx.step + 1 < ctx.max_steps &&
                                   pattern_at(ctx.step + 1, ctx.max_steps) != pattern_at(ctx.step, ctx.max_steps));
@@ -243,7 +241,7 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
       apply_masks_to_state(ctx);
       install_formats(model);
       reshapes_seen_ = ctx.session.reshapes();
-      for (int l = 0; l < model.config().n_layer; ++l) model.set_attention_pattern(l, pattern_at(ctx.step, ctx.max_steps));
+      set_attention(model, ctx.step, ctx.max_steps);
       break;
     case Event::BatchStart: {  // growth reads the dense gradient of an update step
       const bool dense = is_update_step(ctx.step, ctx.max_steps);
@@ -252,8 +250,12 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
       break;
     }
     case Event::AfterGradReduce:
-      if (is_update_step(ctx.step, ctx.max_steps)) update_topology(ctx);
-      mask_gradients(ctx);
+      // SparseFormat's weight gradient changes only the kept entries, except on an update step,
+      // whose dense gradient the topology update reads and then masks.
+      if (is_update_step(ctx.step, ctx.max_steps)) {
+        update_topology(ctx);
+        mask_gradients(ctx);
+      }
       break;
     case Event::AfterOptimStep:
       if (match(Event::Reconfigure, ctx)) ctx.request_reconfigure = true;
@@ -262,7 +264,7 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
       if (ctx.session.reshapes() != reshapes_seen_) follow_reshape(ctx);
       if (pending_install_) install_formats(model);
       pending_install_ = false;
-      for (int l = 0; l < model.config().n_layer; ++l) model.set_attention_pattern(l, pattern_at(ctx.step + 1, ctx.max_steps));
+      set_attention(model, ctx.step + 1, ctx.max_steps);
       break;
     case Event::BatchEnd:
       if (!ctx.metrics) break;

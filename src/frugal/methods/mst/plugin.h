@@ -3,11 +3,12 @@
 // weight W ⊙ M through a SparseFormat (sparse kernels up to its break-even density, dense masked
 // GEMMs above); the embedding and a tied head stay dense.
 // - Masks: Erdős–Rényi densities per linear for the schedule's sparsity, random at the start.
-//   Invariant between steps: W, AdamW's m and v are exactly 0 outside the mask (gradients are
-//   masked at AfterGradReduce, so AdamW keeps them there; nothing needs re-masking afterwards).
+//   Invariant between steps: W, AdamW's m and v are exactly 0 outside the mask (the gradients are
+//   0 there: SparseFormat's weight gradient changes only kept entries, and an update step's dense
+//   one is masked at AfterGradReduce; so AdamW keeps them there and nothing needs re-masking).
 // - Topology update every `update_interval` steps t > 0, at AfterGradReduce of step t (the formats
-//   compute the dense weight gradient of that step, set at its BatchStart): per trainable linear, the counts of
-//   sparsity.h's update_counts toward the ER density of the sparsity at t + 1 and the cosine
+//   compute the dense weight gradient of that step, set at its BatchStart): per trainable linear,
+//   the counts of sparsity.h's update_counts toward the ER density of the sparsity at t + 1 and the cosine
 //   drop fraction ζ_t; drop the smallest |W|, grow 3 of 4 by largest |gradient| and 1 of 4 at
 //   random among the previously inactive; dropped weights and the moments of dropped and grown
 //   entries are zeroed; the new masks go into the formats at the Reconfigure after the step.
@@ -84,6 +85,9 @@ class MstMethod final : public Method {
   void mask_gradients(TrainContext& ctx) const;
   void install_formats(GPT& model);
   kernels::AttentionPattern pattern_at(int64_t step, int64_t max_steps) const;
+  void set_attention(GPT& model, int64_t step, int64_t max_steps) const;
+  // Every target's Erdős–Rényi (or uniform) density for the schedule's sparsity at `step`.
+  std::vector<double> densities_at(int64_t step, int64_t max_steps) const;
 
   MstConfig config_;
   std::vector<Target> targets_;
