@@ -31,15 +31,21 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
 
 MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute,
                                 const BlockRange& range) {
+  return estimate_memory(c, B, T, recompute, range, range, 1);
+}
+
+MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute,
+                                const BlockRange& range, const BlockRange& stage, int slots) {
   double recomputed_blocks = 0;
-  for (int l = range.begin; l < range.end; ++l) recomputed_blocks += l < int(recompute.size()) && recompute[l];
+  for (int l = stage.begin; l < stage.end; ++l) recomputed_blocks += l < int(recompute.size()) && recompute[l];
   // In floats, each tensor rounded up to the alignment as ParamTable::build and plan() lay them
   // out, in double: absurd sizes give huge numbers instead of overflowing.
   constexpr double A = kAlign / sizeof(float);
   auto tensor = [](double floats) { return std::ceil(floats / A) * A; };
   const double N = double(B) * T, C = c.n_embd, H = double(c.ffn_mult) * c.n_embd,
                L = range.end - range.begin, NH = c.n_head, biases = c.bias ? 1 : 0,
-               gates = c.gated() ? 1 : 0, embeddings = range.embeddings ? 1 : 0, head = range.head ? 1 : 0;
+               gates = c.gated() ? 1 : 0, embeddings = range.embeddings ? 1 : 0, head = range.head ? 1 : 0,
+               stage_blocks = stage.end - stage.begin, stage_head = stage.head ? 1 : 0;
   const double vocab_rows = tensor(std::ceil(c.vocab_size / 64.0) * 64 * C);  // padded_vocab()
   auto linear = [&](double oc, double ic) { return tensor(oc * ic) + biases * tensor(oc); };
   const double norm = tensor(C) + biases * tensor(C);
@@ -52,10 +58,11 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
   // ln1, ln2 (each with mean and rstd), qkv, att, lse, res_mid, fc, gate, act
   const double internals = 2 * (tensor(N * C) + 2 * tensor(N)) + tensor(3 * N * C) + tensor(N * C) +
                            tensor(NH * N) + tensor(N * C) + (2 + gates) * tensor(N * H);
-  // the range's input, each block's internals (unless recomputed) and output; with the head ln_f
-  // with mean and rstd, and the losses
-  const double activations = tensor(N * C) + (L - recomputed_blocks) * internals + L * tensor(N * C) +
-                             head * (tensor(N * C) + 3 * tensor(N));
+  // per slot: the stage's input, each block's internals (unless recomputed) and output; with the
+  // head ln_f with mean and rstd, the losses and d loss / d ln_f's output
+  const double slot = tensor(N * C) + (stage_blocks - recomputed_blocks) * internals +
+                      stage_blocks * tensor(N * C) + stage_head * (2 * tensor(N * C) + 3 * tensor(N));
+  const double activations = double(slots) * slot;
   // the recomputed blocks' shared internals; dres, dln, dqkv, datt, dfc, dgate, dact, branch
   const double scratch = (recomputed_blocks > 0 ? internals : 0) + 2 * tensor(N * C) +
                          tensor(3 * N * C) + tensor(N * C) + (2 + gates) * tensor(N * H) + tensor(N * C);
@@ -69,7 +76,7 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
 GPT::GPT(const ModelConfig& config) : GPT(config, BlockRange::whole(config)) {}
 
 GPT::GPT(const ModelConfig& config, const BlockRange& range)
-    : config_(config), range_(range), table_(ParamTable::build(config, range)) {
+    : config_(config), range_(range), table_(ParamTable::build(config, range)), stage_(range) {
   params_.resize(table_.total());
   grads_.resize(table_.total());
   auto off = [&](const std::string& name) {
@@ -128,14 +135,27 @@ void GPT::init_weights(uint64_t seed) {
 }
 
 void GPT::plan(int B, int T, std::vector<bool> recompute) {
+  plan(B, T, std::move(recompute), range_, 1);
+}
+
+void GPT::plan(int B, int T, std::vector<bool> recompute, const BlockRange& stage, int slots) {
   FRUGAL_CHECK(B >= 1, "batch size {} must be at least 1", B);
   FRUGAL_CHECK(T >= 1 && T <= config_.block_size,
                "sequence length {} must be in [1, model.block_size = {}]", T, config_.block_size);
+  FRUGAL_CHECK(range_.begin <= stage.begin && stage.begin < stage.end && stage.end <= range_.end,
+               "internal: stage [{}, {}) is not a non-empty sub-range of the model's blocks [{}, {})",
+               stage.begin, stage.end, range_.begin, range_.end);
+  FRUGAL_CHECK(!stage.embeddings || (range_.embeddings && stage.begin == range_.begin),
+               "internal: a stage with the embeddings must start the range, which must hold them");
+  FRUGAL_CHECK(!stage.head || (range_.head && stage.end == range_.end),
+               "internal: a stage with the head must end the range, which must hold it");
+  FRUGAL_CHECK(slots >= 1, "internal: {} activation slots; at least 1 is needed", slots);
   recompute.resize(config_.n_layer, false);
   B_ = B;
   T_ = T;
+  stage_ = stage;
   recompute_ = std::move(recompute);
-  const MemoryPlan planned = estimate_memory(config_, B, T, recompute_, range_);
+  const MemoryPlan planned = estimate_memory(config_, B, T, recompute_, range_, stage_, slots);
   const size_t N = size_t(B) * T, C = config_.n_embd, H = config_.ffn_hidden(),
                NH = config_.n_head;
   const bool gated = config_.gated();
@@ -166,33 +186,34 @@ void GPT::plan(int B, int T, std::vector<bool> recompute) {
     a.gate = gated ? take(N * H, counter) : nullptr;
     a.act = take(N * H, counter);
   };
-  input_ = take(N * C, activations);
-  acts_.assign(config_.n_layer, BlockActs{});
-  bool any_recompute = false;
-  for (int l = range_.begin; l < range_.end; ++l) {
-    if (recompute_[l]) {
-      any_recompute = true;
-    } else {
-      internals(acts_[l], activations);
-    }
-    acts_[l].res_out = take(N * C, activations);
-  }
-  if (any_recompute) {  // one shared set of internals, rebuilt per block during backward
-    BlockActs shared{};
+  // One shared set of internals for the recomputed blocks, rebuilt per block during backward.
+  BlockActs shared{};
+  if (std::find(recompute_.begin() + stage_.begin, recompute_.begin() + stage_.end, true) !=
+      recompute_.begin() + stage_.end)
     internals(shared, scratch);
-    for (int l = range_.begin; l < range_.end; ++l)
+  slots_.assign(slots, Slot{});
+  for (Slot& s : slots_) {
+    s.input = take(N * C, activations);
+    s.acts.assign(config_.n_layer, BlockActs{});
+    for (int l = stage_.begin; l < stage_.end; ++l) {
       if (recompute_[l]) {
-        float* out = acts_[l].res_out;
-        acts_[l] = shared;
-        acts_[l].res_out = out;
+        s.acts[l] = shared;
+      } else {
+        internals(s.acts[l], activations);
       }
+      s.acts[l].res_out = take(N * C, activations);
+    }
+    if (stage_.head) {
+      s.lnf = take(N * C, activations);
+      s.lnf_mean = take(N, activations);
+      s.lnf_rstd = take(N, activations);
+      s.losses = take(N, activations);
+      s.dlnf = take(N * C, activations);
+    }
+    s.tokens.assign(N, 0);
+    s.targets.assign(N, -1);
   }
-  if (range_.head) {
-    lnf_ = take(N * C, activations);
-    lnf_mean_ = take(N, activations);
-    lnf_rstd_ = take(N, activations);
-    losses_ = take(N, activations);
-  }
+  slot_ = 0;
   dres_ = take(N * C, scratch);
   dln_ = take(N * C, scratch);
   dqkv_ = take(3 * N * C, scratch);
@@ -208,9 +229,15 @@ void GPT::plan(int B, int T, std::vector<bool> recompute) {
                "differs from GPT::estimate_memory's; make them agree", activations, scratch,
                table_.total());
   plan_ = planned;
-  tokens_.assign(N, 0);
-  targets_.assign(N, -1);
-  backward_ready_ = false;
+}
+
+void GPT::use_slot(int s) {
+  FRUGAL_CHECK(s >= 0 && s < slots(), "internal: activation slot {} of {}", s, slots());
+  slot_ = s;
+}
+
+bool GPT::planned_whole(int B, int T) const {
+  return B_ == B && T_ == T && stage_ == range_ && slots() == 1;
 }
 
 void GPT::set_frozen_prefix(int k) {
@@ -322,8 +349,6 @@ void GPT::linear_backward(int l, Linear which, float* dinp, const float* dout, c
                                                   accumulate_dinp);
 }
 
-const float* GPT::block_input(int l) const { return block_output(l - 1); }
-
 namespace {
 uint64_t site_key(uint64_t step_key, int layer, int site) {
   return mix64(step_key ^ mix64(static_cast<uint64_t>(layer) * 2 + site + 1));
@@ -332,10 +357,10 @@ uint64_t site_key(uint64_t step_key, int layer, int site) {
 
 void GPT::block_forward(int l, uint64_t dropout_key) {
   const BlockOffsets& o = blocks_[l];
-  const BlockActs& a = acts_[l];
+  const BlockActs& a = cur().acts[l];
   const int B = B_, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;
   const float* x = block_input(l);
-  const float p = dropout_p_;
+  const float p = cur().dropout_p;
   k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(o.ln1_w), P(o.ln1_b), N, C, config_.layernorm_eps);
   linear_forward(l, Linear::Qkv, a.qkv, a.ln1, N);
   k::attention_forward(a.att, a.lse, a.qkv, B, T, C, config_.n_head, attention_patterns_[l]);
@@ -360,53 +385,54 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
                          uint64_t dropout_key) {
   FRUGAL_CHECK(B_ > 0, "internal: GPT::plan must be called before forward");
   const int B = B_, T = T_, C = config_.n_embd, N = B * T, V = config_.vocab_size;
-  dropout_key_ = dropout_key;
-  dropout_p_ = grad_scale != 0.0f ? config_.dropout : 0.0f;  // evaluation runs without dropout
-  backward_ready_ = grad_scale != 0.0f;
-  int first_block = range_.begin;
+  Slot& s = cur();
+  s.dropout_key = dropout_key;
+  s.dropout_p = grad_scale != 0.0f ? config_.dropout : 0.0f;  // evaluation runs without dropout
+  s.backward_ready = grad_scale != 0.0f;
+  int first_block = stage_.begin;
   if (in.activations) {
-    FRUGAL_CHECK(in.first_block >= range_.begin && in.first_block <= range_.end,
+    FRUGAL_CHECK(in.first_block >= stage_.begin && in.first_block <= stage_.end,
                  "internal: activations entering block {} do not belong to blocks [{}, {})",
-                 in.first_block, range_.begin, range_.end);
-    FRUGAL_CHECK(in.first_block == range_.begin || in.first_block <= frozen_,
+                 in.first_block, stage_.begin, stage_.end);
+    FRUGAL_CHECK(in.first_block == stage_.begin || in.first_block <= frozen_,
                  "internal: cached prefix of {} blocks exceeds the frozen prefix {}", in.first_block, frozen_);
     first_block = in.first_block;
-    std::memcpy(output_slot(first_block - 1), in.activations, sizeof(float) * N * C);
+    std::memcpy(s.output(first_block - 1, stage_.begin), in.activations, sizeof(float) * N * C);
   } else {
-    FRUGAL_CHECK(range_.embeddings && in.tokens, "internal: a range without the embeddings needs its input activations");
+    FRUGAL_CHECK(stage_.embeddings && in.tokens, "internal: a range without the embeddings needs its input activations");
   }
-  if (range_.embeddings && in.tokens) {  // kept for the embeddings' backward
+  if (stage_.embeddings && in.tokens) {  // kept for the embeddings' backward
     for (int i = 0; i < N; ++i)
       FRUGAL_CHECK(in.tokens[i] >= 0 && in.tokens[i] < V,
                    "token id {} at position {} is outside the vocabulary [0, {}); check that the data "
                    "was prepared with this model's tokenizer", in.tokens[i], i, V);
-    std::memcpy(tokens_.data(), in.tokens, sizeof(int32_t) * N);
-    if (!in.activations) k::encoder_forward(input_, tokens_.data(), P(wte_), P(wpe_), B, T, C);
+    std::memcpy(s.tokens.data(), in.tokens, sizeof(int32_t) * N);
+    if (!in.activations) k::encoder_forward(s.input, s.tokens.data(), P(wte_), P(wpe_), B, T, C);
   }
-  for (int l = first_block; l < range_.end; ++l) block_forward(l, dropout_key);
-  if (!range_.head) return 0.0f;
+  for (int l = first_block; l < stage_.end; ++l) block_forward(l, dropout_key);
+  if (!stage_.head) return 0.0f;
 
   for (int i = 0; i < N; ++i)
     FRUGAL_CHECK(targets[i] >= -1 && targets[i] < V,
                  "target id {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
-  std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
-  k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, output(), P(lnf_w_), P(lnf_b_), N, C, config_.layernorm_eps);
+  std::memcpy(s.targets.data(), targets, sizeof(int32_t) * N);
+  k::layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, output(), P(lnf_w_), P(lnf_b_), N, C, config_.layernorm_eps);
   int valid = 0;
   for (int i = 0; i < N; ++i) valid += targets[i] >= 0;
   const float dloss = valid > 0 ? grad_scale / static_cast<float>(valid) : 0.0f;
   const bool head_trainable = !(config_.tied_head && frozen_ > 0);
-  float* dhead = backward_ready_ && head_trainable ? grads_.data() + head_offset() : nullptr;
-  k::lm_head_cross_entropy(losses_, backward_ready_ ? dln_ : nullptr, dhead, lnf_, P(head_offset()),
-                           targets_.data(), N, C, V, dloss);
+  float* dhead = s.backward_ready && head_trainable ? grads_.data() + head_offset() : nullptr;
+  k::lm_head_cross_entropy(s.losses, s.backward_ready ? s.dlnf : nullptr, dhead, s.lnf, P(head_offset()),
+                           s.targets.data(), N, C, V, dloss);
   double sum = 0.0;
-  for (int i = 0; i < N; ++i) sum += losses_[i];
+  for (int i = 0; i < N; ++i) sum += s.losses[i];
   return valid > 0 ? static_cast<float>(sum / valid) : 0.0f;
 }
 
 float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
                    uint64_t dropout_key, const float* prefix_output, int prefix_blocks) {
-  FRUGAL_CHECK(range_.embeddings && range_.head, "internal: GPT::forward runs the whole model; a "
-               "block range runs forward_range");
+  FRUGAL_CHECK(stage_.embeddings && stage_.head, "internal: GPT::forward runs the whole model; a "
+               "block range or stage runs forward_range");
   return forward_range({inputs, prefix_output, prefix_output ? prefix_blocks : 0}, targets, grad_scale,
                        dropout_key);
 }
@@ -414,7 +440,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_sca
 void GPT::block_backward(int l, uint64_t dropout_key) {
   if (recompute_[l]) block_forward(l, dropout_key);
   const BlockOffsets& o = blocks_[l];
-  const BlockActs& a = acts_[l];
+  const BlockActs& a = cur().acts[l];
   const int B = B_, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;
   const float p = config_.dropout;
   const bool t = true;  // blocks reaching backward are trainable
@@ -451,39 +477,40 @@ void GPT::block_backward(int l, uint64_t dropout_key) {
 }
 
 void GPT::backward_range(const float* doutput) {
-  FRUGAL_CHECK(backward_ready_, "internal: backward needs a preceding training forward (grad_scale != 0)");
-  FRUGAL_CHECK(range_.head ? !doutput : doutput || frozen_ >= range_.end, "internal: the range "
+  Slot& s = cur();
+  FRUGAL_CHECK(s.backward_ready, "internal: backward needs a preceding training forward (grad_scale != 0)");
+  FRUGAL_CHECK(stage_.head ? !doutput : doutput || frozen_ >= stage_.end, "internal: the range "
                "with the head starts backward from its loss; every other range takes the gradient "
                "of its output unless all its blocks are frozen");
-  backward_ready_ = false;
-  if (!range_.head && !doutput) return;  // a frozen range: nothing to do
+  s.backward_ready = false;
+  if (!stage_.head && !doutput) return;  // a frozen range: nothing to do
   const int B = B_, T = T_, C = config_.n_embd, N = B * T;
-  if (range_.head) {
+  if (stage_.head) {
     const bool top_trainable = frozen_ < config_.n_layer;
     std::memset(dres_, 0, sizeof(float) * N * C);
-    // dln_ holds d loss / d lnf from the fused head; ln_f is trainable unless every block is frozen
-    // (ln_f belongs to the top group, which stays trainable: freezing stops at the blocks).
+    // s.dlnf holds d loss / d lnf from the fused head; ln_f is trainable unless every block is
+    // frozen (ln_f belongs to the top group, which stays trainable: freezing stops at the blocks).
     k::layernorm_backward(top_trainable ? dres_ : nullptr, grads_.data() + lnf_w_,
-                          lnf_b_ == kAbsent ? nullptr : grads_.data() + lnf_b_, dln_, output(),
-                          P(lnf_w_), lnf_mean_, lnf_rstd_, N, C);
+                          lnf_b_ == kAbsent ? nullptr : grads_.data() + lnf_b_, s.dlnf, output(),
+                          P(lnf_w_), s.lnf_mean, s.lnf_rstd, N, C);
     if (grad_ready_) grad_ready_(table_.layer_range(config_.n_layer).first);
   } else {
     std::memcpy(dres_, doutput, sizeof(float) * N * C);
   }
-  for (int l = range_.end - 1; l >= std::max(frozen_, range_.begin); --l) {
-    block_backward(l, dropout_key_);
+  for (int l = stage_.end - 1; l >= std::max(frozen_, stage_.begin); --l) {
+    block_backward(l, s.dropout_key);
     if (grad_ready_) grad_ready_(table_.layer_range(l).first);
   }
-  if (range_.embeddings && frozen_ == 0) {
+  if (stage_.embeddings && frozen_ == 0) {
     k::encoder_backward(defer_wte_grad_ ? nullptr : grads_.data() + wte_, grads_.data() + wpe_, dres_,
-                        tokens_.data(), B, T, C);
+                        s.tokens.data(), B, T, C);
     if (grad_ready_) grad_ready_(0);
   }
 }
 
 const float* GPT::input_grad() const {
-  FRUGAL_CHECK(!range_.embeddings, "internal: the range with the embeddings has no input gradient");
-  return frozen_ < range_.begin || frozen_ == 0 ? dres_ : nullptr;
+  FRUGAL_CHECK(!stage_.embeddings, "internal: the range with the embeddings has no input gradient");
+  return frozen_ < stage_.begin || frozen_ == 0 ? dres_ : nullptr;
 }
 
 void GPT::zero_grad() {
@@ -492,10 +519,10 @@ void GPT::zero_grad() {
 }
 
 void GPT::logits(const int32_t* inputs, int B, int T, float* out) {
-  if (B != B_ || T != T_) plan(B, T, recompute_);
+  if (!planned_whole(B, T)) plan(B, T, recompute_);
   std::vector<int32_t> no_targets(size_t(B) * T, -1);
   forward(inputs, no_targets.data(), 0.0f);
-  k::lm_head_logits(out, lnf_, P(head_offset()), B * T, config_.n_embd, config_.vocab_size);
+  k::lm_head_logits(out, cur().lnf, P(head_offset()), B * T, config_.n_embd, config_.vocab_size);
 }
 
 }  // namespace frugal

@@ -4,7 +4,9 @@
 // by block. It knows nothing of parallelism or methods; those act through its narrow interface:
 // the ParamTable, the frozen-prefix boundary, linear formats, per-block activation recomputation,
 // and the range API (forward_range / backward_range), which a pipeline chains across processes
-// and which the whole-model forward() / backward() run over one range.
+// and which the whole-model forward() / backward() run over one range. A plan may also execute
+// only a stage, a sub-range of the allocated range (parameters and gradients stay whole), with
+// several activation slots: the micro-batches a pipeline schedule keeps in flight.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -48,18 +50,42 @@ class GPT {
   void init_weights(uint64_t seed);
 
   // Plans activations for batches of B sequences of length T (T <= block_size). recompute[l]
-  // keeps only block l's output and recomputes its internals during backward.
+  // keeps only block l's output and recomputes its internals during backward. The same as
+  // plan(B, T, recompute, range(), 1).
   void plan(int B, int T, std::vector<bool> recompute = {});
+  // Plans activations for batches of B sequences of length T for executing only `stage`, a
+  // sub-range of range() (stage.embeddings needs range().embeddings and stage.begin ==
+  // range().begin; stage.head needs range().head and stage.end == range().end; at least one
+  // block), with `slots` (>= 1) independent sets of the activations a backward needs:
+  // micro-batches in flight in a pipeline schedule. forward_range / backward_range / output() /
+  // input_grad() / block_output() / tokens() act on the current slot (use_slot; slot 0 after
+  // planning). Parameters and gradients stay those of range(); the backward scratch and the
+  // recomputed blocks' internals are shared by the slots.
+  void plan(int B, int T, std::vector<bool> recompute, const BlockRange& stage, int slots);
+  void use_slot(int s);
+  int slots() const { return static_cast<int>(slots_.size()); }  // 0 before plan()
+  int slot() const { return slot_; }
+  // The executed range: range() after plan(B, T, ...) (and before any plan).
+  const BlockRange& stage() const { return stage_; }
+  // The plan's recompute policy (size n_layer; empty before any plan).
+  const std::vector<bool>& recompute() const { return recompute_; }
+  // True when planned for (B, T), the whole range() and one slot (what evaluation and logits need).
+  bool planned_whole(int B, int T) const;
   int batch() const { return B_; }
   int seq_len() const { return T_; }
   MemoryPlan memory_plan() const { return plan_; }
   // The memory plan a model of `config` would have after plan(B, T, recompute), computed without
   // building or allocating anything (absurd sizes give huge byte counts, saturated at 2^63, never
-  // an overflow): to refuse a run before allocating. `range`: the part of the model planned.
+  // an overflow): to refuse a run before allocating. `range`: the part of the model allocated
+  // (parameters and gradients); `stage` and `slots`: the part executed and its activation slots
+  // (default: range and 1).
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
                                     const std::vector<bool>& recompute);
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
                                     const std::vector<bool>& recompute, const BlockRange& range);
+  static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
+                                    const std::vector<bool>& recompute, const BlockRange& range,
+                                    const BlockRange& stage, int slots);
 
   // Blocks [0, k) and the embeddings are frozen: no backward, no weight gradients (k = 0: none).
   // With a tied head, freezing the embedding also freezes the head.
@@ -95,7 +121,7 @@ class GPT {
   // What enters a range's forward for one micro-batch: the tokens (B,T), which the embeddings
   // read, or `activations` (B,T,C), the output of block first_block - 1 (the previous pipeline
   // stage's output(), or cached activations of a frozen prefix): blocks before first_block and
-  // the embeddings are then not run.
+  // the embeddings are then not run. "The range" from here on is the executed stage().
   struct RangeInput {
     const int32_t* tokens = nullptr;
     const float* activations = nullptr;
@@ -108,14 +134,17 @@ class GPT {
   // leave their result in output().
   float forward_range(const RangeInput& in, const int32_t* targets, float grad_scale,
                       uint64_t dropout_key);
-  // (B,T,C) output of the range's last block from the last forward_range, valid until the next.
-  const float* output() const { return block_output(range_.end - 1); }
+  // (B,T,C) output of the range's last block from the last forward_range into the current slot,
+  // valid until the next one into that slot.
+  const float* output() const { return block_output(stage_.end - 1); }
   // Back-propagates the last training forward_range into grads() (accumulating). A range with
   // the head starts from its loss (doutput null); the others take doutput (B,T,C), d loss/d
   // output() (the next stage's input_grad(), null when every block of this range is frozen).
   void backward_range(const float* doutput = nullptr);
   // (B,T,C) d loss / d the range's input after backward_range, for a range without the embeddings
-  // (what the previous stage's backward_range takes); null when nothing below trains.
+  // (what the previous stage's backward_range takes); null when nothing below trains. It lives in
+  // the backward scratch, which the slots share: valid only until the next backward_range on
+  // any slot.
   const float* input_grad() const;
 
   // The whole model (a range with embeddings and head): forward from tokens, optionally starting
@@ -124,9 +153,9 @@ class GPT {
   float forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
                 uint64_t dropout_key = 0, const float* prefix_output = nullptr,
                 int prefix_blocks = 0);
-  // Output (B,T,C) of block l from the last forward (l = range().begin - 1: the range's input;
-  // -1 is the embeddings' output), valid until the next.
-  const float* block_output(int l) const { return l < range_.begin ? input_ : acts_[l].res_out; }
+  // Output (B,T,C) of block l from the last forward into the current slot (l = stage().begin - 1:
+  // the range's input; -1 is the embeddings' output), valid until the next one into that slot.
+  const float* block_output(int l) const { return slots_[slot_].output(l, stage_.begin); }
   void backward() { backward_range(nullptr); }
   void zero_grad();
   // Called by backward_range each time the gradients of [from, num_floats()) are final for that
@@ -141,12 +170,14 @@ class GPT {
   // afterwards, from embedding_output_grad() and tokens() (kernels::encoder_backward).
   void set_defer_token_embedding_grad(bool defer) { defer_wte_grad_ = defer; }
   // (B,T,C) d loss / d the embeddings' output after a backward of the whole model, and the
-  // (B,T) tokens of the last forward.
+  // (B,T) tokens of the last forward into the current slot.
   const float* embedding_output_grad() const { return dres_; }
-  const int32_t* tokens() const { return tokens_.data(); }
+  const int32_t* tokens() const { return slots_[slot_].tokens.data(); }
   // [begin, end) of the token embedding in params() / grads().
   std::pair<size_t, size_t> token_embedding_range() const;
   // Logits (B, T, V) of the last position only is what sampling needs; this gives all positions.
+  // Re-plans for (B, T), the whole range and one slot (keeping the recompute policy) unless
+  // planned_whole(B, T).
   void logits(const int32_t* inputs, int B, int T, float* out);
 
   // Where each tensor of a block, the final LayerNorm and the head live in params(), for code
@@ -173,8 +204,24 @@ class GPT {
   float* G(size_t off, bool trainable) {
     return off == kAbsent || !trainable ? nullptr : grads_.data() + off;
   }
-  const float* block_input(int l) const;
-  float* output_slot(int l) { return l < range_.begin ? input_ : acts_[l].res_out; }
+  // One micro-batch's activations and forward state: what a backward of it needs.
+  struct Slot {
+    std::vector<BlockActs> acts;  // per block; set for the stage's blocks (recomputed ones point
+                                  // their internals at the shared set)
+    // input: the stage's input (B,T,C), the embeddings' output in the first stage; with the head
+    // ln_f's output, mean and rstd, the per-token losses, and dlnf, d loss / d ln_f's output,
+    // which the fused head writes in a training forward and backward_range starts from
+    float *input = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr,
+          *losses = nullptr, *dlnf = nullptr;
+    std::vector<int32_t> tokens, targets;
+    uint64_t dropout_key = 0;
+    float dropout_p = 0.0f;  // config dropout while training, 0 in evaluation
+    bool backward_ready = false;
+    // block l's output (l < stage_begin: the stage's input)
+    float* output(int l, int stage_begin) const { return l < stage_begin ? input : acts[l].res_out; }
+  };
+  Slot& cur() { return slots_[slot_]; }
+  const float* block_input(int l) const { return block_output(l - 1); }
   void block_forward(int l, uint64_t dropout_key);
   void linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp, int N,
                        bool accumulate_dinp);
@@ -193,19 +240,14 @@ class GPT {
   size_t wte_, wpe_, lnf_w_, lnf_b_;
 
   int B_ = 0, T_ = 0, frozen_ = 0;
+  BlockRange stage_;  // the executed part of range_
   std::vector<bool> recompute_;
   Buffer<float> arena_;
-  std::vector<BlockActs> acts_;
-  // input_: the range's input (B,T,C), the embeddings' output in the first stage
-  float *input_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr,
-        *losses_ = nullptr;
-  // backward scratch
+  std::vector<Slot> slots_;
+  int slot_ = 0;
+  // backward scratch, shared by the slots
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datt_ = nullptr, *dfc_ = nullptr,
         *dgate_ = nullptr, *dact_ = nullptr, *branch_ = nullptr;
-  std::vector<int32_t> tokens_, targets_;
-  uint64_t dropout_key_ = 0;
-  float dropout_p_ = 0.0f;  // config dropout while training, 0 in evaluation
-  bool backward_ready_ = false;
   GradReadyHook grad_ready_;
   bool defer_wte_grad_ = false;
   MemoryPlan plan_;

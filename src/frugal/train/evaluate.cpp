@@ -15,7 +15,7 @@ EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, 
   const int B = batch_size, T = loader.seq_len();
   FRUGAL_CHECK(B >= 1, "batch size = {} must be at least 1", B);
   FRUGAL_CHECK(max_batches >= 0, "max batches = {} must be 0 (all) or positive", max_batches);
-  if (model.batch() != B || model.seq_len() != T) model.plan(B, T);
+  if (!model.planned_whole(B, T)) model.plan(B, T, model.recompute());
   Timer timer;
   loader.reset();
   const size_t N = size_t(B) * T;

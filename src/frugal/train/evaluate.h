@@ -21,8 +21,9 @@ struct EvalResult {
 
 // Rewinds `loader` (Sequential order) and runs the model over its sequences in batches of
 // batch_size, at most max_batches of them (0: all). Every target token weighs the same (a short
-// last batch counts for its rows only). Plans the model for (batch_size, loader.seq_len()) when
-// it is planned otherwise. No dropout (evaluation). Over the ranks of `group` (each with the same
+// last batch counts for its rows only). Plans the model for (batch_size, loader.seq_len()), the
+// whole range and one slot, keeping its recompute policy, when it is planned otherwise (a
+// pipeline stage's plan, say, which its strategy then restores). No dropout (evaluation). Over the ranks of `group` (each with the same
 // model): rank r runs batches r, r + N, ...; every rank gets the result, which is the one
 // process's to the bit (the per-batch sums are added in batch order).
 EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, int64_t max_batches,
