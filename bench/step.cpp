@@ -162,7 +162,7 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   r.ms_mean = seconds / preset.steps * 1e3;
   r.ranks = group.size();
   r.strategy = runner->name();
-  r.tokens_per_s = double(t.batch_size) * t.seq_len * t.grad_accum * r.ranks / median;
+  r.tokens_per_s = runner->tokens_per_step() / median;
   r.comm_wait_share = comm_wait / seconds;
   r.gradient_bytes = gradient_bytes / preset.steps;
   r.ring_bytes = 2.0 * (r.ranks - 1) / r.ranks * r.gradient_bytes;

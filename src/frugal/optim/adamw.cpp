@@ -59,17 +59,17 @@ float AdamW::clip(float* grads, size_t begin) const {
   return norm;
 }
 
-void AdamW::update(float* params, const float* grads, size_t begin, float lr) {
+void AdamW::update(float* params, const float* grads, size_t begin, float lr, size_t end) {
   ++t_;
   const kernels::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, t_};
   allocate_state();
-  const size_t lo = std::max(begin, shard_begin_);
+  const size_t lo = std::max(begin, shard_begin_), hi = std::min(end == 0 ? table_.total() : end, shard_end_);
   for (const ParamInfo& e : table_.entries()) {
     if (e.offset < begin) continue;  // frozen: a whole tensor or nothing
-    const size_t b = std::max(e.offset, lo), end = std::min(e.offset + e.numel, shard_end_);
-    if (b >= end) continue;
+    const size_t b = std::max(e.offset, lo), e_end = std::min(e.offset + e.numel, hi);
+    if (b >= e_end) continue;
     const size_t o = b - shard_begin_;
-    kernels::adamw_update(params + b, grads + b, m_.data() + o, v_.data() + o, end - b, s, e.decays());
+    kernels::adamw_update(params + b, grads + b, m_.data() + o, v_.data() + o, e_end - b, s, e.decays());
   }
 }
 

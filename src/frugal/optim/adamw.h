@@ -49,8 +49,9 @@ class AdamW {
   float step(float* params, float* grads, size_t begin, float lr);
   // clip_to(grad_norm of grads[begin, total)); returns that norm, the one before clipping.
   float clip(float* grads, size_t begin) const;
-  // One AdamW step with learning rate lr on the parameters at or after `begin` within the shard.
-  void update(float* params, const float* grads, size_t begin, float lr);
+  // One AdamW step with learning rate lr on the parameters in [begin, end) (end 0: the total)
+  // within the shard: a pipeline stage updates its own slice of the buffer.
+  void update(float* params, const float* grads, size_t begin, float lr, size_t end = 0);
 
   const AdamWConfig& config() const { return config_; }
   int64_t steps_taken() const { return t_; }

@@ -224,6 +224,7 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
                         {"wall_seconds", state.wall_seconds},
                         {"methods", state.methods},
                         {"session", state.session},
+                        {"strategy", state.strategy},
                         {"ranks", state.ranks}};
       if (sharded) js["optimizer_shards"] = group.size();
       io::SafeTensors train_state;
@@ -362,6 +363,7 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
   s.wall_seconds = js.value("wall_seconds", 0.0);
   s.methods = js.value("methods", nlohmann::json::object());
   s.session = js.value("session", nlohmann::json());
+  s.strategy = js.value("strategy", nlohmann::json());
   s.ranks = js.value("ranks", 1);
   // The moments of optim's shard, from the full tensors or from the shards of the world size
   // that wrote them (any world size: each shard file gives its range of the flat buffer).

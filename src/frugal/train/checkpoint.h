@@ -51,6 +51,7 @@ struct TrainState {
   double wall_seconds = 0;           // cumulative training wall-clock
   nlohmann::json methods = nlohmann::json::object();  // name -> that method's saved state
   nlohmann::json session;  // Session::save_state(); null in checkpoints written before it existed
+  nlohmann::json strategy; // StepStrategy::save_state(); null when the strategy keeps none
   int ranks = 1;           // processes the run spanned (data parallel)
   // Methods' state tensors ("<method>/<tensor>"): views written by save_checkpoint; values read
   // by load_checkpoint_state.

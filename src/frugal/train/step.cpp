@@ -49,6 +49,11 @@ TrainContext StepStrategy::context(int64_t step, nlohmann::json* record) {
   return ctx;
 }
 
+double StepStrategy::tokens_per_step() const {
+  const TrainSettings& t = settings_.train;
+  return double(t.batch_size) * t.seq_len * t.grad_accum;
+}
+
 void StepStrategy::draw(const BatchSource& next_batch) { next_batch(inputs_.data(), targets_.data(), ids_.data()); }
 
 double StepStrategy::run_micro_batch(TrainContext& ctx, int micro, int64_t step, int index, int count,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -45,12 +46,26 @@ class StepStrategy {
   virtual const char* name() const = 0;
   // Runs optimizer step `step` (0-based) with the session's learning rate for it, drawing
   // train.grad_accum micro-batches from next_batch; `record` (may be null) is the step's metrics
-  // line, which methods add to.
+  // line, which methods add to; a record given an "event" (a string naming it) is always logged,
+  // whatever train.log_interval.
   virtual StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) = 0;
 
   // Bytes of gradients this process holds between steps: the whole buffer, unless the strategy
   // keeps only a shard of it (ZeRO-2).
   virtual size_t resident_gradient_bytes() const { return session_.model().num_floats() * sizeof(float); }
+
+  // Tokens one optimizer step trains on, over all ranks (the throughput the trainer logs).
+  virtual double tokens_per_step() const;
+  // A few words for the trainer's progress line (a pipeline's layout and bubble); may be empty.
+  virtual std::string status() const { return {}; }
+
+  // Makes the session whole and the same on every rank (weights and AdamW's moments) where the
+  // strategy leaves parts of it with their owners between steps (pipeline stages each update
+  // their own blocks): the trainer calls it before evaluating, saving a checkpoint or sampling.
+  virtual void synchronize() {}
+  // The strategy's own state, kept in checkpoints (a pipeline's current layout); null: none.
+  virtual nlohmann::json save_state() const { return nullptr; }
+  virtual void load_state(const nlohmann::json& /*state*/) {}
 
   // A context for events outside a step (Init, FitStart, Eval, Checkpoint, FitEnd).
   TrainContext context(int64_t step, nlohmann::json* record = nullptr);

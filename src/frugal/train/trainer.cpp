@@ -46,15 +46,19 @@ void drop_metrics_after(const std::string& path, int64_t step) {
 // The keys a resumed run must share with its checkpoint: the model (the tensor shapes do not show
 // e.g. n_head) and what defines the batches. One "key: stored vs now" line per difference.
 // train.grad_accum may differ when the number of ranks does: what must stay is the global batch,
-// ranks × grad_accum micro-batches.
+// ranks × grad_accum micro-batches (grad_accum alone in a pipeline, where it counts all ranks').
 std::vector<std::string> resume_differences(const io::Config& stored, int stored_ranks,
                                             const io::Config& now, int ranks,
                                             int resolved_vocab_size) {
   std::vector<std::string> out;
+  const auto data_ranks = [](const io::Config& c, int n) { return c.get_int("parallel.pipeline_stages") > 1 ? 1 : n; };
+  stored_ranks = data_ranks(stored, stored_ranks);
+  ranks = data_ranks(now, ranks);
   const int64_t stored_micro = stored_ranks * stored.get_int("train.grad_accum");
   const int64_t micro = ranks * now.get_int("train.grad_accum");
   if (stored_micro != micro)
-    out.push_back(fmt::format("micro-batches per step (ranks × train.grad_accum) = {} × {} in the "
+    out.push_back(fmt::format("micro-batches per step (ranks × train.grad_accum, or train.grad_accum "
+                              "alone with parallel.pipeline_stages > 1) = {} × {} in the "
                               "checkpoint, {} × {} now: keep their product", stored_ranks,
                               stored_micro / stored_ranks, ranks, micro / ranks));
   for (const io::ConfigKey& key : now.schema().keys()) {
@@ -142,6 +146,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
     load_checkpoint_params(dir, session_->model());
     TrainState state = load_checkpoint_state(dir, session_->optim());
     if (!state.session.is_null()) session_->load_state(state.session);
+    step_->load_state(state.strategy);
     start_step_ = state.step;
     flops_executed_ = state.flops;
     flops_dense_ = state.dense_flops;
@@ -179,6 +184,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
 }
 
 std::string Trainer::save(int64_t step) {
+  step_->synchronize();
   TrainContext ctx = step_->context(step);
   methods_.fire(Event::Checkpoint, ctx);
   TrainState state;
@@ -190,6 +196,7 @@ std::string Trainer::save(int64_t step) {
   state.step = step;
   state.optimizer_steps = session_->optim().steps_taken();
   state.session = session_->save_state();
+  state.strategy = step_->save_state();
   const data::LoaderState loader = train_loader_->state();
   state.loader_epoch = loader.epoch;
   state.loader_position = loader.position;
@@ -247,7 +254,6 @@ FitResult Trainer::fit() {
   }
   // Every rank measures its own share of the machine at once: the run's peak is their sum.
   const double peak = kernels::cpu::measure_gemm_peak_flops() * group_.size();
-  const size_t N = size_t(t.batch_size) * t.seq_len * group_.size();  // tokens per micro-batch, all ranks
   {
     TrainContext ctx = step_->context(start_step_);
     methods_.fire(Event::FitStart, ctx);
@@ -284,14 +290,15 @@ FitResult Trainer::fit() {
                       group_.any(stop_requested() || (t.max_seconds > 0 && wall.seconds() >= t.max_seconds));
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
     if (eval_now) {
+      step_->synchronize();
       TrainContext ctx = step_->context(step, &record);
       methods_.fire(Event::Eval, ctx);
       val_loss = evaluate();
     }
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
-    if ((step + 1) % t.log_interval == 0 || eval_now) {
+    if ((step + 1) % t.log_interval == 0 || eval_now || record.contains("event")) {
       const double dt = window_seconds / window_steps;
-      const double tok_s = double(N) * t.grad_accum / dt;
+      const double tok_s = step_->tokens_per_step() / dt;
       const double mfu = window_flops / window_seconds / peak;
       record.update({{"loss", loss}, {"lr", lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tok_s},
                      {"ms_per_step", dt * 1e3}, {"mfu", mfu}, {"flops", flops_executed_},
@@ -312,8 +319,9 @@ FitResult Trainer::fit() {
                       loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
             if (eval_now) io::print("\n");
           } else {
-            io::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%\n",
-                      step + 1, t.max_steps, loss, val, lr, r.grad_norm, dt * 1e3, tok_s, 100 * mfu);
+            io::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%{}\n",
+                      step + 1, t.max_steps, loss, val, lr, r.grad_norm, dt * 1e3, tok_s, 100 * mfu,
+                      step_->status());
           }
           io::flush_stdout();
         }
@@ -329,6 +337,7 @@ FitResult Trainer::fit() {
     }
   }
   if (tty) io::print("\n");
+  step_->synchronize();  // the whole model for the samples after fit()
   {
     TrainContext ctx = step_->context(step);
     methods_.fire(Event::FitEnd, ctx);
