@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -73,6 +74,13 @@ struct TrainContext {
   // blocks for the whole micro-batch (B,T,C); the trainer passes it to GPT::forward.
   const float* prefix_output = nullptr;
   int prefix_blocks = 0;
+  // Set during the micro-batch events by a strategy that runs `replicas` data-parallel copies in
+  // lockstep (null in one process): gathers `bytes` from every replica into `all` (replicas ×
+  // bytes, in replica order). A collective: every replica calls it at the same event of the same
+  // micro-batch, or none does. AutoCache shares the prefix outputs it stores, so that a sample
+  // revisited on another replica is served from the cache there too.
+  std::function<void(const void* mine, size_t bytes, void* all)> allgather_replicas;
+  int replicas = 1;
   bool request_reconfigure = false;  // set by a method to get a Reconfigure event after this step
   nlohmann::json* metrics = nullptr; // the current step's log record; methods add their keys
 };

@@ -9,6 +9,7 @@
 #include "frugal/core/memory.h"
 #include "frugal/core/timer.h"
 #include "frugal/kernels/ops.h"
+#include "frugal/parallel/grad_norm.h"
 
 namespace frugal::parallel {
 namespace {
@@ -62,6 +63,8 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
   const int A = settings_.train.grad_accum, N = world_.size(), rank = world_.rank();
   const int count = N * A;  // micro-batches in the step, over all ranks
   TrainContext ctx = context(step, record);
+  ctx.allgather_replicas = world_.allgather_over(comm_);
+  ctx.replicas = N;
   methods_.fire(Event::BatchStart, ctx);
   GPT& model = session_.model();  // the same until the Reconfigure in end_step
   StepResult r;
@@ -125,8 +128,8 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
   AdamW& optim = session_.optim();
   Timer update_timer;
   if (zero_ == 2) {
-    r.grad_norm = sharded_grad_norm(model.grads(), begin);
     const size_t lo = std::max(begin, shards_[rank]), hi = shards_[rank + 1];
+    r.grad_norm = chained_grad_norm(world_, comm_, model.grads(), lo, hi);
     if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm, hi);
   } else {
     r.grad_norm = optim.clip(model.grads(), begin);
@@ -163,30 +166,6 @@ void DataParallelStep::add_embedding_grads(GPT& model) {
                             all_tokens_.data(), N * B, T, C);
 }
 
-float DataParallelStep::sharded_grad_norm(const float* grads, size_t begin) {
-  // Rank r feeds its part of grads[begin, total) after ranks 0 .. r − 1 fed theirs: the stream's
-  // state travels up the ranks and the last one's result comes back down to all.
-  const int rank = world_.rank(), N = world_.size();
-  kernels::SumSquaresStream stream;
-  MPI_Request request;
-  if (rank > 0) {
-    MPI_Irecv(&stream, sizeof stream, MPI_BYTE, rank - 1, 0, comm_, &request);
-    world_.wait(request, "the gradient norm");
-  }
-  const size_t lo = std::max(begin, shards_[rank]), hi = shards_[rank + 1];
-  if (lo < hi) kernels::sum_squares_feed(stream, grads + lo, hi - lo);
-  double sum = 0;
-  if (rank + 1 < N) {
-    MPI_Isend(&stream, sizeof stream, MPI_BYTE, rank + 1, 0, comm_, &request);
-    world_.wait(request, "the gradient norm");
-  } else {
-    sum = kernels::sum_squares_finish(stream);
-  }
-  MPI_Ibcast(&sum, 1, MPI_DOUBLE, N - 1, comm_, &request);
-  world_.wait(request, "the gradient norm");
-  return static_cast<float>(std::sqrt(sum));
-}
-
 void DataParallelStep::allgather_params(float* params, size_t begin) {
   const int N = world_.size();
   std::vector<int> counts(N), displs(N);
@@ -199,12 +178,6 @@ void DataParallelStep::allgather_params(float* params, size_t begin) {
   MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, params + begin, counts.data(), displs.data(), MPI_FLOAT,
                   comm_, &request);
   world_.wait(request, "the all-gather of the updated parameters");
-}
-
-StepStrategyFactory data_parallel_step(MpiWorld& world) {
-  return [&world](Session& session, MethodSet& methods, const RunSettings& settings) {
-    return std::make_unique<DataParallelStep>(session, methods, settings, world);
-  };
 }
 
 }  // namespace frugal::parallel

@@ -26,6 +26,7 @@ class DataParallelStep final : public StepStrategy {
   DataParallelStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);
   ~DataParallelStep() override;
   const char* name() const override;
+  double tokens_per_step() const override { return StepStrategy::tokens_per_step() * world_.size(); }
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   // ZeRO-2: this rank's shard (the rest of the buffer takes memory only while reduced).
   size_t resident_gradient_bytes() const override;
@@ -34,9 +35,6 @@ class DataParallelStep final : public StepStrategy {
   const std::vector<size_t>& shard_bounds() const { return shards_; }
 
  private:
-  // The gradient norm of grads[begin, total) when each rank holds the reduced sums of its shard
-  // only: the sum of squares is streamed through the ranks in order.
-  float sharded_grad_norm(const float* grads, size_t begin);
   // Adds the token-embedding gradient rows of every rank's last micro-batch (left out of the
   // backward, see GPT::set_defer_token_embedding_grad) to the reduced gradients.
   void add_embedding_grads(GPT& model);
@@ -51,8 +49,5 @@ class DataParallelStep final : public StepStrategy {
   std::vector<int32_t> all_tokens_;  // add_embedding_grads: every rank's (B,T) tokens
   std::vector<float> all_rows_;       // and (B,T,C) embedding-output gradients
 };
-
-// The factory TrainerOptions::step_strategy and the benchmark take.
-StepStrategyFactory data_parallel_step(MpiWorld& world);
 
 }  // namespace frugal::parallel

@@ -70,6 +70,14 @@ MPI_Comm MpiWorld::new_communicator() const {
   return comm;
 }
 
+std::function<void(const void*, size_t, void*)> MpiWorld::allgather_over(MPI_Comm comm) {
+  return [this, comm](const void* mine, size_t bytes, void* all) {
+    MPI_Request request;
+    MPI_Iallgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, comm, &request);
+    wait(request, "sharing a method's per-micro-batch data between the replicas");
+  };
+}
+
 void MpiWorld::barrier() {
   MPI_Request request;
   MPI_Ibarrier(comm_, &request);

@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <functional>
 #include <string>
 
 #include "frugal/train/process_group.h"
@@ -34,6 +35,8 @@ class MpiWorld final : public ProcessGroup {
   // A communicator of its own for a user of the world (e.g. the gradient reducer's thread), so
   // its collectives never interleave with the trainer's.
   MPI_Comm new_communicator() const;
+  // The TrainContext::allgather_replicas of a strategy whose replicas are the ranks of `comm`.
+  std::function<void(const void*, size_t, void*)> allgather_over(MPI_Comm comm);
   // Seconds without progress before wait() gives up (parallel.timeout).
   void set_timeout(double seconds) { timeout_ = seconds; }
   // Waits for `request`. After the timeout: finds out which ranks no longer answer, prints

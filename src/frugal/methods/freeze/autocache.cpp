@@ -75,19 +75,47 @@ void AutoCache::serve(TrainContext& ctx, int frozen) {
 
 void AutoCache::store(const TrainContext& ctx, int frozen) {
   if (!active_ || frozen == 0) return;
-  const size_t floats = cache_->sample_floats();
+  const size_t floats = cache_->sample_floats(), B = ctx.batch;
+  const bool replicated = ctx.allgather_replicas && ctx.replicas > 1;
   // Levels this forward computed: above the one it was fed at (all, without a cached prefix).
   const int fed = ctx.prefix_output ? ctx.prefix_blocks : 0;
-  auto store_level = [&](int level) {
-    const float* out = ctx.model().block_output(level - 1);  // (B,T,C)
-    for (int b = 0; b < ctx.batch; ++b)
-      if (!cache_->has(ctx.sample_ids[b], level)) cache_->write(ctx.sample_ids[b], level, out + b * floats);
-  };
-  if (fed < frozen) store_level(frozen);
-  // While an older level is still held, new samples get it too, so micro-batches mixing them
-  // with samples cached before the prefix grew share that level and are served.
+  // The current level, and the older ones still held: new samples get those too, so micro-batches
+  // mixing them with samples cached before the prefix grew share that level and are served.
+  // With replicas, the levels held by any of them (every replica must gather the same ones).
+  uint64_t held = 0;
   for (const int level : cache_->held_levels())
-    if (level > fed && level < frozen) store_level(level);
+    if (level < frozen) held |= uint64_t{1} << level;
+  if (replicated) {
+    std::vector<uint64_t> all(ctx.replicas);
+    ctx.allgather_replicas(&held, sizeof held, all.data());
+    for (const uint64_t h : all) held |= h;
+  }
+  std::vector<int> levels{frozen};
+  for (int level = 1; level < frozen; ++level)
+    if (held >> level & 1) levels.push_back(level);
+  for (const int level : levels) {
+    const bool computed = level > fed;
+    const float* out = ctx.model().block_output(level - 1);  // (B,T,C), when computed
+    if (computed)
+      for (size_t b = 0; b < B; ++b)
+        if (!cache_->has(ctx.sample_ids[b], level)) cache_->write(ctx.sample_ids[b], level, out + b * floats);
+    if (!replicated) continue;
+    // Every replica's samples at this level, from the replicas that computed it.
+    const int64_t flag = computed ? 1 : 0;
+    std::vector<int64_t> mine(ctx.sample_ids, ctx.sample_ids + B);
+    mine.push_back(flag);
+    gathered_ids_.resize((B + 1) * ctx.replicas);
+    gathered_.resize(B * floats * ctx.replicas);
+    ctx.allgather_replicas(mine.data(), (B + 1) * sizeof(int64_t), gathered_ids_.data());
+    ctx.allgather_replicas(out, B * floats * sizeof(float), gathered_.data());
+    for (int r = 0; r < ctx.replicas; ++r) {
+      if (gathered_ids_[r * (B + 1) + B] == 0) continue;
+      for (size_t b = 0; b < B; ++b) {
+        const int64_t id = gathered_ids_[r * (B + 1) + b];
+        if (!cache_->has(id, level)) cache_->write(id, level, gathered_.data() + (r * B + b) * floats);
+      }
+    }
+  }
   // Older levels go once every cached sample holds the current one.
   if (cache_->count(frozen) == cache_->samples())
     for (const int level : cache_->held_levels())
