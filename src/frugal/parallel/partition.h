@@ -1,0 +1,54 @@
+// AutoPipe (PipeTransformer): how a GPT's blocks are cut into pipeline stages, from the measured
+// cost of each unit, and how far a pipeline shortens when layers freeze. Pure functions: the
+// pipeline strategy (pipeline.h) measures the costs and applies the layouts.
+//
+// Stages are cut between blocks (the model's range API runs whole blocks), so a block's attention
+// and MLP sublayers travel together; the units balanced are the embeddings, each block and the
+// head (ln_f, the LM head and the loss). The frozen prefix stays in the first stage, where it runs
+// forward only (AutoCache may serve it), and every stage holds at least one trainable block.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace frugal::parallel {
+
+// Seconds one micro-batch spends in each unit, forward and backward (the head's backward is
+// the part after its fused forward: ln_f's).
+struct UnitCosts {
+  double embeddings_forward = 0, embeddings_backward = 0;
+  std::vector<double> block_forward, block_backward;  // per block
+  double head_forward = 0, head_backward = 0;
+  int n_layer() const { return static_cast<int>(block_forward.size()); }
+};
+
+// One layout of the ranks: `replicas` data-parallel copies of a pipeline of `stages` stages;
+// stage k holds blocks [bounds[k], bounds[k + 1]) (bounds[0] = 0, bounds[stages] = n_layer),
+// the first one the embeddings, the last one the head.
+struct PipelineLayout {
+  int stages = 1, replicas = 1;
+  std::vector<int> bounds;
+  bool operator==(const PipelineLayout&) const = default;
+  std::string describe() const;  // "2 stages × 1 replica, blocks [0, 3) [3, 6)"
+};
+// "2 stages × 1 replica"
+std::string describe_shape(int stages, int replicas);
+
+// Seconds per micro-batch of the stage holding blocks [begin, end) with `frozen` blocks (and,
+// when frozen > 0, the embeddings) running forward only.
+double stage_cost(const UnitCosts& costs, int frozen, int begin, int end);
+// The slowest stage of `bounds`.
+double slowest_stage(const UnitCosts& costs, int frozen, const std::vector<int>& bounds);
+// Whether `stages` stages can each hold a trainable block with the frozen prefix in the first.
+bool can_partition(int n_layer, int frozen, int stages);
+// The cut into `stages` stages (can_partition must hold) whose slowest stage is the fastest
+// possible, the frozen prefix within the first stage (exact: dynamic programming over the cuts;
+// ties go to the cut that puts fewer blocks first).
+std::vector<int> balance_stages(const UnitCosts& costs, int frozen, int stages);
+// AutoPipe after a freeze, for `ranks` ranks now running `stages` stages: halves the pipeline
+// while the halved, re-balanced pipeline's slowest stage is no slower than `limit` (the slowest
+// stage of the layout the run started with), and further whenever fewer trainable blocks than
+// stages remain; the ranks a shorter pipeline frees become replicas (AutoDP). With elastic =
+// false the pipeline keeps its length (only re-balanced); can_partition must then hold.
+PipelineLayout autopipe(const UnitCosts& costs, int frozen, int stages, int ranks, double limit, bool elastic);
+
+}  // namespace frugal::parallel
