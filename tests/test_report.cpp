@@ -232,11 +232,18 @@ TEST(Report, WritesPngAndSvgPlots) {
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
   const std::string base = make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12);
   const std::string sparse = make_run(tmp.path() / "sparse", {2.9, 2.4, 2.1}, 0.8, 0.5e12, [](int step) {
-    return fmt::format(", \"flip_rate\": {}, \"level\": {}, \"sparsity\": {}", 0.1 / step, step > 100 ? 1 : 2, step > 100 ? 0.9 : 0.5);
+    return fmt::format(", \"flip_rate\": {}, \"level\": {}, \"sparsity\": {}, \"tokens_per_s\": {}, "
+                       "\"pipeline_stages\": {}, \"pipeline_replicas\": {}", 0.1 / step, step > 100 ? 1 : 2,
+                       step > 100 ? 0.9 : 0.5, step > 100 ? 2000 : 1000, step > 100 ? 1 : 2, step > 100 ? 2 : 1);
   });
   options.names = {"dense baseline", "2:4 it's_sparse"};  // spaces, quote, underscore in legends
   write_report({base, sparse}, tmp.file("out"), options);
-  for (const char* plot : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep, kPlotLevelVsStep, kPlotSparsityVsStep}) {
+  // One re-partition marker: where the sparse run's layout went from 2 × 1 to 1 × 2.
+  std::ifstream markers(tmp.path() / "out" / "plot-data" / "run1_repartitions.dat");
+  const std::string marker_text((std::istreambuf_iterator<char>(markers)), {});
+  EXPECT_EQ(std::count(marker_text.begin(), marker_text.end(), '\n'), 2) << marker_text;
+  EXPECT_TRUE(contains(marker_text, " 2000 1 2\n")) << marker_text;
+  for (const char* plot : kPlotNames) {
     const fs::path png = tmp.path() / "out" / (std::string(plot) + ".png");
     const fs::path svg = tmp.path() / "out" / (std::string(plot) + ".svg");
     ASSERT_TRUE(fs::exists(png) && fs::exists(svg)) << plot;

@@ -296,6 +296,7 @@ void write_text(const fs::path& path, const std::string& text) { io::write_file_
 struct Series {
   std::string file, columns, title;
   size_t run = 0;
+  std::string style;  // gnuplot `with ...`; empty: the plot's
 };
 
 struct Plot {
@@ -323,7 +324,8 @@ std::string plot_script(const Plot& plot) {
   for (size_t i = 0; i < plot.series.size(); ++i) {
     const Series& line = plot.series[i];
     s += fmt::format("{}{} using {} with {} linecolor {} title {}", i ? ", \\\n     " : "",
-                     gp_quote(line.file), line.columns, plot.style, line.run + 1, gp_quote(line.title));
+                     gp_quote(line.file), line.columns, line.style.empty() ? plot.style : line.style,
+                     line.run + 1, gp_quote(line.title));
   }
   if (plot.hline) {  // as a function too: the y range takes it in, and it has a legend entry
     s += fmt::format(", \\\n     {} with lines {} title {}", gp_number(*plot.hline), kTargetStyle,
@@ -363,6 +365,9 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
                  "level", false, "steps linewidth 2", {}, std::nullopt}},
       {"sparsity", {kPlotSparsityVsStep, "Sparsity of the block linears vs step (Mixed Sparsity Training)", "step",
                     "sparsity", false, "steps linewidth 2", {}, std::nullopt}}};
+  // A pipeline's throughput over time, with a marker where its layout changed (a re-partition).
+  Plot throughput{kPlotThroughputVsWall, "Training throughput vs wall-clock (large points: pipeline re-partitions)",
+                  "wall-clock (s)", "tokens/s", false, "lines linewidth 1.5", {}, std::nullopt};
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunMetrics& run = runs[i];
     std::string val = "# step wall_s flops val_loss\n", loss = "# step loss\n";
@@ -383,6 +388,22 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
       add(val_wall, "val", val, "2:4");
       val_flops.series.push_back({val_wall.series.back().file, "3:4", run.name, i});
     }
+    if (run.has("pipeline_stages") && run.has("tokens_per_s")) {
+      std::string text = "# wall_s tokens_per_s\n", changes = "# wall_s tokens_per_s stages replicas\n";
+      std::optional<std::pair<double, double>> layout;
+      for (const MetricPoint& p : run.points) {
+        const auto tokens = p.get("tokens_per_s"), stages = p.get("pipeline_stages"), replicas = p.get("pipeline_replicas");
+        if (!tokens || !stages || !replicas) continue;
+        text += fmt::format("{} {}\n", gp_number(p.wall_s), gp_number(*tokens));
+        if (layout && *layout != std::pair(*stages, *replicas))
+          changes += fmt::format("{} {} {} {}\n", gp_number(p.wall_s), gp_number(*tokens), *stages, *replicas);
+        layout = std::pair(*stages, *replicas);
+      }
+      add(throughput, "throughput", text, "1:2");
+      add(throughput, "repartitions", changes, "1:2");
+      throughput.series.back().title = run.name + ": re-partition";
+      throughput.series.back().style = "points pointtype 7 pointsize 2";
+    }
     for (StepMetric& m : step_metrics) {
       if (!run.has(m.key)) continue;
       std::string text = fmt::format("# step {}\n", m.key);
@@ -392,7 +413,7 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
     }
   }
   std::vector<Plot> plots;
-  for (Plot* p : {&val_wall, &val_flops, &train})
+  for (Plot* p : {&val_wall, &val_flops, &train, &throughput})
     if (!p->series.empty()) plots.push_back(std::move(*p));
   for (StepMetric& m : step_metrics)
     if (!m.plot.series.empty()) plots.push_back(std::move(m.plot));
@@ -451,7 +472,7 @@ ReportTable write_report(const std::vector<RunMetrics>& runs_in, const std::stri
                          "set grid\nset key top right box opaque\n\n";
     for (const Plot& p : plots) script += plot_script(p);
     write_text(out / "plots.gp", script);
-    for (const char* name : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep, kPlotFlipVsStep, kPlotLevelVsStep, kPlotSparsityVsStep})
+    for (const char* name : kPlotNames)
       for (const char* ext : {".png", ".svg"}) fs::remove(out / (std::string(name) + ext));  // stale
     run_gnuplot(*gnuplot, out);
     md += "\n## Plots\n";

@@ -8,11 +8,12 @@
 #include <cstdlib>
 #include <string>
 
+#include "frugal/core/error.h"
 #include "frugal/core/threading.h"
 
 #ifdef FRUGAL_HAVE_MPI
-#include "frugal/parallel/data_parallel.h"
 #include "frugal/parallel/mpi_world.h"
+#include "frugal/parallel/pipeline.h"
 #endif
 
 namespace frugal::parallel {
@@ -75,9 +76,14 @@ bool World::parallel() const {
 
 StepStrategyFactory World::step_strategy() {
 #ifdef FRUGAL_HAVE_MPI
-  if (parallel()) return data_parallel_step(*mpi_);
+  if (parallel()) return parallel_step(*mpi_);
 #endif
-  return make_single_process_step;
+  return [](Session& session, MethodSet& methods, const RunSettings& settings) {
+    FRUGAL_CHECK(settings.parallel.pipeline_stages == 1, "parallel.pipeline_stages = {} needs that many "
+                 "processes or a multiple: run under mpirun -np {} (or set it to 1)",
+                 settings.parallel.pipeline_stages, settings.parallel.pipeline_stages);
+    return make_single_process_step(session, methods, settings);
+  };
 }
 
 void World::set_timeout(double seconds) {

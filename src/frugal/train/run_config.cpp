@@ -63,7 +63,15 @@ io::ConfigSchema run_schema() {
       .add_float("parallel.bucket_mb", par.bucket_mb, "under mpirun: MiB of gradients per all-reduce "
                  "bucket, started while the backward pass goes on", Range::above(0))
       .add_float("parallel.timeout", par.timeout, "under mpirun: seconds a rank waits for the others "
-                 "before it stops the run, naming the rank that did not answer", Range::above(0));
+                 "before it stops the run, naming the rank that did not answer", Range::above(0))
+      .add_int("parallel.pipeline_stages", par.pipeline_stages, "under mpirun: pipeline stages K; the "
+               "ranks form ranks / K data-parallel replicas of a K-stage pipeline, and train.grad_accum "
+               "is then the step's micro-batch count over all ranks; 1: data parallel only", Range::at_least(1))
+      .add_string("parallel.schedule", par.schedule, "the pipeline's schedule: 1F1B (at most K "
+                  "micro-batches of activations in flight) or GPipe (all of them)", {"1f1b", "gpipe"})
+      .add_bool("parallel.elastic", par.elastic, "with pipeline_stages > 1: when layers freeze, shorten "
+                "the pipeline while its slowest stage stays no slower than at the start, and make the "
+                "freed ranks data-parallel replicas (AutoPipe + AutoDP); false keeps K stages (re-balanced)");
   SampleSettings p;
   s.add_int("sample.count", p.count, "samples printed at the end of training", Range::at_least(0))
       .add_int("sample.max_tokens", p.max_tokens, "tokens per sample", Range::at_least(1))
@@ -168,6 +176,9 @@ RunSettings run_settings(const io::Config& c) {
   par.zero = c.get_int32("parallel.zero");
   par.bucket_mb = c.get_float("parallel.bucket_mb");
   par.timeout = c.get_float("parallel.timeout");
+  par.pipeline_stages = c.get_int32("parallel.pipeline_stages");
+  par.schedule = c.get_string("parallel.schedule");
+  par.elastic = c.get_bool("parallel.elastic");
   SampleSettings& p = r.sample;
   p.count = c.get_int32("sample.count");
   p.max_tokens = c.get_int32("sample.max_tokens");

@@ -38,6 +38,9 @@ struct ParallelSettings {
   int zero = 0;             // ZeRO stage: 0 replicates AdamW's state, 1 shards it, 2 also the gradients
   double bucket_mb = 25;    // gradient all-reduce bucket size (MiB), as PyTorch DDP's default
   double timeout = 300;     // seconds without progress from another rank before the run stops
+  int pipeline_stages = 1;  // K: the ranks form K-stage pipelines, ranks / K of them (replicas)
+  std::string schedule = "1f1b";  // the pipeline's schedule: "1f1b" or "gpipe"
+  bool elastic = true;      // AutoPipe shortens the pipeline as layers freeze; AutoDP uses the freed ranks
 };
 
 struct RunSettings {

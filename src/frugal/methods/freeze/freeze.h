@@ -25,7 +25,8 @@ class FreezeMethod final : public Method {
   explicit FreezeMethod(FreezeConfig config) : config_(config), autocache_(config.autocache) {}
   std::string name() const override { return "freeze"; }
   Capabilities capabilities() const override {
-    return {.changes_trainable_set = true, .reads_all_gradients = true};
+    // Only the adaptive criterion reads gradients (every trainable block's norms).
+    return {.changes_trainable_set = true, .reads_all_gradients = config_.adaptive};
   }
   bool match(Event event, const TrainContext& ctx) const override;
   void apply(Event event, TrainContext& ctx) override;

@@ -1,0 +1,515 @@
+// The pipeline step with AutoPipe and AutoDP; see pipeline.h.
+#include "frugal/parallel/pipeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "frugal/core/error.h"
+#include "frugal/core/rng.h"
+#include "frugal/core/timer.h"
+#include "frugal/io/stdout.h"
+#include "frugal/parallel/grad_norm.h"
+
+namespace frugal::parallel {
+namespace {
+
+constexpr int kActivationTag = 0, kGradientTag = 1, kTiedTag = 2;
+
+nlohmann::json costs_to_json(const UnitCosts& c) {
+  return {{"embeddings", {c.embeddings_forward, c.embeddings_backward}},
+          {"block_forward", c.block_forward},
+          {"block_backward", c.block_backward},
+          {"head", {c.head_forward, c.head_backward}}};
+}
+
+UnitCosts costs_from_json(const nlohmann::json& j) {
+  UnitCosts c;
+  c.embeddings_forward = j.at("embeddings").at(0);
+  c.embeddings_backward = j.at("embeddings").at(1);
+  c.block_forward = j.at("block_forward").get<std::vector<double>>();
+  c.block_backward = j.at("block_backward").get<std::vector<double>>();
+  c.head_forward = j.at("head").at(0);
+  c.head_backward = j.at("head").at(1);
+  return c;
+}
+
+void free_communicator(MPI_Comm& comm) {
+  if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  comm = MPI_COMM_NULL;
+}
+
+}  // namespace
+
+PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world)
+    : StepStrategy(session, methods, settings), world_(world), dp_settings_(settings),
+      gpipe_(settings.parallel.schedule == "gpipe"), elastic_(settings.parallel.elastic) {
+  const int K = settings.parallel.pipeline_stages, N = world.size(), M = settings.train.grad_accum;
+  const int L = session.model().config().n_layer;
+  FRUGAL_CHECK(N % K == 0, "parallel.pipeline_stages = {} does not divide the {} ranks; run mpirun "
+               "-np with a multiple of it (stages × data-parallel replicas)", K, N);
+  FRUGAL_CHECK(K <= L, "parallel.pipeline_stages = {} exceeds model.n_layer = {}: every stage needs "
+               "a block", K, L);
+  // Every layout the run may take splits the step's micro-batches evenly over its replicas.
+  const int most_replicas = elastic_ ? N : N / K;
+  FRUGAL_CHECK(M % most_replicas == 0 && M >= K, "train.grad_accum = {} must be a multiple of {} "
+               "(the most data-parallel replicas this run may have{}) and at least parallel."
+               "pipeline_stages = {}; it is the step's micro-batch count over all ranks (the "
+               "pipeline's M; {} to {} fill a pipeline of {} stages well)", M, most_replicas,
+               elastic_ ? ", with parallel.elastic" : "", K, K, 6 * K, K);
+  FRUGAL_CHECK(settings.parallel.zero == 0, "parallel.zero = {} is not supported with "
+               "parallel.pipeline_stages > 1 (each stage already keeps only its own slice of the "
+               "optimizer's work); set parallel.zero = 0", settings.parallel.zero);
+  for (const auto& method : methods.methods()) {
+    const Capabilities c = method->capabilities();
+    FRUGAL_CHECK(!c.changes_shapes && !c.owns_masks && !c.reads_all_gradients, "methods.{} {}, which "
+                 "the pipeline's stages do not follow yet; run it with parallel.pipeline_stages = 1",
+                 method->name(), c.changes_shapes ? "reshapes the model mid-run"
+                                 : c.owns_masks   ? "chooses sparsity masks from every block's weights"
+                                                  : "reads every block's gradients");
+  }
+  dp_settings_.train.grad_accum = M / N;  // only used once the pipeline is one stage long
+  base_ = world.new_communicator();
+  layout_.stages = K;
+  layout_.replicas = N / K;
+  name_ = fmt::format("pipeline of {}, {}", describe_shape(K, N / K), gpipe_ ? "GPipe" : "1F1B");
+}
+
+PipelineStep::~PipelineStep() {
+  dp_.reset();
+  free_communicator(pipe_);
+  free_communicator(replicas_);
+  free_communicator(base_);
+}
+
+double PipelineStep::tokens_per_step() const {
+  return double(settings_.train.batch_size) * settings_.train.seq_len * settings_.train.grad_accum;
+}
+
+std::pair<size_t, size_t> PipelineStep::slice(int k) const {
+  const GPT& model = session_.model();
+  const ParamTable& table = model.table();
+  const int K = layout_.stages;
+  const size_t lo = k == 0 ? 0 : table.layer_range(layout_.bounds[k]).first;
+  const size_t hi = k == K - 1 ? model.num_floats() : table.layer_range(layout_.bounds[k + 1]).first;
+  return {lo, hi};
+}
+
+UnitCosts PipelineStep::measure_costs() {
+  GPT& model = session_.model();
+  const int B = settings_.train.batch_size, T = settings_.train.seq_len, C = model.config().n_embd;
+  const int L = model.config().n_layer;
+  const size_t N = size_t(B) * T;
+  std::vector<int32_t> tokens(N, 0), targets(N, 0);
+  std::vector<float> x(N * C), dy(N * C);
+  for (size_t i = 0; i < x.size(); ++i) {  // activations and gradients of a plausible size
+    x[i] = 0.5f * std::sin(0.37f * float(i % 9973));
+    dy[i] = 1e-3f * std::cos(0.61f * float(i % 8191));
+  }
+  const int frozen = model.frozen_prefix();
+  const std::vector<bool> recompute = model.recompute();
+  model.set_frozen_prefix(0);  // every unit's backward is timed
+  // The fastest of three forward and backward passes of one micro-batch through `stage`.
+  auto time_stage = [&](const BlockRange& stage) {
+    model.plan(B, T, recompute, stage, 1);
+    const GPT::RangeInput in{stage.embeddings ? tokens.data() : nullptr,
+                             stage.embeddings ? nullptr : x.data(), stage.begin};
+    double forward = INFINITY, backward = INFINITY;
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      Timer f;
+      model.forward_range(in, targets.data(), 1.0f, 0);
+      forward = std::min(forward, f.seconds());
+      Timer b;
+      model.backward_range(stage.head ? nullptr : dy.data());
+      backward = std::min(backward, b.seconds());
+    }
+    return std::pair{forward, backward};
+  };
+  UnitCosts c;
+  c.block_forward.resize(L);
+  c.block_backward.resize(L);
+  for (int l = 0; l < L; ++l) std::tie(c.block_forward[l], c.block_backward[l]) = time_stage({l, l + 1, false, false});
+  const auto [ef, eb] = time_stage({0, 1, true, false});
+  const auto [hf, hb] = time_stage({L - 1, L, false, true});
+  c.embeddings_forward = std::max(0.0, ef - c.block_forward[0]);
+  c.embeddings_backward = std::max(0.0, eb - c.block_backward[0]);
+  c.head_forward = std::max(0.0, hf - c.block_forward[L - 1]);
+  c.head_backward = std::max(0.0, hb - c.block_backward[L - 1]);
+  model.set_frozen_prefix(frozen);
+  std::memset(model.grads(), 0, sizeof(float) * model.num_floats());
+  model.plan(B, T, recompute);
+  // The mean over the ranks, so that every rank decides the same layout.
+  std::vector<double> all{c.embeddings_forward, c.embeddings_backward, c.head_forward, c.head_backward};
+  all.insert(all.end(), c.block_forward.begin(), c.block_forward.end());
+  all.insert(all.end(), c.block_backward.begin(), c.block_backward.end());
+  all = world_.sum(all);
+  for (double& v : all) v /= world_.size();
+  c.embeddings_forward = all[0];
+  c.embeddings_backward = all[1];
+  c.head_forward = all[2];
+  c.head_backward = all[3];
+  std::copy(all.begin() + 4, all.begin() + 4 + L, c.block_forward.begin());
+  std::copy(all.begin() + 4 + L, all.end(), c.block_backward.begin());
+  return c;
+}
+
+void PipelineStep::apply(const PipelineLayout& layout) {
+  GPT& model = session_.model();
+  const TrainSettings& t = settings_.train;
+  layout_ = layout;
+  applied_ = true;
+  name_ = fmt::format("pipeline of {}, {}", layout.describe(), gpipe_ ? "GPipe" : "1F1B");
+  free_communicator(pipe_);
+  free_communicator(replicas_);
+  if (layout.stages == 1) {  // data parallelism: the DataParallelStep runs the steps
+    model.plan(t.batch_size, t.seq_len, model.recompute());
+    dp_ = std::make_unique<DataParallelStep>(session_, methods_, dp_settings_, world_);
+    dp_->set_num_samples(num_samples_);
+    return;
+  }
+  MPI_Comm_split(base_, replica(), stage(), &pipe_);
+  MPI_Comm_split(base_, stage(), replica(), &replicas_);
+  const int K = layout.stages;
+  per_replica_ = t.grad_accum / layout.replicas;
+  slots_ = gpipe_ ? per_replica_ : std::min(K - stage(), per_replica_);
+  const size_t floats = size_t(t.batch_size) * t.seq_len * model.config().n_embd;
+  act_in_.assign(floats, 0.0f);
+  grad_in_.assign(floats, 0.0f);
+  act_out_.assign(slots_, std::vector<float>(floats));
+  grad_out_.assign(slots_, std::vector<float>(floats));
+  act_sends_.assign(slots_, MPI_REQUEST_NULL);
+  grad_sends_.assign(slots_, MPI_REQUEST_NULL);
+  micro_.resize(per_replica_);
+}
+
+StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
+  GPT& model = session_.model();
+  if (!applied_) {
+    if (!measured_) {
+      costs_ = measure_costs();
+      measured_ = true;
+      const int frozen = model.frozen_prefix();
+      const int K = settings_.parallel.pipeline_stages;
+      limit_ = can_partition(model.config().n_layer, frozen, K)
+                   ? slowest_stage(costs_, frozen, balance_stages(costs_, frozen, K))
+                   : 0;
+      layout_frozen_ = frozen;
+      const PipelineLayout start = autopipe(costs_, frozen, K, world_.size(), limit_, elastic_);
+      if (world_.is_writer())
+        io::print("pipeline: {} (measured per micro-batch: slowest stage {:.1f} ms)\n", start.describe(),
+                  1e3 * slowest_stage(costs_, frozen, start.bounds));
+      apply(start);
+    } else {
+      apply(layout_);
+    }
+  }
+  if (dp_) {
+    const StepResult r = dp_->run(step, next_batch, record);
+    if (record) {
+      (*record)["pipeline"] = {{"stages", 1}, {"replicas", layout_.replicas}};
+      (*record)["pipeline_stages"] = 1;
+      (*record)["pipeline_replicas"] = layout_.replicas;
+    }
+    return r;
+  }
+  const StepResult r = run_pipeline(step, next_batch, record);
+  if (session_.model().frozen_prefix() != layout_frozen_) repartition(step, record);
+  return r;
+}
+
+void PipelineStep::forward(TrainContext& ctx, int64_t step, int micro, StepResult& r) {
+  const TrainSettings& t = settings_.train;
+  GPT& model = session_.model();
+  const int k = stage(), K = layout_.stages, M = t.grad_accum;
+  const int index = replica() * per_replica_ + micro;  // in one process's order
+  MicroBatch& mb = micro_[micro];
+  model.use_slot(slot_of(micro));
+  GPT::RangeInput in;
+  if (k == 0) {  // the micro-batch's events fire where its tokens enter
+    ctx.micro = micro;
+    ctx.inputs = mb.inputs.data();
+    ctx.targets = mb.targets.data();
+    ctx.sample_ids = mb.ids.data();
+    ctx.prefix_output = nullptr;
+    ctx.prefix_blocks = 0;
+    methods_.fire(Event::BeforeForward, ctx);
+    const int cached = ctx.prefix_output ? ctx.prefix_blocks : 0;
+    const StepFlops flops = count_step_flops(model, t.batch_size, t.seq_len, cached);
+    r.executed += flops.executed_total();
+    r.dense += flops.dense_total();
+    in = {mb.inputs.data(), ctx.prefix_output, cached};
+  } else {
+    receive(act_in_.data(), k - 1, kActivationTag, fmt::format("the activations of micro-batch {}", index));
+    in = {nullptr, act_in_.data(), layout_.bounds[k]};
+  }
+  const uint64_t dropout_key = mix64(t.seed ^ mix64(static_cast<uint64_t>(step * M + index)));
+  Timer busy;
+  const float loss = model.forward_range(in, mb.targets.data(), 1.0f / M, dropout_key);
+  busy_ += busy.seconds();
+  if (k == 0) {
+    ctx.loss = 0;  // known on the last stage only
+    methods_.fire(Event::AfterForward, ctx);
+  }
+  if (k == K - 1)
+    losses_[micro] = loss;
+  else
+    send(act_out_[slot_of(micro)], act_sends_[slot_of(micro)], model.output(), k + 1, kActivationTag);
+}
+
+void PipelineStep::backward(TrainContext& ctx, int micro) {
+  GPT& model = session_.model();
+  const int k = stage(), K = layout_.stages;
+  model.use_slot(slot_of(micro));
+  if (k == 0) {
+    ctx.micro = micro;
+    methods_.fire(Event::BeforeBackward, ctx);
+  }
+  if (k < K - 1) receive(grad_in_.data(), k + 1, kGradientTag, fmt::format("the gradients of micro-batch {}", micro));
+  Timer busy;
+  model.backward_range(k < K - 1 ? grad_in_.data() : nullptr);
+  busy_ += busy.seconds();
+  if (k == 0) methods_.fire(Event::AfterBackward, ctx);
+  if (k > 0) {
+    const float* dinput = model.input_grad();
+    FRUGAL_CHECK(dinput, "internal: pipeline stage {} has no input gradient (frozen prefix {})", k,
+                 model.frozen_prefix());
+    send(grad_out_[slot_of(micro)], grad_sends_[slot_of(micro)], dinput, k - 1, kGradientTag);
+  }
+}
+
+void PipelineStep::send(std::vector<float>& buffer, MPI_Request& request, const float* data, int to, int tag) {
+  if (request != MPI_REQUEST_NULL) world_.wait(request, "a pipeline send to the next stage");
+  std::memcpy(buffer.data(), data, sizeof(float) * buffer.size());
+  MPI_Isend(buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT, to, tag, pipe_, &request);
+}
+
+void PipelineStep::receive(float* out, int from, int tag, const std::string& what) {
+  MPI_Request request;
+  MPI_Irecv(out, static_cast<int>(act_in_.size()), MPI_FLOAT, from, tag, pipe_, &request);
+  world_.wait(request, what);
+}
+
+void PipelineStep::wait_sends() {
+  for (auto* requests : {&act_sends_, &grad_sends_})
+    for (MPI_Request& request : *requests)
+      if (request != MPI_REQUEST_NULL) world_.wait(request, "a pipeline send");
+}
+
+StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
+  const TrainSettings& t = settings_.train;
+  const int K = layout_.stages, D = layout_.replicas, M = t.grad_accum, N = world_.size();
+  const int k = stage(), d = replica(), Mr = per_replica_;
+  TrainContext ctx = context(step, record);
+  if (k == 0 && D > 1) {  // the micro-batch events fire on the first stages, the replicas in lockstep
+    ctx.allgather_replicas = world_.allgather_over(replicas_);
+    ctx.replicas = D;
+  }
+  methods_.fire(Event::BatchStart, ctx);
+  GPT& model = session_.model();  // the same until the Reconfigure in end_step
+  const BlockRange stage_range{layout_.bounds[k], layout_.bounds[k + 1], k == 0, k == K - 1};
+  if (!(model.stage() == stage_range) || model.slots() != slots_ || model.batch() != t.batch_size ||
+      model.seq_len() != t.seq_len)
+    model.plan(t.batch_size, t.seq_len, model.recompute(), stage_range, slots_);
+  model.zero_grad();
+  StepResult r;
+  r.lr = session_.lr(step);
+  // Every rank draws the step's M micro-batches in one-process order (the loaders stay together);
+  // replica d keeps d·Mr .. d·Mr + Mr − 1.
+  for (int i = 0; i < M; ++i) {
+    draw(next_batch);
+    if (i / Mr != d) continue;
+    MicroBatch& mb = micro_[i % Mr];
+    mb.inputs = inputs_;
+    mb.targets = targets_;
+    mb.ids = ids_;
+  }
+  losses_.assign(Mr, 0.0);
+  busy_ = 0;
+  Timer schedule;
+  if (gpipe_) {  // every forward, then every backward (in order: gradients add up as in one process)
+    for (int j = 0; j < Mr; ++j) forward(ctx, step, j, r);
+    for (int j = 0; j < Mr; ++j) backward(ctx, j);
+  } else {  // 1F1B: K − k − 1 forwards in flight, then one forward and one backward in turn
+    const int warmup = std::min(K - k - 1, Mr);
+    for (int j = 0; j < warmup; ++j) forward(ctx, step, j, r);
+    for (int j = 0; j + warmup < Mr; ++j) {
+      forward(ctx, step, j + warmup, r);
+      backward(ctx, j);
+    }
+    for (int j = Mr - warmup; j < Mr; ++j) backward(ctx, j);
+  }
+  wait_sends();
+  const double schedule_seconds = schedule.seconds();
+
+  // A tied head: the last stage's gradient of the token embedding (its head part) joins the first's.
+  const bool tied = model.config().tied_head && model.frozen_prefix() == 0;
+  const auto [wte_begin, wte_end] = model.token_embedding_range();
+  if (tied) {
+    MPI_Request request;
+    if (k == K - 1) {
+      MPI_Isend(model.grads() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe_, &request);
+      world_.wait(request, "the head's token-embedding gradient");
+    } else if (k == 0) {
+      std::vector<float> head(wte_end - wte_begin);
+      MPI_Irecv(head.data(), static_cast<int>(head.size()), MPI_FLOAT, K - 1, kTiedTag, pipe_, &request);
+      world_.wait(request, "the head's token-embedding gradient");
+      float* g = model.grads() + wte_begin;
+      for (size_t i = 0; i < head.size(); ++i) g[i] += head[i];
+    }
+  }
+  const size_t begin = model.trainable_begin();
+  const auto [slice_begin, hi] = slice(k);
+  const size_t lo = std::max(begin, slice_begin);
+  if (D > 1 && lo < hi) {  // the stage's replicas sum their gradients
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, model.grads() + lo, static_cast<int>(hi - lo), MPI_FLOAT, MPI_SUM, replicas_, &request);
+    world_.wait(request, "the all-reduce of a stage's gradients over its replicas");
+  }
+
+  // Every micro-batch's loss (from the last stages), in one-process order, the FLOPs (counted by
+  // the first stages) and each rank's busy and schedule seconds: one sum over the ranks, where
+  // each value comes from one rank and the others add zeros.
+  std::vector<double> v(M + 8 + 2 * N, 0.0);
+  if (k == K - 1)
+    for (int j = 0; j < Mr; ++j) v[d * Mr + j] = losses_[j];
+  if (k == 0) {
+    const double flops[8] = {r.executed.forward, r.executed.backward_input, r.executed.backward_weight,
+                             r.executed.optimizer, r.dense.forward, r.dense.backward_input,
+                             r.dense.backward_weight, r.dense.optimizer};
+    std::copy(flops, flops + 8, v.begin() + M);
+  }
+  v[M + 8 + world_.rank()] = busy_;
+  v[M + 8 + N + world_.rank()] = schedule_seconds;
+  v = world_.sum(v);
+  r.loss = 0;
+  for (int i = 0; i < M; ++i) r.loss += v[i];
+  r.loss /= M;
+  r.executed = {v[M], v[M + 1], v[M + 2], v[M + 3]};
+  r.dense = {v[M + 4], v[M + 5], v[M + 6], v[M + 7]};
+  check_finite("loss", r.loss, step);
+  methods_.fire(Event::AfterGradReduce, ctx);
+
+  AdamW& optim = session_.optim();
+  r.grad_norm = ctx.grad_norm = chained_grad_norm(world_, pipe_, model.grads(), lo, hi);
+  check_finite("gradient norm", r.grad_norm, step);
+  if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm, hi);
+  methods_.fire(Event::BeforeOptimStep, ctx);
+  optim.update(model.params(), model.grads(), lo, r.lr, hi);
+  stale_ = true;
+  if (tied) {  // the head on the last stage reads the token embedding the first stage updated
+    MPI_Request request;
+    if (k == 0)
+      MPI_Isend(model.params() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, K - 1, kTiedTag, pipe_, &request);
+    else if (k == K - 1)
+      MPI_Irecv(model.params() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe_, &request);
+    if (k == 0 || k == K - 1) world_.wait(request, "the updated token embedding");
+  }
+  if (record) {
+    // Per stage (replica 0's ranks): busy seconds and the bubble, the share of the schedule idle.
+    std::vector<double> busy(K), bubble(K);
+    double mean_bubble = 0;
+    for (int s = 0; s < K; ++s) {
+      busy[s] = v[M + 8 + s];
+      bubble[s] = 1.0 - busy[s] / std::max(1e-12, v[M + 8 + N + s]);
+      mean_bubble += bubble[s] / K;
+    }
+    (*record)["pipeline"] = {{"stages", K}, {"replicas", D}, {"bounds", layout_.bounds},
+                             {"busy_s", busy}, {"bubble", mean_bubble}, {"stage_bubble", bubble},
+                             {"bubble_ideal", double(K - 1) / (Mr + K - 1)}};
+    (*record)["pipeline_stages"] = K;  // top level and numeric: `frugal report` plots them
+    (*record)["pipeline_replicas"] = D;
+    status_ = fmt::format(" | {}×{} bubble {:.0f}% (ideal {:.0f}%)", K, D, 100 * mean_bubble,
+                          100.0 * (K - 1) / (Mr + K - 1));
+  }
+  end_step(ctx, r);
+  return r;
+}
+
+void PipelineStep::synchronize() {
+  if (!stale_ || dp_) return;
+  stale_ = false;
+  // Every stage's slice of the weights and both moments, from its owner to the replica's ranks.
+  const int K = layout_.stages;
+  std::vector<int> counts(K), displs(K);
+  for (int s = 0; s < K; ++s) {
+    const auto [lo, hi] = slice(s);
+    counts[s] = static_cast<int>(hi - lo);
+    displs[s] = static_cast<int>(lo);
+  }
+  AdamW& optim = session_.optim();
+  for (float* buffer : {session_.model().params(), optim.m(), optim.v()}) {
+    MPI_Request request;
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buffer, counts.data(), displs.data(), MPI_FLOAT, pipe_, &request);
+    world_.wait(request, "gathering the stages' weights and optimizer state");
+  }
+}
+
+void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
+  GPT& model = session_.model();
+  const int frozen = model.frozen_prefix();
+  Timer timer;
+  const PipelineLayout before = layout_;
+  // AutoDP's transfer: every rank gets the weights and AdamW's moments from their owners; the
+  // step, learning rate, frozen prefix and AdamW's step count are already the same everywhere.
+  synchronize();
+  const std::vector<double> mine{double(step + 1), session_.lr(step + 1), double(frozen),
+                                 double(session_.optim().steps_taken())};
+  std::vector<double> all(mine.size() * world_.size());
+  world_.allgather(mine.data(), mine.size(), all.data());
+  for (int rank = 0; rank < world_.size(); ++rank)
+    FRUGAL_CHECK(std::equal(mine.begin(), mine.end(), all.begin() + rank * mine.size()), "internal: rank "
+                 "{} disagrees on the step, learning rate, frozen prefix or optimizer step at a "
+                 "pipeline re-partition", rank);
+  const PipelineLayout next = autopipe(costs_, frozen, layout_.stages, world_.size(), limit_, elastic_);
+  layout_frozen_ = frozen;
+  apply(next);
+  const double seconds = timer.seconds();
+  const double slowest = slowest_stage(costs_, frozen, next.bounds);
+  if (record) {
+    (*record)["event"] = "repartition";
+    (*record)["pipeline_stages"] = next.stages;
+    (*record)["pipeline_replicas"] = next.replicas;
+    (*record)["repartition"] = {{"frozen", frozen}, {"from", before.describe()}, {"to", next.describe()},
+                                {"stages", next.stages}, {"replicas", next.replicas}, {"bounds", next.bounds},
+                                {"slowest_stage_s", slowest}, {"limit_s", limit_}, {"seconds", seconds}};
+  }
+  if (world_.is_writer())
+    io::print("pipeline: after step {}, {} blocks frozen: {} -> {}{} (slowest stage {:.1f} ms per "
+              "micro-batch, start {:.1f} ms; {:.0f} ms)\n", step + 1, frozen, before.describe(),
+              next.describe(), next.replicas > before.replicas ? ", AutoDP" : "", 1e3 * slowest,
+              1e3 * limit_, 1e3 * seconds);
+}
+
+nlohmann::json PipelineStep::save_state() const {
+  if (!measured_) return nullptr;
+  return {{"stages", layout_.stages}, {"replicas", layout_.replicas}, {"bounds", layout_.bounds},
+          {"frozen", layout_frozen_}, {"limit_s", limit_}, {"costs", costs_to_json(costs_)}};
+}
+
+void PipelineStep::load_state(const nlohmann::json& state) {
+  if (state.is_null()) return;
+  PipelineLayout layout;
+  layout.stages = state.at("stages");
+  layout.replicas = state.at("replicas");
+  layout.bounds = state.at("bounds").get<std::vector<int>>();
+  FRUGAL_CHECK(layout.stages * layout.replicas == world_.size(), "the checkpoint's pipeline ({}) ran "
+               "on {} ranks; resume it with mpirun -np {}", layout.describe(),
+               layout.stages * layout.replicas, layout.stages * layout.replicas);
+  layout_ = layout;
+  layout_frozen_ = state.at("frozen");
+  limit_ = state.at("limit_s");
+  costs_ = costs_from_json(state.at("costs"));
+  measured_ = true;
+}
+
+StepStrategyFactory parallel_step(MpiWorld& world) {
+  return [&world](Session& session, MethodSet& methods, const RunSettings& settings) -> std::unique_ptr<StepStrategy> {
+    if (settings.parallel.pipeline_stages > 1)
+      return std::make_unique<PipelineStep>(session, methods, settings, world);
+    return std::make_unique<DataParallelStep>(session, methods, settings, world);
+  };
+}
+
+}  // namespace frugal::parallel

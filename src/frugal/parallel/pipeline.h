@@ -1,0 +1,102 @@
+// Pipeline parallelism with PipeTransformer's elastic pipelining, as a step strategy (train/step.h)
+// applied to the model from outside. The ranks form `replicas` (D) data-parallel copies of a
+// pipeline of K stages (parallel.pipeline_stages; rank = d·K + k). Stage k runs blocks
+// [bounds[k], bounds[k + 1]) of the model (the first stage with the embeddings and the frozen
+// prefix, the last with ln_f, the head and the loss), chosen by AutoPipe from measured unit costs
+// (partition.h). The step's train.grad_accum = M micro-batches (over all ranks: the global batch
+// is M·B sequences whatever the layout) are split over the replicas, and each replica's pass
+// through its stages in a GPipe or 1F1B schedule (parallel.schedule), activations and their
+// gradients sent point to point. Losses are one process's with M micro-batches: bit for bit with
+// an untied head (a tied head's token-embedding gradient, added from the last stage into the
+// first, sums in another order).
+//
+// Every rank keeps the whole model's weights and AdamW moments but computes, reduces and updates
+// only its stage's slice of the flat buffer; synchronize() (before evaluation, checkpoints and
+// samples) and a re-partition gather the slices from their owners. The step count, learning
+// rate, frozen prefix and loader position advance identically on every rank (each runs the same
+// loop and draws every micro-batch), and are checked at a re-partition.
+//
+// When a method freezes blocks (the Reconfigure safe point), the stages are re-balanced and,
+// with parallel.elastic, the pipeline is halved while its slowest stage stays no slower than at
+// the start (AutoPipe); the freed ranks become data-parallel replicas (AutoDP). A pipeline of one
+// stage is data parallelism: the step then runs as DataParallelStep (overlapped bucket
+// all-reduce). Per-stage busy time, the bubble and every re-partition go into the metrics.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "frugal/parallel/data_parallel.h"
+#include "frugal/parallel/mpi_world.h"
+#include "frugal/parallel/partition.h"
+#include "frugal/train/step.h"
+
+namespace frugal::parallel {
+
+class PipelineStep final : public StepStrategy {
+ public:
+  PipelineStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);
+  ~PipelineStep() override;
+  const char* name() const override { return name_.c_str(); }
+  StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
+  double tokens_per_step() const override;
+  std::string status() const override { return status_; }
+  void synchronize() override;
+  nlohmann::json save_state() const override;
+  void load_state(const nlohmann::json& state) override;
+
+  const PipelineLayout& layout() const { return layout_; }
+
+ private:
+  // One micro-batch of this replica: its tokens, targets and sample ids (B·T, B·T, B).
+  struct MicroBatch {
+    std::vector<int32_t> inputs, targets;
+    std::vector<int64_t> ids;
+  };
+  int stage() const { return world_.rank() % layout_.stages; }
+  int replica() const { return world_.rank() / layout_.stages; }
+  // [lo, hi) of the flat buffer that stage k owns.
+  std::pair<size_t, size_t> slice(int k) const;
+  // Measures the unit costs on this rank and averages them over the ranks (every rank the same).
+  UnitCosts measure_costs();
+  // Makes `layout` current: communicators, the stage's activation plan, DataParallelStep for one stage.
+  void apply(const PipelineLayout& layout);
+  // After a Reconfigure that moved the frozen prefix: AutoPipe + AutoDP.
+  void repartition(int64_t step, nlohmann::json* record);
+  // The pipeline's step (more than one stage).
+  StepResult run_pipeline(int64_t step, const BatchSource& next_batch, nlohmann::json* record);
+  void forward(TrainContext& ctx, int64_t step, int micro, StepResult& r);
+  void backward(TrainContext& ctx, int micro);
+  int slot_of(int micro) const { return micro % slots_; }
+  // Sends the slot's copy of `data` (B·T·C floats) to pipeline rank `to` after the slot's previous send finished.
+  void send(std::vector<float>& buffer, MPI_Request& request, const float* data, int to, int tag);
+  void receive(float* out, int from, int tag, const std::string& what);
+  void wait_sends();
+
+  MpiWorld& world_;
+  RunSettings dp_settings_;  // the DataParallelStep's: its grad_accum is per rank
+  std::string name_;
+  bool gpipe_, elastic_;
+  PipelineLayout layout_;
+  UnitCosts costs_;
+  bool measured_ = false, applied_ = false;
+  bool stale_ = false;       // stages updated their slices since the last synchronize()
+  std::string status_;       // for the progress line
+  double limit_ = 0;         // the slowest stage of the starting layout (seconds per micro-batch)
+  int layout_frozen_ = 0;    // the frozen prefix the layout was made for
+  MPI_Comm base_ = MPI_COMM_NULL, pipe_ = MPI_COMM_NULL, replicas_ = MPI_COMM_NULL;
+  std::unique_ptr<DataParallelStep> dp_;  // one stage: data parallel
+  int slots_ = 1, per_replica_ = 1;       // activation slots; micro-batches per replica
+  std::vector<MicroBatch> micro_;         // this replica's micro-batches of the step
+  std::vector<double> losses_;            // the last stage's, per micro-batch
+  std::vector<float> act_in_, grad_in_;   // received (B,T,C)
+  std::vector<std::vector<float>> act_out_, grad_out_;  // per slot: being sent
+  std::vector<MPI_Request> act_sends_, grad_sends_;
+  double busy_ = 0;  // seconds of compute in the step's schedule
+};
+
+// The factory of train and bench under mpirun: PipelineStep when parallel.pipeline_stages > 1,
+// else DataParallelStep.
+StepStrategyFactory parallel_step(MpiWorld& world);
+
+}  // namespace frugal::parallel

@@ -1,0 +1,171 @@
+// Pipeline parallelism with AutoPipe and AutoDP under mpirun (parallel/pipeline.h), through the
+// `frugal` binary: GPipe and 1F1B give one process's run with the same micro-batches (bit for bit
+// with an untied head; a tied head's embedding gradient adds in another order), on 2 and 4 ranks
+// and with data-parallel replicas; freezing re-partitions mid-run (re-balanced stages, then a
+// shorter pipeline whose freed rank becomes a replica) and the run goes on with one process's
+// losses; a checkpoint after a re-partition resumes bit-exactly; bad layouts are refused.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "mpi_runs.h"
+#include "temp_dir.h"
+#include "train_data.h"
+
+namespace frugal {
+namespace {
+namespace fs = std::filesystem;
+using testing::CliResult;
+using testing::contains;
+using testing::expect_identical;
+using testing::max_relative_difference;
+using testing::mpirun;
+using testing::run_shell;
+using testing::TrainedRun;
+
+// Four blocks (four stages at most), dropout on (the micro-batches' dropout keys must match).
+const std::string kModel =
+    "--set model.n_layer=4 --set model.n_embd=64 --set model.n_head=2 --set model.dropout=0.1 "
+    "--set model.tied_head=false --set train.batch_size=2 --set train.seq_len=64 --set model.block_size=64 "
+    "--set train.grad_accum=4 --set train.log_interval=1 --set train.eval_interval=4 "
+    "--set train.eval_batches=2 --set sample.count=0 --set optim.warmup_steps=2 --set optim.grad_clip=0.5";
+
+// Data-parallel replicas sum their gradients in another order than one process's buffer (see
+// test_data_parallel.cpp), and so does a tied head's embedding gradient.
+constexpr double kTolerance = 1e-6;
+
+class Pipeline : public testing::MpiRuns {
+ protected:
+  Pipeline() : MpiRuns(kModel) {}
+  // The stages and replicas a step ran with, from its metrics line.
+  static std::pair<int, int> layout(const nlohmann::json& step) {
+    return {step.at("pipeline").at("stages").get<int>(), step.at("pipeline").at("replicas").get<int>()};
+  }
+};
+
+TEST_F(Pipeline, GPipeAnd1F1BEqualOneProcessWithTheSameMicroBatches) {
+  const TrainedRun single = train("single", 0, 8, "");
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    const TrainedRun two = train(fmt::format("{}-k2", schedule), 2, 8,
+                                 fmt::format("--set parallel.pipeline_stages=2 --set parallel.schedule={}", schedule));
+    expect_identical(single.steps, two.steps);
+    EXPECT_EQ(layout(two.steps.back()), std::pair(2, 1));
+    EXPECT_TRUE(contains(two.output, "pipeline of 2 stages × 1 replica")) << two.output;
+    const TrainedRun four = train(fmt::format("{}-k4", schedule), 4, 8,
+                                  fmt::format("--set parallel.pipeline_stages=4 --set parallel.schedule={}", schedule));
+    expect_identical(single.steps, four.steps);
+    EXPECT_EQ(four.steps.back()["pipeline"]["bounds"], (std::vector<int>{0, 1, 2, 3, 4}));
+  }
+  // The measured bubble of GPipe with K = 2, M = 4 is at least its ideal, (K−1)/(M+K−1) = 0.2.
+  const TrainedRun gpipe = train("gpipe-bubble", 2, 4, "--set parallel.pipeline_stages=2 --set parallel.schedule=gpipe");
+  EXPECT_DOUBLE_EQ(gpipe.steps.back()["pipeline"]["bubble_ideal"].get<double>(), 0.2);
+  EXPECT_GT(gpipe.steps.back()["pipeline"]["bubble"].get<double>(), 0.0);
+}
+
+TEST_F(Pipeline, ReplicasAndATiedHeadAgreeWithinTheTolerance) {
+  const TrainedRun single = train("single", 0, 8, "");
+  const TrainedRun replicas = train("k2d2", 4, 8, "--set parallel.pipeline_stages=2");
+  EXPECT_EQ(layout(replicas.steps.back()), std::pair(2, 2));
+  EXPECT_LE(max_relative_difference(single.steps, replicas.steps), kTolerance);
+  const TrainedRun tied_single = train("tied-single", 0, 8, "--set model.tied_head=true");
+  const TrainedRun tied = train("tied", 2, 8, "--set model.tied_head=true --set parallel.pipeline_stages=2");
+  const double diff = max_relative_difference(tied_single.steps, tied.steps);
+  std::printf("tied head, K = 2 vs one process: max relative difference %.3g\n", diff);
+  EXPECT_LE(diff, kTolerance);
+}
+
+// α = 0.5 every 2 steps on 4 blocks: 2 frozen after step 2 (the stages are re-balanced), 3 after
+// step 4 (too few trainable blocks for 2 stages: one stage, 2 replicas).
+const std::string kFreeze = "--set methods.freeze.alpha=0.5 --set methods.freeze.interval=2 "
+                            "--set methods.freeze.autocache=off";
+
+TEST_F(Pipeline, FreezingRepartitionsAndTheRunContinuesAsOneProcess) {
+  const TrainedRun single = train("single", 0, 8, kFreeze);
+  const TrainedRun elastic = train("elastic", 2, 8, kFreeze + " --set parallel.pipeline_stages=2");
+  EXPECT_LE(max_relative_difference(single.steps, elastic.steps), kTolerance);
+  // Bit for bit until the replicas start summing gradients (steps 1-4).
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(single.steps[i]["loss"], elastic.steps[i]["loss"]) << "step " << i + 1;
+  ASSERT_TRUE(elastic.steps[1].contains("repartition"));
+  EXPECT_EQ(elastic.steps[1]["repartition"]["frozen"], 2);
+  EXPECT_EQ(elastic.steps[1]["repartition"]["stages"], 2);
+  EXPECT_GT(elastic.steps[1]["repartition"]["bounds"][1].get<int>(), 2) << "the frozen prefix stays in stage 0";
+  ASSERT_TRUE(elastic.steps[3].contains("repartition"));
+  EXPECT_EQ(elastic.steps[3]["repartition"]["stages"], 1);
+  EXPECT_EQ(elastic.steps[3]["repartition"]["replicas"], 2);
+  EXPECT_EQ(layout(elastic.steps[4]), std::pair(1, 2));
+  EXPECT_TRUE(contains(elastic.output, "AutoDP")) << elastic.output;
+  // The whole model on every rank after the transfer: evaluation (over both ranks) and the
+  // checkpoint rank 0 wrote give one process's validation loss.
+  EXPECT_TRUE(elastic.steps.back().contains("val_loss"));
+  // Not elastic: the pipeline keeps 2 stages, re-balanced (at most 2 frozen).
+  const std::string capped = kFreeze + " --set methods.freeze.max_frozen=2";
+  const TrainedRun fixed = train("fixed", 2, 8, capped + " --set parallel.pipeline_stages=2 --set parallel.elastic=false");
+  expect_identical(train("single-capped", 0, 8, capped).steps, fixed.steps);
+  EXPECT_EQ(layout(fixed.steps.back()), std::pair(2, 1));
+  // Freezing past what 2 stages can hold is refused when the pipeline may not shorten.
+  const CliResult refused = run_shell(mpirun(2) + " " + train_args("refused", 8, kFreeze +
+                                      " --set parallel.pipeline_stages=2 --set parallel.elastic=false"));
+  EXPECT_NE(refused.rc, 0);
+  EXPECT_TRUE(contains(refused.output, "set parallel.elastic = true")) << refused.output;
+}
+
+// AutoCache under data-parallel replicas: every replica stores every replica's prefix outputs
+// (TrainContext::allgather_replicas), so from the second epoch on every micro-batch is served on
+// every rank, as in one process (a rank caching only its own samples would serve a micro-batch
+// of 2 only when both of its samples had come to it before: about a quarter). Exact: the run is
+// the one without the cache, bit for bit.
+TEST_F(Pipeline, AutoCacheIsSharedByTheReplicas) {
+  testing::TempDir small_dir;
+  const std::string small = testing::make_shakespeare_data(small_dir, 20000);  // ~280 samples
+  const std::string frozen = "--set model.dropout=0 --set methods.freeze.frozen_layers=2 --set data.dir=" + small;
+  const int steps = 80;
+  for (auto [np, layout] : {std::pair{2, "--set parallel.pipeline_stages=1 --set train.grad_accum=2"},
+                            {4, "--set parallel.pipeline_stages=2"}}) {
+    const std::string args = frozen + " " + layout;
+    const TrainedRun cached = train(fmt::format("cache-np{}", np), np, steps, args + " --set methods.freeze.autocache=on");
+    const TrainedRun plain = train(fmt::format("plain-np{}", np), np, steps, args + " --set methods.freeze.autocache=off");
+    expect_identical(plain.steps, cached.steps);
+    const int samples = cached.steps.back()["autocache_samples"].get<int>();
+    const int served = cached.steps.back()["autocache_hits"].get<int>();
+    // Rank 0's micro-batches after the first epoch (8 sequences per step), all served.
+    const int after_first_epoch = (steps - (samples + 7) / 8 - 1) * 2;
+    std::printf("np %d: %d samples cached, %d micro-batches served (%d after the first epoch)\n", np,
+                samples, served, after_first_epoch);
+    EXPECT_GE(served, after_first_epoch) << layout;
+  }
+}
+
+TEST_F(Pipeline, ACheckpointAfterARepartitionResumesBitExactly) {
+  const std::string args = kFreeze + " --set parallel.pipeline_stages=2 --set train.checkpoint_interval=1 "
+                                     "--set train.keep_checkpoints=10";
+  const TrainedRun straight = train("run", 2, 8, args);
+  // Step 3: two stages re-balanced around 2 frozen blocks; step 6: one stage, two replicas.
+  for (int at : {3, 6}) {
+    const std::string copy = fmt::format("copy{}", at);
+    fs::copy(straight.dir, tmp_.file(copy), fs::copy_options::recursive);
+    const CliResult r = run_shell(mpirun(2) + " " + train_args(copy, 8, args) + " --resume " +
+                                  tmp_.file(copy) + fmt::format("/checkpoints/step_{:08}", at));
+    ASSERT_EQ(r.rc, 0) << r.output;
+    expect_identical(straight.steps, metrics(tmp_.file(copy)));
+  }
+}
+
+TEST_F(Pipeline, BadLayoutsAreRefusedWithWhatToDo) {
+  struct Case {
+    std::string program, extra, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {FRUGAL_BINARY, "--set parallel.pipeline_stages=2", "needs that many processes or a multiple: run under mpirun -np 2"},
+           {mpirun(2), "--set parallel.pipeline_stages=3", "does not divide the 2 ranks"},
+           {mpirun(2), "--set parallel.pipeline_stages=2 --set train.grad_accum=3", "train.grad_accum = 3 must be a multiple of 2"},
+           {mpirun(2), "--set parallel.pipeline_stages=2 --set parallel.zero=1", "parallel.zero = 1 is not supported"},
+           {mpirun(2), "--set parallel.pipeline_stages=2 --set methods.mst.update_interval=2", "methods.mst chooses sparsity masks"}}) {
+    const CliResult r = run_shell(c.program + " " + train_args("bad", 2, c.extra));
+    EXPECT_NE(r.rc, 0) << c.extra;
+    EXPECT_TRUE(contains(r.output, c.message)) << c.extra << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace frugal
