@@ -77,8 +77,8 @@ struct TrainContext {
   // Set during the micro-batch events by a strategy that runs `replicas` data-parallel copies in
   // lockstep (null in one process): gathers `bytes` from every replica into `all` (replicas ×
   // bytes, in replica order). A collective: every replica calls it at the same event of the same
-  // micro-batch, or none does. AutoCache shares the prefix outputs it stores, so that a sample
-  // revisited on another replica is served from the cache there too.
+  // micro-batch, or none does; also set at BatchEnd. AutoCache shares the prefix outputs it
+  // stored during the step, so that a sample revisited on another replica is served there too.
   std::function<void(const void* mine, size_t bytes, void* all)> allgather_replicas;
   int replicas = 1;
   bool request_reconfigure = false;  // set by a method to get a Reconfigure event after this step

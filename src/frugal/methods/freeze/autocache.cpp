@@ -1,6 +1,7 @@
 // AutoCache for the freeze method; see autocache.h.
 #include "frugal/methods/freeze/autocache.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "frugal/core/error.h"
@@ -81,38 +82,17 @@ void AutoCache::store(const TrainContext& ctx, int frozen) {
   const int fed = ctx.prefix_output ? ctx.prefix_blocks : 0;
   // The current level, and the older ones still held: new samples get those too, so micro-batches
   // mixing them with samples cached before the prefix grew share that level and are served.
-  // With replicas, the levels held by any of them (every replica must gather the same ones).
-  uint64_t held = 0;
-  for (const int level : cache_->held_levels())
-    if (level < frozen) held |= uint64_t{1} << level;
-  if (replicated) {
-    std::vector<uint64_t> all(ctx.replicas);
-    ctx.allgather_replicas(&held, sizeof held, all.data());
-    for (const uint64_t h : all) held |= h;
-  }
   std::vector<int> levels{frozen};
-  for (int level = 1; level < frozen; ++level)
-    if (held >> level & 1) levels.push_back(level);
+  for (const int level : cache_->held_levels())
+    if (level < frozen) levels.push_back(level);
   for (const int level : levels) {
-    const bool computed = level > fed;
-    const float* out = ctx.model().block_output(level - 1);  // (B,T,C), when computed
-    if (computed)
-      for (size_t b = 0; b < B; ++b)
-        if (!cache_->has(ctx.sample_ids[b], level)) cache_->write(ctx.sample_ids[b], level, out + b * floats);
-    if (!replicated) continue;
-    // Every replica's samples at this level, from the replicas that computed it.
-    const int64_t flag = computed ? 1 : 0;
-    std::vector<int64_t> mine(ctx.sample_ids, ctx.sample_ids + B);
-    mine.push_back(flag);
-    gathered_ids_.resize((B + 1) * ctx.replicas);
-    gathered_.resize(B * floats * ctx.replicas);
-    ctx.allgather_replicas(mine.data(), (B + 1) * sizeof(int64_t), gathered_ids_.data());
-    ctx.allgather_replicas(out, B * floats * sizeof(float), gathered_.data());
-    for (int r = 0; r < ctx.replicas; ++r) {
-      if (gathered_ids_[r * (B + 1) + B] == 0) continue;
-      for (size_t b = 0; b < B; ++b) {
-        const int64_t id = gathered_ids_[r * (B + 1) + b];
-        if (!cache_->has(id, level)) cache_->write(id, level, gathered_.data() + (r * B + b) * floats);
+    if (level <= fed) continue;
+    const float* out = ctx.model().block_output(level - 1);  // (B,T,C)
+    for (size_t b = 0; b < B; ++b) {
+      if (!cache_->has(ctx.sample_ids[b], level)) cache_->write(ctx.sample_ids[b], level, out + b * floats);
+      if (replicated) {  // for the other replicas, at the end of the step (share)
+        pending_keys_.insert(pending_keys_.end(), {ctx.sample_ids[b], level});
+        pending_.insert(pending_.end(), out + b * floats, out + (b + 1) * floats);
       }
     }
   }
@@ -120,6 +100,32 @@ void AutoCache::store(const TrainContext& ctx, int frozen) {
   if (cache_->count(frozen) == cache_->samples())
     for (const int level : cache_->held_levels())
       if (level != frozen) cache_->drop_level(level);
+}
+
+void AutoCache::share(const TrainContext& ctx) {
+  if (!active_ || !ctx.allgather_replicas || ctx.replicas <= 1) return;
+  const size_t floats = cache_->sample_floats(), R = ctx.replicas;
+  // Two collectives per step: how many entries each replica stored, then all of them (padded to
+  // the largest count; a key of -1 is padding).
+  int64_t count = static_cast<int64_t>(pending_keys_.size() / 2);
+  std::vector<int64_t> counts(R);
+  ctx.allgather_replicas(&count, sizeof count, counts.data());
+  const size_t most = static_cast<size_t>(*std::max_element(counts.begin(), counts.end()));
+  if (most > 0) {
+    pending_keys_.resize(2 * most, -1);
+    pending_.resize(most * floats, 0.0f);
+    std::vector<int64_t> keys(2 * most * R);
+    std::vector<float> data(most * floats * R);
+    ctx.allgather_replicas(pending_keys_.data(), 2 * most * sizeof(int64_t), keys.data());
+    ctx.allgather_replicas(pending_.data(), most * floats * sizeof(float), data.data());
+    for (size_t e = 0; e < most * R; ++e) {
+      const int64_t id = keys[2 * e];
+      const int level = static_cast<int>(keys[2 * e + 1]);
+      if (id >= 0 && !cache_->has(id, level)) cache_->write(id, level, data.data() + e * floats);
+    }
+  }
+  pending_keys_.clear();
+  pending_.clear();
 }
 
 void AutoCache::add_metrics(nlohmann::json& record) {

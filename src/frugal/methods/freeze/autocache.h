@@ -46,9 +46,13 @@ class AutoCache {
   bool active() const { return active_; }
   // BeforeForward: feeds the micro-batch from the cache when all its samples share a level.
   void serve(TrainContext& ctx, int frozen);
-  // AfterForward: stores the frozen prefix's output of the micro-batch's samples (and, with
-  // data-parallel replicas, of every replica's: TrainContext::allgather_replicas).
+  // AfterForward: stores the frozen prefix's output of the micro-batch's samples (with
+  // data-parallel replicas, also keeps it for share()).
   void store(const TrainContext& ctx, int frozen);
+  // BatchEnd, with data-parallel replicas (TrainContext::allgather_replicas): every replica
+  // stores what every other one stored during the step, so a sample revisited on another replica
+  // is served there too.
+  void share(const TrainContext& ctx);
   // BatchEnd: micro-batches served / not served so far and the cache's size.
   void add_metrics(nlohmann::json& record);
 
@@ -59,8 +63,8 @@ class AutoCache {
   bool active_ = false;
   std::unique_ptr<PrefixCache> cache_;
   Buffer<float> batch_;  // (B,T,C) assembled prefix output
-  std::vector<int64_t> gathered_ids_;  // every replica's micro-batch ids and computed flag (replicas × (B+1)),
-  std::vector<float> gathered_;        // and its prefix output at one level (replicas × B,T,C)
+  std::vector<int64_t> pending_keys_;  // (sample id, level) of each entry stored this step,
+  std::vector<float> pending_;         // and its (T,C) tensor: what share() sends
   // GPT::prefix_format_version of the frozen prefix the entries were computed with: another
   // method (sparse24 at its dense fine-tuning switch) changing a frozen block's format makes
   // every entry stale.

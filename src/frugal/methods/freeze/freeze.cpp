@@ -71,7 +71,7 @@ bool FreezeMethod::match(Event event, const TrainContext& ctx) const {
     case Event::AfterOptimStep:
       return config_.alpha > 0 && (ctx.step + 1) % config_.interval == 0;
     case Event::BatchEnd:
-      return ctx.metrics != nullptr;
+      return ctx.metrics != nullptr || autocache_.active();
     default:
       return false;
   }
@@ -127,6 +127,8 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
       }
       break;
     case Event::BatchEnd:
+      autocache_.share(ctx);
+      if (!ctx.metrics) break;
       (*ctx.metrics)["frozen_layers"] = frozen_;
       autocache_.add_metrics(*ctx.metrics);
       break;
