@@ -49,4 +49,4 @@ run data-parallel 2 --set parallel.pipeline_stages=1 --set train.grad_accum=2
 "$FRUGAL" report "$OUT/gpipe-1" "$OUT/pipetransformer-1" "$OUT/gpipe-1f1b" "$OUT/pipetransformer-1f1b" \
   "$OUT/pipetransformer-np4" "$OUT/data-parallel" "$OUT/one-process" --out "$OUT/report"
 # Every timed pair (the ratio of medians is the result; the first pair is in the report above).
-"$FRUGAL" report "$OUT"/gpipe-[0-9]* "$OUT"/pipetransformer-[0-9]* --out "$OUT/report-pairs" --no-plots
+"$FRUGAL" report "$OUT"/gpipe-[0-9] "$OUT"/pipetransformer-[0-9] --out "$OUT/report-pairs" --no-plots

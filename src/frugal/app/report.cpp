@@ -388,16 +388,17 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
       add(val_wall, "val", val, "2:4");
       val_flops.series.push_back({val_wall.series.back().file, "3:4", run.name, i});
     }
-    if (run.has("pipeline_stages") && run.has("tokens_per_s")) {
+    if (run.has("pipeline_repartitions") && run.has("tokens_per_s")) {
       std::string text = "# wall_s tokens_per_s\n", changes = "# wall_s tokens_per_s stages replicas\n";
-      std::optional<std::pair<double, double>> layout;
+      double done = 0;  // re-partitions before the point
       for (const MetricPoint& p : run.points) {
-        const auto tokens = p.get("tokens_per_s"), stages = p.get("pipeline_stages"), replicas = p.get("pipeline_replicas");
-        if (!tokens || !stages || !replicas) continue;
+        const auto tokens = p.get("tokens_per_s"), count = p.get("pipeline_repartitions");
+        if (!tokens || !count) continue;
         text += fmt::format("{} {}\n", gp_number(p.wall_s), gp_number(*tokens));
-        if (layout && *layout != std::pair(*stages, *replicas))
-          changes += fmt::format("{} {} {} {}\n", gp_number(p.wall_s), gp_number(*tokens), *stages, *replicas);
-        layout = std::pair(*stages, *replicas);
+        if (*count > done)
+          changes += fmt::format("{} {} {} {}\n", gp_number(p.wall_s), gp_number(*tokens),
+                                 p.get("pipeline_stages").value_or(0), p.get("pipeline_replicas").value_or(0));
+        done = *count;
       }
       add(throughput, "throughput", text, "1:2");
       add(throughput, "repartitions", changes, "1:2");

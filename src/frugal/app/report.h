@@ -102,7 +102,7 @@ inline constexpr std::array<const char*, 7> kPlotNames = {kPlotValVsWall, kPlotV
 // the gnuplot inputs (plots.gp, plot-data/run<i>_*.dat) and gnuplot's output (gnuplot.log). Plots:
 // validation loss vs seconds and vs FLOPs (log x) with the target as a dashed line, training
 // loss vs step, flip_rate, level and sparsity vs step when a run logs them, and a pipeline's
-// tokens/s vs seconds with its re-partitions marked (runs that log pipeline_stages). Throws Error (saying `apt-get install
+// tokens/s vs seconds with its re-partitions marked (runs that log pipeline_repartitions). Throws Error (saying `apt-get install
 // gnuplot-nox`) before writing anything when gnuplot is not found. Returns the table.
 ReportTable write_report(const std::vector<RunMetrics>& runs, const std::string& out_dir,
                          const ReportOptions& options);

@@ -211,6 +211,7 @@ StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohma
       (*record)["pipeline"] = {{"stages", 1}, {"replicas", layout_.replicas}};
       (*record)["pipeline_stages"] = 1;
       (*record)["pipeline_replicas"] = layout_.replicas;
+      (*record)["pipeline_repartitions"] = repartitions_;
     }
     return r;
   }
@@ -420,6 +421,7 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
                              {"bubble_ideal", double(K - 1) / (Mr + K - 1)}};
     (*record)["pipeline_stages"] = K;  // top level and numeric: `frugal report` plots them
     (*record)["pipeline_replicas"] = D;
+    (*record)["pipeline_repartitions"] = repartitions_;
     status_ = fmt::format(" | {}×{} bubble {:.0f}% (ideal {:.0f}%)", K, D, 100 * mean_bubble,
                           100.0 * (K - 1) / (Mr + K - 1));
   }
@@ -464,6 +466,7 @@ void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
                  "pipeline re-partition", rank);
   const PipelineLayout next = autopipe(costs_, frozen, layout_.stages, world_.size(), limit_, elastic_);
   layout_frozen_ = frozen;
+  ++repartitions_;
   apply(next);
   const double seconds = timer.seconds();
   const double slowest = slowest_stage(costs_, frozen, next.bounds);
@@ -471,6 +474,7 @@ void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
     (*record)["event"] = "repartition";
     (*record)["pipeline_stages"] = next.stages;
     (*record)["pipeline_replicas"] = next.replicas;
+    (*record)["pipeline_repartitions"] = repartitions_;
     (*record)["repartition"] = {{"frozen", frozen}, {"from", before.describe()}, {"to", next.describe()},
                                 {"stages", next.stages}, {"replicas", next.replicas}, {"bounds", next.bounds},
                                 {"slowest_stage_s", slowest}, {"limit_s", limit_}, {"seconds", seconds}};
@@ -485,7 +489,8 @@ void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
 nlohmann::json PipelineStep::save_state() const {
   if (!measured_) return nullptr;
   return {{"stages", layout_.stages}, {"replicas", layout_.replicas}, {"bounds", layout_.bounds},
-          {"frozen", layout_frozen_}, {"limit_s", limit_}, {"costs", costs_to_json(costs_)}};
+          {"frozen", layout_frozen_}, {"limit_s", limit_}, {"costs", costs_to_json(costs_)},
+          {"repartitions", repartitions_}};
 }
 
 void PipelineStep::load_state(const nlohmann::json& state) {
@@ -500,6 +505,7 @@ void PipelineStep::load_state(const nlohmann::json& state) {
   layout_ = layout;
   layout_frozen_ = state.at("frozen");
   limit_ = state.at("limit_s");
+  repartitions_ = state.at("repartitions");
   costs_ = costs_from_json(state.at("costs"));
   measured_ = true;
 }

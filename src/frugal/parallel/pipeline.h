@@ -84,6 +84,7 @@ class PipelineStep final : public StepStrategy {
   std::string status_;       // for the progress line
   double limit_ = 0;         // the slowest stage of the starting layout (seconds per micro-batch)
   int layout_frozen_ = 0;    // the frozen prefix the layout was made for
+  int64_t repartitions_ = 0; // so far in the run
   MPI_Comm base_ = MPI_COMM_NULL, pipe_ = MPI_COMM_NULL, replicas_ = MPI_COMM_NULL;
   std::unique_ptr<DataParallelStep> dp_;  // one stage: data parallel
   int slots_ = 1, per_replica_ = 1;       // activation slots; micro-batches per replica
