@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "frugal/core/error.h"
-#include "frugal/core/rng.h"
 #include "frugal/core/timer.h"
 #include "frugal/io/stdout.h"
 #include "frugal/parallel/grad_norm.h"
@@ -229,25 +228,14 @@ void PipelineStep::forward(TrainContext& ctx, int64_t step, int micro, StepResul
   model.use_slot(slot_of(micro));
   GPT::RangeInput in;
   if (k == 0) {  // the micro-batch's events fire where its tokens enter
-    ctx.micro = micro;
-    ctx.inputs = mb.inputs.data();
-    ctx.targets = mb.targets.data();
-    ctx.sample_ids = mb.ids.data();
-    ctx.prefix_output = nullptr;
-    ctx.prefix_blocks = 0;
-    methods_.fire(Event::BeforeForward, ctx);
-    const int cached = ctx.prefix_output ? ctx.prefix_blocks : 0;
-    const StepFlops flops = count_step_flops(model, t.batch_size, t.seq_len, cached);
-    r.executed += flops.executed_total();
-    r.dense += flops.dense_total();
+    const int cached = begin_micro_batch(ctx, micro, mb.inputs.data(), mb.targets.data(), mb.ids.data(), r);
     in = {mb.inputs.data(), ctx.prefix_output, cached};
   } else {
     receive(act_in_.data(), k - 1, kActivationTag, fmt::format("the activations of micro-batch {}", index));
     in = {nullptr, act_in_.data(), layout_.bounds[k]};
   }
-  const uint64_t dropout_key = mix64(t.seed ^ mix64(static_cast<uint64_t>(step * M + index)));
   Timer busy;
-  const float loss = model.forward_range(in, mb.targets.data(), 1.0f / M, dropout_key);
+  const float loss = model.forward_range(in, mb.targets.data(), 1.0f / M, dropout_key(step, M, index));
   busy_ += busy.seconds();
   if (k == 0) {
     ctx.loss = 0;  // known on the last stage only

@@ -58,27 +58,36 @@ void StepStrategy::draw(const BatchSource& next_batch) { next_batch(inputs_.data
 
 double StepStrategy::run_micro_batch(TrainContext& ctx, int micro, int64_t step, int index, int count,
                                      StepResult& r) {
-  const TrainSettings& t = settings_.train;
   GPT& model = session_.model();
-  ctx.micro = micro;
-  ctx.inputs = inputs_.data();
-  ctx.targets = targets_.data();
-  ctx.sample_ids = ids_.data();
-  ctx.prefix_output = nullptr;
-  ctx.prefix_blocks = 0;
-  methods_.fire(Event::BeforeForward, ctx);
-  const int cached = ctx.prefix_output ? ctx.prefix_blocks : 0;
-  const StepFlops flops = count_step_flops(model, t.batch_size, t.seq_len, cached);
-  r.executed += flops.executed_total();
-  r.dense += flops.dense_total();
-  const uint64_t dropout_key = mix64(t.seed ^ mix64(static_cast<uint64_t>(step * count + index)));
-  ctx.loss = model.forward(inputs_.data(), targets_.data(), 1.0f / count, dropout_key,
-                           ctx.prefix_output, ctx.prefix_blocks);
+  const int cached = begin_micro_batch(ctx, micro, inputs_.data(), targets_.data(), ids_.data(), r);
+  ctx.loss = model.forward(inputs_.data(), targets_.data(), 1.0f / count, dropout_key(step, count, index),
+                           ctx.prefix_output, cached);
   methods_.fire(Event::AfterForward, ctx);
   methods_.fire(Event::BeforeBackward, ctx);
   model.backward();
   methods_.fire(Event::AfterBackward, ctx);
   return ctx.loss;
+}
+
+int StepStrategy::begin_micro_batch(TrainContext& ctx, int micro, const int32_t* inputs, const int32_t* targets,
+                                    const int64_t* ids, StepResult& r) {
+  const TrainSettings& t = settings_.train;
+  ctx.micro = micro;
+  ctx.inputs = inputs;
+  ctx.targets = targets;
+  ctx.sample_ids = ids;
+  ctx.prefix_output = nullptr;
+  ctx.prefix_blocks = 0;
+  methods_.fire(Event::BeforeForward, ctx);
+  const int cached = ctx.prefix_output ? ctx.prefix_blocks : 0;
+  const StepFlops flops = count_step_flops(session_.model(), t.batch_size, t.seq_len, cached);
+  r.executed += flops.executed_total();
+  r.dense += flops.dense_total();
+  return cached;
+}
+
+uint64_t StepStrategy::dropout_key(int64_t step, int count, int index) const {
+  return mix64(settings_.train.seed ^ mix64(static_cast<uint64_t>(step * count + index)));
 }
 
 void StepStrategy::check_finite(const char* what, double value, int64_t step) {

@@ -80,6 +80,14 @@ class StepStrategy {
   // returns its loss. It is micro-batch `index` of the `count` that make optimizer step `step`
   // in the order one process runs them: that keys its dropout masks and scales its gradient.
   double run_micro_batch(TrainContext& ctx, int micro, int64_t step, int index, int count, StepResult& r);
+  // Fires BeforeForward for micro-batch `micro` (inputs, targets (B,T), sample ids (B)) and adds
+  // its FLOPs to r; returns how many blocks a method's cached prefix covers (0: none), whose
+  // output is then ctx.prefix_output.
+  int begin_micro_batch(TrainContext& ctx, int micro, const int32_t* inputs, const int32_t* targets,
+                        const int64_t* ids, StepResult& r);
+  // The dropout key of micro-batch `index` of the `count` that make optimizer step `step`, in the
+  // order one process runs them.
+  uint64_t dropout_key(int64_t step, int count, int index) const;
   // Stops training with an error saying what to change when the loss or the norm is not finite:
   // before the update, so that no checkpoint of diverged weights replaces a good one.
   static void check_finite(const char* what, double value, int64_t step);
