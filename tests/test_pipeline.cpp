@@ -160,7 +160,10 @@ TEST_F(Pipeline, BadLayoutsAreRefusedWithWhatToDo) {
            {mpirun(2), "--set parallel.pipeline_stages=3", "does not divide the 2 ranks"},
            {mpirun(2), "--set parallel.pipeline_stages=2 --set train.grad_accum=3", "train.grad_accum = 3 must be a multiple of 2"},
            {mpirun(2), "--set parallel.pipeline_stages=2 --set parallel.zero=1", "parallel.zero = 1 is not supported"},
-           {mpirun(2), "--set parallel.pipeline_stages=2 --set methods.mst.update_interval=2", "methods.mst chooses sparsity masks"}}) {
+           {mpirun(2), "--set parallel.pipeline_stages=2 --set methods.mst.update_interval=2", "methods.mst chooses sparsity masks"},
+           // One micro-batch of the whole model fits; GPipe's 8192 of a stage in flight (~330 GB) do not.
+           {mpirun(2), "--set parallel.pipeline_stages=2 --set parallel.schedule=gpipe --set train.batch_size=64 "
+                       "--set train.grad_accum=8192", "needs more memory than the machine has available"}}) {
     const CliResult r = run_shell(c.program + " " + train_args("bad", 2, c.extra));
     EXPECT_NE(r.rc, 0) << c.extra;
     EXPECT_TRUE(contains(r.output, c.message)) << c.extra << "\n" << r.output;

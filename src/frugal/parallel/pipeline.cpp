@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "frugal/core/error.h"
+#include "frugal/core/memory.h"
 #include "frugal/core/timer.h"
 #include "frugal/io/stdout.h"
 #include "frugal/parallel/grad_norm.h"
@@ -170,9 +171,20 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   }
   MPI_Comm_split(base_, replica(), stage(), &pipe_);
   MPI_Comm_split(base_, stage(), replica(), &replicas_);
-  const int K = layout.stages;
+  const int K = layout.stages, k = stage();
   per_replica_ = t.grad_accum / layout.replicas;
-  slots_ = gpipe_ ? per_replica_ : std::min(K - stage(), per_replica_);
+  slots_ = gpipe_ ? per_replica_ : std::min(K - k, per_replica_);
+  // The stage's memory with its micro-batches in flight (the trainer checked one of the whole model).
+  const BlockRange stage_range{layout.bounds[k], layout.bounds[k + 1], k == 0, k == K - 1};
+  const MemoryPlan plan = GPT::estimate_memory(model.config(), t.batch_size, t.seq_len, model.recompute(),
+                                               model.range(), stage_range, slots_);
+  const size_t optimizer = session_.optim().state_bytes();
+  const double needed = double(optimizer) + plan.parameters + plan.gradients + plan.activations + plan.scratch;
+  FRUGAL_CHECK(needed <= double(available_memory_bytes()), "pipeline stage {} (blocks [{}, {}), {} micro-batches "
+               "in flight) needs more memory than the machine has available: {}; use parallel.schedule = "
+               "\"1f1b\" (at most K micro-batches in flight), fewer micro-batches (train.grad_accum) or "
+               "train.recompute = \"all\"", k, stage_range.begin, stage_range.end, slots_, plan.describe(optimizer));
+  stage_activation_bytes_ = plan.activations;
   const size_t floats = size_t(t.batch_size) * t.seq_len * model.config().n_embd;
   act_in_.assign(floats, 0.0f);
   grad_in_.assign(floats, 0.0f);
@@ -196,10 +208,12 @@ StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohma
                    : 0;
       layout_frozen_ = frozen;
       const PipelineLayout start = autopipe(costs_, frozen, K, world_.size(), limit_, elastic_);
-      if (world_.is_writer())
-        io::print("pipeline: {} (measured per micro-batch: slowest stage {:.1f} ms)\n", start.describe(),
-                  1e3 * slowest_stage(costs_, frozen, start.bounds));
       apply(start);
+      if (world_.is_writer())
+        io::print("pipeline: {} (measured per micro-batch: slowest stage {:.1f} ms){}\n", start.describe(),
+                  1e3 * slowest_stage(costs_, frozen, start.bounds),
+                  start.stages == 1 ? "" : fmt::format("; stage 0 holds {:.1f} MiB of activations for {} "
+                                                       "micro-batches in flight", stage_activation_bytes_ / 1048576.0, slots_));
     } else {
       apply(layout_);
     }

@@ -94,6 +94,7 @@ class PipelineStep final : public StepStrategy {
   std::vector<std::vector<float>> act_out_, grad_out_;  // per slot: being sent
   std::vector<MPI_Request> act_sends_, grad_sends_;
   double busy_ = 0;  // seconds of compute in the step's schedule
+  size_t stage_activation_bytes_ = 0;  // this rank's stage, all slots
 };
 
 // The factory of train and bench under mpirun: PipelineStep when parallel.pipeline_stages > 1,
