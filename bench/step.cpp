@@ -74,6 +74,8 @@ std::string BenchResult::to_json(const std::string& preset, int threads) const {
                    {"mfu", mfu},                {"model_flops_per_step", model_flops_per_step},
                    {"dense_flops_per_step", dense_flops_per_step},
                    {"peak_gemm_flops", peak_flops}, {"peak_rss_bytes", peak_rss_bytes},
+                   {"peak_fma_flops", fma_peak_flops}, {"mfu_fma", mfu_fma},
+                   {"fma_isa", fma_isa},
                    {"parameters", parameters},  {"batch", batch}, {"seq_len", seq_len},
                    {"warmup", warmup},          {"steps", steps},
                    {"nproc", ranks},            {"strategy", strategy}};
@@ -173,6 +175,9 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   r.peak_rss_bytes = static_cast<uint64_t>(max_over_ranks(group, static_cast<double>(peak_rss_bytes())));
   r.peak_flops = group.sum({kernels::cpu::measure_gemm_peak_flops()})[0];
   r.mfu = executed.model() / seconds / r.peak_flops;
+  r.fma_peak_flops = group.sum({kernels::cpu::measure_fma_peak_flops()})[0];
+  r.mfu_fma = executed.model() / seconds / r.fma_peak_flops;
+  r.fma_isa = kernels::cpu::fma_peak_isa();
   r.parameters = session.model().table().num_parameters(session.model().config());
   r.memory_plan = session.model().memory_plan().describe(session.optim().state_bytes());
   r.profile = kernel_profile;

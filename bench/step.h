@@ -1,6 +1,6 @@
 // The training-step benchmark behind `frugal bench`: times full steps (forward, backward, AdamW,
 // and the enabled methods' events) on a fixed batch of random tokens after warm-up, and reports
-// ms/step, tokens/s, MFU against the measured GEMM peak, and peak resident memory.
+// ms/step, tokens/s, MFU against the measured GEMM peak and the FMA peak, and peak resident memory.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -46,6 +46,10 @@ struct BenchResult {
   double comm_wait_share = 0, gradient_bytes = 0, ring_bytes = 0;
   int buckets = 0;
   double model_flops_per_step = 0, dense_flops_per_step = 0, peak_flops = 0;
+  // The FMA peak (kernels/cpu/blas_peak.h), measured in the same run as the GEMM peak (every
+  // rank's at once, summed), and the MFU against it.
+  double fma_peak_flops = 0, mfu_fma = 0;
+  std::string fma_isa;  // the vector instructions of the FMA peak: "AVX-512" or "AVX2"
   uint64_t peak_rss_bytes = 0;
   size_t parameters = 0;
   int batch = 0, seq_len = 0, warmup = 0, steps = 0;

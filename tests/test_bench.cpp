@@ -5,6 +5,7 @@
 
 #include "frugal/bench/step.h"
 #include "frugal/core/threading.h"
+#include "frugal/kernels/cpu/blas_peak.h"
 #include "run_cli.h"
 
 namespace frugal {
@@ -45,6 +46,26 @@ TEST(Bench, AutoCacheServesTheFrozenPrefixAsInALaterEpoch) {
   EXPECT_EQ(cached.dense_flops_per_step, recomputed.dense_flops_per_step);
   EXPECT_LT(cached.model_flops_per_step, recomputed.model_flops_per_step)
       << "the timed steps should skip the frozen block's forward";
+}
+
+// The FMA peak: every lane of the widest vector unit doing fused multiply-adds, the ceiling no GEMM
+// passes (the margin covers a shared machine's load shifting between the two measurements); a
+// loop that counted the wrong lanes or chains would land far outside it. The benchmark reports
+// the MFU against both.
+TEST(Bench, FmaPeakIsTheCeilingOfTheGemmRate) {
+  const double gemm = kernels::cpu::measure_gemm_peak_flops(), fma = kernels::cpu::measure_fma_peak_flops();
+  std::printf("%s FMA peak %.1f GFLOP/s, GEMM %.1f GFLOP/s (%.0f%%), %d threads\n",
+              kernels::cpu::fma_peak_isa(), fma / 1e9, gemm / 1e9, 100 * gemm / fma, num_threads());
+  EXPECT_LE(gemm, 1.25 * fma);
+  EXPECT_GE(gemm, 0.2 * fma);
+  const std::vector<std::string> tiny = {"model.n_layer=1", "model.n_embd=32", "model.n_head=2",
+                                         "model.block_size=16", "train.seq_len=16"};
+  const BenchResult r = run_train_bench(bench_preset("S", tiny, 1, 2));
+  EXPECT_GT(r.fma_peak_flops, 0);
+  EXPECT_NEAR(r.mfu_fma, r.mfu * r.peak_flops / r.fma_peak_flops, 1e-9);
+  const nlohmann::json j = nlohmann::json::parse(r.to_json("S", num_threads()));
+  EXPECT_EQ(j["fma_isa"], r.fma_isa);
+  EXPECT_EQ(j["peak_fma_flops"].get<double>(), r.fma_peak_flops);
 }
 
 // The binary gives libgomp frugal's spin count unless the user chose a wait policy (core/threading.h).

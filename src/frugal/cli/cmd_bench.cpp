@@ -136,9 +136,10 @@ void add_bench_command(CLI::App& app) {
               kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()));
     io::print("{}\n", r.memory_plan);
     io::print("{:.2f} ms/step (median; min {:.2f}, mean {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of "
-              "measured GEMM peak {:.1f} GFLOP/s, peak RSS {:.1f} MiB\n",
+              "measured GEMM peak {:.1f} GFLOP/s ({:.1f}% of the {} FMA peak {:.1f} GFLOP/s), peak RSS "
+              "{:.1f} MiB\n",
               r.ms_per_step, r.ms_min, r.ms_mean, r.tokens_per_s, 100 * r.mfu, r.peak_flops / 1e9,
-              r.peak_rss_bytes / 1048576.0);
+              100 * r.mfu_fma, r.fma_isa, r.fma_peak_flops / 1e9, r.peak_rss_bytes / 1048576.0);
     if (r.ranks > 1)
       io::print("communication: {:.1f}% of the step waiting for gradients after the backward; {} "
                 "bucket{}, {:.1f} MiB of gradients per step ({:.1f} MiB per rank on a ring)\n",

@@ -1,7 +1,11 @@
 // The engine SGEMM for benchmarks and the measured GEMM peak (see blas_peak.h).
 #include "frugal/kernels/cpu/blas_peak.h"
 
+#include <immintrin.h>
+#include <omp.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "frugal/core/timer.h"
@@ -26,6 +30,69 @@ double measure_gemm_peak_flops() {
     best = std::min(best, t.seconds());
   }
   return 2.0 * n * double(n) * n / best;
+}
+
+namespace {
+
+// `iterations` rounds of one FMA on each of `kChains` independent accumulators (enough chains to
+// cover the FMA latency times the units that issue them); returns their sum so that the loop is
+// not optimised away. FLOPs: iterations · kChains · lanes · 2.
+constexpr int kChains = 12;
+
+__attribute__((target("avx512f"))) float fma_chains_avx512(int64_t iterations) {
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(float(i));
+  for (int64_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  for (int i = 1; i < kChains; ++i) acc[0] = _mm512_add_ps(acc[0], acc[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc[0]);
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
+}
+
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(int64_t iterations) {
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+  __m256 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(float(i));
+  for (int64_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  for (int i = 1; i < kChains; ++i) acc[0] = _mm256_add_ps(acc[0], acc[i]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc[0]);
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
+}
+
+bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
+
+}  // namespace
+
+const char* fma_peak_isa() { return has_avx512() ? "AVX-512" : "AVX2"; }
+
+double measure_fma_peak_flops() {
+  const bool avx512 = has_avx512();
+  const int lanes = avx512 ? 16 : 8;
+  const int64_t iterations = int64_t{1} << 21;  // ~10 ms per thread at a few GHz
+  volatile float sink = 0;
+  double best = 1e30;
+  int threads = 1;
+  for (int rep = 0; rep < 5; ++rep) {
+    Timer t;
+#pragma omp parallel
+    {
+      const float v = avx512 ? fma_chains_avx512(iterations) : fma_chains_avx2(iterations);
+#pragma omp critical
+      sink = sink + v;
+#pragma omp single
+      threads = omp_get_num_threads();
+    }
+    best = std::min(best, t.seconds());
+  }
+  return 2.0 * lanes * kChains * double(iterations) * threads / best;
 }
 
 }  // namespace frugal::kernels::cpu
