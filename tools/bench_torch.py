@@ -4,9 +4,16 @@ One step = forward, backward, gradient-norm clipping (to 1.0, as frugal's step),
 zero_grad(set_to_none=True) on a fixed random batch.
 Presets, warm-up and timed step counts match `frugal bench --preset`, and so does the statistic:
 each timed step is timed alone and ms/step and tokens/s come from the median step time.
-Run with Debian's torch (OpenBLAS, OpenMP variant):
+Run with PyPI's torch 2.x (tools/setup_torch_venv.sh; MKL, oneDNN 3, fused attention and AdamW)
+or Debian's torch 1.13 (OpenBLAS, OpenMP variant):
 
+    .venv-torch/bin/python tools/bench_torch.py --preset M --threads 2 [--compile] [--json]
     /usr/bin/python3 tools/bench_torch.py --preset M --threads 2 [--warmup 3 --steps 10] [--json]
+
+By default each torch runs its fastest eager setup: F.scaled_dot_product_attention(is_causal=True)
+from torch 2.0 on (written-out attention before) and AdamW(fused=True) from torch 2.4 on (the
+default foreach AdamW before); --attention and --adamw choose otherwise. --compile wraps the model
+in torch.compile (its compilation happens in the warm-up steps, which are not timed).
 
 tools/bench_ddp.py (data-parallel) reuses the presets and the step, timing and counting functions.
 torch_gpt (beside this file, on sys.path when run as a script) imports torch, so it is imported
@@ -40,6 +47,11 @@ def make_parser(doc, default_threads=os.cpu_count()):
     ap.add_argument("--steps", type=int, help="timed steps (default per preset)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    ap.add_argument("--attention", choices=["auto", "manual", "sdpa"], default="auto",
+                    help="auto: sdpa from torch 2.0 on, else manual")
+    ap.add_argument("--adamw", choices=["auto", "foreach", "fused"], default="auto",
+                    help="auto: fused from torch 2.4 on, else torch's default (foreach)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (torch >= 2.0)")
     return ap
 
 
@@ -140,10 +152,15 @@ def main():
     torch = import_torch(args.threads)
     from torch_gpt import make_adamw
 
+    version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    attention = args.attention if args.attention != "auto" else ("sdpa" if version >= (2, 0) else "manual")
+    adamw = args.adamw if args.adamw != "auto" else ("fused" if version >= (2, 4) else "foreach")
     gen = torch.Generator().manual_seed(args.seed)
-    cfg, model, B, T = build_model(args.preset, gen)
-    opt = make_adamw(model, lr=3e-4)
+    cfg, model, B, T = build_model(args.preset, gen, attention=attention)
+    opt = make_adamw(model, lr=3e-4, **({"fused": True} if adamw == "fused" else {}))
     inputs, targets = random_batch(cfg, B, T, gen)
+    if args.compile:
+        model = torch.compile(model)
 
     load_before = os.getloadavg()[0]  # the machine may be shared: record how busy it was
     times, loss = time_steps(lambda: train_step(model, opt, inputs, targets), args.warmup, args.steps)
@@ -168,6 +185,9 @@ def main():
         parameters=parameters,  # without them, as frugal bench counts
         final_loss=loss,
         torch_version=torch.__version__,
+        attention=attention,
+        adamw=adamw,
+        compiled=args.compile,
         blas=blas_library(),
         omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "default"),
         load_avg_1m=[load_before, os.getloadavg()[0]],  # before warmup, after the timed steps
@@ -176,7 +196,8 @@ def main():
         print(json.dumps(result))
     else:
         print(
-            f"pytorch {torch.__version__} preset {args.preset} (B={B}, T={T}, {result['n_params'] / 1e6:.2f}M params), "
+            f"pytorch {torch.__version__} ({attention} attention, {adamw} AdamW{', compiled' if args.compile else ''}) "
+            f"preset {args.preset} (B={B}, T={T}, {result['n_params'] / 1e6:.2f}M params), "
             f"{args.threads} threads: {ms_per_step:.1f} ms/step (median), {result['tokens_per_s']:.0f} tokens/s, "
             f"peak RSS {result['peak_rss_bytes'] / 2**20:.0f} MiB, loss {loss:.4f}\n"
             f"BLAS: {result['blas']}; load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"

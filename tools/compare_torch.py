@@ -1,15 +1,21 @@
-"""Side-by-side training speed: frugal against the PyTorch reference, same preset and threads.
+"""Side-by-side training speed: frugal against PyTorch, same preset and threads.
 
-Runs `<frugal> bench --preset P --threads N --json` and
-`/usr/bin/python3 tools/bench_torch.py --preset P --threads N --json` alternately, --repeats times
-each (alternating spreads the load of a shared machine over both), then prints medians:
+Runs `<frugal> bench --preset P --threads N --json` and tools/bench_torch.py for each PyTorch
+alternately, --repeats times each (alternating spreads the load of a shared machine over all),
+then prints medians:
 
-    /usr/bin/python3 tools/compare_torch.py --preset S M L --threads 2 [--repeats 5] [--json]
+    /usr/bin/python3 tools/compare_torch.py --preset S M L --threads 2 [--repeats 3] [--json]
+
+The PyTorch sides: the current PyPI wheel (torch 2.x in .venv-torch, made by
+tools/setup_torch_venv.sh; --torch-python chooses another interpreter), run eager and under
+torch.compile, both with F.scaled_dot_product_attention and AdamW(fused=True); the ratio is frugal
+against the faster of the two in each round. Debian's torch 1.13 (/usr/bin/python3, OpenBLAS) is
+the history column, when installed; --no-debian-torch leaves it out.
 
 Each command must print one JSON object (its last JSON line is used) with at least tokens_per_s
 and ms_per_step (both from the median step time on both sides), peak_rss_bytes, and the run's
 batch, seq_len, parameters (without vocabulary padding rows), warmup and steps: the script stops
-with an error when the two sides did not run the same model, batch and step counts.
+with an error when the sides did not run the same model, batch and step counts.
 --frugal-cmd / --torch-cmd replace the program part of a command (frugal still gets `bench`, both
 get the options), e.g. to test this script with a fake benchmark.
 tools/compare_ddp.py (data-parallel: MPI ranks against PyTorch DDP) reuses these functions.
@@ -84,26 +90,40 @@ def check_same_run(preset, results, same_run=SAME_RUN):
                  f"({a} vs {b}: {', '.join(f'{key} {ra[key]} vs {rb[key]}' for key in differ)}){advice}")
 
 
-def compare(preset, commands, repeats, timeout, head, required=REQUIRED, same_run=SAME_RUN):
-    """Alternates the two sides' commands ({side: preset -> command line}) `repeats` times; returns
-    head followed by the medians of one preset, the ratio being the first side's tokens/s over the
-    second's (median of the per-pair ratios)."""
+def run_alternating(preset, commands, repeats, timeout, required=REQUIRED, same_run=SAME_RUN):
+    """Runs every side's command ({side: preset -> command line}) in turn, `repeats` rounds; returns
+    {side: [result per round]}. Every round's sides must have run the same benchmark as the first."""
     runs = {name: [] for name in commands}
     for _ in range(repeats):
         for name, command in commands.items():
             runs[name].append(run_bench(name, command(preset), timeout, required))
             print(f"  {preset} {name}: {runs[name][-1]['tokens_per_s']:.0f} tokens/s", file=sys.stderr)
-        check_same_run(preset, {name: results[-1] for name, results in runs.items()}, same_run)
-    (a, first), (_, second) = runs.items()
-    ratios = [f["tokens_per_s"] / t["tokens_per_s"] for f, t in zip(first, second)]
-    summary = dict(head, repeats=repeats, ratio_median=statistics.median(ratios))
+        first = next(iter(runs))
+        for name in list(runs)[1:]:
+            check_same_run(preset, {first: runs[first][-1], name: runs[name][-1]}, same_run)
+    return runs
+
+
+def medians(summary, runs):
+    """Adds every side's medians (and all its tokens/s) to summary."""
     for name, results in runs.items():
         for key in MEASURED:
             summary[f"{name}_{key}_median"] = statistics.median(r[key] for r in results)
         summary[f"{name}_tokens_per_s_all"] = [r["tokens_per_s"] for r in results]
-    if all("mfu" in r for r in first):
-        summary[f"{a}_mfu_median"] = statistics.median(r["mfu"] for r in first)
+        for key in ("mfu", "mfu_fma"):
+            if all(key in r for r in results):
+                summary[f"{name}_{key}_median"] = statistics.median(r[key] for r in results)
     return summary
+
+
+def compare(preset, commands, repeats, timeout, head, required=REQUIRED, same_run=SAME_RUN):
+    """Alternates the two sides' commands ({side: preset -> command line}) `repeats` times; returns
+    head followed by the medians of one preset, the ratio being the first side's tokens/s over the
+    second's (median of the per-pair ratios)."""
+    runs = run_alternating(preset, commands, repeats, timeout, required, same_run)
+    (_, first), (_, second) = runs.items()
+    ratios = [f["tokens_per_s"] / t["tokens_per_s"] for f, t in zip(first, second)]
+    return medians(dict(head, repeats=repeats, ratio_median=statistics.median(ratios)), runs)
 
 
 def print_table(rows, sides, lead=("preset", "threads")):
@@ -140,18 +160,57 @@ def set_omp_wait_policy():
 
 
 def main():
-    args = parse_args(make_parser(__doc__, "/usr/bin/python3 tools/bench_torch.py", default_threads=2))
+    ap = make_parser(__doc__, "the PyTorch interpreter + tools/bench_torch.py", default_threads=2)
+    ap.add_argument("--torch-python", default=os.path.join(REPO, ".venv-torch", "bin", "python"),
+                    help="the interpreter with PyPI's torch 2.x (default: .venv-torch, tools/setup_torch_venv.sh)")
+    ap.add_argument("--no-debian-torch", action="store_true", help="leave out Debian's torch 1.13 column")
+    args = parse_args(ap)
     set_omp_wait_policy()
     frugal = (shlex.split(args.frugal_cmd) if args.frugal_cmd else [args.frugal]) + ["bench"]
-    pytorch = shlex.split(args.torch_cmd) if args.torch_cmd else ["/usr/bin/python3", os.path.join(TOOLS, "bench_torch.py")]
+    bench_torch = os.path.join(TOOLS, "bench_torch.py")
+    torch2 = shlex.split(args.torch_cmd) if args.torch_cmd else [args.torch_python, bench_torch]
     options = ["--threads", str(args.threads), "--json"]
     commands = {
         "frugal": lambda preset: frugal + ["--preset", preset] + options,
-        "pytorch": lambda preset: pytorch + ["--preset", preset] + options,
+        "torch2": lambda preset: torch2 + ["--preset", preset] + options,
+        "torch2-compiled": lambda preset: torch2 + ["--preset", preset, "--compile"] + options,
     }
-    rows = [compare(preset, commands, args.repeats, args.timeout, dict(preset=preset, threads=args.threads))
-            for preset in args.preset]
-    report(rows, args.json, tuple(commands))
+    if not args.no_debian_torch:
+        if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode == 0:
+            commands["torch1.13"] = lambda preset: ["/usr/bin/python3", bench_torch, "--preset", preset] + options
+        else:
+            print("note: Debian's torch 1.13 is not installed (apt-get install python3-torch): its column is "
+                  "left out", file=sys.stderr)
+    rows = []
+    for preset in args.preset:
+        runs = run_alternating(preset, commands, args.repeats, args.timeout)
+        frugal_runs = runs["frugal"]
+        # Per round, the faster of eager and compiled torch 2.x.
+        best = [max(e, c, key=lambda r: r["tokens_per_s"]) for e, c in zip(runs["torch2"], runs["torch2-compiled"])]
+        row = dict(preset=preset, threads=args.threads, repeats=args.repeats,
+                   ratio_torch2=statistics.median(f["tokens_per_s"] / b["tokens_per_s"] for f, b in zip(frugal_runs, best)),
+                   torch2_best_modes=["compiled" if b["compiled"] else "eager" for b in best],
+                   torch2_best_peak_rss_bytes_median=statistics.median(b["peak_rss_bytes"] for b in best))
+        if "torch1.13" in runs:
+            row["ratio_torch1.13"] = statistics.median(
+                f["tokens_per_s"] / t["tokens_per_s"] for f, t in zip(frugal_runs, runs["torch1.13"]))
+        rows.append(medians(row, runs))
+    if args.json:
+        print(json.dumps(rows))
+        return
+    for r in rows:
+        print(f"preset {r['preset']}, {r['threads']} threads, {r['repeats']} rounds: frugal "
+              f"{r['frugal_tokens_per_s_median']:.0f} tok/s (MFU {100 * r.get('frugal_mfu_median', 0):.1f}% of the GEMM "
+              f"peak, {100 * r.get('frugal_mfu_fma_median', 0):.1f}% of the FMA peak), peak RSS "
+              f"{r['frugal_peak_rss_bytes_median'] / 2**20:.0f} MiB")
+        print(f"  torch 2.x eager {r['torch2_tokens_per_s_median']:.0f}, compiled "
+              f"{r['torch2-compiled_tokens_per_s_median']:.0f} tok/s (faster: {', '.join(r['torch2_best_modes'])}), "
+              f"peak RSS of the faster {r['torch2_best_peak_rss_bytes_median'] / 2**20:.0f} MiB; "
+              f"frugal / torch 2.x = {r['ratio_torch2']:.2f}x")
+        if "ratio_torch1.13" in r:
+            print(f"  torch 1.13 {r['torch1.13_tokens_per_s_median']:.0f} tok/s, peak RSS "
+                  f"{r['torch1.13_peak_rss_bytes_median'] / 2**20:.0f} MiB; frugal / torch 1.13 = {r['ratio_torch1.13']:.2f}x")
+    print("ratios: medians over the rounds of frugal's tokens/s over the other's in the same round")
 
 
 if __name__ == "__main__":

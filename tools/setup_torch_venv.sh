@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Makes (or completes) a virtual environment with PyTorch 2.x from PyPI for the data-parallel
-# baseline tools/bench_ddp.py / tools/compare_ddp.py; not needed to build, test or train frugal.
+# Makes (or completes) a virtual environment with PyTorch 2.x from PyPI for the speed baselines
+# tools/bench_torch.py / tools/compare_torch.py and the data-parallel baseline tools/bench_ddp.py /
+# tools/compare_ddp.py; not needed to build, test or train frugal.
 #
 #   tools/setup_torch_venv.sh [VENV_DIR]      (default: .venv-torch in the repository root)
 #
