@@ -17,24 +17,17 @@
 
 #pragma GCC target("avx512f")
 #include "frugal/kernels/cpu/attention_tiles.h"
+#include "frugal/kernels/cpu/simd_avx512.h"
 
 namespace frugal::kernels::attention_detail {
 namespace {
 
-struct Avx512 {
-  using reg = __m512;
+struct Avx512 : cpu::Avx512Ops {
   using mask = __mmask16;
   using Narrow = Avx2;
-  static constexpr int kLanes = 16, kMR = 8;
-  static reg zero() { return _mm512_setzero_ps(); }
+  static constexpr int kMR = 8;
   static reg set1(float x) { return _mm512_set1_ps(x); }
-  static reg load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
-  static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
-  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
-  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
   static reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
-  static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
   static reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
   static reg exp(reg x) { return cpu::exp512(x); }
   static mask gt(reg a, reg b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }

@@ -32,6 +32,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/kernels/attention_pattern.h"
+#include "frugal/kernels/cpu/simd_avx2.h"
 #include "frugal/kernels/cpu/simd_math.h"
 
 namespace frugal::kernels::attention_detail {
@@ -64,20 +65,12 @@ void fill_mask(TileMask& m, Tile kind, int n, int width, Bits bits) {
 
 // AVX2/FMA traits: 8 lanes, masks are all-ones/zero lanes, a 6 x 16 micro-kernel (12 ymm
 // accumulators).
-struct Avx2 {
-  using reg = __m256;
+struct Avx2 : cpu::Avx2Ops {
   using mask = __m256;
   using Narrow = Avx2;
-  static constexpr int kLanes = 8, kMR = 6;
-  static reg zero() { return _mm256_setzero_ps(); }
+  static constexpr int kMR = 6;
   static reg set1(float x) { return _mm256_set1_ps(x); }
-  static reg load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
-  static reg bcast(const float* p) { return _mm256_broadcast_ss(p); }
-  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
-  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
   static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
-  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
   static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
   static reg exp(reg x) { return cpu::exp256(x); }
   static mask gt(reg a, reg b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }

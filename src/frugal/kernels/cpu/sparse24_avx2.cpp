@@ -2,21 +2,13 @@
 // covering the 96-column panel in 4 strips; and the 8x8-block transpose.
 #include <immintrin.h>
 
+#include "frugal/kernels/cpu/simd_avx2.h"
 #include "frugal/kernels/cpu/sparse24_microkernel.h"
 
 namespace frugal::kernels::sparse24_detail {
 namespace {
 
-struct Avx2 {
-  using reg = __m256;
-  static constexpr int kLanes = 8;
-  static reg zero() { return _mm256_setzero_ps(); }
-  static reg load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
-  static reg bcast(const float* p) { return _mm256_broadcast_ss(p); }
-  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
-  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
-};
+using Avx2 = cpu::Avx2Ops;
 
 constexpr int kVectors = 3;
 

@@ -8,21 +8,13 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include "frugal/kernels/cpu/simd_avx512.h"
 #include "frugal/kernels/cpu/sparse24_microkernel.h"
 
 namespace frugal::kernels::sparse24_detail {
 namespace {
 
-struct Avx512 {
-  using reg = __m512;
-  static constexpr int kLanes = 16;
-  static reg zero() { return _mm512_setzero_ps(); }
-  static reg load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
-  static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
-  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
-  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
-};
+using Avx512 = cpu::Avx512Ops;
 
 constexpr int kVectors = 6;
 

@@ -2,21 +2,13 @@
 // row is 8 vectors, one accumulator set).
 #include <immintrin.h>
 
+#include "frugal/kernels/cpu/simd_avx2.h"
 #include "frugal/kernels/cpu/sparse_linear_microkernel.h"
 
 namespace frugal::kernels::sparse_linear_detail {
 namespace {
 
-struct Avx2 {
-  using reg = __m256;
-  static constexpr int kLanes = 8;
-  static reg zero() { return _mm256_setzero_ps(); }
-  static reg load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
-  static reg bcast(const float* p) { return _mm256_broadcast_ss(p); }
-  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
-  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
-  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+struct Avx2 : cpu::Avx2Ops {
   // out[i] += Σ buf[8i .. 8i+8): two horizontal-add stages, then the 128-bit halves.
   static void reduce_add(const float* buf, float* out) {
     __m256 v[8];

@@ -8,21 +8,13 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include "frugal/kernels/cpu/simd_avx512.h"
 #include "frugal/kernels/cpu/sparse_linear_microkernel.h"
 
 namespace frugal::kernels::sparse_linear_detail {
 namespace {
 
-struct Avx512 {
-  using reg = __m512;
-  static constexpr int kLanes = 16;
-  static reg zero() { return _mm512_setzero_ps(); }
-  static reg load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
-  static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
-  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
-  static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
-  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+struct Avx512 : cpu::Avx512Ops {
   // out[i] += Σ buf[16i .. 16i+16), 16 sums in four halving stages (45 instructions instead of 16
   // horizontal sums). Vector m of the stages is buffer row kRow[m]: the stages leave the sum of
   // their vector e + {0, 8, 4, 12}[L] in 128-bit lane L, element e, which this order makes row 4L + e.
