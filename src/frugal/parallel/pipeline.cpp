@@ -84,10 +84,6 @@ PipelineStep::~PipelineStep() {
   free_communicator(base_);
 }
 
-double PipelineStep::tokens_per_step() const {
-  return double(settings_.train.batch_size) * settings_.train.seq_len * settings_.train.grad_accum;
-}
-
 std::pair<size_t, size_t> PipelineStep::slice(int k) const {
   const GPT& model = session_.model();
   const ParamTable& table = model.table();
@@ -355,11 +351,11 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
       MPI_Isend(model.grads() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe_, &request);
       world_.wait(request, "the head's token-embedding gradient");
     } else if (k == 0) {
-      std::vector<float> head(wte_end - wte_begin);
-      MPI_Irecv(head.data(), static_cast<int>(head.size()), MPI_FLOAT, K - 1, kTiedTag, pipe_, &request);
+      head_grad_.resize(wte_end - wte_begin);
+      MPI_Irecv(head_grad_.data(), static_cast<int>(head_grad_.size()), MPI_FLOAT, K - 1, kTiedTag, pipe_, &request);
       world_.wait(request, "the head's token-embedding gradient");
       float* g = model.grads() + wte_begin;
-      for (size_t i = 0; i < head.size(); ++i) g[i] += head[i];
+      for (size_t i = 0; i < head_grad_.size(); ++i) g[i] += head_grad_[i];
     }
   }
   const size_t begin = model.trainable_begin();

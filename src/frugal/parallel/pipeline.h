@@ -39,7 +39,6 @@ class PipelineStep final : public StepStrategy {
   ~PipelineStep() override;
   const char* name() const override { return name_.c_str(); }
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
-  double tokens_per_step() const override;
   std::string status() const override { return status_; }
   void synchronize() override;
   nlohmann::json save_state() const override;
@@ -91,6 +90,7 @@ class PipelineStep final : public StepStrategy {
   std::vector<MicroBatch> micro_;         // this replica's micro-batches of the step
   std::vector<double> losses_;            // the last stage's, per micro-batch
   std::vector<float> act_in_, grad_in_;   // received (B,T,C)
+  std::vector<float> head_grad_;          // first stage: a tied head's token-embedding gradient
   std::vector<std::vector<float>> act_out_, grad_out_;  // per slot: being sent
   std::vector<MPI_Request> act_sends_, grad_sends_;
   double busy_ = 0;  // seconds of compute in the step's schedule
