@@ -12,12 +12,12 @@ using namespace cpu;
 
 void gelu_forward(float* out, const float* inp, size_t n) {
   FRUGAL_PROFILE("activation fwd");
-  for_each8(n, [&](size_t i, __m256i m) { store(out + i, m, gelu256(load(inp + i, m), nullptr)); });
+  for_each8(n, [&](size_t i, auto m) { store(out + i, m, gelu256(load(inp + i, m), nullptr)); });
 }
 
 void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
   FRUGAL_PROFILE("activation bwd");
-  for_each8(n, [&](size_t i, __m256i m) {
+  for_each8(n, [&](size_t i, auto m) {
     __m256 grad;
     gelu256(load(inp + i, m), &grad);
     store(dinp + i, m, _mm256_mul_ps(load(dout + i, m), grad));
@@ -30,7 +30,7 @@ static inline __m256 activation(__m256 x, GateAct act, __m256* grad) {
 
 void gated_forward(float* out, const float* gate, const float* up, size_t n, GateAct act) {
   FRUGAL_PROFILE("activation fwd");
-  for_each8(n, [&](size_t i, __m256i m) {
+  for_each8(n, [&](size_t i, auto m) {
     store(out + i, m, _mm256_mul_ps(activation(load(gate + i, m), act, nullptr), load(up + i, m)));
   });
 }
@@ -38,7 +38,7 @@ void gated_forward(float* out, const float* gate, const float* up, size_t n, Gat
 void gated_backward(float* dgate, float* dup, const float* dout, const float* gate,
                     const float* up, size_t n, GateAct act) {
   FRUGAL_PROFILE("activation bwd");
-  for_each8(n, [&](size_t i, __m256i m) {
+  for_each8(n, [&](size_t i, auto m) {
     __m256 grad;
     const __m256 a = activation(load(gate + i, m), act, &grad);
     const __m256 d = load(dout + i, m);

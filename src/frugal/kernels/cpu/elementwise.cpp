@@ -20,13 +20,13 @@ using namespace cpu;
 
 void residual_forward(float* out, const float* a, const float* b, size_t n) {
   FRUGAL_PROFILE("residual");
-  for_each8(n, [&](size_t i, __m256i m) { store(out + i, m, _mm256_add_ps(load(a + i, m), load(b + i, m))); });
+  for_each8(n, [&](size_t i, auto m) { store(out + i, m, _mm256_add_ps(load(a + i, m), load(b + i, m))); });
 }
 
 void scale_inplace(float* x, size_t n, float s) {
   FRUGAL_PROFILE("scale");
   const __m256 vs = _mm256_set1_ps(s);
-  for_each8(n, [&](size_t i, __m256i m) { store(x + i, m, _mm256_mul_ps(load(x + i, m), vs)); });
+  for_each8(n, [&](size_t i, auto m) { store(x + i, m, _mm256_mul_ps(load(x + i, m), vs)); });
 }
 
 void dropout_apply(float* x, size_t n, float p, uint64_t key) {
