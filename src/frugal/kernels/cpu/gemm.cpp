@@ -2,11 +2,16 @@
 #include "frugal/kernels/cpu/gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
 #ifdef FRUGAL_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl.hpp>
 #endif
 
+#include <compare>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "frugal/core/error.h"
@@ -37,16 +42,112 @@ GemmBackend& backend() {
   return b;
 }
 
+#ifdef FRUGAL_HAVE_ONEDNN
+// oneDNN matmul primitives, created (and JIT-compiled) on the first call of a shape and kept.
+struct MatmulShape {
+  bool trans_a, trans_b, accumulate;
+  int M, N, K, lda, ldb, ldc, threads;  // the primitive's parallel split depends on the threads
+  auto operator<=>(const MatmulShape&) const = default;
+};
+
+class MatmulPrimitives {
+ public:
+  // Beyond this many shapes (inference over ever-new prompt lengths) new ones are not kept.
+  static constexpr size_t kMaxShapes = 256;
+
+  void run(const MatmulShape& s, const float* A, const float* B, float* C) {
+    using dnnl::memory;
+    std::unique_lock lock(mutex_);
+    auto it = primitives_.find(s);
+    if (it == primitives_.end()) {
+      if (primitives_.size() >= kMaxShapes) primitives_.clear();
+      it = primitives_.emplace(s, create(s)).first;
+    }
+    const Entry& e = it->second;
+    lock.unlock();
+    memory a(e.a, engine_, const_cast<float*>(A)), b(e.b, engine_, const_cast<float*>(B)), c(e.c, engine_, C);
+    dnnl::stream stream(engine_);
+    e.matmul.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    stream.wait();
+  }
+
+ private:
+  struct Entry {
+    dnnl::memory::desc a, b, c;
+    dnnl::matmul matmul;
+  };
+
+  Entry create(const MatmulShape& s) const {
+    using dnnl::memory;
+    // Row-major operands by strides: X (R,C) is strides {ld, 1}, its transpose view {1, ld}.
+    const auto view = [](int rows, int cols, bool transposed, int ld) {
+      return memory::desc({rows, cols}, memory::data_type::f32,
+                          transposed ? memory::dims{1, ld} : memory::dims{ld, 1});
+    };
+    Entry e{view(s.M, s.K, s.trans_a, s.lda), view(s.K, s.N, s.trans_b, s.ldb), view(s.M, s.N, false, s.ldc), {}};
+    dnnl::post_ops ops;
+    if (s.accumulate) ops.append_sum(1.0f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+#if DNNL_VERSION_MAJOR >= 3
+    e.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(engine_, e.a, e.b, e.c, attr));
+#else
+    e.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(e.a, e.b, e.c), attr, engine_));
+#endif
+    return e;
+  }
+
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  std::mutex mutex_;
+  std::map<MatmulShape, Entry> primitives_;
+};
+
+// sgemm's choice between oneDNN's two paths, from bench_matmul on the training step's shapes
+// (docs/performance.md): dnnl_sgemm is slow on C = A·Bᵀ when the inner dimension is the longer
+// one (the forward of fc_proj and of the attention projection: 131-178 GFLOP/s against 185-222
+// for the matmul primitive), and as fast or faster everywhere else. Few rows (decoding) stay on
+// dnnl_sgemm, which needs no primitive per row count.
+bool prefers_matmul_primitive(bool trans_a, bool trans_b, int M, int N, int K, float alpha, float beta) {
+  return !trans_a && trans_b && K >= N && M >= 128 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f);
+}
+#endif
+
 }  // namespace
+
+void onednn_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                  const float* B, int ldb, float beta, float* C, int ldc) {
+#ifdef FRUGAL_HAVE_ONEDNN
+  const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda,
+                                          B, ldb, beta, C, ldc);
+  FRUGAL_CHECK(status == dnnl_success, "internal: oneDNN sgemm failed with status {} for M={} N={} K={}",
+               static_cast<int>(status), M, N, K);
+#else
+  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
+      (void)beta, (void)C, (void)ldc;
+  fail("this build has no oneDNN; apt-get install libdnnl-dev and rebuild");
+#endif
+}
+
+void onednn_matmul(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B,
+                   int ldb, bool accumulate, float* C, int ldc) {
+#ifdef FRUGAL_HAVE_ONEDNN
+  static MatmulPrimitives primitives;
+  primitives.run({trans_a, trans_b, accumulate, M, N, K, lda, ldb, ldc, omp_get_max_threads()}, A, B, C);
+#else
+  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb,
+      (void)accumulate, (void)C, (void)ldc;
+  fail("this build has no oneDNN; apt-get install libdnnl-dev and rebuild");
+#endif
+}
 
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc) {
 #ifdef FRUGAL_HAVE_ONEDNN
   if (backend() == GemmBackend::OneDNN) {
-    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha,
-                                            A, lda, B, ldb, beta, C, ldc);
-    FRUGAL_CHECK(status == dnnl_success, "internal: oneDNN sgemm failed with status {} for M={} N={} K={}",
-                 static_cast<int>(status), M, N, K);
+    if (prefers_matmul_primitive(trans_a, trans_b, M, N, K, alpha, beta))
+      onednn_matmul(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta == 1.0f, C, ldc);
+    else
+      onednn_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
 #endif

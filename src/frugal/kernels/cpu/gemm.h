@@ -2,6 +2,8 @@
 //   C (M,N) = alpha · op(A) · op(B) + beta · C,  op(X) = X or Xᵀ.
 // Two well-kept libraries can back it: oneDNN (default when the build found it: measured faster
 // on most of the training step's shapes, see docs/performance.md) and OpenBLAS (OpenMP build).
+// oneDNN has two paths, chosen per shape: dnnl_sgemm, and a matmul primitive created once per
+// shape for C = A·Bᵀ with K ≥ N (where dnnl_sgemm is slow).
 // FRUGAL_GEMM=onednn|openblas in the environment overrides the default at start-up.
 #pragma once
 
@@ -11,6 +13,13 @@ enum class GemmBackend { OpenBLAS, OneDNN };
 
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc);
+
+// oneDNN's two paths, which sgemm chooses between, for bench_matmul. Both throw Error in a build
+// without oneDNN. onednn_matmul computes C = op(A)·op(B) (+ C when accumulate).
+void onednn_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                  const float* B, int ldb, float beta, float* C, int ldc);
+void onednn_matmul(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B,
+                   int ldb, bool accumulate, float* C, int ldc);
 
 GemmBackend gemm_backend();
 // Throws Error when OneDNN is requested but frugal was built without it.
