@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
                         s.K, 1.0f, a.data(), lda, b.data(), ldb, s.beta, c.data(), s.N);
           },
           [&] { cpu::onednn_sgemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, s.beta, c.data(), s.N); },
-          [&] { cpu::onednn_matmul(s.ta, s.tb, s.M, s.N, s.K, a.data(), lda, b.data(), ldb, s.beta != 0, c.data(), s.N); },
+          [&] { cpu::onednn_matmul(s.ta, s.tb, s.M, s.N, s.K, a.data(), lda, b.data(), ldb, nullptr, s.beta != 0, c.data(), s.N); },
           [&] { cpu::sgemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, s.beta, c.data(), s.N); },
       };
       // One untimed call of each: the first call of a shape pays packing buffers and, for

@@ -10,9 +10,11 @@
 
 #include <compare>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "frugal/core/error.h"
 
@@ -45,7 +47,7 @@ GemmBackend& backend() {
 #ifdef FRUGAL_HAVE_ONEDNN
 // oneDNN matmul primitives, created (and JIT-compiled) on the first call of a shape and kept.
 struct MatmulShape {
-  bool trans_a, trans_b, accumulate;
+  bool trans_a, trans_b, accumulate, bias;
   int M, N, K, lda, ldb, ldc, threads;  // the primitive's parallel split depends on the threads
   auto operator<=>(const MatmulShape&) const = default;
 };
@@ -55,7 +57,7 @@ class MatmulPrimitives {
   // Beyond this many shapes (inference over ever-new prompt lengths) new ones are not kept.
   static constexpr size_t kMaxShapes = 256;
 
-  void run(const MatmulShape& s, const float* A, const float* B, float* C) {
+  void run(const MatmulShape& s, const float* A, const float* B, const float* bias, float* C) {
     using dnnl::memory;
     std::unique_lock lock(mutex_);
     auto it = primitives_.find(s);
@@ -66,14 +68,16 @@ class MatmulPrimitives {
     const Entry& e = it->second;
     lock.unlock();
     memory a(e.a, engine_, const_cast<float*>(A)), b(e.b, engine_, const_cast<float*>(B)), c(e.c, engine_, C);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    if (s.bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, engine_, const_cast<float*>(bias)));
     dnnl::stream stream(engine_);
-    e.matmul.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    e.matmul.execute(stream, args);
     stream.wait();
   }
 
  private:
   struct Entry {
-    dnnl::memory::desc a, b, c;
+    dnnl::memory::desc a, b, c, bias;
     dnnl::matmul matmul;
   };
 
@@ -84,15 +88,16 @@ class MatmulPrimitives {
       return memory::desc({rows, cols}, memory::data_type::f32,
                           transposed ? memory::dims{1, ld} : memory::dims{ld, 1});
     };
-    Entry e{view(s.M, s.K, s.trans_a, s.lda), view(s.K, s.N, s.trans_b, s.ldb), view(s.M, s.N, false, s.ldc), {}};
+    Entry e{view(s.M, s.K, s.trans_a, s.lda), view(s.K, s.N, s.trans_b, s.ldb), view(s.M, s.N, false, s.ldc),
+            s.bias ? view(1, s.N, false, s.N) : memory::desc(), {}};
     dnnl::post_ops ops;
     if (s.accumulate) ops.append_sum(1.0f);
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
 #if DNNL_VERSION_MAJOR >= 3
-    e.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(engine_, e.a, e.b, e.c, attr));
+    e.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(engine_, e.a, e.b, e.bias, e.c, attr));
 #else
-    e.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(e.a, e.b, e.c), attr, engine_));
+    e.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(e.a, e.b, e.bias, e.c), attr, engine_));
 #endif
     return e;
   }
@@ -114,6 +119,14 @@ bool prefers_matmul_primitive(bool trans_a, bool trans_b, int M, int N, int K, f
 
 }  // namespace
 
+bool onednn_available() {
+#ifdef FRUGAL_HAVE_ONEDNN
+  return true;
+#else
+  return false;
+#endif
+}
+
 void onednn_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                   const float* B, int ldb, float beta, float* C, int ldc) {
 #ifdef FRUGAL_HAVE_ONEDNN
@@ -129,12 +142,13 @@ void onednn_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
 }
 
 void onednn_matmul(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B,
-                   int ldb, bool accumulate, float* C, int ldc) {
+                   int ldb, const float* bias, bool accumulate, float* C, int ldc) {
 #ifdef FRUGAL_HAVE_ONEDNN
   static MatmulPrimitives primitives;
-  primitives.run({trans_a, trans_b, accumulate, M, N, K, lda, ldb, ldc, omp_get_max_threads()}, A, B, C);
+  primitives.run({trans_a, trans_b, accumulate, bias != nullptr, M, N, K, lda, ldb, ldc, omp_get_max_threads()}, A,
+                 B, bias, C);
 #else
-  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb,
+  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)bias,
       (void)accumulate, (void)C, (void)ldc;
   fail("this build has no oneDNN; apt-get install libdnnl-dev and rebuild");
 #endif
@@ -145,7 +159,7 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
 #ifdef FRUGAL_HAVE_ONEDNN
   if (backend() == GemmBackend::OneDNN) {
     if (prefers_matmul_primitive(trans_a, trans_b, M, N, K, alpha, beta))
-      onednn_matmul(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta == 1.0f, C, ldc);
+      onednn_matmul(trans_a, trans_b, M, N, K, A, lda, B, ldb, nullptr, beta == 1.0f, C, ldc);
     else
       onednn_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
@@ -153,6 +167,22 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
 #endif
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_nt_bias(int M, int N, int K, const float* A, const float* B, const float* bias, float* C) {
+#ifdef FRUGAL_HAVE_ONEDNN
+  if (backend() == GemmBackend::OneDNN && prefers_matmul_primitive(false, true, M, N, K, 1.0f, 0.0f)) {
+    onednn_matmul(false, true, M, N, K, A, K, B, K, bias, false, C, N);
+    return;
+  }
+#endif
+  float beta = 0.0f;
+  if (bias) {  // broadcast first, the GEMM adds
+#pragma omp parallel for schedule(static) if (static_cast<long>(M) * N >= (1 << 16))
+    for (int i = 0; i < M; ++i) std::memcpy(C + static_cast<size_t>(i) * N, bias, sizeof(float) * N);
+    beta = 1.0f;
+  }
+  sgemm(false, true, M, N, K, 1.0f, A, K, B, K, beta, C, N);
 }
 
 GemmBackend gemm_backend() { return backend(); }

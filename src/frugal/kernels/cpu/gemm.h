@@ -14,12 +14,21 @@ enum class GemmBackend { OpenBLAS, OneDNN };
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc);
 
+// Whether this build has oneDNN (the build found libdnnl-dev).
+bool onednn_available();
+
 // oneDNN's two paths, which sgemm chooses between, for bench_matmul. Both throw Error in a build
-// without oneDNN. onednn_matmul computes C = op(A)·op(B) (+ C when accumulate).
+// without oneDNN. onednn_matmul computes C = op(A)·op(B) (+ bias, N floats added to every row,
+// when not null) (+ C when accumulate).
 void onednn_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                   const float* B, int ldb, float beta, float* C, int ldc);
 void onednn_matmul(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B,
-                   int ldb, bool accumulate, float* C, int ldc);
+                   int ldb, const float* bias, bool accumulate, float* C, int ldc);
+
+// The forward of a linear layer: C (M,N) = A (M,K) · B (N,K)ᵀ + bias (N floats added to every row;
+// null: none). The matmul primitive adds the bias in its epilogue; otherwise the bias is broadcast
+// into C and sgemm adds to it.
+void gemm_nt_bias(int M, int N, int K, const float* A, const float* B, const float* bias, float* C);
 
 GemmBackend gemm_backend();
 // Throws Error when OneDNN is requested but frugal was built without it.

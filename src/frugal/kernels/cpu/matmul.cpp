@@ -1,8 +1,7 @@
-// Dense linear layers through OpenBLAS (OpenMP variant): the only BLAS call sites of frugal are in
-// kernels/cpu/. Bias handling and bias gradients are vectorised loops around the GEMMs.
+// Dense linear layers on CPU through the one dense GEMM entry point (cpu/gemm.h: oneDNN or
+// OpenBLAS); the bias gradient is a vectorised loop after the GEMMs.
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "frugal/kernels/cpu/gemm.h"
@@ -14,14 +13,8 @@ namespace frugal::kernels {
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC) {
   FRUGAL_PROFILE("matmul fwd");
-  // out (N,OC) = inp (N,C) · weight (OC,C)ᵀ [+ bias]; the bias is broadcast first, GEMM adds.
-  float beta = 0.0f;
-  if (bias) {
-#pragma omp parallel for schedule(static) if (static_cast<long>(N) * OC >= (1 << 16))
-    for (int i = 0; i < N; ++i) std::memcpy(out + static_cast<size_t>(i) * OC, bias, sizeof(float) * OC);
-    beta = 1.0f;
-  }
-  cpu::sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+  // out (N,OC) = inp (N,C) · weight (OC,C)ᵀ [+ bias]
+  cpu::gemm_nt_bias(N, OC, C, inp, weight, bias, out);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
