@@ -15,6 +15,7 @@
 #include "frugal/core/timer.h"
 #include "frugal/kernels/cpu/blas_peak.h"
 #include "frugal/kernels/cpu/gemm.h"
+#include "step_shapes.h"
 
 namespace frugal::bench {
 
@@ -27,15 +28,6 @@ inline int start(int argc, char** argv, int default_reps = 20) {
   std::printf("threads=%d reps=%d\n", threads, reps);
   return reps;
 }
-
-// The model shapes of `frugal bench --preset S|M|L`: B sequences of T tokens, width C, vocabulary V.
-struct PresetShape {
-  const char* name;
-  int B, T, C, V;
-  int rows() const { return B * T; }  // N
-};
-inline constexpr PresetShape kPresets[] = {
-    {"S", 12, 64, 128, 65}, {"M", 8, 256, 384, 65}, {"L (GPT-2 small)", 4, 64, 768, 50257}};
 
 // Best wall-clock seconds over `reps` calls, after one warm-up call.
 template <class F>

@@ -1,0 +1,56 @@
+// The shapes of `frugal bench --preset S|M|L` (bench/step.cpp) for the kernel benchmarks, and the
+// GEMMs one training step of a preset runs. No frugal headers: tools/compare_gemm_libraries.sh
+// compiles bench/gemm_library_rate.cpp against other libraries with this header alone.
+#pragma once
+#include <vector>
+
+namespace frugal::bench {
+
+// B sequences of T tokens, width C, vocabulary V, `layers` transformer blocks.
+struct PresetShape {
+  const char* name;
+  int B, T, C, V, layers;
+  int rows() const { return B * T; }  // N
+};
+inline constexpr PresetShape kPresets[] = {
+    {"S", 12, 64, 128, 65, 4}, {"M", 8, 256, 384, 65, 6}, {"L (GPT-2 small)", 4, 64, 768, 50257, 12}};
+
+// One GEMM of a training step, row-major: C (M,N) = op(A) · op(B) + beta · C.
+struct GemmShape {
+  const char* layer;
+  const char* pass;
+  bool trans_a, trans_b;
+  int M, N, K;
+  float beta;  // as kernels/cpu/matmul.cpp and lm_head.cpp call it
+  int per_step;
+  double flops() const { return 2.0 * M * N * K; }
+};
+
+// A linear layer in -> out over N rows, as kernels/cpu/matmul.cpp runs it: the forward
+// out = inp · Wᵀ (+ bias: beta 1 where the bias is broadcast first), the input gradient
+// dinp = dout · W (beta 0), the weight gradient dW += doutᵀ · inp (beta 1: it accumulates).
+inline void add_linear(std::vector<GemmShape>& shapes, const char* layer, int N, int in, int out, int per_step) {
+  shapes.push_back({layer, "fwd", false, true, N, out, in, 1, per_step});
+  shapes.push_back({layer, "dinp", false, false, N, in, out, 0, per_step});
+  shapes.push_back({layer, "dW", true, false, out, in, N, 1, per_step});
+}
+
+// Every GEMM of one training step of preset p: each block's four linear layers and, for a large
+// vocabulary, the tied LM head's three (kernels/cpu/lm_head.cpp, one chunk of rows here:
+// logits = x · Wᵀ, dx = dlogits · W, dW += dlogitsᵀ · x; a 65-symbol head is not worth a row).
+inline std::vector<GemmShape> step_gemm_shapes(const PresetShape& p) {
+  std::vector<GemmShape> shapes;
+  const int N = p.rows(), C = p.C;
+  add_linear(shapes, "qkv", N, C, 3 * C, p.layers);
+  add_linear(shapes, "attn_proj", N, C, C, p.layers);
+  add_linear(shapes, "fc", N, C, 4 * C, p.layers);
+  add_linear(shapes, "fc_proj", N, 4 * C, C, p.layers);
+  if (p.V > 1000) {
+    shapes.push_back({"lm_head", "fwd", false, true, N, p.V, C, 0, 1});
+    shapes.push_back({"lm_head", "dinp", false, false, N, C, p.V, 0, 1});
+    shapes.push_back({"lm_head", "dW", true, false, p.V, C, N, 1, 1});
+  }
+  return shapes;
+}
+
+}  // namespace frugal::bench
