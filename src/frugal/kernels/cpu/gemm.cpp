@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -54,7 +55,7 @@ struct MatmulShape {
 
 class MatmulPrimitives {
  public:
-  // Beyond this many shapes (inference over ever-new prompt lengths) new ones are not kept.
+  // Beyond this many shapes (inference over ever-new prompt lengths) the cache starts over.
   static constexpr size_t kMaxShapes = 256;
 
   void run(const MatmulShape& s, const float* A, const float* B, const float* bias, float* C) {
@@ -63,10 +64,11 @@ class MatmulPrimitives {
     auto it = primitives_.find(s);
     if (it == primitives_.end()) {
       if (primitives_.size() >= kMaxShapes) primitives_.clear();
-      it = primitives_.emplace(s, create(s)).first;
+      it = primitives_.emplace(s, std::make_shared<const Entry>(create(s))).first;
     }
-    const Entry& e = it->second;
+    const std::shared_ptr<const Entry> entry = it->second;  // stays valid if another call clears
     lock.unlock();
+    const Entry& e = *entry;
     memory a(e.a, engine_, const_cast<float*>(A)), b(e.b, engine_, const_cast<float*>(B)), c(e.c, engine_, C);
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
     if (s.bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, engine_, const_cast<float*>(bias)));
@@ -104,7 +106,7 @@ class MatmulPrimitives {
 
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   std::mutex mutex_;
-  std::map<MatmulShape, Entry> primitives_;
+  std::map<MatmulShape, std::shared_ptr<const Entry>> primitives_;
 };
 
 // sgemm's choice between oneDNN's two paths, from bench_matmul on the training step's shapes
