@@ -111,8 +111,8 @@ class MatmulPrimitives {
 
 // sgemm's choice between oneDNN's two paths, from bench_matmul on the training step's shapes
 // (docs/performance.md): dnnl_sgemm is slow on C = A·Bᵀ when the inner dimension is the longer
-// one (the forward of fc_proj and of the attention projection: 131-178 GFLOP/s against 185-222
-// for the matmul primitive), and as fast or faster everywhere else. Few rows (decoding) stay on
+// one (the forward of fc_proj: 139-189 GFLOP/s against 213-223 for the matmul primitive on
+// the S, M and L steps), and as fast or faster everywhere else. Few rows (decoding) stay on
 // dnnl_sgemm, which needs no primitive per row count.
 bool prefers_matmul_primitive(bool trans_a, bool trans_b, int M, int N, int K, float alpha, float beta) {
   return !trans_a && trans_b && K >= N && M >= 128 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f);
