@@ -1,6 +1,8 @@
 // `frugal bench`'s run config and what its timed steps run (bench/step.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "frugal/bench/step.h"
@@ -49,11 +51,16 @@ TEST(Bench, AutoCacheServesTheFrozenPrefixAsInALaterEpoch) {
 }
 
 // The FMA peak: every lane of the widest vector unit doing fused multiply-adds, the ceiling no GEMM
-// passes (the margin covers a shared machine's load shifting between the two measurements); a
-// loop that counted the wrong lanes or chains would land far outside it. The benchmark reports
-// the MFU against both.
+// passes; a loop that counted the wrong lanes or chains would land far outside it. The benchmark
+// reports the MFU against both. Other load (a test beside this one under ctest -j2, other
+// processes) cannot lower the FMA peak, which counts each thread's own CPU time, but slows the
+// GEMM: it is measured three times, interleaved, and the best compared.
 TEST(Bench, FmaPeakIsTheCeilingOfTheGemmRate) {
-  const double gemm = kernels::cpu::measure_gemm_peak_flops(), fma = kernels::cpu::measure_fma_peak_flops();
+  double gemm = 0, fma = 0;
+  for (int round = 0; round < 3; ++round) {
+    gemm = std::max(gemm, kernels::cpu::measure_gemm_peak_flops());
+    fma = std::max(fma, kernels::cpu::measure_fma_peak_flops());
+  }
   std::printf("%s FMA peak %.1f GFLOP/s, GEMM %.1f GFLOP/s (%.0f%%), %d threads\n",
               kernels::cpu::fma_peak_isa(), fma / 1e9, gemm / 1e9, 100 * gemm / fma, num_threads());
   EXPECT_LE(gemm, 1.25 * fma);

@@ -13,9 +13,10 @@ void reference_sgemm(int M, int N, int K, const float* A, const float* B, float*
 // FLOP/s: the MFU denominator ("measured peak"). Takes about a second.
 double measure_gemm_peak_flops();
 
-// Best-of-several rate of single-precision fused multiply-adds on the widest vector registers the
-// CPU has (AVX-512 when it has it, else AVX2 + FMA), every thread of the current count running
-// independent accumulator chains at once, in FLOP/s (2 per lane per FMA). Takes about 0.1 s.
+// Rate of single-precision fused multiply-adds on the widest vector registers the CPU has
+// (AVX-512 when it has it, else AVX2 + FMA), every thread of the current count running independent
+// accumulator chains at once, in FLOP/s (2 per lane per FMA): the sum of each thread's best rate
+// per second of its own CPU time, so other load on the machine does not lower it. About 0.1 s.
 double measure_fma_peak_flops();
 // The instruction set measure_fma_peak_flops uses here: "AVX-512" or "AVX2".
 const char* fma_peak_isa();
