@@ -21,11 +21,6 @@ namespace {
 
 namespace cpu = frugal::kernels::cpu;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,9 +53,9 @@ int main(int argc, char** argv) {
           calls[i]();
           seconds[i].push_back(t.seconds());
         }
-      std::printf("%c %-9s %-9s %5d %5d %5d", preset.name[0], s.layer, s.pass, s.M, s.N, s.K);
+      std::printf("%s %-9s %-9s %5d %5d %5d", preset.name, s.layer, s.pass, s.M, s.N, s.K);
       for (size_t i = 0; i < calls.size(); ++i) {
-        const double m = median(seconds[i]);
+        const double m = frugal::median(seconds[i]);
         std::printf(" %11.1f", s.flops() / m * 1e-9);
         step_ms[i] += m * 1e3 * s.per_step;
       }

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
         seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
       std::sort(seconds.begin(), seconds.end());
-      std::printf("%c %s %s %d %d %d %d %.9f\n", preset.name[0], s.layer, s.pass, s.M, s.N, s.K, s.per_step,
+      std::printf("%s %s %s %d %d %d %d %.9f\n", preset.name, s.layer, s.pass, s.M, s.N, s.K, s.per_step,
                   seconds[reps / 2]);
     }
   return 0;

@@ -5,8 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 
+#include "frugal/bench/step_shapes.h"
 #include "frugal/core/error.h"
 #include "frugal/core/memory.h"
 #include "frugal/core/profile.h"
@@ -34,17 +36,13 @@ double max_over_ranks(ProcessGroup& group, double value) {
 
 BenchPreset bench_preset(const std::string& name, const std::vector<std::string>& overrides,
                          std::optional<int> warmup, std::optional<int> steps) {
-  struct Shape {
-    int vocab, layers, heads, embd, T, B, warmup, steps;
-  };
-  Shape p;
-  if (name == "S") p = {65, 4, 4, 128, 64, 12, 5, 30};
-  else if (name == "M") p = {65, 6, 6, 384, 256, 8, 3, 10};
-  else if (name == "L") p = {50257, 12, 12, 768, 64, 4, 2, 5};
-  else fail("unknown bench preset '{}'; use S, M or L", name);
+  const auto* found = std::find_if(std::begin(bench::kPresets), std::end(bench::kPresets),
+                                   [&](const bench::PresetShape& preset) { return name == preset.name; });
+  if (found == std::end(bench::kPresets)) fail("unknown bench preset '{}'; use S, M or L", name);
+  const bench::PresetShape& p = *found;
   BenchPreset b{io::Config(run_schema()), warmup.value_or(p.warmup), steps.value_or(p.steps)};
-  for (auto [key, value] : {std::pair{"model.vocab_size", p.vocab}, {"model.n_layer", p.layers},
-                            {"model.n_head", p.heads}, {"model.n_embd", p.embd},
+  for (auto [key, value] : {std::pair{"model.vocab_size", p.V}, {"model.n_layer", p.layers},
+                            {"model.n_head", p.heads}, {"model.n_embd", p.C},
                             {"model.block_size", p.T}, {"train.seq_len", p.T},
                             {"train.batch_size", p.B}, {"optim.warmup_steps", 0}})
     b.config.set(key, std::to_string(value));

@@ -1,19 +1,23 @@
-// The shapes of `frugal bench --preset S|M|L` (bench/step.cpp) for the kernel benchmarks, and the
-// GEMMs one training step of a preset runs. No frugal headers: tools/compare_gemm_libraries.sh
-// compiles bench/gemm_library_rate.cpp against other libraries with this header alone.
+// The presets of `frugal bench --preset S|M|L` (bench/step.cpp builds their run configs from this
+// table) and the GEMMs one training step of a preset runs, for the kernel benchmarks. No frugal
+// headers: tools/compare_gemm_libraries.sh compiles bench/gemm_library_rate.cpp against other
+// libraries with this header alone.
 #pragma once
 #include <vector>
 
 namespace frugal::bench {
 
-// B sequences of T tokens, width C, vocabulary V, `layers` transformer blocks.
+// B sequences of T tokens, width C, vocabulary V, `layers` transformer blocks of `heads` heads;
+// `frugal bench` times `steps` steps after `warmup` untimed ones.
 struct PresetShape {
   const char* name;
-  int B, T, C, V, layers;
+  int B, T, C, V, layers, heads, warmup, steps;
   int rows() const { return B * T; }  // N
 };
-inline constexpr PresetShape kPresets[] = {
-    {"S", 12, 64, 128, 65, 4}, {"M", 8, 256, 384, 65, 6}, {"L (GPT-2 small)", 4, 64, 768, 50257, 12}};
+// L is GPT-2 small.
+inline constexpr PresetShape kPresets[] = {{"S", 12, 64, 128, 65, 4, 4, 5, 30},
+                                           {"M", 8, 256, 384, 65, 6, 6, 3, 10},
+                                           {"L", 4, 64, 768, 50257, 12, 12, 2, 5}};
 
 // One GEMM of a training step, row-major: C (M,N) = op(A) · op(B) + beta · C.
 struct GemmShape {
