@@ -18,7 +18,7 @@ inline __m256i tail_mask(size_t left) {
 // The lanes of one 8-float group that a kernel reads and writes: all 8 (plain loads and stores)
 // or, in the last group of a length that is not a multiple of 8, the first few (masked). Only the
 // tail is masked: AMD's masked stores (vmaskmovps) are microcoded, several times slower than
-// plain ones, and made every element-wise kernel 3-5x slower on Zen 4.
+// plain ones, and made the element-wise kernels 2-5x slower on Zen 4.
 struct AllLanes {};
 struct FirstLanes {
   __m256i mask;

@@ -22,6 +22,8 @@
 namespace frugal::kernels::cpu {
 namespace {
 
+constexpr const char* kNoOneDnn = "this build has no oneDNN; apt-get install libdnnl-dev and rebuild";
+
 GemmBackend default_backend() {
   const char* env = std::getenv("FRUGAL_GEMM");
   const std::string choice = env ? env : "";
@@ -139,7 +141,7 @@ void onednn_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
 #else
   (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb,
       (void)beta, (void)C, (void)ldc;
-  fail("this build has no oneDNN; apt-get install libdnnl-dev and rebuild");
+  fail("{}", kNoOneDnn);
 #endif
 }
 
@@ -152,7 +154,7 @@ void onednn_matmul(bool trans_a, bool trans_b, int M, int N, int K, const float*
 #else
   (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)bias,
       (void)accumulate, (void)C, (void)ldc;
-  fail("this build has no oneDNN; apt-get install libdnnl-dev and rebuild");
+  fail("{}", kNoOneDnn);
 #endif
 }
 
@@ -190,9 +192,7 @@ void gemm_nt_bias(int M, int N, int K, const float* A, const float* B, const flo
 GemmBackend gemm_backend() { return backend(); }
 
 void set_gemm_backend(GemmBackend b) {
-#ifndef FRUGAL_HAVE_ONEDNN
-  FRUGAL_CHECK(b == GemmBackend::OpenBLAS, "this build has no oneDNN; apt-get install libdnnl-dev and rebuild");
-#endif
+  FRUGAL_CHECK(b == GemmBackend::OpenBLAS || onednn_available(), "{}", kNoOneDnn);
   backend() = b;
 }
 
