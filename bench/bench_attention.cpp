@@ -40,7 +40,7 @@ Seconds bench_attention(int B, int T, int C, int NH, int reps,
   std::vector<float> out(n), lse(static_cast<size_t>(B) * NH * T), dqkv(3 * n);
   const double fwd_flops = 4.0 * B * NH * (C / NH) * double(pattern.pairs(T));
   std::printf("attention %-6s %-18s B=%d T=%d C=%d NH=%d HS=%d:",
-              frugal::kernels::attention_isa_name(frugal::kernels::attention_active_isa()),
+              frugal::kernels::isa_name(frugal::kernels::attention_active_isa()),
               pattern.name().c_str(), B, T, C, NH, C / NH);
   Seconds s;
   s.forward = best_seconds([&] {
@@ -71,10 +71,8 @@ void bench_patterns(int B, int T, int C, int NH, int reps) {
 
 int main(int argc, char** argv) {
   const int reps = frugal::bench::start(argc, argv);
-  using frugal::kernels::AttentionIsa;
-  std::vector<AttentionIsa> isas = {AttentionIsa::Avx2};
-  if (__builtin_cpu_supports("avx512f")) isas.push_back(AttentionIsa::Avx512);
-  for (AttentionIsa isa : isas) {
+  using frugal::kernels::Isa;
+  for (Isa isa : frugal::kernels::available_isas()) {
     frugal::kernels::attention_set_isa(isa);
     bench_attention(8, 256, 384, 6, reps);
     bench_attention(12, 64, 128, 4, reps);
@@ -82,7 +80,7 @@ int main(int argc, char** argv) {
     bench_patterns(16, 128, 384, 6, reps);
     bench_patterns(2, 1024, 384, 6, reps);
   }
-  frugal::kernels::attention_set_isa(AttentionIsa::Auto);
+  frugal::kernels::attention_set_isa(Isa::Auto);
   frugal::bench::bench_sgemm(2048, 384, 384, reps);    // the QKV-sized linear of the first shape
   frugal::bench::bench_sgemm(1024, 1024, 1024, reps);  // square, for the peak
 }

@@ -20,13 +20,13 @@ int main(int argc, char** argv) {
   app.add_option("--channels", o.channels, "C values (fc1: 4C x C, fc2: C x 4C)")->delimiter(',');
   app.add_flag("--json", json, "print JSON instead of a table");
   CLI11_PARSE(app, argc, argv);
-  o.isa = isa == "avx2" ? Sparse24Isa::Avx2 : isa == "avx512" ? Sparse24Isa::Avx512 : Sparse24Isa::Auto;
+  o.isa = frugal::kernels::parse_isa(isa);
   try {
     const auto rows = run_sparse24_benchmark(o);
     if (json)
       std::printf("%s\n", sparse24_rows_to_json(rows).dump(2).c_str());
     else
-      std::printf("micro-kernel %s, %d threads\n%s", sparse24_isa_name(sparse24_active_isa()),
+      std::printf("micro-kernel %s, %d threads\n%s", isa_name(sparse24_active_isa()),
                   o.threads, format_sparse24_table(rows).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -24,15 +24,13 @@ int main(int argc, char** argv) {
   app.add_option("--densities", o.densities, "mask densities")->delimiter(',');
   app.add_flag("--json", json, "print JSON instead of a table");
   CLI11_PARSE(app, argc, argv);
-  o.isa = isa == "avx2"     ? SparseLinearIsa::Avx2
-          : isa == "avx512" ? SparseLinearIsa::Avx512
-                            : SparseLinearIsa::Auto;
+  o.isa = frugal::kernels::parse_isa(isa);
   try {
     const auto rows = run_sparse_linear_benchmark(o);
     if (json)
       std::printf("%s\n", sparse_linear_rows_to_json(rows).dump(2).c_str());
     else
-      std::printf("inner loops %s, %d threads\n%s", sparse_linear_isa_name(sparse_linear_active_isa()),
+      std::printf("inner loops %s, %d threads\n%s", isa_name(sparse_linear_active_isa()),
                   o.threads, format_sparse_linear_table(rows).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

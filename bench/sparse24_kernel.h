@@ -15,7 +15,7 @@ struct Sparse24BenchOptions {
   std::vector<int> channels = {384, 768};  // C
   int threads = 2;                       // for both OpenMP and OpenBLAS
   int repeats = 9;                       // interleaved dense/sparse repetitions per product
-  Sparse24Isa isa = Sparse24Isa::Auto;
+  Isa isa = Isa::Auto;
 };
 
 struct Sparse24BenchRow {

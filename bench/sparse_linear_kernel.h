@@ -18,7 +18,7 @@ struct SparseLinearBenchOptions {
   std::vector<double> densities = {0.5, 0.2, 0.1, 0.05};
   int threads = 2;                                 // for OpenMP and the dense GEMM
   int repeats = 5;                                 // interleaved dense/sparse repetitions
-  SparseLinearIsa isa = SparseLinearIsa::Auto;
+  Isa isa = Isa::Auto;
 };
 
 struct SparseLinearBenchRow {

@@ -23,9 +23,9 @@
 
 namespace {
 
-using frugal::kernels::AttentionIsa;
+using frugal::kernels::Isa;
 using frugal::kernels::AttentionPattern;
-using frugal::kernels::attention_isa_name;
+using frugal::kernels::isa_name;
 using frugal::kernels::attention_set_isa;
 using frugal::testing::max_rel_error;
 using frugal::testing::numeric_gradient;
@@ -154,22 +154,15 @@ TEST(AttentionPattern, RejectsInvalidParametersAndNamesItself) {
   EXPECT_NE(AttentionPattern::local(16), AttentionPattern::local(8));
 }
 
-// Every instruction set this CPU can run.
-std::vector<AttentionIsa> isas() {
-  std::vector<AttentionIsa> out = {AttentionIsa::Avx2};
-  if (__builtin_cpu_supports("avx512f")) out.push_back(AttentionIsa::Avx512);
-  return out;
-}
-
 // Runs check() once per instruction set, then restores the automatic choice.
 template <class F>
 void for_each_isa(F&& check) {
-  for (AttentionIsa isa : isas()) {
-    SCOPED_TRACE(attention_isa_name(isa));
+  for (Isa isa : frugal::kernels::available_isas()) {
+    SCOPED_TRACE(isa_name(isa));
     EXPECT_EQ(attention_set_isa(isa), isa);
     check();
   }
-  attention_set_isa(AttentionIsa::Auto);
+  attention_set_isa(Isa::Auto);
 }
 
 // Random qkv in [-2, 2): scores q·k/sqrt(HS) then have std ~1.3, so softmax rows are far from
@@ -416,12 +409,11 @@ TEST(AttentionDecode, EqualsLastRowOfTheStridedForward) {
 }
 
 TEST(AttentionOptimised, AutoPicksAvx512WhereAvailable) {
-  const AttentionIsa want =
-      __builtin_cpu_supports("avx512f") ? AttentionIsa::Avx512 : AttentionIsa::Avx2;
-  EXPECT_EQ(attention_set_isa(AttentionIsa::Auto), want);
+  const Isa want = frugal::kernels::max_isa();
+  EXPECT_EQ(attention_set_isa(Isa::Auto), want);
   EXPECT_EQ(frugal::kernels::attention_active_isa(), want);
-  if (want == AttentionIsa::Avx2) {
-    EXPECT_THROW(attention_set_isa(AttentionIsa::Avx512), frugal::Error);
+  if (want == Isa::Avx2) {
+    EXPECT_THROW(attention_set_isa(Isa::Avx512), frugal::Error);
   }
 }
 

@@ -1,5 +1,6 @@
 // The SIMD math of kernels/cpu/simd_math.h: the AVX-512 exp against the AVX2 one.
 #include "frugal/kernels/cpu/simd_math.h"  // first: see its note on <immintrin.h>
+#include "frugal/kernels/cpu/isa.h"
 
 #include <gtest/gtest.h>
 
@@ -21,7 +22,7 @@ __attribute__((target("avx512f"))) void exp512_of(const float* x, float* y) {
 // The AVX-512 exp gives the same bits as the AVX2 one on every lane, over the whole clamped range
 // and beyond it (the attention kernels' softmax uses either).
 TEST(SimdMath, Exp512SameBitsAsExp256) {
-  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "this CPU has no AVX-512F";
+  if (!frugal::kernels::isa_available(frugal::kernels::Isa::Avx512)) GTEST_SKIP() << "AVX-512 is not available (CPU or FRUGAL_ISA)";
   std::vector<float> x;
   for (float v = -100.0f; v <= 100.0f; v += 0.0371f) x.push_back(v);
   x.resize((x.size() + 15) / 16 * 16, 88.5f);

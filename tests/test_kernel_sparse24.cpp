@@ -31,15 +31,9 @@ struct Shape {
 };
 
 // Every instruction set this CPU can run.
-std::vector<Sparse24Isa> isas() {
-  std::vector<Sparse24Isa> out = {Sparse24Isa::Avx2};
-  if (__builtin_cpu_supports("avx512f")) out.push_back(Sparse24Isa::Avx512);
-  return out;
-}
-
 class Sparse24Kernel : public ::testing::TestWithParam<Shape> {
  protected:
-  void TearDown() override { sparse24_set_isa(Sparse24Isa::Auto); }
+  void TearDown() override { sparse24_set_isa(Isa::Auto); }
 };
 
 }  // namespace
@@ -56,8 +50,8 @@ TEST_P(Sparse24Kernel, MatchesReference) {
   Sparse24Weight packed;
   sparse24_pack(packed, W.data(), mask.data(), OC, IC);
 
-  for (Sparse24Isa isa : isas()) {
-    SCOPED_TRACE(sparse24_isa_name(isa));
+  for (Isa isa : frugal::kernels::available_isas()) {
+    SCOPED_TRACE(isa_name(isa));
     sparse24_set_isa(isa);
     for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
       std::vector<double> want(static_cast<size_t>(N) * OC);
@@ -90,8 +84,8 @@ static void expect_products_match(const std::vector<float>& W, const std::vector
                                        nullptr, N, IC, OC);
   ref::sparse24_matmul_backward_input<double>(want_dx.data(), to_d(dY).data(), W.data(),
                                               mask.data(), N, IC, OC, false);
-  for (Sparse24Isa isa : isas()) {
-    SCOPED_TRACE(sparse24_isa_name(isa));
+  for (Isa isa : frugal::kernels::available_isas()) {
+    SCOPED_TRACE(isa_name(isa));
     sparse24_set_isa(isa);
     std::vector<float> y(want_y.size(), NAN), dx(want_dx.size(), NAN);
     sparse24_matmul_forward(y.data(), X.data(), packed, nullptr, N);
@@ -99,7 +93,7 @@ static void expect_products_match(const std::vector<float>& W, const std::vector
     EXPECT_LT(max_scaled_error(y, want_y, IC), 1e-5);
     EXPECT_LT(max_scaled_error(dx, want_dx, OC), 1e-5);
   }
-  sparse24_set_isa(Sparse24Isa::Auto);
+  sparse24_set_isa(Isa::Auto);
 }
 
 // The kernel handles each 4x4 block by its row structure: lay every pattern out once per block
@@ -128,8 +122,8 @@ TEST_P(Sparse24Kernel, OneAndTwoThreadsAreBitIdentical) {
   sparse24::transposable_mask_24(W.data(), OC, IC, mask.data());
   Sparse24Weight packed;
   sparse24_pack(packed, W.data(), mask.data(), OC, IC);
-  for (Sparse24Isa isa : isas()) {
-    SCOPED_TRACE(sparse24_isa_name(isa));
+  for (Isa isa : frugal::kernels::available_isas()) {
+    SCOPED_TRACE(isa_name(isa));
     sparse24_set_isa(isa);
     std::vector<float> y[2], dx[2];
     for (int t = 0; t < 2; ++t) {

@@ -44,12 +44,6 @@ struct Shape {
   int N, IC, OC;
 };
 
-std::vector<SparseLinearIsa> isas() {
-  std::vector<SparseLinearIsa> out = {SparseLinearIsa::Avx2};
-  if (__builtin_cpu_supports("avx512f")) out.push_back(SparseLinearIsa::Avx512);
-  return out;
-}
-
 constexpr double kDensities[] = {0.0, 0.05, 0.1, 0.2, 0.5, 1.0};
 
 // The three products of `packed` (built from W, mask) against the reference, for the active ISA.
@@ -90,7 +84,7 @@ void expect_products_match(const SparseLinearWeight& packed, const std::vector<f
 class SparseLinearKernel : public ::testing::TestWithParam<Shape> {
  protected:
   void TearDown() override {
-    sparse_linear_set_isa(SparseLinearIsa::Auto);
+    sparse_linear_set_isa(Isa::Auto);
     omp_set_num_threads(2);
   }
 };
@@ -106,8 +100,8 @@ TEST_P(SparseLinearKernel, MatchesReferenceAtEveryDensity) {
     SparseLinearWeight packed;
     sparse_linear_pack(packed, W.data(), mask.data(), OC, IC);
     EXPECT_EQ(packed.nnz, static_cast<size_t>(std::count(mask.begin(), mask.end(), 1)));
-    for (SparseLinearIsa isa : isas()) {
-      SCOPED_TRACE(sparse_linear_isa_name(isa));
+    for (Isa isa : frugal::kernels::available_isas()) {
+      SCOPED_TRACE(isa_name(isa));
       sparse_linear_set_isa(isa);
       expect_products_match(packed, W, mask, N, IC, OC);
     }
@@ -122,8 +116,8 @@ TEST_P(SparseLinearKernel, OneAndTwoThreadsAreBitIdentical) {
   const auto mask = random_mask(W.size(), 0.2, 23);
   SparseLinearWeight packed;
   sparse_linear_pack(packed, W.data(), mask.data(), OC, IC);
-  for (SparseLinearIsa isa : isas()) {
-    SCOPED_TRACE(sparse_linear_isa_name(isa));
+  for (Isa isa : frugal::kernels::available_isas()) {
+    SCOPED_TRACE(isa_name(isa));
     sparse_linear_set_isa(isa);
     std::vector<float> y[2], dx[2], dw[2];
     for (int t = 0; t < 2; ++t) {
@@ -164,12 +158,12 @@ TEST(SparseLinearPack, EmptyAndFullRowsAndColumns) {
   }
   SparseLinearWeight packed;
   sparse_linear_pack(packed, W.data(), mask.data(), OC, IC);
-  for (SparseLinearIsa isa : isas()) {
-    SCOPED_TRACE(sparse_linear_isa_name(isa));
+  for (Isa isa : frugal::kernels::available_isas()) {
+    SCOPED_TRACE(isa_name(isa));
     sparse_linear_set_isa(isa);
     expect_products_match(packed, W, mask, N, IC, OC);
   }
-  sparse_linear_set_isa(SparseLinearIsa::Auto);
+  sparse_linear_set_isa(Isa::Auto);
 }
 
 // After an optimizer step only the values change: refresh must equal a fresh pack of the new

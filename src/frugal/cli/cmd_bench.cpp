@@ -40,7 +40,7 @@ void bench_sparse24_kernels(const BenchArgs& args) {
   sparse24::FfnBenchOptions f;
   f.repeats = args.repeats;
   const auto blocks = sparse24::run_ffn_benchmark(f);
-  const char* isa = kernels::sparse24_isa_name(kernels::sparse24_active_isa());
+  const char* isa = kernels::isa_name(kernels::sparse24_active_isa());
   if (args.json) {
     const nlohmann::json j = {{"kernel", "sparse24"}, {"isa", isa},
                               {"dense_gemm", kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend())}, {"threads", num_threads()},
@@ -61,7 +61,7 @@ void bench_sparse_linear_kernels(const BenchArgs& args) {
   o.threads = num_threads();
   o.repeats = args.repeats;
   const auto rows = kernels::run_sparse_linear_benchmark(o);
-  const char* isa = kernels::sparse_linear_isa_name(kernels::sparse_linear_active_isa());
+  const char* isa = kernels::isa_name(kernels::sparse_linear_active_isa());
   const char* gemm = kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend());
   if (args.json) {
     const nlohmann::json j = {{"kernel", "sparse"}, {"isa", isa}, {"dense_gemm", gemm},

@@ -162,8 +162,9 @@ void gated_backward(float* dgate, float* dup, const float* dout, const float* ga
 void residual_forward(float* out, const float* a, const float* b, size_t n);
 
 // dropout: the mask is a pure function of (key, index), nothing stored, recomputed backward.
-// x (n) *= keep(key, i) / (1 - p), in place. p == 0 is a no-op.
-void dropout_apply(float* x, size_t n, float p, uint64_t key);
+// x (n) *= keep(key, first + i) / (1 - p), in place: x is elements [first, first + n) of the
+// masked tensor. p == 0 is a no-op.
+void dropout_apply(float* x, size_t n, float p, uint64_t key, size_t first = 0);
 // Σ x² in double (for the global gradient norm): chunks of 4096 floats, each summed in 8 float
 // lanes (then its last n % 8 floats in double), the chunks' sums added in double in order, so
 // every thread count gives the same bits.

@@ -355,18 +355,27 @@ uint64_t site_key(uint64_t step_key, int layer, int site) {
 }
 }  // namespace
 
-void GPT::block_forward(int l, uint64_t dropout_key) {
+void GPT::block_forward(int l, uint64_t dropout_key, int b0, int nb) {
   const BlockOffsets& o = blocks_[l];
-  const BlockActs& a = cur().acts[l];
-  const int B = B_, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;
-  const float* x = block_input(l);
+  const int B = nb, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;
+  // The samples' rows of every (B_,T,width) activation; lse is (B_,NH,T).
+  const size_t row0 = size_t(b0) * T;
+  const auto rows = [row0](float* t, int width) { return t ? t + row0 * width : nullptr; };
+  const BlockActs& all = cur().acts[l];
+  const BlockActs a{rows(all.ln1, C),     rows(all.ln1_mean, 1), rows(all.ln1_rstd, 1), rows(all.qkv, 3 * C),
+                    rows(all.att, C),     rows(all.lse, config_.n_head), rows(all.res_mid, C), rows(all.ln2, C),
+                    rows(all.ln2_mean, 1), rows(all.ln2_rstd, 1), rows(all.fc, H), rows(all.gate, H),
+                    rows(all.act, H),     rows(all.res_out, C)};
+  float* branch = rows(branch_, C);
+  const float* x = block_input(l) + row0 * C;
   const float p = cur().dropout_p;
+  const size_t first = row0 * C;  // of the dropout masks
   k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(o.ln1_w), P(o.ln1_b), N, C, config_.layernorm_eps);
   linear_forward(l, Linear::Qkv, a.qkv, a.ln1, N);
   k::attention_forward(a.att, a.lse, a.qkv, B, T, C, config_.n_head, attention_patterns_[l]);
-  linear_forward(l, Linear::Proj, branch_, a.att, N);
-  k::dropout_apply(branch_, size_t(N) * C, p, site_key(dropout_key, l, 0));
-  k::residual_forward(a.res_mid, x, branch_, size_t(N) * C);
+  linear_forward(l, Linear::Proj, branch, a.att, N);
+  k::dropout_apply(branch, size_t(N) * C, p, site_key(dropout_key, l, 0), first);
+  k::residual_forward(a.res_mid, x, branch, size_t(N) * C);
   k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res_mid, P(o.ln2_w), P(o.ln2_b), N, C, config_.layernorm_eps);
   linear_forward(l, Linear::Fc, a.fc, a.ln2, N);
   if (config_.gated()) {
@@ -376,9 +385,9 @@ void GPT::block_forward(int l, uint64_t dropout_key) {
   } else {
     k::gelu_forward(a.act, a.fc, size_t(N) * H);
   }
-  linear_forward(l, Linear::FcProj, branch_, a.act, N);
-  k::dropout_apply(branch_, size_t(N) * C, p, site_key(dropout_key, l, 1));
-  k::residual_forward(a.res_out, a.res_mid, branch_, size_t(N) * C);
+  linear_forward(l, Linear::FcProj, branch, a.act, N);
+  k::dropout_apply(branch, size_t(N) * C, p, site_key(dropout_key, l, 1), first);
+  k::residual_forward(a.res_out, a.res_mid, branch, size_t(N) * C);
 }
 
 float GPT::forward_range(const RangeInput& in, const int32_t* targets, float grad_scale,
@@ -409,7 +418,17 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
     std::memcpy(s.tokens.data(), in.tokens, sizeof(int32_t) * N);
     if (!in.activations) k::encoder_forward(s.input, s.tokens.data(), P(wte_), P(wpe_), B, T, C);
   }
-  for (int l = first_block; l < stage_.end; ++l) block_forward(l, dropout_key);
+  for (int l = first_block; l < stage_.end; ++l) {
+    if (l < frozen_) {
+      // The frozen prefix runs sample by sample: a GEMM's bits for a row may depend on the rows
+      // beside it (oneDNN's and OpenBLAS's AVX2 kernels), and AutoCache serves a sample's prefix
+      // output, computed once, in later micro-batches with other companions; computed alone, it
+      // is the same whichever micro-batch the sample is in.
+      for (int b = 0; b < B; ++b) block_forward(l, dropout_key, b, 1);
+    } else {
+      block_forward(l, dropout_key, 0, B);
+    }
+  }
   if (!stage_.head) return 0.0f;
 
   for (int i = 0; i < N; ++i)
@@ -438,7 +457,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_sca
 }
 
 void GPT::block_backward(int l, uint64_t dropout_key) {
-  if (recompute_[l]) block_forward(l, dropout_key);
+  if (recompute_[l]) block_forward(l, dropout_key, 0, B_);
   const BlockOffsets& o = blocks_[l];
   const BlockActs& a = cur().acts[l];
   const int B = B_, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;

@@ -222,7 +222,8 @@ class GPT {
   };
   Slot& cur() { return slots_[slot_]; }
   const float* block_input(int l) const { return block_output(l - 1); }
-  void block_forward(int l, uint64_t dropout_key);
+  // Block l's forward of samples [b0, b0 + nb) of the micro-batch.
+  void block_forward(int l, uint64_t dropout_key, int b0, int nb);
   void linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp, int N,
                        bool accumulate_dinp);
   void block_backward(int l, uint64_t dropout_key);

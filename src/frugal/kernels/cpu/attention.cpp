@@ -11,20 +11,10 @@
 namespace frugal::kernels {
 namespace {
 
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
-
-std::atomic<AttentionIsa> g_isa{AttentionIsa::Auto};
-
-AttentionIsa resolve(AttentionIsa isa) {
-  if (isa != AttentionIsa::Auto) return isa;
-  return cpu_has_avx512() ? AttentionIsa::Avx512 : AttentionIsa::Avx2;
-}
+std::atomic<Isa> g_isa{Isa::Auto};
 
 const attention_detail::IsaKernels& active_kernels() {
-  return resolve(g_isa.load(std::memory_order_relaxed)) == AttentionIsa::Avx512
+  return resolve_isa(g_isa.load(std::memory_order_relaxed)) == Isa::Avx512
              ? attention_detail::avx512_kernels()
              : attention_detail::avx2_kernels();
 }
@@ -44,22 +34,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   active_kernels().backward(dqkv, dout, qkv, out, lse, B, T, C, NH, pattern);
 }
 
-AttentionIsa attention_set_isa(AttentionIsa isa) {
-  FRUGAL_CHECK(isa != AttentionIsa::Avx512 || cpu_has_avx512(),
-               "the AVX-512 attention kernels were requested but this CPU has no AVX-512F; use "
-               "Auto or Avx2");
+Isa attention_set_isa(Isa isa) {
+  check_isa_available(isa, "attention kernels");
   g_isa.store(isa);
-  return resolve(isa);
+  return resolve_isa(isa);
 }
 
-AttentionIsa attention_active_isa() { return resolve(g_isa.load()); }
-
-const char* attention_isa_name(AttentionIsa isa) {
-  switch (isa) {
-    case AttentionIsa::Avx2: return "avx2";
-    case AttentionIsa::Avx512: return "avx512";
-    default: return "auto";
-  }
-}
+Isa attention_active_isa() { return resolve_isa(g_isa.load()); }
 
 }  // namespace frugal::kernels

@@ -3,18 +3,17 @@
 // points behind it (attention_avx2.cpp, attention_avx512.cpp).
 #pragma once
 #include "frugal/kernels/attention_pattern.h"
+#include "frugal/kernels/cpu/isa.h"
 
 namespace frugal::kernels {
 
-// Instruction set of the attention kernels. Auto picks AVX-512 when the CPU has AVX-512F (checked
-// once), else AVX2/FMA. Results are deterministic per instruction set and thread count; the two
-// instruction sets differ in the last bits (different register blocking, same tolerances).
-enum class AttentionIsa { Auto, Avx2, Avx512 };
-// Selects the kernels for all later calls (tests and benchmarks compare both); throws when the CPU
-// lacks the requested instruction set. Returns the instruction set now in use.
-AttentionIsa attention_set_isa(AttentionIsa isa);
-AttentionIsa attention_active_isa();
-const char* attention_isa_name(AttentionIsa isa);
+// Instruction set of the attention kernels (kernels/cpu/isa.h). Auto: max_isa(). Results are
+// deterministic per instruction set and thread count; the two instruction sets differ in the last
+// bits (different register blocking, same tolerances).
+// Selects the kernels for all later calls (tests and benchmarks compare both); throws when the
+// instruction set is not available (isa_available). Returns the instruction set now in use.
+Isa attention_set_isa(Isa isa);
+Isa attention_active_isa();
 
 namespace attention_detail {
 
@@ -32,7 +31,7 @@ struct IsaKernels {
 };
 
 const IsaKernels& avx2_kernels();
-const IsaKernels& avx512_kernels();  // call only when the CPU has AVX-512F
+const IsaKernels& avx512_kernels();  // call only when isa_available(Isa::Avx512)
 
 }  // namespace attention_detail
 }  // namespace frugal::kernels

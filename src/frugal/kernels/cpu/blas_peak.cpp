@@ -12,6 +12,7 @@
 
 #include "frugal/core/timer.h"
 #include "frugal/kernels/cpu/gemm.h"
+#include "frugal/kernels/cpu/isa.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::kernels::cpu {
@@ -69,7 +70,7 @@ __attribute__((target("avx2,fma"))) float fma_chains_avx2(int64_t iterations) {
   return sum;
 }
 
-bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
+bool has_avx512() { return max_isa() == Isa::Avx512; }
 
 double thread_cpu_seconds() {
   timespec ts{};

@@ -29,12 +29,12 @@ void scale_inplace(float* x, size_t n, float s) {
   for_each8(n, [&](size_t i, auto m) { store(x + i, m, _mm256_mul_ps(load(x + i, m), vs)); });
 }
 
-void dropout_apply(float* x, size_t n, float p, uint64_t key) {
+void dropout_apply(float* x, size_t n, float p, uint64_t key, size_t first) {
   FRUGAL_PROFILE("dropout");
   if (p <= 0.0f) return;
   const float keep_scale = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (size_t i = 0; i < n; ++i) x[i] = uniform_at(key, i) < p ? 0.0f : x[i] * keep_scale;
+  for (size_t i = 0; i < n; ++i) x[i] = uniform_at(key, first + i) < p ? 0.0f : x[i] * keep_scale;
 }
 
 namespace {

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "frugal/core/error.h"
+#include "frugal/kernels/cpu/isa.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -48,6 +49,16 @@ GemmBackend& backend() {
 }
 
 #ifdef FRUGAL_HAVE_ONEDNN
+// Caps oneDNN's JIT at max_isa() (FRUGAL_ISA), before its first kernel is generated: the two
+// entry points below call it first.
+void cap_onednn_isa() {
+  static const bool capped = [] {
+    if (max_isa() == Isa::Avx2) dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+    return true;
+  }();
+  (void)capped;
+}
+
 // oneDNN matmul primitives, created (and JIT-compiled) on the first call of a shape and kept.
 struct MatmulShape {
   bool trans_a, trans_b, accumulate, bias;
@@ -134,6 +145,7 @@ bool onednn_available() {
 void onednn_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                   const float* B, int ldb, float beta, float* C, int ldc) {
 #ifdef FRUGAL_HAVE_ONEDNN
+  cap_onednn_isa();
   const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda,
                                           B, ldb, beta, C, ldc);
   FRUGAL_CHECK(status == dnnl_success, "internal: oneDNN sgemm failed with status {} for M={} N={} K={}",
@@ -148,6 +160,7 @@ void onednn_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
 void onednn_matmul(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B,
                    int ldb, const float* bias, bool accumulate, float* C, int ldc) {
 #ifdef FRUGAL_HAVE_ONEDNN
+  cap_onednn_isa();
   static MatmulPrimitives primitives;
   primitives.run({trans_a, trans_b, accumulate, bias != nullptr, M, N, K, lda, ldb, ldc, omp_get_max_threads()}, A,
                  B, bias, C);

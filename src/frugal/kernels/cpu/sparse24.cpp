@@ -26,18 +26,11 @@ using sparse24_detail::kPanelWidth;
 
 // ---- instruction-set selection ----
 
-bool cpu_has_avx512() { return __builtin_cpu_supports("avx512f"); }
-
-std::atomic<Sparse24Isa> g_isa{Sparse24Isa::Auto};
-
-Sparse24Isa resolve(Sparse24Isa isa) {
-  if (isa == Sparse24Isa::Auto) return cpu_has_avx512() ? Sparse24Isa::Avx512 : Sparse24Isa::Avx2;
-  return isa;
-}
+std::atomic<Isa> g_isa{Isa::Auto};
 
 const IsaKernel& active_kernel() {
-  return resolve(g_isa.load()) == Sparse24Isa::Avx512 ? sparse24_detail::avx512_kernel()
-                                                      : sparse24_detail::avx2_kernel();
+  return resolve_isa(g_isa.load()) == Isa::Avx512 ? sparse24_detail::avx512_kernel()
+                                                  : sparse24_detail::avx2_kernel();
 }
 
 // ---- packing ----
@@ -362,21 +355,12 @@ void sparse24_matmul_backward_input(float* dinp, const float* dout, const Sparse
   sparse24_product(dinp, dout, weight.wt, nullptr, N, accumulate);
 }
 
-Sparse24Isa sparse24_set_isa(Sparse24Isa isa) {
-  FRUGAL_CHECK(isa != Sparse24Isa::Avx512 || cpu_has_avx512(),
-               "the AVX-512 2:4 kernel was requested but this CPU has no AVX-512F; use Auto or Avx2");
+Isa sparse24_set_isa(Isa isa) {
+  check_isa_available(isa, "2:4 kernel");
   g_isa.store(isa);
-  return resolve(isa);
+  return resolve_isa(isa);
 }
 
-Sparse24Isa sparse24_active_isa() { return resolve(g_isa.load()); }
-
-const char* sparse24_isa_name(Sparse24Isa isa) {
-  switch (isa) {
-    case Sparse24Isa::Avx2: return "avx2";
-    case Sparse24Isa::Avx512: return "avx512";
-    default: return "auto";
-  }
-}
+Isa sparse24_active_isa() { return resolve_isa(g_isa.load()); }
 
 }  // namespace frugal::kernels

@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "frugal/core/memory.h"
+#include "frugal/kernels/cpu/isa.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::kernels {
@@ -54,12 +55,10 @@ struct Sparse24Weight {
   Sparse24Matrix wt;  // Wᵀ (IC,OC): input gradient, contraction over OC
 };
 
-// Micro-kernel instruction set. Auto picks AVX-512 when the CPU has it, else AVX2/FMA.
-enum class Sparse24Isa { Auto, Avx2, Avx512 };
-// Selects the micro-kernel for all later calls (tests and benchmarks compare both); throws when
-// the CPU lacks the requested instruction set. Returns the instruction set now in use.
-Sparse24Isa sparse24_set_isa(Sparse24Isa isa);
-Sparse24Isa sparse24_active_isa();
-const char* sparse24_isa_name(Sparse24Isa isa);
+// Micro-kernel instruction set (kernels/cpu/isa.h); Auto: max_isa(). Selects the micro-kernel for
+// all later calls (tests and benchmarks compare both); throws when the instruction set is not
+// available. Returns the instruction set now in use.
+Isa sparse24_set_isa(Isa isa);
+Isa sparse24_active_isa();
 
 }  // namespace frugal::kernels

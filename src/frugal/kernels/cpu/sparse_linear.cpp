@@ -32,17 +32,9 @@ constexpr int kMaxGroups = 4;
 
 // ---- instruction-set selection ----
 
-bool cpu_has_avx512() { return __builtin_cpu_supports("avx512f"); }
+std::atomic<Isa> g_isa{Isa::Auto};
 
-std::atomic<SparseLinearIsa> g_isa{SparseLinearIsa::Auto};
-
-SparseLinearIsa resolve(SparseLinearIsa isa) {
-  if (isa == SparseLinearIsa::Auto)
-    return cpu_has_avx512() ? SparseLinearIsa::Avx512 : SparseLinearIsa::Avx2;
-  return isa;
-}
-
-bool use_avx512() { return resolve(g_isa.load()) == SparseLinearIsa::Avx512; }
+bool use_avx512() { return resolve_isa(g_isa.load()) == Isa::Avx512; }
 
 const IsaKernel& kernel_for(bool avx512) {
   return avx512 ? sparse_linear_detail::avx512_kernel() : sparse_linear_detail::avx2_kernel();
@@ -268,22 +260,12 @@ void sparse_linear_backward_weight(float* dweight, const float* dout, const floa
   }
 }
 
-SparseLinearIsa sparse_linear_set_isa(SparseLinearIsa isa) {
-  FRUGAL_CHECK(isa != SparseLinearIsa::Avx512 || cpu_has_avx512(),
-               "the AVX-512 sparse linear kernel was requested but this CPU has no AVX-512F; use "
-               "Auto or Avx2");
+Isa sparse_linear_set_isa(Isa isa) {
+  check_isa_available(isa, "sparse linear kernel");
   g_isa.store(isa);
-  return resolve(isa);
+  return resolve_isa(isa);
 }
 
-SparseLinearIsa sparse_linear_active_isa() { return resolve(g_isa.load()); }
-
-const char* sparse_linear_isa_name(SparseLinearIsa isa) {
-  switch (isa) {
-    case SparseLinearIsa::Avx2: return "avx2";
-    case SparseLinearIsa::Avx512: return "avx512";
-    default: return "auto";
-  }
-}
+Isa sparse_linear_active_isa() { return resolve_isa(g_isa.load()); }
 
 }  // namespace frugal::kernels

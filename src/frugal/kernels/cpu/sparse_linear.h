@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "frugal/core/memory.h"
+#include "frugal/kernels/cpu/isa.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::kernels {
@@ -38,12 +39,10 @@ struct SparseLinearWeight {
   mutable Buffer<float> partial_sums;
 };
 
-// Inner-loop instruction set. Auto picks AVX-512 when the CPU has it, else AVX2/FMA.
-enum class SparseLinearIsa { Auto, Avx2, Avx512 };
-// Selects the inner loops for all later calls (tests and benchmarks compare both); throws when the
-// CPU lacks the requested instruction set. Returns the instruction set now in use.
-SparseLinearIsa sparse_linear_set_isa(SparseLinearIsa isa);
-SparseLinearIsa sparse_linear_active_isa();
-const char* sparse_linear_isa_name(SparseLinearIsa isa);
+// Inner-loop instruction set (kernels/cpu/isa.h); Auto: max_isa(). Selects the inner loops for all
+// later calls (tests and benchmarks compare both); throws when the instruction set is not
+// available. Returns the instruction set now in use.
+Isa sparse_linear_set_isa(Isa isa);
+Isa sparse_linear_active_isa();
 
 }  // namespace frugal::kernels
