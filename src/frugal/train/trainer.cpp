@@ -252,8 +252,13 @@ FitResult Trainer::fit() {
               train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
     for (const auto& method : methods_.methods()) io::print("method: {}\n", method->name());
   }
-  // Every rank measures its own share of the machine at once: the run's peak is their sum.
-  const double peak = kernels::cpu::measure_gemm_peak_flops() * group_.size();
+  // MFU's denominator: the FMA peak, timed in each thread's CPU time so that other load cannot
+  // inflate MFU (a GEMM timed by the wall clock at a busy second did: 147-431% were seen). Every
+  // rank measures its own share of the machine at once: the run's peak is their sum.
+  const double peak = kernels::cpu::measure_fma_peak_flops() * group_.size();
+  if (print)
+    io::print("MFU: of the FMA peak, {:.1f} GFLOP/s ({}, {} threads{})\n", peak / 1e9, kernels::cpu::fma_peak_isa(),
+              num_threads(), group_.size() > 1 ? fmt::format(" × {} ranks", group_.size()) : "");
   {
     TrainContext ctx = step_->context(start_step_);
     methods_.fire(Event::FitStart, ctx);
@@ -271,6 +276,9 @@ FitResult Trainer::fit() {
   int64_t window_steps = 0;
   float val_loss = NAN;
   int64_t step = start_step_;
+  // Rank 0's log or progress output failed at a logged step (other ranks learn it at the next
+  // step's agreement, and all stop together with a checkpoint).
+  std::string output_failure;
   for (; step < t.max_steps; ++step) {
     nlohmann::json record{{"step", step + 1}};
     Timer step_timer;
@@ -285,9 +293,15 @@ FitResult Trainer::fit() {
     ++window_steps;
     result.final_train_loss = static_cast<float>(loss);
     result.losses.push_back(static_cast<float>(loss));
-    // Ranks stop together: a signal or the time limit may reach them at different steps.
-    const bool last = step + 1 == t.max_steps ||
-                      group_.any(stop_requested() || (t.max_seconds > 0 && wall.seconds() >= t.max_seconds));
+    // Ranks stop together: a signal, the time limit or a failed output may reach them at
+    // different steps.
+    const std::vector<double> agreed =
+        group_.sum({stop_requested() || (t.max_seconds > 0 && wall.seconds() >= t.max_seconds) ? 1.0 : 0.0,
+                    output_failure.empty() ? 0.0 : 1.0});
+    if (agreed[1] > 0)
+      stop_after_failed_output(step + 1, Error(output_failure.empty() ? "rank 0 could not write the run's log or "
+                                                                       "progress (see its error)" : output_failure));
+    const bool last = step + 1 == t.max_steps || agreed[0] > 0;
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
     if (eval_now) {
       step_->synchronize();
@@ -306,9 +320,11 @@ FitResult Trainer::fit() {
                      {"step_flops", {{"forward", executed.forward}, {"backward_input", executed.backward_input},
                                      {"backward_weight", executed.backward_weight}, {"optimizer", executed.optimizer}}}});
       if (eval_now) record["val_loss"] = val_loss;
+      const std::string warning = record.value("warning", "");
       // A run whose log or progress cannot be written stops, with a checkpoint if the disk allows.
       try {
         log_metrics(record.dump());
+        if (print && !warning.empty()) io::print("{}warning: {}\n", tty ? "\r\033[K" : "", warning);
         if (print) {
           const double eta = dt * double(t.max_steps - step - 1);
           const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
@@ -326,7 +342,10 @@ FitResult Trainer::fit() {
           io::flush_stdout();
         }
       } catch (const Error& e) {
-        stop_after_failed_output(step + 1, e);
+        // One process stops now; ranks stop together at the next step's agreement (at the last
+        // step every rank writes its final checkpoint below, this one here).
+        if (group_.size() == 1 || last) stop_after_failed_output(step + 1, e);
+        output_failure = e.what();
       }
       window_seconds = window_flops = 0;
       window_steps = 0;
@@ -346,9 +365,11 @@ FitResult Trainer::fit() {
   const std::string saved = step > start_step_ ? save(step) : "";
   if (print && result.interrupted) io::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
   else if (print && !saved.empty()) io::print("checkpoint {}\n", saved);
+  result.first_step = start_step_;
   result.steps = step;
   result.final_val_loss = val_loss;
   result.seconds = wall.seconds();
+  result.run_seconds = wall_offset_ + result.seconds;
   wall_started_ = nullptr;
   stop_signals_.reset();
   return result;

@@ -40,10 +40,12 @@ struct TrainerOptions {
 };
 
 struct FitResult {
-  int64_t steps = 0;
+  int64_t first_step = 0;     // the step this fit() started from (a resume's checkpoint)
+  int64_t steps = 0;          // the step it reached: it trained steps [first_step, steps)
   std::vector<float> losses;  // training loss of every step run by this fit()
   float final_train_loss = 0, final_val_loss = 0;
-  double seconds = 0;
+  double seconds = 0;         // this fit()'s wall time
+  double run_seconds = 0;     // the run's, over every session (metrics.jsonl's wall_s)
   bool interrupted = false;
 };
 

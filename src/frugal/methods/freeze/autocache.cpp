@@ -34,8 +34,8 @@ bool AutoCache::pays(const TrainContext& ctx, int frozen, int64_t next_step) con
 }
 
 void AutoCache::update(const TrainContext& ctx, int frozen, int64_t next_step) {
-  active_ = config_.mode == AutoCacheMode::On ||
-            (config_.mode == AutoCacheMode::Auto && pays(ctx, frozen, next_step));
+  active_ = !turned_off_ && (config_.mode == AutoCacheMode::On ||
+                             (config_.mode == AutoCacheMode::Auto && pays(ctx, frozen, next_step)));
   if (!active_) {
     cache_.reset();
     return;
@@ -44,13 +44,19 @@ void AutoCache::update(const TrainContext& ctx, int frozen, int64_t next_step) {
   const size_t floats = size_t(ctx.seq_len) * ctx.model().config().n_embd;
   const std::string dir = config_.dir.empty() ? (std::filesystem::path(ctx.run_dir) / "autocache").string()
                                               : config_.dir;
-  cache_ = std::make_unique<PrefixCache>(floats, size_t(config_.memory_mb) << 20,
-                                         (std::filesystem::path(dir) / "prefix_cache.bin").string());
+  cache_ = std::make_unique<PrefixCache>(floats, size_t(config_.memory_mb) << 20, dir);
   batch_.resize(floats * ctx.batch);
 }
 
+void AutoCache::lose_cache(const SpillError& e) {
+  failure_ = e.what();
+  cache_.reset();
+  pending_keys_.clear();
+  pending_.clear();
+}
+
 void AutoCache::serve(TrainContext& ctx, int frozen) {
-  if (!active_ || frozen == 0) return;
+  if (!active_ || frozen == 0 || !cache_) return;
   // Entries of every level are outputs of blocks below `frozen`.
   if (const uint64_t version = ctx.model().prefix_format_version(frozen); version != format_version_) {
     cache_->clear();
@@ -65,7 +71,12 @@ void AutoCache::serve(TrainContext& ctx, int frozen) {
     for (int b = 1; b < B && all; ++b) all = cache_->has(ctx.sample_ids[b], *level);
     if (!all) continue;
     const size_t floats = cache_->sample_floats();
-    for (int b = 0; b < B; ++b) cache_->read(ctx.sample_ids[b], *level, batch_.data() + b * floats);
+    try {
+      for (int b = 0; b < B; ++b) cache_->read(ctx.sample_ids[b], *level, batch_.data() + b * floats);
+    } catch (const SpillError& e) {
+      lose_cache(e);
+      break;  // computed, as a miss
+    }
     ctx.prefix_output = batch_.data();
     ctx.prefix_blocks = *level;
     ++hits_;
@@ -75,7 +86,7 @@ void AutoCache::serve(TrainContext& ctx, int frozen) {
 }
 
 void AutoCache::store(const TrainContext& ctx, int frozen) {
-  if (!active_ || frozen == 0) return;
+  if (!active_ || frozen == 0 || !cache_) return;
   const size_t floats = cache_->sample_floats(), B = ctx.batch;
   const bool replicated = ctx.allgather_replicas && ctx.replicas > 1;
   // Levels this forward computed: above the one it was fed at (all, without a cached prefix).
@@ -89,7 +100,12 @@ void AutoCache::store(const TrainContext& ctx, int frozen) {
     if (level <= fed) continue;
     const float* out = ctx.model().block_output(level - 1);  // (B,T,C)
     for (size_t b = 0; b < B; ++b) {
-      if (!cache_->has(ctx.sample_ids[b], level)) cache_->write(ctx.sample_ids[b], level, out + b * floats);
+      try {
+        if (!cache_->has(ctx.sample_ids[b], level)) cache_->write(ctx.sample_ids[b], level, out + b * floats);
+      } catch (const SpillError& e) {
+        lose_cache(e);
+        return;
+      }
       if (replicated) {  // for the other replicas, at the end of the step (share)
         pending_keys_.insert(pending_keys_.end(), {ctx.sample_ids[b], level});
         pending_.insert(pending_.end(), out + b * floats, out + (b + 1) * floats);
@@ -102,14 +118,37 @@ void AutoCache::store(const TrainContext& ctx, int frozen) {
       if (level != frozen) cache_->drop_level(level);
 }
 
-void AutoCache::share(const TrainContext& ctx) {
-  if (!active_ || !ctx.allgather_replicas || ctx.replicas <= 1) return;
-  const size_t floats = cache_->sample_floats(), R = ctx.replicas;
-  // Two collectives per step: how many entries each replica stored, then all of them (padded to
-  // the largest count; a key of -1 is padding).
-  int64_t count = static_cast<int64_t>(pending_keys_.size() / 2);
-  std::vector<int64_t> counts(R);
-  ctx.allgather_replicas(&count, sizeof count, counts.data());
+void AutoCache::end_step(const TrainContext& ctx) {
+  if (!active_) return;
+  bool failed = !failure_.empty();
+  if (ctx.allgather_replicas && ctx.replicas > 1) {
+    const size_t floats = size_t(ctx.seq_len) * ctx.model().config().n_embd, R = ctx.replicas;
+    // Two collectives per step: how many entries each replica stored (-1: its spill failed), then
+    // all of them (padded to the largest count; a key of -1 is padding).
+    int64_t count = failed ? -1 : static_cast<int64_t>(pending_keys_.size() / 2);
+    std::vector<int64_t> counts(R);
+    ctx.allgather_replicas(&count, sizeof count, counts.data());
+    failed = *std::min_element(counts.begin(), counts.end()) < 0;
+    if (!failed) share(ctx, counts, floats);
+  }
+  pending_keys_.clear();
+  pending_.clear();
+  if (!failed) return;
+  active_ = false;
+  turned_off_ = true;
+  cache_.reset();
+  if (ctx.metrics) {
+    (*ctx.metrics)["event"] = "autocache off";
+    (*ctx.metrics)["warning"] = fmt::format(
+        "AutoCache turned itself off for the rest of the run: {}; training goes on, computing the frozen "
+        "prefix (free disk space in methods.freeze.cache_dir or raise methods.freeze.cache_memory_mb "
+        "for the next run)", failure_.empty() ? "another replica's spill file failed" : failure_);
+  }
+  failure_.clear();
+}
+
+void AutoCache::share(const TrainContext& ctx, const std::vector<int64_t>& counts, size_t floats) {
+  const size_t R = counts.size();
   const size_t most = static_cast<size_t>(*std::max_element(counts.begin(), counts.end()));
   if (most > 0) {
     pending_keys_.resize(2 * most, -1);
@@ -118,18 +157,20 @@ void AutoCache::share(const TrainContext& ctx) {
     std::vector<float> data(most * floats * R);
     ctx.allgather_replicas(pending_keys_.data(), 2 * most * sizeof(int64_t), keys.data());
     ctx.allgather_replicas(pending_.data(), most * floats * sizeof(float), data.data());
-    for (size_t e = 0; e < most * R; ++e) {
-      const int64_t id = keys[2 * e];
-      const int level = static_cast<int>(keys[2 * e + 1]);
-      if (id >= 0 && !cache_->has(id, level)) cache_->write(id, level, data.data() + e * floats);
+    try {
+      for (size_t e = 0; e < most * R; ++e) {
+        const int64_t id = keys[2 * e];
+        const int level = static_cast<int>(keys[2 * e + 1]);
+        if (id >= 0 && !cache_->has(id, level)) cache_->write(id, level, data.data() + e * floats);
+      }
+    } catch (const SpillError& e) {
+      lose_cache(e);  // turned off at the next step's end, with the other replicas
     }
   }
-  pending_keys_.clear();
-  pending_.clear();
 }
 
 void AutoCache::add_metrics(nlohmann::json& record) {
-  if (!active_) return;
+  if (!active_ || !cache_) return;
   record["autocache_hits"] = hits_;
   record["autocache_misses"] = misses_;
   record["autocache_samples"] = cache_->samples();

@@ -5,7 +5,9 @@
 // fed at level m and only blocks [m, k) run; its output is stored at level k. While level m is
 // still held, newly cached samples get it too (so batches mixing old and new samples share a
 // level); it is dropped once every cached sample holds level k. Exact: the cached tensors are the
-// bits the prefix would compute again (per-sample deterministic kernels, no dropout).
+// bits the prefix would compute again (GPT runs the frozen prefix sample by sample, no dropout).
+// A spill file that fails (a full disk) turns the cache off for the rest of the run, on every
+// replica at the same step end, with a warning: the run goes on, computing the prefix.
 #pragma once
 #include <memory>
 #include <string>
@@ -23,7 +25,8 @@ AutoCacheMode parse_autocache_mode(const std::string& s);  // "off" | "on" | "au
 struct AutoCacheConfig {
   AutoCacheMode mode = AutoCacheMode::Auto;
   int64_t memory_mb = 2048;  // in-memory budget; entries beyond it spill to disk
-  std::string dir;           // spill directory; empty: <train.out_dir>/autocache
+  std::string dir;           // spill directory; empty: <train.out_dir>/autocache (each process
+                             // spills to an unnamed file of its own there)
 };
 
 // Machine balance measured by bench/bench_autocache (see docs/methods.md): recomputing a prefix
@@ -51,13 +54,18 @@ class AutoCache {
   void store(const TrainContext& ctx, int frozen);
   // BatchEnd, with data-parallel replicas (TrainContext::allgather_replicas): every replica
   // stores what every other one stored during the step, so a sample revisited on another replica
-  // is served there too.
-  void share(const TrainContext& ctx);
+  // is served there too. Then, if a spill failed during the step on any replica, every replica
+  // turns the cache off and the step's record gets an "event" and a "warning".
+  void end_step(const TrainContext& ctx);
   // BatchEnd: micro-batches served / not served so far and the cache's size.
   void add_metrics(nlohmann::json& record);
 
  private:
   bool pays(const TrainContext& ctx, int frozen, int64_t next_step) const;
+  // A spill failed: the cache's content is undefined. Dropped now; turned off at end_step.
+  void lose_cache(const SpillError& e);
+  // end_step's exchange of the entries stored this step, given every replica's count.
+  void share(const TrainContext& ctx, const std::vector<int64_t>& counts, size_t floats);
 
   AutoCacheConfig config_;
   bool active_ = false;
@@ -70,6 +78,8 @@ class AutoCache {
   // every entry stale.
   uint64_t format_version_ = 0;
   int64_t hits_ = 0, misses_ = 0;  // cumulative over this fit
+  std::string failure_;            // this replica's spill failure during the current step
+  bool turned_off_ = false;        // after a failure: off for the rest of the run
 };
 
 }  // namespace frugal::freeze

@@ -127,7 +127,7 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
       }
       break;
     case Event::BatchEnd:
-      autocache_.share(ctx);
+      autocache_.end_step(ctx);
       if (!ctx.metrics) break;
       (*ctx.metrics)["frozen_layers"] = frozen_;
       autocache_.add_metrics(*ctx.metrics);

@@ -13,17 +13,13 @@
 
 namespace frugal::freeze {
 
-PrefixCache::PrefixCache(size_t sample_floats, size_t memory_bytes, std::string spill_path)
+PrefixCache::PrefixCache(size_t sample_floats, size_t memory_bytes, std::string spill_dir)
     : floats_(sample_floats),
       memory_slots_max_(memory_bytes / (sample_floats * sizeof(float))),
-      spill_path_(std::move(spill_path)) {}
+      spill_dir_(std::move(spill_dir)) {}
 
 PrefixCache::~PrefixCache() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    std::error_code ec;
-    std::filesystem::remove(spill_path_, ec);
-  }
+  if (fd_ >= 0) ::close(fd_);
 }
 
 const PrefixCache::Entry* PrefixCache::find(int64_t id, int level) const {
@@ -67,17 +63,22 @@ void PrefixCache::read(int64_t id, int level, float* out) const {
     const ssize_t n = ::pread(fd_, reinterpret_cast<char*>(out) + done, bytes - done,
                               static_cast<off_t>(e->slot * bytes + done));
     if (n < 0 && errno == EINTR) continue;
-    FRUGAL_CHECK(n > 0, "reading the AutoCache spill file {} failed ({}); check the disk or set "
-                 "methods.freeze.autocache = \"off\"", spill_path_, n < 0 ? std::strerror(errno) : "short file");
+    if (n <= 0)
+      throw SpillError(fmt::format("reading the AutoCache spill file in {} failed ({})", spill_dir_,
+                                   n < 0 ? std::strerror(errno) : "short file"));
     done += static_cast<size_t>(n);
   }
 }
 
 void PrefixCache::open_spill_file() {
-  std::filesystem::create_directories(std::filesystem::path(spill_path_).parent_path());
-  fd_ = ::open(spill_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  FRUGAL_CHECK(fd_ >= 0, "cannot create the AutoCache spill file {} ({}); set methods.freeze.cache_dir "
-               "to a writable directory", spill_path_, std::strerror(errno));
+  std::error_code ec;
+  std::filesystem::create_directories(spill_dir_, ec);
+  std::string path = (std::filesystem::path(spill_dir_) / "prefix_cache.XXXXXX").string();
+  fd_ = ::mkostemp(path.data(), O_CLOEXEC);
+  if (fd_ < 0)
+    throw SpillError(fmt::format("cannot create the AutoCache spill file in {} ({})", spill_dir_,
+                                 ec ? ec.message() : std::strerror(errno)));
+  ::unlink(path.c_str());  // the open descriptor keeps it until this process closes it or ends
 }
 
 void PrefixCache::write(int64_t id, int level, const float* data) {
@@ -116,9 +117,9 @@ void PrefixCache::write(int64_t id, int level, const float* data) {
     const ssize_t n = ::pwrite(fd_, reinterpret_cast<const char*>(data) + done, bytes - done,
                                static_cast<off_t>(e.slot * bytes + done));
     if (n < 0 && errno == EINTR) continue;
-    FRUGAL_CHECK(n > 0, "writing the AutoCache spill file {} failed ({}); free disk space, point "
-                 "methods.freeze.cache_dir elsewhere or raise methods.freeze.cache_memory_mb",
-                 spill_path_, n < 0 ? std::strerror(errno) : "no progress");
+    if (n <= 0)
+      throw SpillError(fmt::format("writing the AutoCache spill file in {} failed ({})", spill_dir_,
+                                   n < 0 ? std::strerror(errno) : "no progress"));
     done += static_cast<size_t>(n);
   }
 }

@@ -2,8 +2,10 @@
 // (training sample id, level), where the level is the number of frozen blocks the tensor is the
 // output of. A sample may hold several levels at once (the old one stays until every cached
 // sample has the new one, so micro-batches mixing both can still be served). Entries live in
-// memory up to a byte budget; beyond it they spill to fixed-size slots of one file on disk. Freed
-// slots are reused. It knows nothing of models: the freeze method decides what is valid.
+// memory up to a byte budget; beyond it they spill to fixed-size slots of one file on disk, an
+// unnamed file of this process (created and unlinked at once: no other process, such as another
+// rank with the same directory, can open it, and nothing is left behind by a crash). Freed slots
+// are reused. It knows nothing of models: the freeze method decides what is valid.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -13,13 +15,22 @@
 #include <unordered_map>
 #include <vector>
 
+#include "frugal/core/error.h"
+
 namespace frugal::freeze {
+
+// The spill file could not be created, written or read (a full disk, an I/O error). The cache's
+// content is then undefined: drop it.
+class SpillError : public Error {
+ public:
+  using Error::Error;
+};
 
 class PrefixCache {
  public:
-  // sample_floats: floats per entry (T·C); memory_bytes: in-memory budget; spill_path: the file
-  // that holds entries beyond the budget (created on the first spill, removed by the destructor).
-  PrefixCache(size_t sample_floats, size_t memory_bytes, std::string spill_path);
+  // sample_floats: floats per entry (T·C); memory_bytes: in-memory budget; spill_dir: where the
+  // file that holds entries beyond the budget is created, on the first spill.
+  PrefixCache(size_t sample_floats, size_t memory_bytes, std::string spill_dir);
   ~PrefixCache();
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
@@ -27,9 +38,9 @@ class PrefixCache {
   bool has(int64_t id, int level) const;
   // The levels held for `id`, ascending (empty when none).
   std::vector<int> levels(int64_t id) const;
-  // Copies entry (id, level), which must exist, to out (T,C).
+  // Copies entry (id, level), which must exist, to out (T,C). Throws SpillError.
   void read(int64_t id, int level, float* out) const;
-  // Stores (or replaces) entry (id, level): data (T,C).
+  // Stores (or replaces) entry (id, level): data (T,C). Throws SpillError.
   void write(int64_t id, int level, const float* data);
   // Removes every entry at `level`.
   void drop_level(int level);
@@ -52,7 +63,7 @@ class PrefixCache {
   const Entry* find(int64_t id, int level) const;
 
   size_t floats_, memory_slots_max_;
-  std::string spill_path_;
+  std::string spill_dir_;
   int fd_ = -1;
   std::unordered_map<int64_t, std::vector<Entry>> index_;  // per id, sorted by level
   std::map<int, size_t> level_counts_;
