@@ -3,6 +3,8 @@
 // memory and spilled to disk), the dropout refusal, and when "auto" turns itself on.
 #include <gtest/gtest.h>
 
+#include <sys/mount.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -83,7 +85,7 @@ TEST(PrefixCache, KeepsLevelsSpillsToDiskAndReusesSlots) {
   TempDir dir;
   const size_t floats = 6;
   // Budget of two entries in memory; the rest goes to the spill file.
-  PrefixCache cache(floats, 2 * floats * sizeof(float), dir.file("spill/cache.bin"));
+  PrefixCache cache(floats, 2 * floats * sizeof(float), dir.file("spill"));
   auto tensor = [&](int64_t id, int level) {
     std::vector<float> v(floats);
     for (size_t i = 0; i < floats; ++i) v[i] = float(id * 100 + level * 10) + float(i);
@@ -92,7 +94,9 @@ TEST(PrefixCache, KeepsLevelsSpillsToDiskAndReusesSlots) {
   for (int64_t id = 0; id < 4; ++id) cache.write(id, 1, tensor(id, 1).data());
   EXPECT_EQ(cache.samples(), 4u);
   EXPECT_EQ(cache.entries_on_disk(), 2u);
-  EXPECT_TRUE(std::filesystem::exists(dir.file("spill/cache.bin")));
+  EXPECT_EQ(cache.spill_file_bytes(), 2 * floats * sizeof(float));
+  // The spill file has no name: nothing another process could open, nothing left after a crash.
+  EXPECT_TRUE(std::filesystem::is_empty(dir.file("spill")));
   cache.write(2, 3, tensor(2, 3).data());
   EXPECT_EQ(cache.levels(2), (std::vector<int>{1, 3}));
   EXPECT_EQ(cache.levels(9), std::vector<int>{});
@@ -116,11 +120,52 @@ TEST(PrefixCache, KeepsLevelsSpillsToDiskAndReusesSlots) {
     cache.read(id, 3, out.data());
     EXPECT_EQ(out, tensor(id, 3)) << id;
   }
-  EXPECT_EQ(std::filesystem::file_size(dir.file("spill/cache.bin")), 3 * floats * sizeof(float));
+  EXPECT_EQ(cache.spill_file_bytes(), 3 * floats * sizeof(float));
   EXPECT_EQ(cache.entries_on_disk(), 2u);
   cache.write(10, 3, tensor(11, 3).data());  // replace in place
   cache.read(10, 3, out.data());
   EXPECT_EQ(out, tensor(11, 3));
+}
+
+TEST(PrefixCache, ASpillFileThatCannotBeCreatedIsASpillError) {
+  TempDir dir;
+  std::ofstream(dir.file("a_file")) << "x";
+  PrefixCache cache(4, 0, dir.file("a_file/spill"));  // a directory below a file
+  const std::vector<float> v(4, 1.0f);
+  EXPECT_THROW(cache.write(0, 1, v.data()), freeze::SpillError);
+}
+
+// A spill directory on a full disk (a small tmpfs): the cache turns itself off with a warning in
+// the log, and the run trains to the end with the losses of a run without it.
+TEST(AutoCache, AFullSpillDiskTurnsTheCacheOffAndTheRunGoesOn) {
+  TempDir dir;
+  const std::string data = make_data(dir), spill = dir.file("small");
+  std::filesystem::create_directories(spill);
+  // 1 KiB per entry (16 tokens × 16 floats): 8 entries fit, the 67 samples do not.
+  if (::mount("tmpfs", spill.c_str(), "tmpfs", 0, "size=8k") != 0) GTEST_SKIP() << "needs root to mount a tmpfs";
+  struct Unmount {
+    std::string p;
+    ~Unmount() { ::umount(p.c_str()); }
+  } unmount{spill};
+  const std::vector<std::string> freeze = {"methods.freeze.frozen_layers=2", "model.dropout=0"};
+  auto off = freeze, on = freeze;
+  off.push_back("methods.freeze.autocache=off");
+  on.insert(on.end(), {"methods.freeze.autocache=on", "methods.freeze.cache_memory_mb=0",
+                       "methods.freeze.cache_dir=" + spill});
+  const FitResult plain = Trainer(config(data, dir.file("off"), off), {.quiet = true}).fit();
+  const FitResult cached = Trainer(config(data, dir.file("on"), on), {.quiet = true}).fit();
+  EXPECT_EQ(plain.losses, cached.losses);
+  EXPECT_EQ(plain.final_val_loss, cached.final_val_loss);
+  std::ifstream in(dir.file("on") + "/metrics.jsonl");
+  int turned_off = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("event", "") != "autocache off") continue;
+    ++turned_off;
+    EXPECT_NE(j.value("warning", "").find("No space left on device"), std::string::npos) << line;
+    EXPECT_LE(j["step"].get<int>(), 2) << "the first two steps spill 16 entries";
+  }
+  EXPECT_EQ(turned_off, 1);
 }
 
 TEST(AutoCache, SameLossesWithAndWithoutForAFixedPrefix) {

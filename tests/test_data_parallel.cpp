@@ -271,5 +271,32 @@ TEST_F(DataParallel, AHungRankIsNamedAndTheOthersStop) {
   ::kill(victim, SIGKILL);
 }
 
+// Rank 0 cannot append to metrics.jsonl (swapped for a link to /dev/full mid-run): every rank
+// stops within a step, together, with a checkpoint, not after parallel.timeout.
+TEST_F(DataParallel, ALogRankZeroCannotWriteStopsEveryRankWithACheckpoint) {
+  const std::string out = tmp_.file("full");
+  Job job(mpirun(2) + " " + train_args("full", 100000, "--set train.checkpoint_interval=2 --set parallel.timeout=120"),
+          tmp_.file("full.log"));
+  ASSERT_FALSE(wait_for_checkpoint(out, 120).empty()) << read_file(tmp_.file("full.log"));
+  fs::remove(out + "/metrics.jsonl");
+  fs::create_symlink("/dev/full", out + "/metrics.jsonl");
+  const auto start = std::chrono::steady_clock::now();
+  const int rc = job.wait(60);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string log = read_file(tmp_.file("full.log"));
+  ASSERT_NE(rc, -1) << "the job did not stop within 60 s\n" << log;
+  EXPECT_NE(rc, 0);
+  EXPECT_TRUE(contains(log, "/metrics.jsonl: No space left on device; training stopped after step")) << log;
+  EXPECT_TRUE(contains(log, "written; once the output works again, continue with --resume " + out)) << log;
+  std::printf("the job stopped %.1f s after its log became unwritable\n", seconds);
+  // The checkpoint it wrote on the way out is whole: the run resumes from it, once the log works.
+  fs::remove(out + "/metrics.jsonl");
+  const std::string latest = out + "/checkpoints/" + wait_for_checkpoint(out, 1);
+  const int64_t step = std::stoll(latest.substr(latest.size() - 8));
+  const CliResult r = run_shell(mpirun(2) + " " + train_args("full", int(step) + 1, "") + " --resume " + out);
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, fmt::format("resumed from {} at step {}", latest, step))) << r.output;
+}
+
 }  // namespace
 }  // namespace frugal

@@ -120,12 +120,19 @@ TEST_F(Pipeline, AutoCacheIsSharedByTheReplicas) {
   const std::string small = testing::make_shakespeare_data(small_dir, 20000);  // ~280 samples
   const std::string frozen = "--set model.dropout=0 --set methods.freeze.frozen_layers=2 --set data.dir=" + small;
   const int steps = 80;
+  // The third layout keeps no entry in memory: every rank spills to its own file on disk, in the
+  // same run directory.
+  int run = 0;
   for (auto [np, layout] : {std::pair{2, "--set parallel.pipeline_stages=1 --set train.grad_accum=2"},
-                            {4, "--set parallel.pipeline_stages=2"}}) {
+                            {4, "--set parallel.pipeline_stages=2"},
+                            {2, "--set parallel.pipeline_stages=1 --set train.grad_accum=2 "
+                                "--set methods.freeze.cache_memory_mb=0"}}) {
     const std::string args = frozen + " " + layout;
-    const TrainedRun cached = train(fmt::format("cache-np{}", np), np, steps, args + " --set methods.freeze.autocache=on");
-    const TrainedRun plain = train(fmt::format("plain-np{}", np), np, steps, args + " --set methods.freeze.autocache=off");
+    const TrainedRun cached = train(fmt::format("cache{}", ++run), np, steps, args + " --set methods.freeze.autocache=on");
+    const TrainedRun plain = train(fmt::format("plain{}", run), np, steps, args + " --set methods.freeze.autocache=off");
     expect_identical(plain.steps, cached.steps);
+    if (std::string(layout).find("cache_memory_mb=0") != std::string::npos)
+      EXPECT_GT(cached.steps.back()["autocache_on_disk"].get<int>(), 0);
     const int samples = cached.steps.back()["autocache_samples"].get<int>();
     const int served = cached.steps.back()["autocache_hits"].get<int>();
     // Rank 0's micro-batches after the first epoch (8 sequences per step), all served.

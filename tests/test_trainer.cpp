@@ -411,6 +411,38 @@ TEST(StepStrategy, NonFiniteGradientStopsTrainingBeforeTheUpdate) {
 
 // A file-system error no check foresaw (here RUN/checkpoints is a file) still ends in one line
 // that names the path and says what to check, not the standard library's raw text.
+// `--resume RUN` continues RUN in RUN, though the config names another train.out_dir (an explicit
+// --set train.out_dir branches the run there instead); the summary names the steps this session
+// trained and the run's whole wall time, as metrics.jsonl's wall_s does.
+TEST(TrainerCli, AResumeContinuesInItsRunDirectoryAndSaysWhichStepsItTrained) {
+  TempDir dir;
+  const std::string data = make_data(dir), run = dir.file("run"), other = dir.file("other");
+  std::ofstream(dir.file("config.toml")) << "[train]\nout_dir = \"" << other << "\"\n";
+  const std::string common = " --set data.dir=" + data + " --set model.n_layer=1 --set model.n_embd=32 "
+                             "--set model.n_head=2 --set model.block_size=32 --set train.log_interval=1 "
+                             "--set sample.count=0";
+  const CliResult first = run_frugal("train " + dir.file("config.toml") + common +
+                                     " --set train.max_steps=3 --set train.out_dir=" + run);
+  ASSERT_EQ(first.rc, 0) << first.output;
+  EXPECT_TRUE(first.output.find("trained 3 steps in ") != std::string::npos) << first.output;
+  const CliResult second = run_frugal("train " + dir.file("config.toml") + common + " --set train.max_steps=5 --resume " + run);
+  ASSERT_EQ(second.rc, 0) << second.output;
+  EXPECT_FALSE(fs::exists(other));
+  std::ifstream in(run + "/metrics.jsonl");
+  nlohmann::json last;
+  for (std::string line; std::getline(in, line);) last = nlohmann::json::parse(line);
+  EXPECT_EQ(last["step"], 5);
+  // MFU's denominator is the FMA peak, stated once; no share of it can exceed the whole.
+  EXPECT_TRUE(first.output.find("MFU: of the FMA peak, ") != std::string::npos) << first.output;
+  EXPECT_GT(last["mfu"].get<double>(), 0.0);
+  EXPECT_LE(last["mfu"].get<double>(), 1.0);
+  EXPECT_TRUE(second.output.find("trained steps 4 to 5 in ") != std::string::npos) << second.output;
+  const size_t at = second.output.find("(5 steps in ");
+  ASSERT_NE(at, std::string::npos) << second.output;
+  // The summary comes after the final checkpoint, the log line before it.
+  EXPECT_NEAR(std::stod(second.output.substr(at + 12)), last["wall_s"].get<double>(), 0.5) << second.output;
+}
+
 TEST(TrainerCli, UnforeseenFileSystemErrorsAreOneLine) {
   TempDir dir;
   const std::string data = make_data(dir);

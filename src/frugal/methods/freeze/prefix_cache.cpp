@@ -2,6 +2,7 @@
 #include "frugal/methods/freeze/prefix_cache.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,6 +69,11 @@ void PrefixCache::read(int64_t id, int level, float* out) const {
                                    n < 0 ? std::strerror(errno) : "short file"));
     done += static_cast<size_t>(n);
   }
+}
+
+size_t PrefixCache::spill_file_bytes() const {
+  struct stat st {};
+  return fd_ >= 0 && ::fstat(fd_, &st) == 0 ? static_cast<size_t>(st.st_size) : 0;
 }
 
 void PrefixCache::open_spill_file() {

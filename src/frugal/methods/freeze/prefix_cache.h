@@ -50,6 +50,7 @@ class PrefixCache {
   size_t count(int level) const;                     // entries at `level`
   std::vector<int> held_levels() const;              // levels with entries, ascending
   size_t entries_on_disk() const { return disk_used_; }
+  size_t spill_file_bytes() const;  // the spill file's size (0 before the first spill)
   size_t sample_floats() const { return floats_; }
 
  private:
