@@ -289,6 +289,9 @@ TEST_F(DataParallel, ALogRankZeroCannotWriteStopsEveryRankWithACheckpoint) {
   EXPECT_TRUE(contains(log, "/metrics.jsonl: No space left on device; training stopped after step")) << log;
   EXPECT_TRUE(contains(log, "written; once the output works again, continue with --resume " + out)) << log;
   std::printf("the job stopped %.1f s after its log became unwritable\n", seconds);
+  // Ranks' stdout is a pty under mpirun, but a log: plain lines with the time, no progress bar.
+  EXPECT_FALSE(contains(log, "\033[K")) << log;
+  EXPECT_TRUE(contains(log, " elapsed 0:")) << log;
   // The checkpoint it wrote on the way out is whole: the run resumes from it, once the log works.
   fs::remove(out + "/metrics.jsonl");
   const std::string latest = out + "/checkpoints/" + wait_for_checkpoint(out, 1);

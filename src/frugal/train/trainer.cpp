@@ -232,7 +232,9 @@ FitResult Trainer::fit() {
   const TrainSettings& t = settings_.train;
   const ModelConfig& m = session_->model().config();  // the checkpoint's shape when resuming
   const bool print = !options_.quiet;
-  const bool tty = print && isatty(STDOUT_FILENO);
+  // The progress bar only on a terminal of one process: under mpirun, ranks' stdout is a pty too,
+  // but it ends in logs.
+  const bool tty = print && group_.size() == 1 && isatty(STDOUT_FILENO);
   if (!stop_signals_) stop_signals_.emplace();  // fit() again on this Trainer
 
   if (print) {
@@ -335,8 +337,10 @@ FitResult Trainer::fit() {
                       loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
             if (eval_now) io::print("\n");
           } else {
-            io::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}%{}\n",
-                      step + 1, t.max_steps, loss, val, lr, r.grad_norm, dt * 1e3, tok_s, 100 * mfu,
+            // A log line shows the validation loss of its own step only (a stale one would read as new).
+            io::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}% "
+                      "elapsed {} ETA {}{}\n", step + 1, t.max_steps, loss, eval_now ? val : "", lr, r.grad_norm,
+                      dt * 1e3, tok_s, 100 * mfu, format_duration(wall.seconds()), format_duration(eta),
                       step_->status());
           }
           io::flush_stdout();
