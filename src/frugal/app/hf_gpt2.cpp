@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -167,9 +168,34 @@ void check_hf_gpt2_exportable(const ModelConfig& c) {
                "with model.bias = true can be exported");
 }
 
-void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_id) {
+std::string hf_gpt2_inexpressible(const GPT& model) {
+  const int T = model.config().block_size;
+  const int64_t causal_pairs = kernels::AttentionPattern::causal().pairs(T);
+  std::vector<std::pair<std::string, std::vector<int>>> blocks_by_pattern;
+  for (int l = 0; l < model.config().n_layer; ++l) {
+    const kernels::AttentionPattern& p = model.attention_pattern(l);
+    if (p.pairs(T) == causal_pairs) continue;  // every earlier position within the context
+    auto it = std::find_if(blocks_by_pattern.begin(), blocks_by_pattern.end(),
+                           [&](const auto& g) { return g.first == p.name(); });
+    if (it == blocks_by_pattern.end()) it = blocks_by_pattern.insert(it, {p.name(), {}});
+    it->second.push_back(l);
+  }
+  std::vector<std::string> parts;
+  for (const auto& [name, blocks] : blocks_by_pattern)
+    parts.push_back(fmt::format("block{} {} attend{} with {}", blocks.size() > 1 ? "s" : "",
+                                fmt::join(blocks, ", "), blocks.size() > 1 ? "" : "s", name));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_id,
+                    bool allow_causal_attention) {
   const ModelConfig& c = model.config();
   check_hf_gpt2_exportable(c);
+  const std::string inexpressible = hf_gpt2_inexpressible(model);
+  FRUGAL_CHECK(inexpressible.empty() || allow_causal_attention, "{}, which the Hugging Face GPT-2 "
+               "format cannot express (GPT2LMHeadModel attends to every earlier position), so the "
+               "export would compute another function; pass --allow-lossy to export it anyway "
+               "with dense causal attention", inexpressible);
   create_directories(out_dir, "the export directory");
 
   json cfg = {

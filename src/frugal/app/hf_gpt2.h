@@ -25,9 +25,19 @@ namespace frugal::io {
 // Throws Error saying why when GPT2LMHeadModel cannot represent `config`.
 void check_hf_gpt2_exportable(const ModelConfig& config);
 
+// What of `model`'s function GPT2LMHeadModel cannot express, empty when nothing: the blocks whose
+// attention pattern leaves out some earlier position within block_size ("blocks 0, 1 attend with
+// strided(w=16,s=16)"); GPT-2 attends to every earlier position. Linear formats are no loss:
+// export_hf_gpt2 writes the weights as params() holds them, so a masked weight must have been
+// written there first (GPT::write_effective_weights, which load_checkpoint_model does).
+std::string hf_gpt2_inexpressible(const GPT& model);
+
 // Writes out_dir/config.json (a transformers GPT2Config) and out_dir/model.safetensors (F32,
-// metadata format "pt"); creates out_dir. eos_token_id < 0 leaves bos/eos_token_id unset.
-void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_id = -1);
+// metadata format "pt"); creates out_dir. eos_token_id < 0 leaves bos/eos_token_id unset. Throws
+// Error naming hf_gpt2_inexpressible(model) when it is not empty, unless allow_causal_attention:
+// the export then attends causally to every earlier position.
+void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_id = -1,
+                    bool allow_causal_attention = false);
 
 // Writes the tokenizer files next to an export: frugal_tokenizer.json (the tokenizer itself, which
 // `frugal import` picks up) and, for GPT-2 BPE, vocab.json + merges.txt + tokenizer_config.json so

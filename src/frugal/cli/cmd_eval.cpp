@@ -1,5 +1,6 @@
 // `frugal eval CHECKPOINT_OR_RUN_DIR [--data DIR] [--split val|train] ...`: the loss and
-// perplexity of a trained model on a prepared token shard, as text or one JSON object.
+// perplexity of a trained model on a prepared token shard, as text or one JSON object; the model
+// computes what its run trained (load_checkpoint_model), which the output says beyond dense weights.
 #include <fmt/format.h>
 
 #include <memory>
@@ -44,24 +45,27 @@ void run_eval(const EvalArgs& a) {
   check_data_tokenizer(dir, *tokenizer, data_dir);
   const auto shard = data::open_prepared_split(data_dir, a.split, *tokenizer);
 
-  const std::unique_ptr<GPT> model = load_checkpoint_model(dir);
-  const ModelConfig& m = model->config();
+  const CheckpointModel loaded = load_checkpoint_model(dir);
+  GPT& model = loaded.model();
+  const ModelConfig& m = model.config();
   const int trained_T = settings.train.seq_len > 0 ? settings.train.seq_len : m.block_size;
   const int T = a.seq_len > 0 ? a.seq_len : trained_T;
   FRUGAL_CHECK(T <= m.block_size, "--seq-len {} exceeds the model's block_size {}", T, m.block_size);
   data::BatchLoader loader(shard, T, data::LoaderOrder::Sequential);
 
-  const EvalResult r = evaluate_loss(*model, loader, a.batch_size, a.max_batches);
+  const EvalResult r = evaluate_loss(model, loader, a.batch_size, a.max_batches);
   if (a.json) {
     const nlohmann::json j{{"checkpoint", dir},        {"data", shard->path()},
                            {"split", a.split},         {"seq_len", T},
                            {"batch_size", a.batch_size}, {"sequences", r.sequences},
                            {"tokens", r.tokens},       {"loss", r.loss},
-                           {"perplexity", r.perplexity}, {"seconds", r.seconds}};
+                           {"perplexity", r.perplexity}, {"seconds", r.seconds},
+                           {"methods", loaded.notes}};
     io::print("{}\n", j.dump());
     return;
   }
   io::print("checkpoint: {}\n", dir);
+  for (const std::string& note : loaded.notes) io::print("{}\n", note);
   io::print("data: {}, {} of {} sequences of {} tokens\n", shard->path(), r.sequences,
             loader.num_samples(), T);
   io::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} "

@@ -1,5 +1,7 @@
-// `frugal export --format hf CHECKPOINT_OR_RUN_DIR OUT_DIR`: a checkpoint as a directory that
-// transformers' GPT2LMHeadModel / AutoTokenizer load (see app/hf_gpt2.h).
+// `frugal export --format hf CHECKPOINT_OR_RUN_DIR OUT_DIR [--allow-lossy]`: a checkpoint as a
+// directory that transformers' GPT2LMHeadModel / AutoTokenizer load (see app/hf_gpt2.h), with the
+// weights the model computes with (masks applied); what the format cannot express is refused, or
+// with --allow-lossy dropped and named.
 #include <fmt/format.h>
 
 #include <memory>
@@ -16,6 +18,7 @@ namespace {
 struct ExportArgs {
   std::string format = "hf";
   std::string source, out_dir;
+  bool allow_lossy = false;
 };
 }  // namespace
 
@@ -28,15 +31,23 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("checkpoint", args->source, "run directory (its latest checkpoint) or checkpoint directory")
       ->required();
   cmd->add_option("out_dir", args->out_dir, "directory to write (created)")->required();
+  cmd->add_flag("--allow-lossy", args->allow_lossy,
+                "export even what the format cannot express (a sparse attention pattern becomes "
+                "dense causal attention), saying what is dropped");
   cmd->callback([args] {
     const PinnedCheckpoint pinned = pin_checkpoint(args->source);  // no run prunes it while we read
     const std::string& checkpoint = pinned.dir;
-    const std::unique_ptr<GPT> model = load_checkpoint_model(checkpoint);
+    const CheckpointModel loaded = load_checkpoint_model(checkpoint);
+    const GPT& model = loaded.model();
     const auto tokenizer = load_checkpoint_tokenizer(checkpoint);
-    io::export_hf_gpt2(*model, args->out_dir, tokenizer->eot_token());
-    const bool hf_tokenizer = io::export_hf_tokenizer(*tokenizer, model->config().block_size, args->out_dir);
+    io::export_hf_gpt2(model, args->out_dir, tokenizer->eot_token(), args->allow_lossy);
+    const bool hf_tokenizer = io::export_hf_tokenizer(*tokenizer, model.config().block_size, args->out_dir);
     io::print("exported {} ({} parameters) to {}: config.json, model.safetensors\n", checkpoint,
-              model->table().num_parameters(model->config()), args->out_dir);
+              model.table().num_parameters(model.config()), args->out_dir);
+    for (const std::string& note : loaded.notes) io::print("{}\n", note);
+    const std::string dropped = io::hf_gpt2_inexpressible(model);
+    if (!dropped.empty())
+      io::print("dropped (--allow-lossy): {}; the exported model attends to every earlier position\n", dropped);
     if (hf_tokenizer) {
       io::print("tokenizer: vocab.json, merges.txt, tokenizer_config.json (AutoTokenizer loads them)\n");
     } else {

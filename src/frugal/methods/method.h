@@ -105,6 +105,14 @@ class Method {
   virtual void load_state_tensors(std::map<std::string, std::vector<float>> tensors) {}
   // FLOP accounting: true when blocks [0, k) run no forward this step (cached activations).
   virtual int cached_prefix_blocks() const { return 0; }
+  // Inference from a checkpoint (eval, sample, export; the weights --init-from starts from): the
+  // methods of the checkpoint's config get Init, then their saved state (load_state_tensors,
+  // load_state), then this call instead of any training event, with ctx.step the checkpoint's
+  // step. The method installs on ctx.model() what shaped the function it was training at that
+  // point (masks as linear formats, attention patterns), checks that the model is what its state
+  // expects (Error with the reason and what to do otherwise), and returns one line for the user
+  // saying what the model computes beyond its dense causal weights at their shape (empty: nothing).
+  virtual std::string restore_trained_function(TrainContext& ctx) { return {}; }
 };
 
 // A registered method: its config keys (under "methods.<name>.") and its factory. A method is

@@ -92,6 +92,15 @@ void MethodSet::fire(Event event, TrainContext& ctx) {
   }
 }
 
+std::vector<std::string> MethodSet::restore_trained_function(TrainContext& ctx) {
+  std::vector<std::string> lines;
+  for (auto& m : methods_) {
+    const std::string line = m->restore_trained_function(ctx);
+    if (!line.empty()) lines.push_back("methods." + m->name() + ": " + line);
+  }
+  return lines;
+}
+
 int MethodSet::cached_prefix_blocks() const {
   int k = 0;
   for (const auto& m : methods_) k = std::max(k, m->cached_prefix_blocks());

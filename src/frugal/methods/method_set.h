@@ -29,6 +29,9 @@ class MethodSet {
   // Every method's state tensors, named "<method>/<tensor>"; and back (before load_state).
   Method::StateTensors state_tensors() const;
   void load_state_tensors(std::map<std::string, std::vector<float>> tensors);
+  // Every method's restore_trained_function (Method), in order: its non-empty lines, each
+  // headed "methods.<name>: ".
+  std::vector<std::string> restore_trained_function(TrainContext& ctx);
   // How often each event was fired (for tests and debugging).
   const std::array<int64_t, kNumEvents>& event_counts() const { return counts_; }
 

@@ -324,13 +324,24 @@ uint64_t GPT::prefix_format_version(int blocks) const {
   return version;
 }
 
-void GPT::refresh_formats() {
+void GPT::for_each_linear(const std::function<void(LinearFormat&, float*, int, int)>& f) {
   for (int l = range_.begin; l < range_.end; ++l)
     for (int i = 0; i < kLinears; ++i)
       if (linear_weight_offset(l, static_cast<Linear>(i)) != kAbsent) {
         const auto [oc, ic] = linear_shape(static_cast<Linear>(i));
-        formats_[l][i]->refresh(params_.data() + linear_weight_offset(l, static_cast<Linear>(i)), oc, ic);
+        f(*formats_[l][i], params_.data() + linear_weight_offset(l, static_cast<Linear>(i)), oc, ic);
       }
+}
+
+void GPT::refresh_formats() {
+  for_each_linear([](LinearFormat& format, float* weight, int oc, int ic) { format.refresh(weight, oc, ic); });
+}
+
+void GPT::write_effective_weights() {
+  for_each_linear([](LinearFormat& format, float* weight, int oc, int ic) {
+    format.write_effective_weight(weight, oc, ic);
+    format.refresh(weight, oc, ic);
+  });
 }
 
 void GPT::linear_forward(int l, Linear which, float* out, const float* inp, int N) const {

@@ -111,6 +111,10 @@ class GPT {
   std::pair<int, int> linear_shape(Linear which) const;
   // Calls refresh() of every installed format (after the master weights changed).
   void refresh_formats();
+  // Writes into every block linear's weight the weight its format computes with (W ⊙ M for a
+  // masked format: LinearFormat::write_effective_weight), then refreshes the formats: params()
+  // then hold the weights of the function the model computes, which dense formats compute too.
+  void write_effective_weights();
 
   // Which keys block `layer`'s attention lets each query see (default Causal); read by the block
   // forward and backward, the Decoder and the FLOP count. A change counts as a format change of
@@ -227,6 +231,8 @@ class GPT {
   void linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp, int N,
                        bool accumulate_dinp);
   void block_backward(int l, uint64_t dropout_key);
+  // Calls f(format, weight, OC, IC) for every block linear of the range.
+  void for_each_linear(const std::function<void(LinearFormat&, float*, int, int)>& f);
 
   ModelConfig config_;
   BlockRange range_;

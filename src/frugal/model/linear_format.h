@@ -14,6 +14,10 @@ class LinearFormat {
   virtual const char* name() const = 0;
   // Re-derives the format's data from the dense master weight (OC, C) after it changed.
   virtual void refresh(const float* weight, int OC, int C) = 0;
+  // Overwrites the dense master weight (OC, C) with the weight this format computes with (W ⊙ M
+  // for a masked format), so that a dense linear of it computes the same function (an export, a
+  // run started from a checkpoint). Formats computing with W itself leave it.
+  virtual void write_effective_weight(float* weight, int OC, int C) const {}
   // out (N,OC) = inp (N,C) · S(W)ᵀ + bias (bias may be null); same contract as matmul_forward.
   virtual void forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                        int C, int OC) = 0;

@@ -11,6 +11,7 @@
 #include "frugal/data/text.h"
 #include "frugal/io/atomic_file.h"
 #include "frugal/io/safetensors.h"
+#include "frugal/methods/method_set.h"
 #include "frugal/train/run_config.h"
 
 namespace frugal {
@@ -227,6 +228,10 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
                         {"strategy", state.strategy},
                         {"ranks", state.ranks}};
       if (sharded) js["optimizer_shards"] = group.size();
+      if (!state.method_tensors.empty()) {
+        nlohmann::json& names = js["method_tensors"] = nlohmann::json::array();
+        for (const auto& [name, values] : state.method_tensors) names.push_back(name);
+      }
       io::SafeTensors train_state;
       train_state.metadata["format"] = kFormat;
       train_state.metadata["state"] = js.dump();
@@ -346,9 +351,10 @@ void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model) {
                model.table().entries().size());
 }
 
-TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim) {
+TrainState read_checkpoint_state(const std::string& checkpoint_dir) {
   const std::string path = (fs::path(checkpoint_dir) / "train_state.safetensors").string();
-  io::SafeTensors st = read_checkpoint_file(checkpoint_dir, "train_state.safetensors");
+  const io::SafeTensors st =
+      read_checkpoint_file(checkpoint_dir, "train_state.safetensors", io::SafeTensorsPart::Metadata);
   auto it = st.metadata.find("state");
   FRUGAL_CHECK(it != st.metadata.end(), "{} has no training state; it cannot be resumed (use "
                "--init-from to start a new run from its weights)", path);
@@ -365,6 +371,31 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
   s.session = js.value("session", nlohmann::json());
   s.strategy = js.value("strategy", nlohmann::json());
   s.ranks = js.value("ranks", 1);
+  s.optimizer_shards = js.value("optimizer_shards", 0);
+  // Checkpoints written before the list existed have none: a missing file reads as no tensors.
+  const std::vector<std::string> listed = js.value("method_tensors", std::vector<std::string>{});
+  const std::string methods_path = (fs::path(checkpoint_dir) / kMethodTensorsFile).string();
+  FRUGAL_CHECK(listed.empty() || fs::exists(methods_path), "{} is missing: the checkpoint keeps "
+               "methods' state in it ({}); copy the file back into the checkpoint directory, or {}",
+               methods_path, fmt::join(listed, ", "), earlier_checkpoint_advice(checkpoint_dir));
+  if (fs::exists(methods_path)) {
+    const io::SafeTensors file = read_checkpoint_file(checkpoint_dir, kMethodTensorsFile);
+    for (const std::string& name : listed)
+      FRUGAL_CHECK(file.tensors.count(name), "{} has no tensor '{}' though the checkpoint's state "
+                   "lists it: the file is damaged; {}", methods_path, name,
+                   earlier_checkpoint_advice(checkpoint_dir));
+    for (const auto& [name, tensor] : file.tensors) {
+      std::vector<float> values = tensor.to_f32(name);
+      check_finite(checkpoint_dir, methods_path, name, values);
+      s.loaded_method_tensors.emplace(name, std::move(values));
+    }
+  }
+  return s;
+}
+
+TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim) {
+  const std::string path = (fs::path(checkpoint_dir) / "train_state.safetensors").string();
+  TrainState s = read_checkpoint_state(checkpoint_dir);
   // The moments of optim's shard, from the full tensors or from the shards of the world size
   // that wrote them (any world size: each shard file gives its range of the flat buffer).
   const size_t begin = optim.shard_begin(), end = optim.shard_end();
@@ -386,13 +417,14 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
     covered += hi - lo;
   };
   const size_t model_total = optim.model_floats();
-  if (!js.contains("optimizer_shards")) {
+  if (s.optimizer_shards == 0) {
+    const io::SafeTensors st = read_checkpoint_file(checkpoint_dir, "train_state.safetensors");
     const size_t n = st.tensors.count("adamw.m") ? st.at("adamw.m").numel() : model_total;
     FRUGAL_CHECK(n == model_total, "{}: optimizer state 'adamw.m' has {} values but this model "
                  "needs {}; the checkpoint is from a different model shape", path, n, model_total);
     take(st, path, 0, model_total);
   } else {
-    const int shards = js.at("optimizer_shards").get<int>();
+    const int shards = s.optimizer_shards;
     for (int r = 0; r < shards; ++r) {
       const std::string file_path = (fs::path(checkpoint_dir) / shard_file_name(r)).string();
       FRUGAL_CHECK(fs::exists(file_path), "{} is missing: the checkpoint was written by {} "
@@ -410,15 +442,6 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
                "process needs; the checkpoint is damaged: {}", checkpoint_dir, covered, end - begin,
                earlier_checkpoint_advice(checkpoint_dir));
   optim.set_steps_taken(s.optimizer_steps);
-  const std::string methods_path = (fs::path(checkpoint_dir) / kMethodTensorsFile).string();
-  if (fs::exists(methods_path)) {
-    const io::SafeTensors file = read_checkpoint_file(checkpoint_dir, kMethodTensorsFile);
-    for (const auto& [name, tensor] : file.tensors) {
-      std::vector<float> values = tensor.to_f32(name);
-      check_finite(checkpoint_dir, methods_path, name, values);
-      s.loaded_method_tensors.emplace(name, std::move(values));
-    }
-  }
   return s;
 }
 
@@ -448,10 +471,52 @@ int checkpoint_ranks(const std::string& checkpoint_dir) {
   return js.is_object() ? js.value("ranks", 1) : 1;
 }
 
-std::unique_ptr<GPT> load_checkpoint_model(const std::string& checkpoint_dir) {
-  auto model = std::make_unique<GPT>(checkpoint_model_config(checkpoint_dir));
-  load_checkpoint_params(checkpoint_dir, *model);
-  return model;
+CheckpointModel load_checkpoint_model(const std::string& checkpoint_dir) {
+  const io::Config config = checkpoint_config(checkpoint_dir, run_schema());
+  const TrainSettings train = run_settings(config).train;
+  SessionOptions options;
+  options.model = checkpoint_model_config(checkpoint_dir);
+  CheckpointModel out{std::make_unique<Session>(options), {}};
+  MethodSet methods = MethodSet::from_config(config);
+  if (methods.empty()) {
+    load_checkpoint_params(checkpoint_dir, out.model());
+    return out;
+  }
+  // As a resume restores them (Init, the weights, the saved state), then the trained function.
+  TrainState state = read_checkpoint_state(checkpoint_dir);
+  TrainContext ctx{*out.session};
+  ctx.step = state.step;
+  ctx.max_steps = train.max_steps;
+  ctx.batch = train.batch_size;
+  ctx.grad_accum = train.grad_accum;
+  ctx.seq_len = train.seq_len;
+  ctx.seed = train.seed;
+  methods.fire(Event::Init, ctx);
+  load_checkpoint_params(checkpoint_dir, out.model());
+  methods.load_state_tensors(std::move(state.loaded_method_tensors));
+  methods.load_state(state.methods);
+  out.notes = methods.restore_trained_function(ctx);
+  out.model().write_effective_weights();
+  return out;
+}
+
+std::vector<std::string> init_from_checkpoint(const std::string& checkpoint_dir, GPT& model) {
+  const CheckpointModel from = load_checkpoint_model(checkpoint_dir);
+  const std::vector<ParamInfo>&have = from->table().entries(), &need = model.table().entries();
+  for (size_t i = 0; i < need.size(); ++i) {
+    const std::string have_shape = i < have.size() ? fmt::format("[{}]", fmt::join(have[i].shape, ", ")) : "none";
+    FRUGAL_CHECK(i < have.size() && have[i].name == need[i].name && have[i].shape == need[i].shape,
+                 "{}: the checkpoint is from a different model shape ({} layers, {} heads, n_embd {}): "
+                 "this model's tensor '{}' [{}] is {} there; use the checkpoint's model settings",
+                 checkpoint_dir, from->config().n_layer, from->config().n_head, from->config().n_embd,
+                 need[i].name, fmt::join(need[i].shape, ", "),
+                 i < have.size() && have[i].name == need[i].name ? have_shape : "missing");
+  }
+  FRUGAL_CHECK(have.size() == need.size(), "{}: the checkpoint has {} tensors but this model has {}: "
+               "the checkpoint is from a different model shape; use the checkpoint's model settings",
+               checkpoint_dir, have.size(), need.size());
+  std::copy(from->params(), from->params() + model.num_floats(), model.params());
+  return from.notes;
 }
 
 std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir) {

@@ -14,7 +14,8 @@
 //                            buffer, metadata "shard" = {begin, end, total}; a resume with any
 //                            number of ranks reads the ranges it needs
 //   methods.safetensors      methods' state too large for JSON (Method::state_tensors), named
-//                            "<method>/<tensor>"; only when a method has any
+//                            "<method>/<tensor>"; only when a method has any (the state's
+//                            "method_tensors" lists them, so a lost file is named as such)
 //   tokenizer.json           the tokenizer of the data the model was trained on
 // A checkpoint is written into a temporary directory, every file fsync'ed, then renamed into
 // place, and `checkpoints/latest` (the directory name) is replaced atomically last: a crash or a
@@ -38,6 +39,7 @@
 #include "frugal/io/dir_lock.h"
 #include "frugal/model/gpt.h"
 #include "frugal/optim/adamw.h"
+#include "frugal/session/session.h"
 #include "frugal/train/process_group.h"
 
 namespace frugal {
@@ -53,6 +55,7 @@ struct TrainState {
   nlohmann::json session;  // Session::save_state(); null in checkpoints written before it existed
   nlohmann::json strategy; // StepStrategy::save_state(); null when the strategy keeps none
   int ranks = 1;           // processes the run spanned (data parallel)
+  int optimizer_shards = 0;  // read: the rank files the moments are sharded over (0: whole)
   // Methods' state tensors ("<method>/<tensor>"): views written by save_checkpoint; values read
   // by load_checkpoint_state.
   std::vector<std::pair<std::string, std::span<const float>>> method_tensors;
@@ -102,16 +105,42 @@ ModelConfig checkpoint_model_config(const std::string& checkpoint_dir);
 // naming the tensor and both shapes.
 void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model);
 
-// Loads optim's moments (its shard of them, from full or sharded ones) and returns the training
-// state.
+// The training state without the optimizer's moments: step, loader position, the session's,
+// the strategy's and the methods' states and the methods' state tensors. A listed
+// methods.safetensors that is missing, or lacks a listed tensor, is an Error saying so.
+TrainState read_checkpoint_state(const std::string& checkpoint_dir);
+
+// read_checkpoint_state, and optim's moments (its shard of them, from full or sharded ones).
 TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim);
 
 // How many processes the run that wrote a checkpoint spanned (1 before that was recorded).
 int checkpoint_ranks(const std::string& checkpoint_dir);
 
-// A ready model for inference (eval, sample, export): the checkpoint's model shape, parameters
-// loaded.
-std::unique_ptr<GPT> load_checkpoint_model(const std::string& checkpoint_dir);
+// A checkpoint's model computing the function its run was training at that step.
+struct CheckpointModel {
+  std::unique_ptr<Session> session;  // owns the model; its optimizer holds no state
+  // One line per method that makes the model compute more than its dense causal weights at their
+  // shape ("methods.mst: ... strided(w=16,s=16) attention ..."): what the commands tell the user.
+  std::vector<std::string> notes;
+  GPT& model() const { return session->model(); }
+  GPT* operator->() const { return &model(); }  // used like the model it holds
+  GPT& operator*() const { return model(); }
+};
+
+// The one path by which every command that runs a checkpoint without resuming it loads the model
+// (eval, sample, export, and --init-from's weights): the checkpoint's model shape (a V-cycle's
+// current level) with its parameters; then the methods of its config, with their saved state,
+// install what shaped the function the run was training (Method::restore_trained_function:
+// masks as linear formats, attention patterns), and the weights the masks drop are zeroed in
+// params() (GPT::write_effective_weights), so params() are the weights the model computes with.
+// A method that cannot restore its state throws Error with the reason.
+CheckpointModel load_checkpoint_model(const std::string& checkpoint_dir);
+
+// --init-from: copies into `model` the weights of load_checkpoint_model(checkpoint_dir), the ones
+// its model computes with (masks applied: a sparse phase's pruned weights are zero); `model` must
+// have the checkpoint's tensors (else an Error names the first that differs). Returns the
+// checkpoint's notes; the new run's own methods choose its formats and attention patterns.
+std::vector<std::string> init_from_checkpoint(const std::string& checkpoint_dir, GPT& model);
 
 // The tokenizer the checkpoint's model was trained with (its tokenizer.json).
 std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir);

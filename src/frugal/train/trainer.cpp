@@ -128,7 +128,11 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   if (!options.init_from.empty()) {
     const PinnedCheckpoint checkpoint = pin_checkpoint(options.init_from);
     check_data_tokenizer(checkpoint.dir, *tokenizer_, t.data_dir);
-    load_checkpoint_params(checkpoint.dir, session_->model());
+    const std::vector<std::string> notes = init_from_checkpoint(checkpoint.dir, session_->model());
+    if (!options_.quiet)
+      for (const std::string& note : notes)
+        io::print("--init-from {}: {} (this run starts from the weights that computed it, under "
+                  "its own methods)\n", checkpoint.dir, note);
   }
   bool continues_out_dir = false;  // resuming the run that lives in out_dir
   if (resume) {

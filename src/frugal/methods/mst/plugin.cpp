@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "frugal/core/error.h"
 #include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
@@ -299,6 +301,19 @@ void MstMethod::load_state(const nlohmann::json& s) {
     decode_mask(masks.at(key).get<std::string>(), t.mask, "the checkpoint's mst mask " + key);
     t.active = std::count(t.mask.begin(), t.mask.end(), uint8_t{1});
   }
+}
+
+std::string MstMethod::restore_trained_function(TrainContext& ctx) {
+  if (!have_masks_) return {};
+  GPT& model = ctx.model();
+  install_formats(model);
+  // No Reconfigure follows the last step: a final checkpoint keeps the last step's pattern.
+  const int64_t step = std::min(ctx.step, ctx.max_steps - 1);
+  set_attention(model, step, ctx.max_steps);
+  const kernels::AttentionPattern pattern = pattern_at(step, ctx.max_steps);
+  return fmt::format("sparse block linears at sparsity {:.3f} (the checkpoint's masks){}", sparsity(),
+                     pattern == kernels::AttentionPattern::causal() ? std::string()
+                     : fmt::format("; {} attention in every block (the ultra-sparse hold)", pattern.name()));
 }
 
 }  // namespace frugal::mst

@@ -55,6 +55,8 @@ class MstMethod final : public Method {
   void apply(Event event, TrainContext& ctx) override;
   nlohmann::json save_state() const override;
   void load_state(const nlohmann::json& state) override;
+  // The saved masks as SparseFormats and the attention pattern of the checkpoint's step.
+  std::string restore_trained_function(TrainContext& ctx) override;
 
   // One sparse linear: its place in the model and its mask (OC, IC), 1 = active; the format (none
   // while the mask is full) keeps its own copy, handed over at every Reconfigure.

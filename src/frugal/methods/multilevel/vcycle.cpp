@@ -179,20 +179,7 @@ bool VCycleMethod::match(Event event, const TrainContext& ctx) const {
 void VCycleMethod::apply(Event event, TrainContext& ctx) {
   switch (event) {
     case Event::FitStart: {  // after a resume, load_state() gave the segment and level 0's shape
-      ModelConfig level0 = ctx.model().config();
-      if (level0_layers_ == 0) {
-        level0_layers_ = level0.n_layer;
-        level0_heads_ = level0.n_head;
-        level0_embd_ = level0.n_embd;
-      }
-      level0.n_layer = level0_layers_;
-      level0.n_head = level0_heads_;
-      level0.n_embd = level0_embd_;
-      maps_ = level_maps(level0, config_.specs);
-      FRUGAL_CHECK(ctx.model().config() == level_config(level()) && static_cast<int>(kept_.size()) == level(),
-                   "{}: the model ({} layers, {} heads, width {}) is not level {} of this V-cycle; "
-                   "resume the run with its own config", kPrefix, ctx.model().config().n_layer,
-                   ctx.model().config().n_head, ctx.model().config().n_embd, level() + 1);
+      restore_levels(ctx.model().config());
       if (config_.lr_shape == LrShape::Segment) {  // a schedule is not saved: installed at every start
         const AdamWConfig optim = ctx.optim().config();
         ctx.session.set_lr_schedule([optim, ends = ends_, max_steps = ctx.max_steps](int64_t step) {
@@ -203,11 +190,6 @@ void VCycleMethod::apply(Event event, TrainContext& ctx) {
           restarted.warmup_steps = 0;
           return lr_at(restarted, step - ends[s - 1], ends[s] - ends[s - 1]);
         });
-      }
-      for (int i = 0; i < level(); ++i) {
-        FRUGAL_CHECK(kept_[i].size() == ParamTable::build(level_config(i)).total(), "{}: the checkpoint's kept "
-                     "weights of level {} do not fit that level's shape; the checkpoint is damaged",
-                     kPrefix, i + 1);
       }
       break;
     }
@@ -239,6 +221,42 @@ void VCycleMethod::apply(Event event, TrainContext& ctx) {
     default:
       break;
   }
+}
+
+void VCycleMethod::restore_levels(const ModelConfig& model) {
+  ModelConfig level0 = model;
+  if (level0_layers_ == 0) {
+    level0_layers_ = level0.n_layer;
+    level0_heads_ = level0.n_head;
+    level0_embd_ = level0.n_embd;
+  }
+  level0.n_layer = level0_layers_;
+  level0.n_head = level0_heads_;
+  level0.n_embd = level0_embd_;
+  maps_ = level_maps(level0, config_.specs);
+  FRUGAL_CHECK(static_cast<int>(kept_.size()) == level(), "{}: the checkpoint is at level {} of its "
+               "V-cycle but holds the kept weights of {} of the {} levels above it: its "
+               "methods.safetensors is missing or incomplete; copy that file back into the "
+               "checkpoint directory, or use an earlier checkpoint of the run", kPrefix, level() + 1,
+               kept_.size(), level());
+  FRUGAL_CHECK(model == level_config(level()), "{}: the model ({} layers, {} heads, width {}) is not "
+               "level {} of this V-cycle; resume the run with its own config", kPrefix, model.n_layer,
+               model.n_head, model.n_embd, level() + 1);
+  for (int i = 0; i < level(); ++i) {
+    FRUGAL_CHECK(kept_[i].size() == ParamTable::build(level_config(i)).total(), "{}: the checkpoint's kept "
+                 "weights of level {} do not fit that level's shape; the checkpoint is damaged",
+                 kPrefix, i + 1);
+  }
+}
+
+std::string VCycleMethod::restore_trained_function(TrainContext& ctx) {
+  restore_levels(ctx.model().config());
+  if (level() == 0) return {};  // the configured model
+  const ModelConfig &small = level_config(level()), &large = level_config(0);
+  return fmt::format("level {} of the {}-level V-cycle: the coalesced model ({} layers, {} heads, "
+                     "n_embd {}) that the run was training at this step, not the configured model "
+                     "({} layers, {} heads, n_embd {})", level() + 1, config_.levels, small.n_layer,
+                     small.n_head, small.n_embd, large.n_layer, large.n_head, large.n_embd);
 }
 
 void VCycleMethod::advance(TrainContext& ctx) {

@@ -52,6 +52,8 @@ class VCycleMethod final : public Method {
   void load_state(const nlohmann::json& state) override;
   StateTensors state_tensors() const override;
   void load_state_tensors(std::map<std::string, std::vector<float>> tensors) override;
+  // Checks the model is the saved level's; a coalesced level says so, with both shapes.
+  std::string restore_trained_function(TrainContext& ctx) override;
 
   int level() const { return level_of(segment_); }  // 0-based: 0 is the configured model
   // The first step of segment s + 1 (the end of segment s), for a run of max_steps.
@@ -65,6 +67,10 @@ class VCycleMethod final : public Method {
   int level_of(int segment) const;
   int last_segment() const { return 2 * config_.levels - 2; }
   const ModelConfig& level_config(int level) const;  // 0-based, from maps_
+  // Rebuilds maps_ from level 1's shape (`model`'s at a fresh start, the saved one after
+  // load_state) and checks that `model` is the current level's and that the kept weights of the
+  // levels above it are all there (a missing methods.safetensors) and fit.
+  void restore_levels(const ModelConfig& model);
   // Moves to the next segment: one coalescing or de-coalescing with interpolation.
   void advance(TrainContext& ctx);
 

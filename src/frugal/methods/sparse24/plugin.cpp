@@ -191,4 +191,11 @@ void Sparse24Method::load_state(const nlohmann::json& s) {
   }
 }
 
+std::string Sparse24Method::restore_trained_function(TrainContext& ctx) {
+  if (finetune_ || !have_masks_) return {};  // dense fine-tuning (or never sparse): dense weights
+  install(ctx.model(), true);
+  return fmt::format("2:4 sparse weights of the sparse phase: the checkpoint's {} 2:4 masks on {} "
+                     "linears", config_.transposable ? "transposable" : "row-wise", targets_.size());
+}
+
 }  // namespace frugal::sparse24

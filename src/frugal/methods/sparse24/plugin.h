@@ -41,6 +41,8 @@ class Sparse24Method final : public Method {
   void apply(Event event, TrainContext& ctx) override;
   nlohmann::json save_state() const override;
   void load_state(const nlohmann::json& state) override;
+  // In the sparse phase: the saved masks as Sparse24Formats; after it (dense fine-tuning) nothing.
+  std::string restore_trained_function(TrainContext& ctx) override;
 
   // One masked linear: its place in the model and its mask (OC, IC), 1 = kept: the method's copy
   // (searched, decayed, saved), handed to the format (which keeps its own) at every mask update.

@@ -45,6 +45,12 @@ void MaskedFormat::refresh(const float* weight, int OC, int C) {
   build_masked(weight);
 }
 
+void MaskedFormat::write_effective_weight(float* weight, int OC, int C) const {
+  check_shape(OC, C);
+  for (size_t i = 0; i < mask_.size(); ++i)
+    if (!mask_[i]) weight[i] = 0.0f;
+}
+
 void MaskedFormat::forward(float* out, const float* inp, const float*, const float* bias, int N,
                            int C, int OC) {
   kernels::matmul_forward(out, inp, masked_.data(), bias, N, C, OC);

@@ -29,6 +29,7 @@ class MaskedFormat : public LinearFormat {
 
   const char* name() const override { return "masked"; }
   void refresh(const float* weight, int OC, int C) override;
+  void write_effective_weight(float* weight, int OC, int C) const override;  // W ⊙ M
   void forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                int OC) override;
   void backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
