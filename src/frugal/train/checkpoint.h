@@ -15,7 +15,8 @@
 //                            number of ranks reads the ranges it needs
 //   methods.safetensors      methods' state too large for JSON (Method::state_tensors), named
 //                            "<method>/<tensor>"; only when a method has any
-//   tokenizer.json           the tokenizer of the data the model was trained on
+//   frugal_tokenizer.json    the tokenizer of the data the model was trained on (data/tokenizer.h's
+//                            kTokenizerFile; checkpoints of earlier versions: tokenizer.json)
 // A checkpoint is written into a temporary directory, every file fsync'ed, then renamed into
 // place, and `checkpoints/latest` (the directory name) is replaced atomically last: a crash or a
 // full disk at any point leaves the previous checkpoint intact and `latest` pointing at it.
@@ -113,7 +114,7 @@ int checkpoint_ranks(const std::string& checkpoint_dir);
 // loaded.
 std::unique_ptr<GPT> load_checkpoint_model(const std::string& checkpoint_dir);
 
-// The tokenizer the checkpoint's model was trained with (its tokenizer.json).
+// The tokenizer the checkpoint's model was trained with (its tokenizer file, data::tokenizer_file).
 std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir);
 
 // Throws Error unless `data_tokenizer`, the tokenizer of the prepared directory data_dir, gives
