@@ -25,4 +25,4 @@ tail -c +$((FT + 1)) "$WORK/heldout.txt" > "$WORK/finetune-val.txt"
   --out "$WORK/pretrain"
 "$FRUGAL" prepare --tokenizer char --input "$WORK/finetune-train.txt" \
   --val-input "$WORK/finetune-val.txt" --val-input "$WORK/pretrain.txt" --out "$WORK/finetune"
-cmp "$WORK/pretrain/tokenizer.json" "$WORK/finetune/tokenizer.json"
+cmp "$WORK/pretrain/frugal_tokenizer.json" "$WORK/finetune/frugal_tokenizer.json"

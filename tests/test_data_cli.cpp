@@ -68,7 +68,9 @@ TEST(DataCli, PrepareGpt2WritesShardsAndTokenizer) {
                        (dir / "b.txt").string() + " --out " + out.string() + " --val-fraction 0.25");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "MB/s")) << r.output;
-  const auto tok = frugal::data::load_tokenizer_json((out / "tokenizer.json").string());
+  // frugal's own name, never Hugging Face's tokenizer.json (another format)
+  EXPECT_FALSE(fs::exists(out / "tokenizer.json"));
+  const auto tok = frugal::data::load_tokenizer_json((out / "frugal_tokenizer.json").string());
   std::vector<int32_t> all = tok->encode(a);
   all.push_back(50256);  // files are separated by <|endoftext|>
   const auto ids_b = tok->encode(b);
@@ -110,7 +112,7 @@ TEST(DataCli, PrepareCharReadsXzAndRejectsBadInput) {
   r = run_frugal("prepare --tokenizer char --input " + (dir / "v.txt").string() + " --out " + (dir / "v").string());
   ASSERT_EQ(r.rc, 0) << r.output;
   write_file(dir / "q.txt", "abz\n");
-  r = run_frugal("tokenize --tokenizer char:" + (dir / "v" / "tokenizer.json").string() + " " + (dir / "q.txt").string());
+  r = run_frugal("tokenize --tokenizer char:" + (dir / "v" / "frugal_tokenizer.json").string() + " " + (dir / "q.txt").string());
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.output, "'z' (U+007A) at byte offset 2 is not in the character vocabulary")) << r.output;
 }

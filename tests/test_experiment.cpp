@@ -93,6 +93,34 @@ pretrained = false
   EXPECT_TRUE(std::filesystem::exists(out + "/report.md"));
 }
 
+// --set from the command line comes last, in the pretraining and every run: a quick check of a
+// long experiment. A bad key is refused before anything trains.
+TEST(Experiment, CommandLineOverridesApplyToThePretrainingAndEveryRun) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::string path = write_file(dir, "tiny.toml", R"(
+[base]
+data.dir = ")" + data + R"("
+train = { batch_size = 4, max_steps = 6, eval_interval = 3, eval_batches = 1, threads = 1 }
+model = { n_layer = 1, n_head = 2, n_embd = 16, block_size = 16 }
+sample.count = 0
+[pretrain]
+steps = 20
+[[run]]
+name = "dense"
+[[run]]
+name = "longer"
+set = ["train.max_steps=8"]
+)");
+  const Experiment e = load_experiment(path, {"train.max_steps=2"});
+  for (const ExperimentRun* run : {static_cast<const ExperimentRun*>(nullptr), &e.runs[0], &e.runs[1]})
+    EXPECT_EQ(experiment_config(e, run, dir.file("x")).get_int("train.max_steps"), 2);
+  const std::string out = dir.file("out");
+  const ReportTable table = run_experiment(e, {.out_dir = out, .plots = false, .quiet = true});
+  for (const auto& row : table.rows) EXPECT_EQ(row.steps, 2) << row.name;
+  EXPECT_THROW(load_experiment(path, {"optim.lrr=1"}), Error);
+}
+
 TEST(Experiment, RefusesMalformedFiles) {
   TempDir dir;
   auto expect_error = [&](const std::string& text, const std::string& fragment) {

@@ -216,6 +216,9 @@ TEST(HfExport, Gpt2TokenizerFilesAreTheBundledOnes) {
   EXPECT_EQ(read_json(dir.file("hf/tokenizer_config.json"))["model_max_length"], 16);
   const auto back = data::load_tokenizer_json(dir.file("hf/frugal_tokenizer.json"));
   EXPECT_EQ(back->spec(), "gpt2");
+  // The export's own vocab.json + merges.txt are a gpt2:DIR tokenizer, GPT-2's.
+  EXPECT_EQ(data::vocabulary_difference(*data::load_tokenizer("gpt2:" + dir.file("hf")), "the export's", *gpt2,
+                                        "the bundled"), "");
 
   const auto chars = data::load_tokenizer(char_tokenizer_spec(dir));
   EXPECT_FALSE(io::export_hf_tokenizer(*chars, 16, dir.file("char")));

@@ -42,7 +42,7 @@ frugal::data::CharTokenizer write_char_data(const fs::path& dir, const std::stri
   frugal::data::write_shard((dir / "train.bin").string(), {ids.data(), split}, tok.vocab_size());
   frugal::data::write_shard((dir / "val.bin").string(), {ids.data() + split, ids.size() - split},
                             tok.vocab_size());
-  std::ofstream(dir / "tokenizer.json") << tok.to_json();
+  std::ofstream(dir / frugal::data::kTokenizerFile) << tok.to_json();
   return tok;
 }
 
@@ -79,7 +79,7 @@ class InferCli : public ::testing::Test {
   std::string run_with_changed_checkpoint(const std::function<void(frugal::GPT&)>& change) {
     const std::string run = (tmp_.path() / "changed").string();
     const auto config = frugal::checkpoint_config(checkpoint_, frugal::run_schema());
-    const std::string tokenizer = frugal::data::read_text_file(checkpoint_ + "/tokenizer.json");
+    const std::string tokenizer = frugal::data::read_text_file(frugal::data::tokenizer_file(checkpoint_));
     const auto model = frugal::load_checkpoint_model(checkpoint_);
     frugal::save_checkpoint(run, config, *model, nullptr, {.step = 1}, tokenizer, 2);
     change(*model);
@@ -97,7 +97,7 @@ TEST_F(InferCli, SampleStreamsWhatGenerateMakes) {
                        "--top-k 10 --top-p 0.9 --seed 4", "2>/dev/null");
   ASSERT_EQ(r.rc, 0) << r.output;
   const auto model = frugal::load_checkpoint_model(checkpoint_);
-  const auto tok = frugal::data::load_tokenizer_json(checkpoint_ + "/tokenizer.json");
+  const auto tok = frugal::data::load_tokenizer_json(frugal::data::tokenizer_file(checkpoint_));
   const std::vector<int32_t> prompt = tok->encode("the ");
   const frugal::SampleOptions o{.max_tokens = 40, .temperature = 0.7, .top_k = 10, .top_p = 0.9, .seed = 4};
   const std::vector<int32_t> all = frugal::generate(*model, prompt, o);
@@ -194,7 +194,7 @@ TEST_F(InferCli, EvalOptions) {
 
 TEST_F(InferCli, EvalRejectsBadArguments) {
   const std::pair<std::string, std::string> cases[] = {
-      {"--data " + (tmp_.path() / "none").string(), "none/tokenizer.json not found"},
+      {"--data " + (tmp_.path() / "none").string(), "none/frugal_tokenizer.json not found"},
       {"--batch-size 0", "--batch-size 0 must be at least 1"},
       {"--max-batches -1", "--max-batches -1 must be 0 (all) or positive"},
       {"--seq-len 64", "--seq-len 64 exceeds the model's block_size 32"},

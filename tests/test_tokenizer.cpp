@@ -125,11 +125,12 @@ TEST(Gpt2Tokenizer, BadFilesGiveClearErrors) {
   const std::string spec = "gpt2:" + dir.string();
 
   write_file(dir / "encoder.json", encoder);
-  expect_error([&] { load_tokenizer(spec); }, {"vocab.bpe", "cannot open"});
+  expect_error([&] { load_tokenizer(spec); }, {"holds neither vocab.json + merges.txt",
+                                               "nor encoder.json + vocab.bpe", dir.string()});
 
   write_file(dir / "vocab.bpe", merges);
   write_file(dir / "encoder.json", encoder.substr(0, encoder.size() / 2));
-  expect_error([&] { load_tokenizer(spec); }, {"encoder.json", "not valid JSON", "restore"});
+  expect_error([&] { load_tokenizer(spec); }, {"encoder.json", "not valid JSON", "replace it"});
 
   write_file(dir / "encoder.json", encoder);
   // Swap merges 1 and 2: each then makes the other's token.
@@ -144,6 +145,40 @@ TEST(Gpt2Tokenizer, BadFilesGiveClearErrors) {
   write_file(dir / "vocab.bpe", merges);
   EXPECT_EQ(load_tokenizer(spec)->encode("Hello world"), gpt2(true).encode("Hello world"));
   expect_error([&] { load_tokenizer("bpe"); }, {"unknown tokenizer", "gpt2"});
+}
+
+// gpt2:DIR reads Hugging Face's names for GPT-2's files too (vocab.json + merges.txt: what
+// `frugal export --format hf` and transformers write), the same tokenizer as OpenAI's files.
+TEST(Gpt2Tokenizer, ReadsHuggingFaceFileNames) {
+  const std::string src = frugal::data::data_dir() + "/gpt2-bpe";
+  const fs::path dir = temp_dir("hf_names");
+  write_file(dir / "vocab.json", read_text_file(src + "/encoder.json"));
+  write_file(dir / "merges.txt", read_text_file(src + "/vocab.bpe"));
+  const auto tok = load_tokenizer("gpt2:" + dir.string());
+  EXPECT_EQ(tok->spec(), "gpt2:" + dir.string());
+  EXPECT_EQ(frugal::data::vocabulary_difference(*tok, "HF's", gpt2(true), "OpenAI's"), "");
+  EXPECT_EQ(tok->encode("Hello world<|endoftext|>"), gpt2(true).encode("Hello world<|endoftext|>"));
+  const frugal::data::Gpt2Files files = frugal::data::find_gpt2_files(dir.string());
+  EXPECT_EQ(files.vocab, (dir / "vocab.json").string());
+  EXPECT_EQ(files.merges, (dir / "merges.txt").string());
+}
+
+// frugal's tokenizer file is not named tokenizer.json (Hugging Face's file, another format), but
+// directories written by earlier versions hold one: tokenizer_file reads it when it is the only one.
+TEST(TokenizerFile, FrugalsNameAndTheOldOne) {
+  const fs::path dir = temp_dir("file_name");
+  EXPECT_EQ(frugal::data::tokenizer_file(dir.string()), (dir / "frugal_tokenizer.json").string());
+  write_file(dir / "tokenizer.json", gpt2(true).to_json());
+  EXPECT_EQ(frugal::data::tokenizer_file(dir.string()), (dir / "tokenizer.json").string());
+  write_file(dir / "frugal_tokenizer.json", gpt2(true).to_json());
+  EXPECT_EQ(frugal::data::tokenizer_file(dir.string()), (dir / "frugal_tokenizer.json").string());
+}
+
+TEST(TokenizerFile, HuggingFacesTokenizerJsonIsRefusedNamingGpt2Dir) {
+  const fs::path dir = temp_dir("hf_json");
+  write_file(dir / "tokenizer.json", R"({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}})");
+  expect_error([&] { load_tokenizer((dir / "tokenizer.json").string()); },
+               {"is a Hugging Face tokenizer.json", "gpt2:DIR", "vocab.json and merges.txt"});
 }
 
 TEST(CharTokenizer, TinyShakespeareVocabularyAndRoundTrip) {

@@ -186,18 +186,35 @@ TEST(Trainer, DataOfAnotherTokenizerIsRefusedForResumeAndInitFrom) {
   }
   // The remedy the error names: the same text prepared with the checkpoint's tokenizer resumes.
   const std::string checkpoint = resolve_checkpoint(dir.file("a"));
-  data::prepare({.tokenizer = checkpoint + "/tokenizer.json", .inputs = {dir.file("text.txt")},
+  data::prepare({.tokenizer = data::tokenizer_file(checkpoint), .inputs = {dir.file("text.txt")},
                  .out_dir = dir.file("same")});
   Trainer t(tiny_config(dir.file("same"), dir.file("a"), {"train.max_steps=2"}), {.resume = dir.file("a"), .quiet = true});
+}
+
+// Hugging Face tools read a file named tokenizer.json as their own tokenizer: frugal names its file
+// frugal_tokenizer.json, and still reads the tokenizer.json of directories earlier versions wrote.
+TEST(Trainer, TokenizerFileIsNotHuggingFacesNameAndTheOldNameIsStillRead) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  Trainer(tiny_config(data, dir.file("a"), {"train.max_steps=1"}), {.quiet = true}).fit();
+  const std::string checkpoint = resolve_checkpoint(dir.file("a"));
+  for (const std::string& d : {data, checkpoint}) {
+    EXPECT_TRUE(fs::exists(d + "/frugal_tokenizer.json")) << d;
+    EXPECT_FALSE(fs::exists(d + "/tokenizer.json")) << d;
+    fs::rename(d + "/frugal_tokenizer.json", d + "/tokenizer.json");
+  }
+  EXPECT_EQ(load_checkpoint_tokenizer(checkpoint)->vocab_size(), data::load_prepared_tokenizer(data)->vocab_size());
+  Trainer(tiny_config(data, dir.file("a"), {"train.max_steps=2"}), {.resume = dir.file("a"), .quiet = true}).fit();
+  EXPECT_TRUE(fs::exists(resolve_checkpoint(dir.file("a")) + "/frugal_tokenizer.json"));
 }
 
 TEST(Trainer, DataWhoseShardsAndTokenizerDisagreeIsRefused) {
   TempDir dir;
   const std::string data = make_data(dir);
   const int chars = data::TokenShard::open(data + "/train.bin").vocab_size();
-  std::ofstream(data + "/tokenizer.json") << data::load_tokenizer("gpt2")->to_json();
+  std::ofstream(data + "/frugal_tokenizer.json") << data::load_tokenizer("gpt2")->to_json();
   const std::string msg = error_of([&] { Trainer t(tiny_config(data, dir.file("a")), {.quiet = true}); });
-  EXPECT_NE(msg.find(fmt::format("train.bin holds ids of a {}-token vocabulary but {}/tokenizer.json has 50257 tokens",
+  EXPECT_NE(msg.find(fmt::format("train.bin holds ids of a {}-token vocabulary but {}/frugal_tokenizer.json has 50257 tokens",
                                  chars, data)), std::string::npos) << msg;
 }
 

@@ -47,7 +47,7 @@ std::vector<std::string> string_list(const toml::node_view<const toml::node>& no
 
 }  // namespace
 
-Experiment load_experiment(const std::string& path) {
+Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
   FRUGAL_CHECK(fs::exists(path), "experiment file {} not found", path);
   toml::table doc;
   try {
@@ -61,6 +61,7 @@ Experiment load_experiment(const std::string& path) {
                  "description, target_loss, [base], [pretrain] and [[run]]", path, key.str());
   Experiment e;
   e.path = path;
+  e.overrides = overrides;
   e.description = doc["description"].value_or(std::string());
   if (const auto t = doc["target_loss"]) {
     e.target_loss = t.value<double>();
@@ -108,6 +109,7 @@ io::Config experiment_config(const Experiment& e, const ExperimentRun* run, cons
     config.apply_overrides(e.pretrain_overrides);
     config.set("train.max_steps", std::to_string(e.pretrain_steps));
   }
+  config.apply_overrides(e.overrides);
   config.set("train.out_dir", out_dir);
   return config;
 }

@@ -35,11 +35,15 @@ struct Experiment {
   std::vector<std::string> pretrain_overrides;
   std::optional<double> target_loss;
   std::vector<ExperimentRun> runs;
+  // "key=value" from the command line (`--set`), applied last to the pretraining and every run:
+  // `--set train.max_steps=20` shortens them all, for a quick check of an experiment.
+  std::vector<std::string> overrides;
 };
 
-// Parses and checks an experiment file (every run's config is resolved once, so a bad key fails
-// before anything trains). Throws Error naming the file and the problem.
-Experiment load_experiment(const std::string& path);
+// Parses and checks an experiment file with the command line's overrides (every run's config is
+// resolved once, so a bad key fails before anything trains). Throws Error naming the file and the
+// problem.
+Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // The resolved run config of a run (nullptr: the pretraining run) writing to out_dir.
 io::Config experiment_config(const Experiment& e, const ExperimentRun* run, const std::string& out_dir);

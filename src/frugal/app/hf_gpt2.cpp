@@ -61,9 +61,7 @@ void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
 
 std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("({})", fmt::join(shape, ", ")); }
 
-// A float config value as its shortest decimal (1e-05, not 9.99999974737875e-06).
 void copy_file_atomic(const std::string& from, const std::string& to) {
-  FRUGAL_CHECK(fs::exists(from), "tokenizer file '{}' is missing; restore it (data/gpt2-bpe ships it)", from);
   write_file_atomic(to, data::read_text_file(from));
 }
 
@@ -242,13 +240,13 @@ void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_
 bool export_hf_tokenizer(const data::Tokenizer& tokenizer, int model_max_length,
                          const std::string& out_dir) {
   create_directories(out_dir, "the export directory");
-  write_file_atomic(out_dir + "/frugal_tokenizer.json", tokenizer.to_json());
+  write_file_atomic((fs::path(out_dir) / data::kTokenizerFile).string(), tokenizer.to_json());
   const std::string spec = tokenizer.spec();
   if (!spec.starts_with("gpt2")) return false;
-  const std::string bpe_dir = spec == "gpt2" ? data::data_dir() + "/gpt2-bpe" : spec.substr(5);
   // GPT-2's encoder.json and vocab.bpe are what transformers calls vocab.json and merges.txt.
-  copy_file_atomic(bpe_dir + "/encoder.json", out_dir + "/vocab.json");
-  copy_file_atomic(bpe_dir + "/vocab.bpe", out_dir + "/merges.txt");
+  const data::Gpt2Files files = data::find_gpt2_files(spec == "gpt2" ? "" : spec.substr(5));
+  copy_file_atomic(files.vocab, out_dir + "/vocab.json");
+  copy_file_atomic(files.merges, out_dir + "/merges.txt");
   const std::string eot = "<|endoftext|>";
   const json tok_cfg = {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", model_max_length},
                         {"bos_token", eot}, {"eos_token", eot}, {"unk_token", eot},
@@ -359,7 +357,9 @@ std::string import_hf_gpt2(const std::string& hf_dir, const std::string& out_dir
   const std::unique_ptr<GPT> model = read_hf_gpt2(hf_dir);
   const ModelConfig& m = model->config();
   std::string spec = tokenizer_spec;
-  if (spec.empty() && fs::exists(hf_dir + "/frugal_tokenizer.json")) spec = hf_dir + "/frugal_tokenizer.json";
+  // Only frugal's own file name: an HF directory's tokenizer.json is Hugging Face's format.
+  const std::string frugal_tokenizer = (fs::path(hf_dir) / data::kTokenizerFile).string();
+  if (spec.empty() && fs::exists(frugal_tokenizer)) spec = frugal_tokenizer;
   if (spec.empty()) {
     FRUGAL_CHECK(m.vocab_size == kGpt2VocabSize,
                  "cannot tell the tokenizer of '{}' (vocab_size {} is not GPT-2's {}); pass it "

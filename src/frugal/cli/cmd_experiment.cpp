@@ -1,9 +1,12 @@
-// `frugal experiment EXPERIMENT.toml [--out DIR] [--no-plots]`: runs an experiment's pretraining
-// and runs one after another and writes DIR/results.md and DIR/report.md with the plots.
+// `frugal experiment EXPERIMENT.toml [--out DIR] [--set KEY=VALUE] [--no-plots]`: runs an
+// experiment's pretraining and runs one after another and writes DIR/results.md and DIR/report.md
+// with the plots.
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "frugal/app/experiment.h"
 #include "frugal/cli/commands.h"
@@ -14,6 +17,7 @@ namespace frugal::cli {
 namespace {
 struct ExperimentArgs {
   std::string path, out;
+  std::vector<std::string> overrides;
   bool no_plots = false;
 };
 }  // namespace
@@ -24,14 +28,18 @@ void add_experiment_command(CLI::App& app) {
                                      "seed and evaluation schedule, and compare them");
   cmd->add_option("experiment", args->path, "experiment file (TOML), e.g. experiments/freeze-finetune.toml")->required();
   cmd->add_option("--out", args->out, "results directory (default: runs/<experiment name>)");
+  cmd->add_option("--set", args->overrides, "override a run-config key in the pretraining and every "
+                  "run, after the file's own: --set train.max_steps=20 (repeatable)");
   cmd->add_flag("--no-plots", args->no_plots, "write the tables only (no gnuplot needed)");
   cmd->callback([args] {
-    const Experiment e = load_experiment(args->path);
+    const Experiment e = load_experiment(args->path, args->overrides);
     ExperimentOptions o;
     o.out_dir = args->out.empty() ? "runs/" + std::filesystem::path(args->path).stem().string() : args->out;
     o.plots = !args->no_plots;
-    o.command = fmt::format("frugal experiment {}{}{}", args->path,
-                            args->out.empty() ? "" : " --out " + args->out, args->no_plots ? " --no-plots" : "");
+    std::string sets;
+    for (const std::string& s : args->overrides) sets += " --set " + s;
+    o.command = fmt::format("frugal experiment {}{}{}{}", args->path,
+                            args->out.empty() ? "" : " --out " + args->out, sets, args->no_plots ? " --no-plots" : "");
     const ReportTable table = run_experiment(e, o);
     io::print("{}\nwrote {}/results.md and {}/report.md\n", markdown(table), o.out_dir, o.out_dir);
   });

@@ -24,8 +24,8 @@ void add_import_command(CLI::App& app) {
   cmd->add_option("hf_dir", args->hf_dir, "directory with config.json and model.safetensors")->required();
   cmd->add_option("out_dir", args->out_dir, "run directory to write the checkpoint into")->required();
   cmd->add_option("--tokenizer", args->tokenizer,
-                  "gpt2, gpt2:DIR, char:VOCAB_FILE or a tokenizer.json (default: HF_DIR/frugal_tokenizer.json "
-                  "if present, else gpt2 for GPT-2's 50257-token vocabulary)");
+                  "gpt2, gpt2:DIR, char:VOCAB_FILE or a frugal_tokenizer.json (default: "
+                  "HF_DIR/frugal_tokenizer.json if present, else gpt2 for GPT-2's 50257-token vocabulary)");
   cmd->callback([args] {
     const std::string checkpoint = io::import_hf_gpt2(args->hf_dir, args->out_dir, args->tokenizer);
     io::print("imported {} into {}\n", args->hf_dir, checkpoint);

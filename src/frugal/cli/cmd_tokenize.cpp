@@ -13,6 +13,9 @@
 namespace frugal::cli {
 namespace {
 
+constexpr const char* kTokenizerHelp = "gpt2, gpt2:DIR (vocab.json + merges.txt or encoder.json + "
+                                      "vocab.bpe), char:VOCAB_FILE or a frugal_tokenizer.json";
+
 struct TokenizeArgs {
   std::string tokenizer = "gpt2";
   std::string file;
@@ -66,7 +69,7 @@ void run_detokenize(const TokenizeArgs& a) {
 void add_tokenize_commands(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   auto* tok = app.add_subcommand("tokenize", "Print the token ids (or pieces) of a text file");
-  tok->add_option("--tokenizer", args->tokenizer, "gpt2, gpt2:DIR, char:VOCAB_FILE or a tokenizer.json")
+  tok->add_option("--tokenizer", args->tokenizer, kTokenizerHelp)
       ->capture_default_str();
   tok->add_flag("--pieces", args->pieces, "print each token's bytes as a quoted string instead of ids");
   tok->add_flag("--special-eot,!--text-eot", args->special_eot,
@@ -76,7 +79,7 @@ void add_tokenize_commands(CLI::App& app) {
   tok->callback([args] { run_tokenize(*args); });
 
   auto* detok = app.add_subcommand("detokenize", "Print the text of whitespace-separated token ids");
-  detok->add_option("--tokenizer", args->tokenizer, "gpt2, gpt2:DIR, char:VOCAB_FILE or a tokenizer.json")
+  detok->add_option("--tokenizer", args->tokenizer, kTokenizerHelp)
       ->capture_default_str();
   detok->add_option("file", args->file, "file of ids, or - for standard input")->required();
   detok->callback([args] { run_detokenize(*args); });

@@ -1,10 +1,13 @@
-// The `frugal` binary: parses the command line and runs one subcommand. Errors from the library
+// The `frugal` binary: parses the command line and runs one subcommand. A usage error (an unknown
+// command or option, a missing or malformed argument) is one line naming it and the --help to
+// read, exit code 2. Errors from the library
 // (frugal::Error) are printed as one line and give exit code 1; so does output that could not be
 // written (io/stdout.h): SIGPIPE is ignored, a closed pipe is the write error EPIPE; and so do the
 // standard library's file-system and out-of-memory errors, which the library reports itself
 // where it can. Under mpirun an error on one rank ends the whole job (the others would wait for
 // it), its line prefixed with the rank.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <csignal>
 #include <cstdio>
@@ -13,6 +16,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "frugal/cli/commands.h"
 #include "frugal/core/error.h"
@@ -25,6 +29,45 @@ namespace {
 std::string rank_prefix(frugal::parallel::World& world) {
   return world.parallel() ? fmt::format("rank {}: ", world.group().rank()) : "";
 }
+
+constexpr int kUsageErrorExitCode = 2;  // as getopt-style tools exit on a bad command line
+
+// Every command's name: "train, config, ...".
+std::string command_names(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    names.push_back(sub->get_name());
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+// A usage error: "error: MESSAGE; see `frugal [COMMAND] --help`" on stderr (one line), exit code 2.
+int usage_error(const CLI::App& app, std::string message) {
+  std::string help = "frugal";
+  if (const std::vector<CLI::App*> parsed = app.get_subcommands(); !parsed.empty())
+    help += " " + parsed.back()->get_name();
+  for (char& c : message)
+    if (c == '\n') c = ' ';
+  fmt::print(stderr, "error: {}; see `{} --help`\n", message, help);
+  return kUsageErrorExitCode;
+}
+
+// Parses the command line and runs the command it names. --help and --version print to stdout
+// and return 0; a usage error returns 2.
+int parse_and_run(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
+    if (!app.get_subcommands().empty()) return usage_error(app, e.what());
+    // No command was recognised: name the word that is not one (CLI11 says "A subcommand is required").
+    const std::vector<std::string> rest = app.remaining();
+    if (rest.empty()) return usage_error(app, fmt::format("no command given; the commands are {}", command_names(app)));
+    return usage_error(app, fmt::format("unknown {} '{}'; the commands are {}",
+                                        rest.front().starts_with('-') ? "option" : "command", rest.front(),
+                                        command_names(app)));
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -33,6 +76,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"frugal: cheap transformer pretraining"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "frugal " FRUGAL_VERSION);
   frugal::cli::add_train_command(app);
   frugal::cli::add_config_command(app);
   frugal::cli::add_bench_command(app);
@@ -51,11 +95,7 @@ int main(int argc, char** argv) {
     if (world.parallel() && argc > 1 && std::string_view(argv[1]) != "train" && std::string_view(argv[1]) != "bench")
       frugal::fail("frugal {} runs in one process: start it without mpirun (only train and bench run "
                    "over several processes)", argv[1]);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      rc = app.exit(e);  // --help text goes to stdout too
-    }
+    rc = parse_and_run(app, argc, argv);  // --help text goes to stdout too
     frugal::io::flush_stdout();
   } catch (const frugal::Error& e) {
     fmt::print(stderr, "error: {}{}\n", rank_prefix(world), e.what());

@@ -5,6 +5,7 @@
 // the adjacent pair whose concatenation has the lowest rank (= token id), leftmost first, exactly
 // as tiktoken does. Results of BPE are cached per thread. Large inputs are cut into chunks at
 // positions where the regex provably starts a new match, and chunks are encoded in parallel.
+// The files: OpenAI's encoder.json + vocab.bpe or Hugging Face's vocab.json + merges.txt.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <omp.h>
 #include <pcre2.h>
@@ -120,9 +121,9 @@ class Gpt2Tokenizer final : public Tokenizer {
  public:
   Gpt2Tokenizer(const std::string& dir, const TokenizerOptions& options)
       : dir_(dir.empty() ? dir : std::filesystem::absolute(dir).lexically_normal().string()), options_(options), vocab_(1 << 17), pairs_(1 << 19) {
-    const std::string root = dir.empty() ? data_dir() + "/gpt2-bpe" : dir;
-    load_encoder(root + "/encoder.json");
-    check_merges(root + "/vocab.bpe");
+    const Gpt2Files files = find_gpt2_files(dir);
+    load_encoder(files.vocab);
+    check_merges(files.merges, files.vocab);
     build_pairs();
   }
 
@@ -193,17 +194,17 @@ class Gpt2Tokenizer final : public Tokenizer {
     try {
       j = nlohmann::json::parse(read_text_file(path));
     } catch (const nlohmann::json::exception& e) {
-      fail("'{}' is not valid JSON ({}); restore encoder.json from data/gpt2-bpe", path, e.what());
+      fail("'{}' is not valid JSON ({}); replace it with GPT-2's (data/gpt2-bpe/encoder.json)", path, e.what());
     }
     FRUGAL_CHECK(j.is_object() && !j.empty(), "'{}' must be a JSON object mapping token strings "
-                 "to ids; restore encoder.json from data/gpt2-bpe", path);
+                 "to ids; replace it with GPT-2's (data/gpt2-bpe/encoder.json)", path);
     tokens_.assign(j.size(), std::string());
     std::vector<bool> seen(j.size(), false);
     for (const auto& [key, value] : j.items()) {
       FRUGAL_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 &&
                        value.get<int64_t>() < static_cast<int64_t>(j.size()) && !seen[value.get<int64_t>()],
-                   "'{}': token '{}' has id {}, but ids must be distinct integers 0..{}; restore "
-                   "encoder.json from data/gpt2-bpe", path, key, value.dump(), j.size() - 1);
+                   "'{}': token '{}' has id {}, but ids must be distinct integers 0..{}; replace "
+                   "it with GPT-2's (data/gpt2-bpe/encoder.json)", path, key, value.dump(), j.size() - 1);
       const auto id = value.get<int32_t>();
       seen[id] = true;
       if (key == kEndOfText) {
@@ -213,7 +214,7 @@ class Gpt2Tokenizer final : public Tokenizer {
       }
       std::optional<std::string> bytes = alphabet_to_bytes(key);
       FRUGAL_CHECK(bytes, "'{}': token '{}' has a character outside GPT-2's byte alphabet; "
-                   "restore encoder.json from data/gpt2-bpe", path, key);
+                   "replace it with GPT-2's (data/gpt2-bpe/encoder.json)", path, key);
       vocab_.insert(*bytes, static_cast<uint64_t>(id));
       tokens_[id] = std::move(*bytes);
     }
@@ -221,18 +222,19 @@ class Gpt2Tokenizer final : public Tokenizer {
       const char c = static_cast<char>(b);
       const uint64_t* id = vocab_.find(std::string_view(&c, 1));
       FRUGAL_CHECK(id, "'{}' has no token for byte 0x{:02X}; a byte-level BPE vocabulary needs "
-                   "all 256; restore encoder.json from data/gpt2-bpe", path, b);
+                   "all 256; replace it with GPT-2's (data/gpt2-bpe/encoder.json)", path, b);
       byte_token_[b] = static_cast<int32_t>(*id);
     }
   }
 
-  // tiktoken requires the merge list and the vocabulary to agree: merge i creates token 256 + i.
-  void check_merges(const std::string& path) const {
+  // tiktoken requires the merge list and the vocabulary (read from vocab_path) to agree: merge i
+  // creates token 256 + i.
+  void check_merges(const std::string& path, const std::string& vocab_path) const {
     const std::string text = read_text_file(path);
     auto to_bytes = [&](std::string_view s, size_t line) {
       std::optional<std::string> bytes = alphabet_to_bytes(s);
       FRUGAL_CHECK(bytes, "'{}' line {}: '{}' has a character outside GPT-2's byte alphabet; "
-                   "restore vocab.bpe from data/gpt2-bpe", path, line, s);
+                   "replace it with GPT-2's (data/gpt2-bpe/vocab.bpe)", path, line, s);
       return *bytes;
     };
     check_utf8(text, "'" + path + "'");
@@ -248,20 +250,20 @@ class Gpt2Tokenizer final : public Tokenizer {
       const size_t space = line.find(' ');
       FRUGAL_CHECK(space != std::string_view::npos && space > 0 && space + 1 < line.size() &&
                        line.find(' ', space + 1) == std::string_view::npos,
-                   "'{}' line {}: expected a merge 'A B', got '{}'; restore vocab.bpe from "
-                   "data/gpt2-bpe", path, line_no, line);
+                   "'{}' line {}: expected a merge 'A B', got '{}'; replace it with GPT-2's "
+                   "(data/gpt2-bpe/vocab.bpe)", path, line_no, line);
       const std::string merged = to_bytes(line.substr(0, space), line_no) + to_bytes(line.substr(space + 1), line_no);
       const uint64_t* id = vocab_.find(merged);
       const int64_t expected = 256 + static_cast<int64_t>(merges);
       FRUGAL_CHECK(id && static_cast<int64_t>(*id) == expected, "'{}' line {}: merge '{}' should "
-                   "make token {} of encoder.json but {}; use encoder.json and vocab.bpe from "
-                   "the same GPT-2 release (data/gpt2-bpe)", path, line_no, line, expected,
+                   "make token {} of '{}' but {}; use a vocabulary and merges from the same GPT-2 "
+                   "release (data/gpt2-bpe)", path, line_no, line, expected, vocab_path,
                    id ? fmt::format("that token has id {}", *id) : std::string("it has no such token"));
       ++merges;
     }
-    FRUGAL_CHECK(256 + merges == vocab_.size(), "'{}' has {} merges but encoder.json has {} "
-                 "mergeable tokens (expected 256 + merges); use encoder.json and vocab.bpe from "
-                 "the same GPT-2 release (data/gpt2-bpe)", path, merges, vocab_.size());
+    FRUGAL_CHECK(256 + merges == vocab_.size(), "'{}' has {} merges but '{}' has {} mergeable "
+                 "tokens (expected 256 + merges); use a vocabulary and merges from the same GPT-2 "
+                 "release (data/gpt2-bpe)", path, merges, vocab_path, vocab_.size());
   }
 
   // Every way to write a token as the concatenation of two tokens: (left, right) -> token.
@@ -375,8 +377,8 @@ class Gpt2Tokenizer final : public Tokenizer {
     for (int i = 0; i >= 0; i = s.next[i]) out.push_back(s.tok[i]);
   }
 
-  std::string dir_;  // "" = the bundled files; else absolute, so that a tokenizer.json written
-                    // here (data dirs, checkpoints) works from any working directory
+  std::string dir_;  // "" = the bundled files; else absolute, so that a tokenizer file written
+                    // from here (data dirs, checkpoints) works from any working directory
   TokenizerOptions options_;
   Pretokenizer pretok_;
   std::vector<std::string> tokens_;  // id -> bytes
@@ -387,6 +389,20 @@ class Gpt2Tokenizer final : public Tokenizer {
 };
 
 }  // namespace
+
+Gpt2Files find_gpt2_files(const std::string& dir) {
+  const std::string root = dir.empty() ? data_dir() + "/gpt2-bpe" : dir;
+  const auto pair = [&](const char* vocab, const char* merges) -> std::optional<Gpt2Files> {
+    Gpt2Files files{root + "/" + vocab, root + "/" + merges};
+    if (!std::filesystem::is_regular_file(files.vocab) || !std::filesystem::is_regular_file(files.merges))
+      return std::nullopt;
+    return files;
+  };
+  if (auto openai = pair("encoder.json", "vocab.bpe")) return *openai;
+  if (auto hf = pair("vocab.json", "merges.txt")) return *hf;
+  fail("'{}' holds neither vocab.json + merges.txt (Hugging Face's GPT-2 tokenizer files) nor "
+       "encoder.json + vocab.bpe (OpenAI's); point gpt2:DIR at a directory with one pair", root);
+}
 
 std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& dir, const TokenizerOptions& options) {
   return std::make_unique<Gpt2Tokenizer>(dir, options);

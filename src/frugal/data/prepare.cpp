@@ -1,4 +1,4 @@
-// `frugal prepare`: read and validate the inputs, tokenize, split, write shards + tokenizer.json;
+// `frugal prepare`: read and validate the inputs, tokenize, split, write shards + the tokenizer file;
 // and opening a prepared directory with its shards checked against its tokenizer.
 #include "frugal/data/prepare.h"
 
@@ -81,7 +81,7 @@ PrepareResult prepare(const PrepareOptions& o) {
   io::create_directories(o.out_dir, "the output directory (--out)");
   write_shard(o.out_dir + "/train.bin", train, tok->vocab_size());
   write_shard(o.out_dir + "/val.bin", val, tok->vocab_size());
-  io::write_file_atomic(o.out_dir + "/tokenizer.json", tok->to_json() + "\n");
+  io::write_file_atomic((std::filesystem::path(o.out_dir) / kTokenizerFile).string(), tok->to_json() + "\n");
 
   r.train_tokens = static_cast<int64_t>(train.size());
   r.val_tokens = static_cast<int64_t>(val.size());
@@ -91,7 +91,7 @@ PrepareResult prepare(const PrepareOptions& o) {
 }
 
 std::unique_ptr<Tokenizer> load_prepared_tokenizer(const std::string& dir) {
-  const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
+  const std::string path = tokenizer_file(dir);
   FRUGAL_CHECK(std::filesystem::exists(path), "{} not found; the data directory must be one made "
                "by `frugal prepare --out {}`", path, dir);
   return load_tokenizer_json(path);
@@ -104,8 +104,8 @@ std::shared_ptr<const TokenShard> open_prepared_split(const std::string& dir, co
                "prepare --out {}` or point at a directory made by `frugal prepare`", path, dir);
   auto shard = std::make_shared<const TokenShard>(TokenShard::open(path));
   FRUGAL_CHECK(shard->vocab_size() == tokenizer.vocab_size(), "{} holds ids of a {}-token "
-               "vocabulary but {}/tokenizer.json has {} tokens: they come from different `frugal "
-               "prepare` runs; prepare the directory again", path, shard->vocab_size(), dir,
+               "vocabulary but {} has {} tokens: they come from different `frugal prepare` runs; "
+               "prepare the directory again", path, shard->vocab_size(), tokenizer_file(dir),
                tokenizer.vocab_size());
   return shard;
 }

@@ -1,5 +1,6 @@
-// `frugal prepare`: text files -> DIR/train.bin, DIR/val.bin (token shards) and DIR/tokenizer.json,
-// and the reading side of such a directory, which checks that its parts belong together.
+// `frugal prepare`: text files -> DIR/train.bin, DIR/val.bin (token shards) and the tokenizer file
+// DIR/frugal_tokenizer.json, and the reading side of such a directory, which checks that its parts
+// belong together.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,7 +14,7 @@ namespace frugal::data {
 
 struct PrepareOptions {
   // "gpt2", "gpt2:DIR", "char" (vocabulary built from the inputs), or an existing vocabulary:
-  // "char:VOCAB_FILE" or a tokenizer.json (e.g. a checkpoint's, to prepare more data for it)
+  // "char:VOCAB_FILE" or a tokenizer file (e.g. a checkpoint's, to prepare more data for it)
   std::string tokenizer = "gpt2";
   std::vector<std::string> inputs;      // training text files (UTF-8, .xz allowed), in order
   std::vector<std::string> val_inputs;  // validation files; when empty, val = the last val_fraction of the tokens
@@ -35,10 +36,11 @@ struct PrepareResult {
 // Files are joined in order; with gpt2, consecutive files are separated by <|endoftext|>.
 PrepareResult prepare(const PrepareOptions& options);
 
-// DIR/tokenizer.json of a prepared directory; an Error saying to run `frugal prepare` when absent.
+// The tokenizer of a prepared directory (tokenizer_file(DIR)); an Error saying to run `frugal
+// prepare` when absent.
 std::unique_ptr<Tokenizer> load_prepared_tokenizer(const std::string& dir);
 // DIR/<split>.bin ("train" or "val") of a prepared directory, checked to be written with
-// `tokenizer`'s vocabulary (shards and tokenizer.json from different `prepare` runs are an Error).
+// `tokenizer`'s vocabulary (shards and tokenizer file from different `prepare` runs are an Error).
 std::shared_ptr<const TokenShard> open_prepared_split(const std::string& dir, const std::string& split,
                                                       const Tokenizer& tokenizer);
 

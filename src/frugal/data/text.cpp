@@ -1,4 +1,5 @@
-// Whole-file reading (plain, .xz via liblzma, or stdin) and UTF-8 validation.
+// Whole-file reading (plain, .xz via liblzma, or stdin), UTF-8 validation, and where the bundled
+// data is (next to an installed binary, or the source tree).
 #include "frugal/data/text.h"
 
 #include <lzma.h>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "frugal/core/error.h"
@@ -64,8 +66,25 @@ std::string xz_decompress(const std::string& compressed, const std::string& path
 }  // namespace
 
 std::string data_dir() {
-  if (const char* env = std::getenv("FRUGAL_DATA_DIR"); env && *env) return env;
-  return std::string(FRUGAL_SOURCE_DIR) + "/data";
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (const char* env = std::getenv("FRUGAL_DATA_DIR"); env && *env) {
+    FRUGAL_CHECK(fs::is_directory(env, ec), "FRUGAL_DATA_DIR is '{}', which is not a directory; "
+                 "point it at a directory holding gpt2-bpe/ (an install's share/frugal or the "
+                 "source tree's data) or unset it", env);
+    return env;
+  }
+  // An installed binary: PREFIX/bin/frugal finds PREFIX/share/frugal, wherever PREFIX is.
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path installed = (exe.parent_path() / FRUGAL_DATA_DIR_FROM_BIN).lexically_normal();
+  if (!ec && fs::is_directory(installed, ec)) return installed.string();
+  // The build tree's binary (and the tests) read the source tree's data.
+  const fs::path source = fs::path(FRUGAL_SOURCE_DIR) / "data";
+  FRUGAL_CHECK(fs::is_directory(source, ec), "frugal's bundled data is missing: neither {} (next "
+               "to the binary) nor {} (the source tree it was built from) exists; reinstall "
+               "(cmake --install) or set FRUGAL_DATA_DIR to a directory holding gpt2-bpe/",
+               installed.string(), source.string());
+  return source.string();
 }
 
 std::string read_text_file(const std::string& path) {

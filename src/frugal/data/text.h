@@ -8,7 +8,10 @@
 
 namespace frugal::data {
 
-// The directory of bundled data files: $FRUGAL_DATA_DIR if set, else FRUGAL_SOURCE_DIR "/data".
+// The directory of bundled data files (gpt2-bpe/): $FRUGAL_DATA_DIR if set; else, for an installed
+// binary, share/frugal beside its bin/ directory (found from /proc/self/exe, so a moved or copied
+// install prefix still works); else the source tree's data/ (the build tree's binary, the tests).
+// Throws Error when none exists.
 std::string data_dir();
 
 // Reads a whole file into memory. Files ending in ".xz" (or starting with the xz magic bytes) are

@@ -1,4 +1,4 @@
-// Tokenizer loading by spec / tokenizer.json, and the character-level tokenizer.
+// Tokenizer loading by spec or from frugal's tokenizer file, and the character-level tokenizer.
 #include "frugal/data/tokenizer.h"
 
 #include <algorithm>
@@ -143,13 +143,20 @@ std::string CharTokenizer::piece_of(uint32_t cp) {
   return s;
 }
 
+std::string tokenizer_file(const std::string& dir) {
+  const std::filesystem::path current = std::filesystem::path(dir) / kTokenizerFile;
+  const std::filesystem::path legacy = std::filesystem::path(dir) / "tokenizer.json";
+  return (!std::filesystem::exists(current) && std::filesystem::exists(legacy) ? legacy : current).string();
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec, const TokenizerOptions& options) {
   if (spec == "gpt2") return make_gpt2_tokenizer("", options);
   if (spec.starts_with("gpt2:")) return make_gpt2_tokenizer(spec.substr(5), options);
   if (spec.starts_with("char:")) return std::make_unique<CharTokenizer>(CharTokenizer::load(spec.substr(5)));
   if (spec.ends_with(".json") && std::filesystem::exists(spec)) return load_tokenizer_json(spec, options);
-  fail("unknown tokenizer '{}'; use gpt2, gpt2:DIR (with encoder.json and vocab.bpe), "
-       "char:VOCAB_FILE or the path of a tokenizer.json written by `frugal prepare`", spec);
+  fail("unknown tokenizer '{}'; use gpt2, gpt2:DIR (with vocab.json and merges.txt, or "
+       "encoder.json and vocab.bpe), char:VOCAB_FILE or the path of a {} written by frugal",
+       spec, kTokenizerFile);
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path, const TokenizerOptions& options) {
@@ -162,6 +169,9 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path, const To
     opts.allow_special = j.value("allow_special", true);
     return make_gpt2_tokenizer(j.value("dir", ""), opts);
   }
+  FRUGAL_CHECK(!(j.is_object() && j.contains("model") && j["model"].is_object()), "'{}' is a "
+               "Hugging Face tokenizer.json, not frugal's tokenizer file; for a GPT-2 tokenizer "
+               "pass gpt2:DIR, DIR holding its vocab.json and merges.txt", path);
   fail("'{}' has no known tokenizer type (\"char\" or \"gpt2\"); {}", path, fix);
 }
 

@@ -19,9 +19,27 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   virtual int eot_token() const = 0;  // -1 when none
   virtual std::string spec() const = 0;  // "gpt2", "gpt2:DIR" or "char:/path/vocab.json"
-  // The JSON written as tokenizer.json next to token shards; load_tokenizer_json reads it back.
+  // The JSON of frugal's tokenizer file (kTokenizerFile: next to token shards, in checkpoints and
+  // exports); load_tokenizer_json reads it back.
   virtual std::string to_json() const = 0;
 };
+
+// The name of frugal's tokenizer file (Tokenizer::to_json) in a prepared data directory, a
+// checkpoint and a Hugging Face export. Not "tokenizer.json": Hugging Face tools read a file of
+// that name as their own tokenizer, a different format.
+inline constexpr std::string_view kTokenizerFile = "frugal_tokenizer.json";
+// DIR's tokenizer file (a prepared data directory or a checkpoint): DIR/frugal_tokenizer.json, or
+// DIR/tokenizer.json, the name earlier versions of frugal wrote, when only that exists.
+std::string tokenizer_file(const std::string& dir);
+
+// The vocabulary and merges files of a GPT-2 BPE tokenizer in dir ("" = the bundled gpt2-bpe):
+// OpenAI's encoder.json + vocab.bpe, or the same contents under Hugging Face's names, vocab.json
+// + merges.txt (what `frugal export --format hf` and transformers write). Throws Error when dir
+// holds neither pair.
+struct Gpt2Files {
+  std::string vocab, merges;
+};
+Gpt2Files find_gpt2_files(const std::string& dir);
 
 struct TokenizerOptions {
   // GPT-2: the literal string "<|endoftext|>" in the text becomes the special token 50256 (true)
@@ -31,10 +49,12 @@ struct TokenizerOptions {
   int threads = 0;
 };
 
-// spec: "gpt2" (bundled files), "gpt2:DIR" (DIR/encoder.json + DIR/vocab.bpe), "char:VOCAB_FILE"
-// (a vocabulary JSON written by CharTokenizer::save), or a path to a tokenizer.json.
+// spec: "gpt2" (bundled files), "gpt2:DIR" (find_gpt2_files), "char:VOCAB_FILE" (a vocabulary
+// JSON written by CharTokenizer::save), or the path of frugal's tokenizer file (any name ending
+// in .json).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec, const TokenizerOptions& options = {});
-// Reads a tokenizer.json written next to token shards (Tokenizer::to_json).
+// Reads frugal's tokenizer file (Tokenizer::to_json); a Hugging Face tokenizer.json is refused,
+// saying to use gpt2:DIR.
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path, const TokenizerOptions& options = {});
 
 // A token's bytes as a double-quoted string: printable ASCII and whole UTF-8 characters as they
@@ -73,7 +93,7 @@ class CharTokenizer final : public Tokenizer {
   std::string source_path_;           // where it was loaded from / saved to ("" if nowhere)
 };
 
-// GPT-2 byte-level BPE (encoder.json + vocab.bpe), see gpt2_tokenizer.cpp.
+// GPT-2 byte-level BPE from dir's files (find_gpt2_files), see gpt2_tokenizer.cpp.
 std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& dir, const TokenizerOptions& options);
 
 }  // namespace frugal::data

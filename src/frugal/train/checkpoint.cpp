@@ -248,7 +248,7 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
           method_state.put_f32(name, {static_cast<int64_t>(values.size())}, values.data());
         io::write_safetensors((tmp_dir / kMethodTensorsFile).string(), method_state);
       }
-      io::write_file_atomic((tmp_dir / "tokenizer.json").string(), tokenizer_json);
+      io::write_file_atomic((tmp_dir / data::kTokenizerFile).string(), tokenizer_json);
       io::write_file_atomic((tmp_dir / io::kLockFileName).string(), "");
       io::fsync_directory(tmp_dir.string());
       // Replacing a checkpoint of the same step (a resumed run redoing steps): move the old one
@@ -520,7 +520,7 @@ std::vector<std::string> init_from_checkpoint(const std::string& checkpoint_dir,
 }
 
 std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir) {
-  return data::load_tokenizer_json((fs::path(checkpoint_dir) / "tokenizer.json").string());
+  return data::load_tokenizer_json(data::tokenizer_file(checkpoint_dir));
 }
 
 void check_data_tokenizer(const std::string& checkpoint_dir, const data::Tokenizer& data_tokenizer,
@@ -529,8 +529,8 @@ void check_data_tokenizer(const std::string& checkpoint_dir, const data::Tokeniz
       data_tokenizer, "the data's", *load_checkpoint_tokenizer(checkpoint_dir), "the checkpoint's");
   FRUGAL_CHECK(difference.empty(), "the data in {} was prepared with another tokenizer than "
                "checkpoint {} ({}): the model's token ids would mean other text; use data "
-               "prepared with the checkpoint's tokenizer (frugal prepare --tokenizer "
-               "{}/tokenizer.json ...)", data_dir, checkpoint_dir, difference, checkpoint_dir);
+               "prepared with the checkpoint's tokenizer (frugal prepare --tokenizer {} ...)",
+               data_dir, checkpoint_dir, difference, data::tokenizer_file(checkpoint_dir));
 }
 
 }  // namespace frugal

@@ -16,7 +16,8 @@
 //   methods.safetensors      methods' state too large for JSON (Method::state_tensors), named
 //                            "<method>/<tensor>"; only when a method has any (the state's
 //                            "method_tensors" lists them, so a lost file is named as such)
-//   tokenizer.json           the tokenizer of the data the model was trained on
+//   frugal_tokenizer.json    the tokenizer of the data the model was trained on (data/tokenizer.h's
+//                            kTokenizerFile; checkpoints of earlier versions: tokenizer.json)
 // A checkpoint is written into a temporary directory, every file fsync'ed, then renamed into
 // place, and `checkpoints/latest` (the directory name) is replaced atomically last: a crash or a
 // full disk at any point leaves the previous checkpoint intact and `latest` pointing at it.
@@ -142,7 +143,7 @@ CheckpointModel load_checkpoint_model(const std::string& checkpoint_dir);
 // checkpoint's notes; the new run's own methods choose its formats and attention patterns.
 std::vector<std::string> init_from_checkpoint(const std::string& checkpoint_dir, GPT& model);
 
-// The tokenizer the checkpoint's model was trained with (its tokenizer.json).
+// The tokenizer the checkpoint's model was trained with (its tokenizer file, data::tokenizer_file).
 std::unique_ptr<data::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir);
 
 // Throws Error unless `data_tokenizer`, the tokenizer of the prepared directory data_dir, gives

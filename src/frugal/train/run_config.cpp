@@ -39,7 +39,7 @@ io::ConfigSchema run_schema() {
       .add_float("optim.grad_clip", io::decimal_value(o.grad_clip), "global gradient-norm clip; 0 disables", Range::at_least(0))
       .add_int("optim.warmup_steps", o.warmup_steps, "linear warm-up steps", Range::at_least(0));
   TrainSettings t;
-  s.add_string("data.dir", "", "directory written by `frugal prepare` (train.bin, val.bin, tokenizer.json)")
+  s.add_string("data.dir", "", "directory written by `frugal prepare` (train.bin, val.bin, frugal_tokenizer.json)")
       .add_string("train.out_dir", "runs/default", "run directory: config, metrics, checkpoints")
       .add_int("train.batch_size", t.batch_size, "sequences per micro-batch (B)", Range::at_least(1))
       .add_int("train.seq_len", t.seq_len, "tokens per sequence (T); 0 uses model.block_size", Range::at_least(0))
