@@ -17,8 +17,8 @@ constexpr uint64_t kSeedSalt = 0x4D53542D4D41534Bull;  // "MST-MASK": this metho
 void add_keys(io::ConfigSchema& s, const std::string& p) {
   using io::Range;
   s.add_float(p + ".sparsity_initial", 0.0, "sparsity of the masked linears at step 0 (the warm-up starts here; 0: dense)", Range::closed(0, 0.99))
-      .add_float(p + ".sparsity_peak", 0.9, "sparsity of the ultra-sparse hold, reached at the end of the warm-up", Range::closed(0, 0.99))
-      .add_float(p + ".sparsity_final", 0.5, "sparsity the restoration phase ends at (last step)", Range::closed(0, 0.99))
+      .add_float(p + ".sparsity_peak", 0.9, "sparsity of the ultra-sparse hold, reached by the end of the warm-up", Range::closed(0, 0.99))
+      .add_float(p + ".sparsity_final", 0.5, "sparsity of the block linears when the run ends (after its last step), where the restoration phase ends", Range::closed(0, 0.99))
       .add_float(p + ".warmup_fraction", 0.15, "end of the sparsity warm-up, as a fraction of train.max_steps", Range::closed(0, 1))
       .add_float(p + ".restore_fraction", 0.8, "start of the restoration phase, as a fraction of train.max_steps", Range::closed(0, 1))
       .add_bool(p + ".dynamic", true, "drop and grow weights every update_interval steps; false: the initial mask all run (static sparse)")
@@ -89,6 +89,11 @@ bool MstMethod::is_update_step(int64_t step, int64_t max_steps) const {
   return config_.dynamic && step > 0 && step % config_.update_interval == 0 && step + 1 < max_steps;
 }
 
+int64_t MstMethod::target_step(int64_t step, int64_t max_steps) const {
+  const int64_t next = (step / config_.update_interval + 1) * config_.update_interval;
+  return is_update_step(next, max_steps) ? next + 1 : max_steps;
+}
+
 kernels::AttentionPattern MstMethod::pattern_at(int64_t step, int64_t max_steps) const {
   return config_.schedule.in_hold(step, max_steps) ? config_.attention : kernels::AttentionPattern::causal();
 }
@@ -126,7 +131,7 @@ void MstMethod::build_targets(const GPT& model) {
 void MstMethod::follow_reshape(TrainContext& ctx) {
   GPT& model = ctx.model();
   build_targets(model);
-  const std::vector<double> density = densities_at(ctx.step + 1, ctx.max_steps);
+  const std::vector<double> density = densities_at(target_step(ctx.step, ctx.max_steps), ctx.max_steps);
   for (size_t k = 0; k < targets_.size(); ++k) {
     Target& t = targets_[k];
     t.active = active_count(density[k], t.size());
@@ -165,7 +170,7 @@ void MstMethod::update_topology(TrainContext& ctx) {
   FRUGAL_PROFILE("mst topology update");
   GPT& model = ctx.model();
   AdamW& optim = ctx.optim();
-  const std::vector<double> density = densities_at(ctx.step + 1, ctx.max_steps);
+  const std::vector<double> density = densities_at(target_step(ctx.step, ctx.max_steps), ctx.max_steps);
   const double zeta = drop_fraction(config_.drop_fraction, ctx.step, ctx.max_steps);
   const uint64_t key = mix64(ctx.seed ^ kSeedSalt) + static_cast<uint64_t>(ctx.step);
   last_pruned_ = last_grown_ = 0;
