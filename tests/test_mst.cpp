@@ -399,7 +399,12 @@ TEST(MstMethod, BadSettingsGetOneLineErrors) {
       {{"methods.mst.dynamic=false"}, "cannot vary"},
       {{"methods.mst.distribution=er"}, "erdos_renyi or uniform"},
       {{"methods.mst.attention=sparse"}, "strided, fixed or dense"},
-      {{"methods.mst.sparsity_peak=1"}, "sparsity_peak"}};
+      {{"methods.mst.sparsity_peak=1"}, "sparsity_peak"},
+      // Pattern lengths must be below model.block_size (32 here), the key named.
+      {{"methods.mst.attention_window=32"}, "methods.mst.attention_window = 32 is not below model.block_size = 32"},
+      {{"methods.mst.attention_stride=64"}, "methods.mst.attention_stride = 64 is not below model.block_size = 32"},
+      {{"methods.mst.attention=fixed", "methods.mst.attention_block=40"},
+       "methods.mst.attention_block = 40 is not below model.block_size = 32"}};
   for (const auto& [extra, expect] : cases) {
     try {
       Trainer t(config(data, dir.file("x"), extra), {.quiet = true});
@@ -409,6 +414,8 @@ TEST(MstMethod, BadSettingsGetOneLineErrors) {
       EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
     }
   }
+  // Only the configured pattern's lengths are checked: dense attention ignores the window.
+  EXPECT_NO_THROW(run_settings(config(data, dir.file("x"), {"methods.mst.attention=dense", "methods.mst.attention_window=64"})));
 }
 
 TEST(MstSparsity, MagnitudeMaskKeepsTheLargest) {

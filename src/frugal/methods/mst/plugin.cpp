@@ -27,9 +27,9 @@ void add_keys(io::ConfigSchema& s, const std::string& p) {
       .add_float(p + ".random_growth", 0.25, "share of the grown weights chosen at random instead of by |gradient| (Mixed-Growing)", Range::closed(0, 1))
       .add_string(p + ".distribution", "erdos_renyi", "per-linear densities: erdos_renyi (density ~ (OC+IC)/(OC*IC)) or uniform")
       .add_string(p + ".attention", "strided", "attention during the ultra-sparse hold: strided (window + every stride-th key), fixed (blocks + summary columns) or dense (causal)")
-      .add_int(p + ".attention_window", 16, "strided: keys i-window < j <= i", Range::at_least(1))
-      .add_int(p + ".attention_stride", 16, "strided: also keys with (i - j) % stride == 0", Range::at_least(1))
-      .add_int(p + ".attention_block", 16, "fixed: keys of the query's own block of this many positions", Range::at_least(1))
+      .add_int(p + ".attention_window", 16, "strided: keys i-window < j <= i; below model.block_size", Range::at_least(1))
+      .add_int(p + ".attention_stride", 16, "strided: also keys with (i - j) % stride == 0; below model.block_size", Range::at_least(1))
+      .add_int(p + ".attention_block", 16, "fixed: keys of the query's own block of this many positions; below model.block_size", Range::at_least(1))
       .add_int(p + ".attention_summary", 1, "fixed: also the last this-many positions of every earlier block", Range::at_least(0));
 }
 
@@ -56,10 +56,22 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
                "{}.distribution is '{}'; use erdos_renyi or uniform", p, distribution);
   m.erdos_renyi = distribution == "erdos_renyi";
   const std::string& attention = c.get_string(p + ".attention");
+  // A length of the pattern at or past model.block_size does not do what its key says.
+  const int block_size = c.get_int32("model.block_size");
+  const auto length = [&](const char* key, const char* effect) {
+    const int value = c.get_int32(p + "." + key);
+    FRUGAL_CHECK(value < block_size, "{0}.{1} = {2} is not below model.block_size = {3}: {4}; make it "
+                 "smaller than {3}, or set {0}.attention = \"dense\"", p, key, value, block_size, effect);
+    return value;
+  };
   if (attention == "strided")
-    m.attention = kernels::AttentionPattern::strided(c.get_int32(p + ".attention_window"), c.get_int32(p + ".attention_stride"));
+    m.attention = kernels::AttentionPattern::strided(
+        length("attention_window", "the window alone would hold every earlier key (dense attention)"),
+        length("attention_stride", "no earlier key would be a whole stride away (the window only)"));
   else if (attention == "fixed")
-    m.attention = kernels::AttentionPattern::fixed(c.get_int32(p + ".attention_block"), c.get_int32(p + ".attention_summary"));
+    m.attention = kernels::AttentionPattern::fixed(
+        length("attention_block", "one block would hold every earlier key (dense attention)"),
+        c.get_int32(p + ".attention_summary"));
   else if (attention == "dense")
     m.attention = kernels::AttentionPattern::causal();
   else
