@@ -153,6 +153,16 @@ TEST(Methods, UnknownMethodTableIsRejectedWithSuggestion) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("methods.freeze"), std::string::npos) << e.what();
   }
+  // A misspelled method enabled with its defaults: named, with every method listed.
+  try {
+    io::Config::load(run_schema(), "", {"methods.sparse42={}"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown config section 'methods.sparse42' (--set methods.sparse42={}): "
+                                         "the sections of [methods] are freeze, mst, multilevel, "
+                                         "sparse24; did you mean 'methods.sparse24'?"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(Flops, MatchHandComputedValuesForASmallConfig) {
