@@ -12,11 +12,13 @@
 #include "frugal/methods/method_set.h"
 #include "frugal/model/flops.h"
 #include "frugal/train/trainer.h"
+#include "error_of.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
 using namespace frugal;
 using frugal::testing::TempDir;
+using frugal::testing::error_of;
 
 namespace {
 
@@ -108,6 +110,36 @@ TEST(Methods, FreezeResumesBitExactlyMidInterval) {
   ASSERT_EQ(rest.losses.size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(rest.losses[i], all.losses[4 + i]) << "step " << 4 + i;
   EXPECT_EQ(resumed.model().frozen_prefix(), straight.model().frozen_prefix());
+}
+
+// A resume with a method the checkpoint was trained without: refused, saying why and what to do,
+// for a method whose schedule is laid out from step 0 (mst, multilevel); started at the resumed
+// step for one that can start there (freeze: the prefix is frozen from then on).
+TEST(Methods, AResumeStartsOnlyTheAddedMethodsThatCanStartMidRun) {
+  TempDir dir;
+  const std::string data = make_data(dir), run = dir.file("run");
+  std::vector<float> saved;  // the weights at the checkpoint (step 4)
+  {
+    Trainer first(config(data, run, {"train.max_steps=4"}), {.quiet = true});
+    first.fit();
+    saved.assign(first.model().params(), first.model().params() + first.model().num_floats());
+  }
+  const std::pair<std::string, std::string> added[] = {
+      {"mst", "methods.mst={}"}, {"multilevel", "methods.multilevel.shares=0.25,0.5,0.25"}};
+  for (const auto& [name, setting] : added) {
+    const std::string msg = error_of([&] { Trainer(config(data, run, {setting}), {.resume = run, .quiet = true}); });
+    for (const std::string part : {"was trained without methods." + name + ", which cannot start mid-run: ",
+                                   "remove the [methods." + name + "] table to resume",
+                                   "--init-from " + run + "/checkpoints/step_00000004"})
+      EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+  Trainer resumed(config(data, run, {"methods.freeze.frozen_layers=2"}), {.resume = run, .quiet = true});
+  EXPECT_EQ(resumed.fit().steps, 8);
+  EXPECT_EQ(resumed.model().frozen_prefix(), 2);
+  const size_t frozen = resumed.model().trainable_begin();
+  ASSERT_GT(frozen, 0u);
+  EXPECT_TRUE(std::equal(saved.begin(), saved.begin() + frozen, resumed.model().params()));
+  EXPECT_FALSE(std::equal(saved.begin() + frozen, saved.end(), resumed.model().params() + frozen));
 }
 
 TEST(Methods, EveryPairOfRegisteredMethodsTrains) {

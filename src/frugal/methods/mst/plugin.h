@@ -55,6 +55,10 @@ class MstMethod final : public Method {
   void apply(Event event, TrainContext& ctx) override;
   nlohmann::json save_state() const override;
   void load_state(const nlohmann::json& state) override;
+  std::string cannot_start_mid_run() const override {
+    return "its sparsity schedule (the warm-up from sparsity_initial, the hold, the restoration) and "
+           "drop fraction are laid out over the run from step 0, and its first masks are random";
+  }
 
   // One sparse linear: its place in the model and its mask (OC, IC), 1 = active; the format (none
   // while the mask is full) keeps its own copy, handed over at every Reconfigure.

@@ -41,6 +41,9 @@ class Sparse24Method final : public Method {
   void apply(Event event, TrainContext& ctx) override;
   nlohmann::json save_state() const override;
   void load_state(const nlohmann::json& state) override;
+  // Added on a resume: the masks come from the current weights, as after --init-from; the dense
+  // phase still starts at its fraction of train.max_steps.
+  std::string cannot_start_mid_run() const override { return {}; }
 
   // One masked linear: its place in the model and its mask (OC, IC), 1 = kept: the method's copy
   // (searched, decayed, saved), handed to the format (which keeps its own) at every mask update.
