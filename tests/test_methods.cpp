@@ -142,6 +142,19 @@ TEST(Methods, AResumeStartsOnlyTheAddedMethodsThatCanStartMidRun) {
   EXPECT_FALSE(std::equal(saved.begin() + frozen, saved.end(), resumed.model().params() + frozen));
 }
 
+// Freezing every block with a tied head would train ln_f alone: refused, naming the key and the
+// way out; with an untied head the head still trains, and it is allowed.
+TEST(Methods, FreezingEveryBlockWithATiedHeadIsRefused) {
+  for (const std::string key : {"frozen_layers", "max_frozen"}) {
+    const std::string msg = error_of([&] { run_settings(config("", "x", {"methods.freeze." + key + "=4"})); });
+    for (const std::string part : {"methods.freeze." + key + " = 4 would freeze every block (model.n_layer = 4)",
+                                   std::string("only ln_f would train; freeze at most 3 blocks, or set model.tied_head = false")})
+      EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+  EXPECT_NO_THROW(run_settings(config("", "x", {"methods.freeze.frozen_layers=4", "model.tied_head=false"})));
+  EXPECT_NO_THROW(run_settings(config("", "x", {"methods.freeze.frozen_layers=3"})));
+}
+
 TEST(Methods, EveryPairOfRegisteredMethodsTrains) {
   TempDir dir;
   const std::string data = make_data(dir);
