@@ -98,6 +98,13 @@ TEST(Config, UnknownKeySuggestsNearestWithFileAndLine) {
   expect_error([] { Config(schema()).apply_override("optim.lrr=1"); },
                {"unknown config key 'optim.lrr' (--set optim.lrr=1); did you mean 'optim.lr'?"});
   expect_error([] { Config(schema()).get_int("model.nlayer"); }, {"did you mean 'model.n_layer'"});
+  // Under a table of optional sections: the section is named and the table's sections listed.
+  expect_error([] { Config(schema()).apply_override("methods.emma={}"); },
+               {"unknown config section 'methods.emma' (--set methods.emma={}): the sections of "
+                "[methods] are ema, freeze; did you mean 'methods.ema'?"});
+  expect_error([] { Config(schema()).merge_toml("[methods.zzzzzzzz]\nx = 1\n", "x.toml"); },
+               {"unknown config section 'methods.zzzzzzzz' (x.toml:1): the sections of [methods] "
+                "are ema, freeze"});
 }
 
 TEST(Config, WrongTypeNamesExpectedAndActual) {

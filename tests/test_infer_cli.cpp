@@ -198,12 +198,15 @@ TEST_F(InferCli, EvalRejectsBadArguments) {
       {"--batch-size 0", "--batch-size 0 must be at least 1"},
       {"--max-batches -1", "--max-batches -1 must be 0 (all) or positive"},
       {"--seq-len 64", "--seq-len 64 exceeds the model's block_size 32"},
+      // Refused before allocating, with eval's own options as the advice (not train.* keys).
+      {"--batch-size 2000000000", "--batch-size 2000000000 of 16-token sequences needs"},
   };
   for (const auto& [args, message] : cases) {
     const CliResult r = run_frugal("eval " + run_.string() + " " + args);
     EXPECT_EQ(r.rc, 1) << args << ": " << r.output;
     EXPECT_TRUE(contains(r.output, message)) << args << ": " << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
+    EXPECT_FALSE(contains(r.output, "train.")) << args << ": " << r.output;
   }
   EXPECT_NE(run_frugal("eval " + run_.string() + " --split test").rc, 0);
 }

@@ -12,11 +12,13 @@
 #include "frugal/methods/method_set.h"
 #include "frugal/model/flops.h"
 #include "frugal/train/trainer.h"
+#include "error_of.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
 using namespace frugal;
 using frugal::testing::TempDir;
+using frugal::testing::error_of;
 
 namespace {
 
@@ -110,6 +112,49 @@ TEST(Methods, FreezeResumesBitExactlyMidInterval) {
   EXPECT_EQ(resumed.model().frozen_prefix(), straight.model().frozen_prefix());
 }
 
+// A resume with a method the checkpoint was trained without: refused, saying why and what to do,
+// for a method whose schedule is laid out from step 0 (mst, multilevel); started at the resumed
+// step for one that can start there (freeze: the prefix is frozen from then on).
+TEST(Methods, AResumeStartsOnlyTheAddedMethodsThatCanStartMidRun) {
+  TempDir dir;
+  const std::string data = make_data(dir), run = dir.file("run");
+  std::vector<float> saved;  // the weights at the checkpoint (step 4)
+  {
+    Trainer first(config(data, run, {"train.max_steps=4"}), {.quiet = true});
+    first.fit();
+    saved.assign(first.model().params(), first.model().params() + first.model().num_floats());
+  }
+  const std::pair<std::string, std::string> added[] = {
+      {"mst", "methods.mst={}"}, {"multilevel", "methods.multilevel.shares=0.25,0.5,0.25"}};
+  for (const auto& [name, setting] : added) {
+    const std::string msg = error_of([&] { Trainer(config(data, run, {setting}), {.resume = run, .quiet = true}); });
+    for (const std::string part : {"was trained without methods." + name + ", which cannot start mid-run: ",
+                                   "remove the [methods." + name + "] table to resume",
+                                   "--init-from " + run + "/checkpoints/step_00000004"})
+      EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+  Trainer resumed(config(data, run, {"methods.freeze.frozen_layers=2"}), {.resume = run, .quiet = true});
+  EXPECT_EQ(resumed.fit().steps, 8);
+  EXPECT_EQ(resumed.model().frozen_prefix(), 2);
+  const size_t frozen = resumed.model().trainable_begin();
+  ASSERT_GT(frozen, 0u);
+  EXPECT_TRUE(std::equal(saved.begin(), saved.begin() + frozen, resumed.model().params()));
+  EXPECT_FALSE(std::equal(saved.begin() + frozen, saved.end(), resumed.model().params() + frozen));
+}
+
+// Freezing every block with a tied head would train ln_f alone: refused, naming the key and the
+// way out; with an untied head the head still trains, and it is allowed.
+TEST(Methods, FreezingEveryBlockWithATiedHeadIsRefused) {
+  for (const std::string key : {"frozen_layers", "max_frozen"}) {
+    const std::string msg = error_of([&] { run_settings(config("", "x", {"methods.freeze." + key + "=4"})); });
+    for (const std::string part : {"methods.freeze." + key + " = 4 would freeze every block (model.n_layer = 4)",
+                                   std::string("only ln_f would train; freeze at most 3 blocks, or set model.tied_head = false")})
+      EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+  EXPECT_NO_THROW(run_settings(config("", "x", {"methods.freeze.frozen_layers=4", "model.tied_head=false"})));
+  EXPECT_NO_THROW(run_settings(config("", "x", {"methods.freeze.frozen_layers=3"})));
+}
+
 TEST(Methods, EveryPairOfRegisteredMethodsTrains) {
   TempDir dir;
   const std::string data = make_data(dir);
@@ -152,6 +197,16 @@ TEST(Methods, UnknownMethodTableIsRejectedWithSuggestion) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("methods.freeze"), std::string::npos) << e.what();
+  }
+  // A misspelled method enabled with its defaults: named, with every method listed.
+  try {
+    io::Config::load(run_schema(), "", {"methods.sparse42={}"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown config section 'methods.sparse42' (--set methods.sparse42={}): "
+                                         "the sections of [methods] are freeze, mst, multilevel, "
+                                         "sparse24; did you mean 'methods.sparse24'?"),
+              std::string::npos) << e.what();
   }
 }
 

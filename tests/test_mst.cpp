@@ -302,10 +302,18 @@ TEST(MstMethod, RunKeepsMasksFollowsTheScheduleAndSwitchesAttention) {
   const SparsitySchedule s{.initial = 0, .peak = 0.8, .final = 0.4, .warmup_fraction = 0.3, .restore_fraction = 0.7};
   EXPECT_EQ(metrics.at(0).at("sparsity").get<double>(), 0.0);
   for (int64_t step : {3, 6, 9, 12, 15, 18}) {
-    // After the update at `step`, the sparsity is the schedule's at step + 1 (ER rounding aside).
-    EXPECT_NEAR(metrics.at(step).at("sparsity").get<double>(), s.at(step + 1, 20), 2e-3) << step;
+    // After the update at `step`, the sparsity is the schedule's at the end of the new masks' run:
+    // one past their last step, the next update's (ER rounding aside); the last masks run to the end.
+    const int64_t end = step == 18 ? 20 : step + 4;
+    EXPECT_EQ(m.target_step(step, 20), end) << step;
+    EXPECT_NEAR(metrics.at(step).at("sparsity").get<double>(), s.at(end, 20), 2e-3) << step;
     EXPECT_TRUE(metrics.at(step).contains("mst_pruned")) << step;
   }
+  // Each phase ends at its configured sparsity: the peak at the warm-up's last step (5), and
+  // sparsity_final at the run's last step (it used to end at the schedule's value at step 19).
+  EXPECT_NEAR(metrics.at(5).at("sparsity").get<double>(), 0.8, 2e-3);
+  EXPECT_NEAR(metrics.at(19).at("sparsity").get<double>(), 0.4, 2e-3);
+  EXPECT_NEAR(m.sparsity(), 0.4, 2e-3);
   EXPECT_FALSE(metrics.at(4).contains("mst_pruned"));
   // Restoration: attention back to causal.
   for (int l = 0; l < 2; ++l) EXPECT_EQ(t.model().attention_pattern(l), kernels::AttentionPattern::causal());
@@ -391,7 +399,12 @@ TEST(MstMethod, BadSettingsGetOneLineErrors) {
       {{"methods.mst.dynamic=false"}, "cannot vary"},
       {{"methods.mst.distribution=er"}, "erdos_renyi or uniform"},
       {{"methods.mst.attention=sparse"}, "strided, fixed or dense"},
-      {{"methods.mst.sparsity_peak=1"}, "sparsity_peak"}};
+      {{"methods.mst.sparsity_peak=1"}, "sparsity_peak"},
+      // Pattern lengths must be below model.block_size (32 here), the key named.
+      {{"methods.mst.attention_window=32"}, "methods.mst.attention_window = 32 is not below model.block_size = 32"},
+      {{"methods.mst.attention_stride=64"}, "methods.mst.attention_stride = 64 is not below model.block_size = 32"},
+      {{"methods.mst.attention=fixed", "methods.mst.attention_block=40"},
+       "methods.mst.attention_block = 40 is not below model.block_size = 32"}};
   for (const auto& [extra, expect] : cases) {
     try {
       Trainer t(config(data, dir.file("x"), extra), {.quiet = true});
@@ -401,6 +414,8 @@ TEST(MstMethod, BadSettingsGetOneLineErrors) {
       EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
     }
   }
+  // Only the configured pattern's lengths are checked: dense attention ignores the window.
+  EXPECT_NO_THROW(run_settings(config(data, dir.file("x"), {"methods.mst.attention=dense", "methods.mst.attention_window=64"})));
 }
 
 TEST(MstSparsity, MagnitudeMaskKeepsTheLargest) {

@@ -422,8 +422,36 @@ TEST(StepStrategy, NonFiniteGradientStopsTrainingBeforeTheUpdate) {
     std::fill(ids, ids + settings.train.batch_size, 0);
   };
   const std::string msg = error_of([&] { runner.run(0, zeros, nullptr); });
-  EXPECT_NE(msg.find("the training gradient norm became inf at step 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the training gradient norm became inf at step 1/8, before its update"), std::string::npos) << msg;
   EXPECT_EQ(std::vector<float>(model.params(), model.params() + model.num_floats()), before);
+}
+
+// A diverging run stops at the step whose loss or gradient norm is first non-finite, named as the
+// log names steps (the lines before it are finite, its own is not written), and the checkpoints
+// hold only the weights of finite steps.
+TEST(Trainer, DivergenceIsReportedAtItsOwnStepAndNothingOfItIsSaved) {
+  TempDir dir;
+  const std::string run = dir.file("run");
+  Trainer t(tiny_config(make_data(dir), run, {"optim.lr=300", "optim.warmup_steps=0", "train.max_steps=50",
+                                              "train.log_interval=1", "train.checkpoint_interval=1",
+                                              "train.keep_checkpoints=1", "model.dropout=0"}),
+            {.quiet = true});
+  const std::string msg = error_of([&] { t.fit(); });
+  int64_t logged = 0;  // steps done at the last log line
+  std::ifstream in(run + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_TRUE(std::isfinite(j.at("loss").get<double>()) && std::isfinite(j.at("grad_norm").get<double>())) << line;
+    logged = j.at("step").get<int64_t>();
+  }
+  ASSERT_GT(logged, 0) << msg;
+  EXPECT_NE(msg.find(fmt::format(" at step {}/50, before its update: the weights are those after step {}",
+                                 logged + 1, logged)), std::string::npos) << msg;
+  // The newest checkpoint is the last finite step's, and loads (non-finite weights would be refused).
+  const std::string latest = fmt::format("{}/checkpoints/step_{:08d}", run, logged);
+  ASSERT_TRUE(fs::exists(latest)) << msg;
+  GPT model(checkpoint_model_config(latest));
+  EXPECT_NO_THROW(load_checkpoint_params(latest, model));
 }
 
 // A file-system error no check foresaw (here RUN/checkpoints is a file) still ends in one line

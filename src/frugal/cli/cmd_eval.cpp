@@ -9,6 +9,7 @@
 
 #include "frugal/cli/commands.h"
 #include "frugal/core/error.h"
+#include "frugal/core/memory.h"
 #include "frugal/core/threading.h"
 #include "frugal/data/loader.h"
 #include "frugal/data/prepare.h"
@@ -52,6 +53,10 @@ void run_eval(const EvalArgs& a) {
   const int T = a.seq_len > 0 ? a.seq_len : trained_T;
   FRUGAL_CHECK(T <= m.block_size, "--seq-len {} exceeds the model's block_size {}", T, m.block_size);
   data::BatchLoader loader(shard, T, data::LoaderOrder::Sequential);
+  const double needed = evaluation_bytes(*model, a.batch_size, T), available = double(available_memory_bytes());
+  FRUGAL_CHECK(needed <= available, "--batch-size {} of {}-token sequences needs {:.1f} MiB to evaluate, "
+               "{:.1f} MiB are available; lower --batch-size (or --seq-len)", a.batch_size, T,
+               needed / (1 << 20), available / (1 << 20));
 
   const EvalResult r = evaluate_loss(model, loader, a.batch_size, a.max_batches);
   if (a.json) {

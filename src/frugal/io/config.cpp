@@ -232,11 +232,7 @@ void collect(const ConfigSchema& schema, const toml::table& table, const std::st
       out.push_back({nullptr, path, {}, where});
       collect(schema, *node.as_table(), path, source, out);
     } else {
-      bool is_table = node.is_table();
-      std::string suggestion = schema.suggest(path, is_table);
-      fail("unknown config {} '{}' ({}); {}", is_table ? "section" : "key", path, where,
-           suggestion.empty() ? "see docs/config.md for the known keys"
-                              : "did you mean '" + suggestion + "'?");
+      schema.fail_unknown(path, node.is_table(), where);
     }
   }
 }
@@ -373,13 +369,32 @@ const ConfigKey* ConfigSchema::find(const std::string& name) const {
 
 const ConfigKey& ConfigSchema::at(const std::string& name) const {
   const ConfigKey* key = find(name);
-  if (!key) {
-    std::string suggestion = suggest(name);
-    fail("unknown config key '{}'; {}", name,
-         suggestion.empty() ? "see docs/config.md for the known keys"
-                            : "did you mean '" + suggestion + "'?");
-  }
+  if (!key) fail_unknown(name, false, "");
   return *key;
+}
+
+void ConfigSchema::fail_unknown(const std::string& path, bool table, const std::string& where) const {
+  const std::string at = where.empty() ? "" : " (" + where + ")";
+  // The deepest table above `path`; when it holds optional sections and no keys of its own
+  // ("methods"), `path` names a section it does not have.
+  std::string parent = table_of(path);
+  while (!parent.empty() && !is_table(parent)) parent = table_of(parent);
+  std::vector<std::string> names, prefixes;
+  for (const ConfigSection& s : sections_)
+    if (table_of(s.prefix) == parent) names.push_back(last_segment(s.prefix)), prefixes.push_back(s.prefix);
+  const bool has_keys = std::any_of(keys_.begin(), keys_.end(),
+                                    [&](const ConfigKey& k) { return table_of(k.name) == parent; });
+  if (!names.empty() && !has_keys) {
+    const size_t start = parent.empty() ? 0 : parent.size() + 1;
+    const std::string section = path.substr(0, path.find('.', start));
+    std::string best = nearest(prefixes, section, false);
+    if (best.empty()) best = nearest(prefixes, section, true);
+    fail("unknown config section '{}'{}: the sections of [{}] are {}{}", section, at, parent,
+         fmt::join(names, ", "), best.empty() ? "" : "; did you mean '" + best + "'?");
+  }
+  const std::string suggestion = suggest(path, table);
+  fail("unknown config {} '{}'{}; {}", table ? "section" : "key", path, at,
+       suggestion.empty() ? "see docs/config.md for the known keys" : "did you mean '" + suggestion + "'?");
 }
 
 bool ConfigSchema::is_section(const std::string& prefix) const {
@@ -526,12 +541,7 @@ void Config::set_text(const std::string& key, const std::string& value, const st
     return;
   }
   const ConfigKey* k = schema_->find(key);
-  if (!k) {
-    std::string suggestion = schema_->suggest(key);
-    fail("unknown config key '{}' ({}); {}", key, where,
-         suggestion.empty() ? "see docs/config.md for the known keys"
-                            : "did you mean '" + suggestion + "'?");
-  }
+  if (!k) schema_->fail_unknown(key, false, where);
   set_value(*k, from_text(*k, value, where), where);
 }
 

@@ -83,6 +83,11 @@ class ConfigSchema {
   // The nearest known key to `name` (Levenshtein over the dotted name, else over the last
   // segment), or "" when none is close. With tables = true, suggests table paths instead.
   std::string suggest(const std::string& name, bool tables = false) const;
+  // Throws Error for `path`, which names no key (or, with table = true, no table), from `where`
+  // (its file and line or --set; may be empty): with the nearest known name, or, when it lies
+  // under a table of optional sections only ("methods.sparse42"), naming the section it would be
+  // and listing that table's sections.
+  [[noreturn]] void fail_unknown(const std::string& path, bool table, const std::string& where) const;
   // Throws Error (naming `where`) unless `value` has the key's type and satisfies its range or
   // allowed values.
   void check(const ConfigKey& key, const ConfigValue& value, const std::string& where) const;

@@ -97,6 +97,13 @@ class Method {
   // The method's resumable state, stored in every checkpoint.
   virtual nlohmann::json save_state() const { return nlohmann::json::object(); }
   virtual void load_state(const nlohmann::json& state) {}
+  // A resume whose checkpoint was trained without this method (it was added to the config) starts
+  // it at the resumed step, with no state: "" when that is the method's meaning too (it starts
+  // from the current weights and counts its schedule from its own start), otherwise why not (its
+  // schedule is laid out from step 0), and the resume is refused.
+  virtual std::string cannot_start_mid_run() const {
+    return "it has no state to start from at a resumed step";
+  }
   // Resumable state too large for JSON (a saved copy of the model), as named float tensors; the
   // views stay valid until the next event. Stored in the checkpoint's methods.safetensors and
   // handed back, before load_state, on resume.

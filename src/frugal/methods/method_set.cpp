@@ -120,8 +120,18 @@ Method& MethodSet::saved_method(const std::string& name) {
   return **m;
 }
 
-void MethodSet::load_state(const nlohmann::json& state) {
+std::vector<std::string> MethodSet::load_state(const nlohmann::json& state, const std::string& checkpoint) {
+  std::vector<std::string> started;
+  for (const auto& m : methods_) {
+    if (state.contains(m->name())) continue;
+    const std::string why = m->cannot_start_mid_run();
+    FRUGAL_CHECK(why.empty(), "the checkpoint {0} was trained without methods.{1}, which cannot start "
+                 "mid-run: {2}; remove the [methods.{1}] table to resume, or start a new run (another "
+                 "train.out_dir) from the checkpoint's weights with --init-from {0}", checkpoint, m->name(), why);
+    started.push_back(m->name());
+  }
   for (auto it = state.begin(); it != state.end(); ++it) saved_method(it.key()).load_state(it.value());
+  return started;
 }
 
 Method::StateTensors MethodSet::state_tensors() const {

@@ -25,7 +25,10 @@ class MethodSet {
   int cached_prefix_blocks() const;
 
   nlohmann::json save_state() const;              // {name: state}
-  void load_state(const nlohmann::json& state);   // throws when a saved method is not enabled
+  // The state a checkpoint saved (`checkpoint`: its directory, for messages). Throws when a saved
+  // method is not enabled, or when an enabled one has no state there and cannot start mid-run
+  // (Method::cannot_start_mid_run); returns the names of the enabled methods that start now.
+  std::vector<std::string> load_state(const nlohmann::json& state, const std::string& checkpoint);
   // Every method's state tensors, named "<method>/<tensor>"; and back (before load_state).
   Method::StateTensors state_tensors() const;
   void load_state_tensors(std::map<std::string, std::vector<float>> tensors);

@@ -29,4 +29,9 @@ struct EvalResult {
 EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, int64_t max_batches,
                          ProcessGroup& group = single_process());
 
+// The bytes evaluate_loss allocates for batches of batch_size sequences of T tokens on the whole
+// `model` (its activation plan and the token buffers), computed without allocating, in double so
+// that absurd sizes do not overflow: compare it with the memory available before evaluating.
+double evaluation_bytes(const GPT& model, int batch_size, int T);
+
 }  // namespace frugal

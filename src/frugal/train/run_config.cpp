@@ -96,7 +96,8 @@ std::string config_reference_markdown() {
          "overridden on the command line with `--set key=value`. A method is enabled by the presence\n"
          "of its `[methods.NAME]` table (`--set methods.NAME={}` enables it with its defaults).\n"
          "Unknown keys, wrong types and out-of-range values are errors that name the key and the\n"
-         "file and line. `frugal config CONFIG.toml --set ...` prints the resolved config.\n\n" +
+         "file and line (an unknown `methods.NAME` also lists the methods there are). `frugal config\n"
+         "CONFIG.toml --set ...` prints the resolved config.\n\n" +
          run_schema().markdown();
 }
 

@@ -90,9 +90,12 @@ uint64_t StepStrategy::dropout_key(int64_t step, int count, int index) const {
   return mix64(settings_.train.seed ^ mix64(static_cast<uint64_t>(step * count + index)));
 }
 
-void StepStrategy::check_finite(const char* what, double value, int64_t step) {
-  FRUGAL_CHECK(std::isfinite(value), "the training {} became {} at step {}; lower optim.lr or "
-               "raise optim.warmup_steps", what, value, step);
+void StepStrategy::check_finite(const char* what, double value, int64_t step) const {
+  // Numbered as the log and the checkpoints number the steps done: 0-based step s is "step s + 1".
+  FRUGAL_CHECK(std::isfinite(value), "the training {} became {} at step {}/{}, before its update: the "
+               "weights are those after step {}, and nothing of step {} was applied or saved; lower "
+               "optim.lr or raise optim.warmup_steps", what, value, step + 1, settings_.train.max_steps,
+               step, step + 1);
 }
 
 void StepStrategy::end_step(TrainContext& ctx, const StepResult& r) {

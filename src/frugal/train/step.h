@@ -89,9 +89,10 @@ class StepStrategy {
   // The dropout key of micro-batch `index` of the `count` that make optimizer step `step`, in the
   // order one process runs them.
   uint64_t dropout_key(int64_t step, int count, int index) const;
-  // Stops training with an error saying what to change when the loss or the norm is not finite:
-  // before the update, so that no checkpoint of diverged weights replaces a good one.
-  static void check_finite(const char* what, double value, int64_t step);
+  // Stops training with an error saying what to change when the loss or the norm of 0-based step
+  // `step` is not finite: before its update, so that no checkpoint of diverged weights replaces a
+  // good one. The error names the step as the log does (step + 1, the steps done with it).
+  void check_finite(const char* what, double value, int64_t step) const;
   // After the AdamW update: refreshes the linear formats, hands the methods the step's executed
   // FLOPs (r.executed), fires AfterOptimStep, Reconfigure (when a method asked for it) and BatchEnd.
   void end_step(TrainContext& ctx, const StepResult& r);

@@ -156,12 +156,16 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
     flops_dense_ = state.dense_flops;
     wall_offset_ = state.wall_seconds;
     methods_.load_state_tensors(std::move(state.loaded_method_tensors));
-    methods_.load_state(state.methods);
+    const std::vector<std::string> started = methods_.load_state(state.methods, dir);
     train_loader_->restore({state.loader_epoch, state.loader_position});
     FRUGAL_CHECK(start_step_ < t.max_steps, "the checkpoint {} is at step {} and train.max_steps "
                  "is {}: nothing is left to train; raise it (--set train.max_steps=N) to continue",
                  dir, start_step_, t.max_steps);
-    if (!options_.quiet) io::print("resumed from {} at step {}\n", dir, start_step_);
+    if (!options_.quiet) {
+      io::print("resumed from {} at step {}\n", dir, start_step_);
+      for (const std::string& name : started)
+        io::print("methods.{} starts at step {}: the checkpoint was trained without it\n", name, start_step_);
+    }
     resume.reset();  // unpinned: later saves may prune it
   }
 

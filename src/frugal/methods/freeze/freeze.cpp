@@ -13,11 +13,11 @@ namespace {
 
 void add_keys(io::ConfigSchema& s, const std::string& p) {
   using io::Range;
-  s.add_int(p + ".frozen_layers", 0, "bottom blocks (and the embeddings) frozen for the whole run", Range::at_least(0))
+  s.add_int(p + ".frozen_layers", 0, "bottom blocks (and the embeddings) frozen for the whole run; with a tied head at most n_layer - 1", Range::at_least(0))
       .add_float(p + ".alpha", 0.0, "progressive schedule: ceil(L(1-(1-alpha)^T)) frozen after interval T; 0: off", Range::half_open(0, 1))
       .add_int(p + ".interval", 100, "steps per freeze interval", Range::at_least(1))
       .add_bool(p + ".adaptive", false, "also bound the schedule by the gradient-change criterion (min of both)")
-      .add_int(p + ".max_frozen", -1, "most blocks ever frozen; -1: n_layer - 1", Range::at_least(-1))
+      .add_int(p + ".max_frozen", -1, "most blocks ever frozen; -1: n_layer - 1; with a tied head at most n_layer - 1", Range::at_least(-1))
       .add_string(p + ".autocache", "auto", "cache the frozen prefix's output per sample: on only when "
                   "it pays (auto), always (on; needs model.dropout = 0) or never (off)", {"auto", "on", "off"})
       .add_int(p + ".cache_memory_mb", 2048, "AutoCache memory budget; entries beyond it spill to disk",
@@ -37,8 +37,17 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   f.autocache.dir = c.get_string(p + ".cache_dir");
   FRUGAL_CHECK(!f.adaptive || f.alpha > 0, "methods.freeze.adaptive needs methods.freeze.alpha > 0 "
                "(the adaptive criterion is bounded by the schedule)");
-  FRUGAL_CHECK(f.frozen_layers <= c.get_int32("model.n_layer"), "methods.freeze.frozen_layers = {} "
-               "exceeds model.n_layer = {}", f.frozen_layers, c.get_int32("model.n_layer"));
+  const int n_layer = c.get_int32("model.n_layer");
+  FRUGAL_CHECK(f.frozen_layers <= n_layer, "methods.freeze.frozen_layers = {} exceeds model.n_layer = {}",
+               f.frozen_layers, n_layer);
+  // Every block frozen with a tied head (the token embedding, frozen with the blocks) leaves
+  // ln_f alone to train: refused, as it is never what a run means. An untied head still trains.
+  if (c.get_bool("model.tied_head"))
+    for (const auto& [key, blocks] : {std::pair{"frozen_layers", f.frozen_layers}, std::pair{"max_frozen", f.max_frozen}})
+      FRUGAL_CHECK(blocks < n_layer, "{}.{} = {} would freeze every block (model.n_layer = {}) and, with "
+                   "model.tied_head = true, the head, which is the frozen token embedding: only ln_f "
+                   "would train; freeze at most {} blocks, or set model.tied_head = false to train the "
+                   "head alone", p, key, blocks, n_layer, n_layer - 1);
   FRUGAL_CHECK(f.autocache.mode != AutoCacheMode::On || c.get_float("model.dropout") == 0,
                "methods.freeze.autocache = \"on\" needs model.dropout = 0 (with dropout the frozen "
                "blocks' output differs at every visit and cannot be cached); set model.dropout = 0 "

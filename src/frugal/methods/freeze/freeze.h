@@ -32,6 +32,9 @@ class FreezeMethod final : public Method {
   void apply(Event event, TrainContext& ctx) override;
   nlohmann::json save_state() const override;
   void load_state(const nlohmann::json& state) override;
+  // Added on a resume: the fixed prefix holds from the resumed step, and the progressive schedule
+  // counts its intervals from there.
+  std::string cannot_start_mid_run() const override { return {}; }
 
   int frozen() const { return frozen_; }
   bool autocache_active() const { return autocache_.active(); }

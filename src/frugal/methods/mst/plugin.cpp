@@ -19,8 +19,8 @@ constexpr uint64_t kSeedSalt = 0x4D53542D4D41534Bull;  // "MST-MASK": this metho
 void add_keys(io::ConfigSchema& s, const std::string& p) {
   using io::Range;
   s.add_float(p + ".sparsity_initial", 0.0, "sparsity of the masked linears at step 0 (the warm-up starts here; 0: dense)", Range::closed(0, 0.99))
-      .add_float(p + ".sparsity_peak", 0.9, "sparsity of the ultra-sparse hold, reached at the end of the warm-up", Range::closed(0, 0.99))
-      .add_float(p + ".sparsity_final", 0.5, "sparsity the restoration phase ends at (last step)", Range::closed(0, 0.99))
+      .add_float(p + ".sparsity_peak", 0.9, "sparsity of the ultra-sparse hold, reached by the end of the warm-up", Range::closed(0, 0.99))
+      .add_float(p + ".sparsity_final", 0.5, "sparsity of the block linears when the run ends (after its last step), where the restoration phase ends", Range::closed(0, 0.99))
       .add_float(p + ".warmup_fraction", 0.15, "end of the sparsity warm-up, as a fraction of train.max_steps", Range::closed(0, 1))
       .add_float(p + ".restore_fraction", 0.8, "start of the restoration phase, as a fraction of train.max_steps", Range::closed(0, 1))
       .add_bool(p + ".dynamic", true, "drop and grow weights every update_interval steps; false: the initial mask all run (static sparse)")
@@ -29,9 +29,9 @@ void add_keys(io::ConfigSchema& s, const std::string& p) {
       .add_float(p + ".random_growth", 0.25, "share of the grown weights chosen at random instead of by |gradient| (Mixed-Growing)", Range::closed(0, 1))
       .add_string(p + ".distribution", "erdos_renyi", "per-linear densities: erdos_renyi (density ~ (OC+IC)/(OC*IC)) or uniform")
       .add_string(p + ".attention", "strided", "attention during the ultra-sparse hold: strided (window + every stride-th key), fixed (blocks + summary columns) or dense (causal)")
-      .add_int(p + ".attention_window", 16, "strided: keys i-window < j <= i", Range::at_least(1))
-      .add_int(p + ".attention_stride", 16, "strided: also keys with (i - j) % stride == 0", Range::at_least(1))
-      .add_int(p + ".attention_block", 16, "fixed: keys of the query's own block of this many positions", Range::at_least(1))
+      .add_int(p + ".attention_window", 16, "strided: keys i-window < j <= i; below model.block_size", Range::at_least(1))
+      .add_int(p + ".attention_stride", 16, "strided: also keys with (i - j) % stride == 0; below model.block_size", Range::at_least(1))
+      .add_int(p + ".attention_block", 16, "fixed: keys of the query's own block of this many positions; below model.block_size", Range::at_least(1))
       .add_int(p + ".attention_summary", 1, "fixed: also the last this-many positions of every earlier block", Range::at_least(0));
 }
 
@@ -58,10 +58,22 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
                "{}.distribution is '{}'; use erdos_renyi or uniform", p, distribution);
   m.erdos_renyi = distribution == "erdos_renyi";
   const std::string& attention = c.get_string(p + ".attention");
+  // A length of the pattern at or past model.block_size does not do what its key says.
+  const int block_size = c.get_int32("model.block_size");
+  const auto length = [&](const char* key, const char* effect) {
+    const int value = c.get_int32(p + "." + key);
+    FRUGAL_CHECK(value < block_size, "{0}.{1} = {2} is not below model.block_size = {3}: {4}; make it "
+                 "smaller than {3}, or set {0}.attention = \"dense\"", p, key, value, block_size, effect);
+    return value;
+  };
   if (attention == "strided")
-    m.attention = kernels::AttentionPattern::strided(c.get_int32(p + ".attention_window"), c.get_int32(p + ".attention_stride"));
+    m.attention = kernels::AttentionPattern::strided(
+        length("attention_window", "the window alone would hold every earlier key (dense attention)"),
+        length("attention_stride", "no earlier key would be a whole stride away (the window only)"));
   else if (attention == "fixed")
-    m.attention = kernels::AttentionPattern::fixed(c.get_int32(p + ".attention_block"), c.get_int32(p + ".attention_summary"));
+    m.attention = kernels::AttentionPattern::fixed(
+        length("attention_block", "one block would hold every earlier key (dense attention)"),
+        c.get_int32(p + ".attention_summary"));
   else if (attention == "dense")
     m.attention = kernels::AttentionPattern::causal();
   else
@@ -89,6 +101,11 @@ MethodInfo method_info() {
 
 bool MstMethod::is_update_step(int64_t step, int64_t max_steps) const {
   return config_.dynamic && step > 0 && step % config_.update_interval == 0 && step + 1 < max_steps;
+}
+
+int64_t MstMethod::target_step(int64_t step, int64_t max_steps) const {
+  const int64_t next = (step / config_.update_interval + 1) * config_.update_interval;
+  return is_update_step(next, max_steps) ? next + 1 : max_steps;
 }
 
 kernels::AttentionPattern MstMethod::pattern_at(int64_t step, int64_t max_steps) const {
@@ -128,7 +145,7 @@ void MstMethod::build_targets(const GPT& model) {
 void MstMethod::follow_reshape(TrainContext& ctx) {
   GPT& model = ctx.model();
   build_targets(model);
-  const std::vector<double> density = densities_at(ctx.step + 1, ctx.max_steps);
+  const std::vector<double> density = densities_at(target_step(ctx.step, ctx.max_steps), ctx.max_steps);
   for (size_t k = 0; k < targets_.size(); ++k) {
     Target& t = targets_[k];
     t.active = active_count(density[k], t.size());
@@ -167,7 +184,7 @@ void MstMethod::update_topology(TrainContext& ctx) {
   FRUGAL_PROFILE("mst topology update");
   GPT& model = ctx.model();
   AdamW& optim = ctx.optim();
-  const std::vector<double> density = densities_at(ctx.step + 1, ctx.max_steps);
+  const std::vector<double> density = densities_at(target_step(ctx.step, ctx.max_steps), ctx.max_steps);
   const double zeta = drop_fraction(config_.drop_fraction, ctx.step, ctx.max_steps);
   const uint64_t key = mix64(ctx.seed ^ kSeedSalt) + static_cast<uint64_t>(ctx.step);
   last_pruned_ = last_grown_ = 0;

@@ -8,8 +8,8 @@
 //   one is masked at AfterGradReduce; so AdamW keeps them there and nothing needs re-masking).
 // - Topology update every `update_interval` steps t > 0, at AfterGradReduce of step t (the formats
 //   compute the dense weight gradient of that step, set at its BatchStart): per trainable linear,
-//   the counts of sparsity.h's update_counts toward the ER density of the sparsity at t + 1 and the cosine
-//   drop fraction ζ_t; drop the smallest |W|, grow 3 of 4 by largest |gradient| and 1 of 4 at
+//   the counts of sparsity.h's update_counts toward the ER density of the schedule's sparsity at
+//   the end of the new masks' run (target_step) and the cosine drop fraction ζ_t; drop the smallest |W|, grow 3 of 4 by largest |gradient| and 1 of 4 at
 //   random among the previously inactive; dropped weights and the moments of dropped and grown
 //   entries are zeroed; the new masks go into the formats at the Reconfigure after the step.
 // - Sparsity variation: warm-up → ultra-sparse hold → restoration (sparsity.h's schedule).
@@ -57,6 +57,10 @@ class MstMethod final : public Method {
   void load_state(const nlohmann::json& state) override;
   // The saved masks as SparseFormats and the attention pattern of the checkpoint's step.
   std::string restore_trained_function(TrainContext& ctx) override;
+  std::string cannot_start_mid_run() const override {
+    return "its sparsity schedule (the warm-up from sparsity_initial, the hold, the restoration) and "
+           "drop fraction are laid out over the run from step 0, and its first masks are random";
+  }
 
   // One sparse linear: its place in the model and its mask (OC, IC), 1 = active; the format (none
   // while the mask is full) keeps its own copy, handed over at every Reconfigure.
@@ -74,12 +78,17 @@ class MstMethod final : public Method {
   double sparsity() const;
   int64_t topology_updates() const { return updates_; }
   bool is_update_step(int64_t step, int64_t max_steps) const;
+  // The step whose scheduled sparsity the masks chosen after step `step` (by a topology update or
+  // a reshape) aim at: the end of their run, one past the last step they train (the next update's
+  // step + 1, or max_steps, where the schedule reaches sparsity_final). So every phase ends at its
+  // configured sparsity: the peak by the end of the warm-up, sparsity_final at the last step.
+  int64_t target_step(int64_t step, int64_t max_steps) const;
 
  private:
   void build_targets(const GPT& model);
   void initial_masks(uint64_t seed, int64_t max_steps);
   // After a reshape (multi-level training): the new shapes' targets, masks keeping the largest
-  // mapped weights at the Erdős–Rényi densities of the next step's sparsity.
+  // mapped weights at the Erdős–Rényi densities of the sparsity at target_step.
   void follow_reshape(TrainContext& ctx);
   // Zeroes W, m and v outside every target's mask (after --init-from a dense model, idempotent).
   void apply_masks_to_state(TrainContext& ctx) const;

@@ -54,6 +54,9 @@ class VCycleMethod final : public Method {
   void load_state_tensors(std::map<std::string, std::vector<float>> tensors) override;
   // Checks the model is the saved level's; a coalesced level says so, with both shapes.
   std::string restore_trained_function(TrainContext& ctx) override;
+  std::string cannot_start_mid_run() const override {
+    return "its V-cycle's segments are shares of the run from step 0, which starts at level 1";
+  }
 
   int level() const { return level_of(segment_); }  // 0-based: 0 is the configured model
   // The first step of segment s + 1 (the end of segment s), for a run of max_steps.

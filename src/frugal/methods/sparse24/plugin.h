@@ -43,6 +43,9 @@ class Sparse24Method final : public Method {
   void load_state(const nlohmann::json& state) override;
   // In the sparse phase: the saved masks as Sparse24Formats; after it (dense fine-tuning) nothing.
   std::string restore_trained_function(TrainContext& ctx) override;
+  // Added on a resume: the masks come from the current weights, as after --init-from; the dense
+  // phase still starts at its fraction of train.max_steps.
+  std::string cannot_start_mid_run() const override { return {}; }
 
   // One masked linear: its place in the model and its mask (OC, IC), 1 = kept: the method's copy
   // (searched, decayed, saved), handed to the format (which keeps its own) at every mask update.
