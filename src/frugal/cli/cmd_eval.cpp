@@ -53,7 +53,7 @@ void run_eval(const EvalArgs& a) {
   const int T = a.seq_len > 0 ? a.seq_len : trained_T;
   FRUGAL_CHECK(T <= m.block_size, "--seq-len {} exceeds the model's block_size {}", T, m.block_size);
   data::BatchLoader loader(shard, T, data::LoaderOrder::Sequential);
-  const double needed = evaluation_bytes(*model, a.batch_size, T), available = double(available_memory_bytes());
+  const double needed = evaluation_bytes(model, a.batch_size, T), available = double(available_memory_bytes());
   FRUGAL_CHECK(needed <= available, "--batch-size {} of {}-token sequences needs {:.1f} MiB to evaluate, "
                "{:.1f} MiB are available; lower --batch-size (or --seq-len)", a.batch_size, T,
                needed / (1 << 20), available / (1 << 20));

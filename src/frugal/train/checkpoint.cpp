@@ -494,7 +494,7 @@ CheckpointModel load_checkpoint_model(const std::string& checkpoint_dir) {
   methods.fire(Event::Init, ctx);
   load_checkpoint_params(checkpoint_dir, out.model());
   methods.load_state_tensors(std::move(state.loaded_method_tensors));
-  methods.load_state(state.methods);
+  methods.load_state(state.methods, checkpoint_dir);  // the checkpoint's own methods: none is added
   out.notes = methods.restore_trained_function(ctx);
   out.model().write_effective_weights();
   return out;
