@@ -13,6 +13,7 @@
 #include "frugal/io/safetensors.h"
 #include "frugal/methods/method_set.h"
 #include "frugal/train/run_config.h"
+#include "frugal/train/step.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -484,13 +485,7 @@ CheckpointModel load_checkpoint_model(const std::string& checkpoint_dir) {
   }
   // As a resume restores them (Init, the weights, the saved state), then the trained function.
   TrainState state = read_checkpoint_state(checkpoint_dir);
-  TrainContext ctx{*out.session};
-  ctx.step = state.step;
-  ctx.max_steps = train.max_steps;
-  ctx.batch = train.batch_size;
-  ctx.grad_accum = train.grad_accum;
-  ctx.seq_len = train.seq_len;
-  ctx.seed = train.seed;
+  TrainContext ctx = run_context(*out.session, train, state.step);
   methods.fire(Event::Init, ctx);
   load_checkpoint_params(checkpoint_dir, out.model());
   methods.load_state_tensors(std::move(state.loaded_method_tensors));

@@ -34,9 +34,8 @@ StepStrategy::StepStrategy(Session& session, MethodSet& methods, const RunSettin
   ids_.resize(settings.train.batch_size);
 }
 
-TrainContext StepStrategy::context(int64_t step, nlohmann::json* record) {
-  const TrainSettings& t = settings_.train;
-  TrainContext ctx{session_};
+TrainContext run_context(Session& session, const TrainSettings& t, int64_t step) {
+  TrainContext ctx{session};
   ctx.step = step;
   ctx.max_steps = t.max_steps;
   ctx.batch = t.batch_size;
@@ -44,6 +43,11 @@ TrainContext StepStrategy::context(int64_t step, nlohmann::json* record) {
   ctx.seq_len = t.seq_len;
   ctx.seed = t.seed;
   ctx.run_dir = t.out_dir;
+  return ctx;
+}
+
+TrainContext StepStrategy::context(int64_t step, nlohmann::json* record) {
+  TrainContext ctx = run_context(session_, settings_.train, step);
   ctx.num_samples = num_samples_;
   ctx.metrics = record;
   return ctx;

@@ -35,6 +35,10 @@ struct StepResult {
 // that size it.
 void check_memory_available(const RunSettings& settings);
 
+// The context of `session` at `step` with the run settings methods read (batch, accumulation,
+// sequence length, seed, horizon, run directory): what every event's context starts from.
+TrainContext run_context(Session& session, const TrainSettings& train, int64_t step);
+
 // How one optimizer step executes: the strategy the trainer and the benchmark run steps through,
 // applied from outside the model (torchtitan's lesson). Single process today; data-parallel and
 // pipeline strategies (parallel/) implement the same interface: what they change is where the
