@@ -106,8 +106,15 @@ int main(int argc, char** argv) {
                e.path2().empty() ? "" : " and " + e.path2().string());
     return world.fail(1);
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "error: {}out of memory; make the model or the batch smaller (model.*, "
-               "train.batch_size, train.seq_len) or free memory\n", rank_prefix(world));
+    // What sizes the memory: the run config for the commands that train, the command's own
+    // options otherwise.
+    const std::vector<CLI::App*> parsed = app.get_subcommands();
+    const std::string command = parsed.empty() ? "" : parsed.back()->get_name();
+    const bool trains = command == "train" || command == "bench" || command == "experiment";
+    fmt::print(stderr, "error: {}out of memory; {} or free memory\n", rank_prefix(world),
+               trains ? "make the model or the batch smaller (model.*, train.batch_size, train.seq_len)"
+                      : fmt::format("use smaller sizes in frugal {}'s options (see frugal {} --help)",
+                                    command, command));
     return world.fail(1);
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}{}\n", rank_prefix(world), e.what());
