@@ -2,6 +2,7 @@
 #include "frugal/core/profile.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,10 +49,13 @@ std::string report(const std::string& whole) {
   return out;
 }
 
-Scope::Scope(const char* name) : name_(name), start_ns_(g_enabled ? now_ns() : 0) {}
+// A scope opened on a thread of a parallel region (GPT's frozen prefix runs samples in parallel)
+// is not counted: the enclosing scope on the main thread holds its time.
+Scope::Scope(const char* name)
+    : name_(g_enabled && !omp_in_parallel() ? name : nullptr), start_ns_(name_ ? now_ns() : 0) {}
 
 Scope::~Scope() {
-  if (!g_enabled) return;
+  if (!name_) return;
   Entry& e = table()[name_];
   e.ns += now_ns() - start_ns_;
   ++e.calls;

@@ -1,6 +1,6 @@
 // A tiny opt-in profiler: named scopes accumulate wall time when enabled (`frugal bench
 // --profile`), and cost one branch when not. Not thread-safe by design: scopes are opened on the
-// main thread around parallel kernels.
+// main thread around parallel kernels; one opened inside a parallel region is not counted.
 #pragma once
 #include <string>
 

@@ -366,6 +366,12 @@ uint64_t site_key(uint64_t step_key, int layer, int site) {
 }
 }  // namespace
 
+bool GPT::block_forward_reentrant(int l) const {
+  for (const auto& format : formats_[l])
+    if (format && !format->reentrant_forward()) return false;
+  return true;
+}
+
 void GPT::block_forward(int l, uint64_t dropout_key, int b0, int nb) {
   const BlockOffsets& o = blocks_[l];
   const int B = nb, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;
@@ -431,10 +437,15 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
   }
   for (int l = first_block; l < stage_.end; ++l) {
     if (l < frozen_) {
-      // The frozen prefix runs sample by sample: a GEMM's bits for a row may depend on the rows
-      // beside it (oneDNN's and OpenBLAS's AVX2 kernels), and AutoCache serves a sample's prefix
-      // output, computed once, in later micro-batches with other companions; computed alone, it
-      // is the same whichever micro-batch the sample is in.
+      // The frozen prefix runs sample by sample: a GEMM's bits for a row depend on the call's row
+      // count and the row's place in it (oneDNN's and OpenBLAS's AVX2 kernels), and AutoCache
+      // serves a sample's prefix output, computed once, in later micro-batches with other
+      // companions; computed alone, it is the same whichever micro-batch the sample is in. With
+      // formats that allow it, the samples run in parallel, one thread each (a T-row GEMM runs
+      // faster on one thread than split over several); each sample then gets the same bits
+      // whichever thread runs it.
+      const bool parallel = block_forward_reentrant(l);
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
       for (int b = 0; b < B; ++b) block_forward(l, dropout_key, b, 1);
     } else {
       block_forward(l, dropout_key, 0, B);

@@ -228,6 +228,8 @@ class GPT {
   const float* block_input(int l) const { return block_output(l - 1); }
   // Block l's forward of samples [b0, b0 + nb) of the micro-batch.
   void block_forward(int l, uint64_t dropout_key, int b0, int nb);
+  // Whether block_forward(l, ...) may run on several threads at once, on other samples.
+  bool block_forward_reentrant(int l) const;
   void linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp, int N,
                        bool accumulate_dinp);
   void block_backward(int l, uint64_t dropout_key);

@@ -21,6 +21,9 @@ class LinearFormat {
   // out (N,OC) = inp (N,C) · S(W)ᵀ + bias (bias may be null); same contract as matmul_forward.
   virtual void forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                        int C, int OC) = 0;
+  // Whether forward may run on several threads at once (other rows, one thread each): it keeps
+  // no scratch of its own. GPT then runs a frozen prefix's samples in parallel.
+  virtual bool reentrant_forward() const { return false; }
   // Same contract as matmul_backward (dinp overwrite or accumulate; dweight, dbias accumulate;
   // null pointers skip that gradient).
   virtual void backward(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -128,7 +128,10 @@ class MatmulPrimitives {
 // the S, M and L steps), and as fast or faster everywhere else. Few rows (decoding) stay on
 // dnnl_sgemm, which needs no primitive per row count.
 bool prefers_matmul_primitive(bool trans_a, bool trans_b, int M, int N, int K, float alpha, float beta) {
-  return !trans_a && trans_b && K >= N && M >= 128 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f);
+  // Inside a parallel region (a call per thread) dnnl_sgemm, which keeps nothing between calls: a
+  // primitive's library-managed scratchpad is not made for concurrent executions.
+  return !trans_a && trans_b && K >= N && M >= 128 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) &&
+         !omp_in_parallel();
 }
 #endif
 

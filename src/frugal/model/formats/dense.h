@@ -9,6 +9,7 @@ namespace frugal {
 class DenseFormat final : public LinearFormat {
  public:
   const char* name() const override { return "dense"; }
+  bool reentrant_forward() const override { return true; }
   void refresh(const float*, int, int) override {}
   void forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                int OC) override;

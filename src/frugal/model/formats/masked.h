@@ -28,6 +28,7 @@ class MaskedFormat : public LinearFormat {
   std::span<const uint8_t> mask() const { return mask_; }
 
   const char* name() const override { return "masked"; }
+  bool reentrant_forward() const override { return true; }  // a dense GEMM of W ⊙ M
   void refresh(const float* weight, int OC, int C) override;
   void write_effective_weight(float* weight, int OC, int C) const override;  // W ⊙ M
   void forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,

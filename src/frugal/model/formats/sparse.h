@@ -43,6 +43,7 @@ class SparseFormat final : public MaskedFormat {
   bool sparse_kernels() const { return density_ <= break_even_; }
 
   const char* name() const override { return "sparse"; }
+  bool reentrant_forward() const override { return false; }
   void refresh(const float* weight, int OC, int C) override;
   void forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                int OC) override;

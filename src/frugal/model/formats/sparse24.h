@@ -27,6 +27,7 @@ class Sparse24Format final : public MaskedFormat {
   Sparse24Format(int OC, int IC, std::span<const uint8_t> mask, bool transposable, bool mvue);
 
   const char* name() const override { return "sparse24"; }
+  bool reentrant_forward() const override { return false; }
   void refresh(const float* weight, int OC, int C) override;
   void forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                int OC) override;
