@@ -267,8 +267,9 @@ FitResult Trainer::fit() {
   // rank measures its own share of the machine at once: the run's peak is their sum.
   const double peak = kernels::cpu::measure_fma_peak_flops() * group_.size();
   if (print)
-    io::print("MFU: of the FMA peak, {:.1f} GFLOP/s ({}, {} threads{})\n", peak / 1e9, kernels::cpu::fma_peak_isa(),
-              num_threads(), group_.size() > 1 ? fmt::format(" × {} ranks", group_.size()) : "");
+    io::print("MFU: of the FMA peak, {:.1f} GFLOP/s ({}, {} thread{}{})\n", peak / 1e9, kernels::cpu::fma_peak_isa(),
+              num_threads(), num_threads() == 1 ? "" : "s",
+              group_.size() > 1 ? fmt::format(" × {} ranks", group_.size()) : "");
   {
     TrainContext ctx = step_->context(start_step_);
     methods_.fire(Event::FitStart, ctx);
