@@ -486,6 +486,13 @@ TEST(TrainerCli, AResumeContinuesInItsRunDirectoryAndSaysWhichStepsItTrained) {
   ASSERT_NE(at, std::string::npos) << second.output;
   // The summary comes after the final checkpoint, the log line before it.
   EXPECT_NEAR(std::stod(second.output.substr(at + 12)), last["wall_s"].get<double>(), 0.5) << second.output;
+  // A checkpoint directory, written with a trailing slash, continues its run in the run directory.
+  const CliResult third = run_frugal("train " + dir.file("config.toml") + common + " --set train.max_steps=6 --resume " +
+                                     run + "/checkpoints/step_00000005/");
+  ASSERT_EQ(third.rc, 0) << third.output;
+  EXPECT_TRUE(third.output.find("trained steps 6 to 6 in ") != std::string::npos) << third.output;
+  EXPECT_FALSE(fs::exists(run + "/checkpoints/config.toml"));
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/step_00000006"));
 }
 
 TEST(TrainerCli, UnforeseenFileSystemErrorsAreOneLine) {

@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <memory>
 
 #include "frugal/cli/commands.h"
@@ -12,7 +11,6 @@
 #include "frugal/train/trainer.h"
 
 namespace frugal::cli {
-namespace fs = std::filesystem;
 
 namespace {
 struct TrainArgs {
@@ -36,10 +34,9 @@ void add_train_command(CLI::App& app) {
     // names; an explicit --set train.out_dir=DIR branches it into DIR.
     const bool out_dir_set = std::any_of(overrides.begin(), overrides.end(),
                                          [](const std::string& o) { return o.starts_with("train.out_dir="); });
-    if (!args->options.resume.empty() && !out_dir_set) {
-      const fs::path run = fs::path(resolve_checkpoint(args->options.resume)).parent_path().parent_path();
-      overrides.push_back("train.out_dir=" + run.string());
-    }
+    if (!args->options.resume.empty() && !out_dir_set)
+      if (const std::string run = checkpoint_run_dir(resolve_checkpoint(args->options.resume)); !run.empty())
+        overrides.push_back("train.out_dir=" + run);
     io::Config config = io::Config::load(run_schema(), args->config_path, overrides);
     // Under mpirun every rank trains its slice of each batch; rank 0 reports.
     parallel::World& world = parallel::World::current();

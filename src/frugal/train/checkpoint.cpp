@@ -279,6 +279,11 @@ bool run_has_checkpoints(const std::string& run_dir) {
   return fs::exists(root / "latest") || !checkpoint_dirs(root).empty();
 }
 
+std::string checkpoint_run_dir(const std::string& checkpoint_dir) {
+  const fs::path checkpoints = fs::weakly_canonical(fs::path(checkpoint_dir)).parent_path();
+  return checkpoints.filename() == "checkpoints" ? checkpoints.parent_path().string() : "";
+}
+
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
   FRUGAL_CHECK(fs::exists(p), "{} does not exist; give a run directory or a checkpoint directory", path);

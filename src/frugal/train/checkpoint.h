@@ -83,6 +83,10 @@ bool run_has_checkpoints(const std::string& run_dir);
 // directory. Throws Error saying what to do when there is none.
 std::string resolve_checkpoint(const std::string& path);
 
+// The run directory that checkpoint directory `checkpoint_dir` belongs to (RUN for
+// RUN/checkpoints/step_*, as an absolute path), or "" for a checkpoint outside a run's checkpoints/.
+std::string checkpoint_run_dir(const std::string& checkpoint_dir);
+
 // A checkpoint directory that pruning leaves alone while this lives (a shared lock on it). `lock`
 // is empty for a checkpoint written before checkpoints had lock files: it is read unprotected.
 struct PinnedCheckpoint {

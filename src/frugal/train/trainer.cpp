@@ -145,8 +145,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                  "trained with ({}); resume with the run's own config (frugal train RUN/config.toml "
                  "--resume RUN), or start a new run from its weights with --init-from",
                  dir, fmt::join(changed, "; "));
-    continues_out_dir = fs::weakly_canonical(fs::path(dir)).parent_path().parent_path() ==
-                        fs::weakly_canonical(fs::path(t.out_dir));
+    continues_out_dir = checkpoint_run_dir(dir) == fs::weakly_canonical(fs::path(t.out_dir)).string();
     load_checkpoint_params(dir, session_->model());
     TrainState state = load_checkpoint_state(dir, session_->optim());
     if (!state.session.is_null()) session_->load_state(state.session);
