@@ -122,14 +122,13 @@ void AutoCache::end_step(const TrainContext& ctx) {
   if (!active_) return;
   bool failed = !failure_.empty();
   if (ctx.allgather_replicas && ctx.replicas > 1) {
-    const size_t floats = size_t(ctx.seq_len) * ctx.model().config().n_embd, R = ctx.replicas;
     // Two collectives per step: how many entries each replica stored (-1: its spill failed), then
     // all of them (padded to the largest count; a key of -1 is padding).
     int64_t count = failed ? -1 : static_cast<int64_t>(pending_keys_.size() / 2);
-    std::vector<int64_t> counts(R);
+    std::vector<int64_t> counts(ctx.replicas);
     ctx.allgather_replicas(&count, sizeof count, counts.data());
     failed = *std::min_element(counts.begin(), counts.end()) < 0;
-    if (!failed) share(ctx, counts, floats);
+    if (!failed) share(ctx, counts);
   }
   pending_keys_.clear();
   pending_.clear();
@@ -147,8 +146,8 @@ void AutoCache::end_step(const TrainContext& ctx) {
   failure_.clear();
 }
 
-void AutoCache::share(const TrainContext& ctx, const std::vector<int64_t>& counts, size_t floats) {
-  const size_t R = counts.size();
+void AutoCache::share(const TrainContext& ctx, const std::vector<int64_t>& counts) {
+  const size_t R = counts.size(), floats = cache_->sample_floats();
   const size_t most = static_cast<size_t>(*std::max_element(counts.begin(), counts.end()));
   if (most > 0) {
     pending_keys_.resize(2 * most, -1);

@@ -65,7 +65,7 @@ class AutoCache {
   // A spill failed: the cache's content is undefined. Dropped now; turned off at end_step.
   void lose_cache(const SpillError& e);
   // end_step's exchange of the entries stored this step, given every replica's count.
-  void share(const TrainContext& ctx, const std::vector<int64_t>& counts, size_t floats);
+  void share(const TrainContext& ctx, const std::vector<int64_t>& counts);
 
   AutoCacheConfig config_;
   bool active_ = false;
