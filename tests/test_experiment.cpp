@@ -2,6 +2,7 @@
 // from scratch) writes one run directory per run, results.md and report.md; pretrained runs start
 // from the pretraining's weights; malformed experiment files are refused with the reason, also by
 // the `frugal experiment` command; an experiment or run directory in use is refused untouched.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -34,6 +35,16 @@ std::string read_file(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The [base] table of an experiment with a one-layer model on `data`.
+std::string one_layer_base(const std::string& data, int max_steps, int eval_interval) {
+  return fmt::format(R"([base]
+data.dir = "{}"
+train = {{ batch_size = 4, max_steps = {}, eval_interval = {}, eval_batches = 1, threads = 1 }}
+model = {{ n_layer = 1, n_head = 2, n_embd = 16, block_size = 16 }}
+sample.count = 0
+)", data, max_steps, eval_interval);
 }
 
 float first_loss(const std::string& run_dir) {
@@ -98,12 +109,7 @@ pretrained = false
 TEST(Experiment, CommandLineOverridesApplyToThePretrainingAndEveryRun) {
   TempDir dir;
   const std::string data = make_data(dir);
-  const std::string path = write_file(dir, "tiny.toml", R"(
-[base]
-data.dir = ")" + data + R"("
-train = { batch_size = 4, max_steps = 6, eval_interval = 3, eval_batches = 1, threads = 1 }
-model = { n_layer = 1, n_head = 2, n_embd = 16, block_size = 16 }
-sample.count = 0
+  const std::string path = write_file(dir, "tiny.toml", one_layer_base(data, 6, 3) + R"(
 [pretrain]
 steps = 20
 [[run]]
@@ -158,12 +164,7 @@ TEST(Experiment, CommandReportsAMissingFile) {
 TEST(Experiment, RefusesDirectoriesInUseAndTouchesNothing) {
   TempDir dir;
   const std::string data = make_data(dir);
-  const std::string path = write_file(dir, "tiny.toml", R"(
-[base]
-data.dir = ")" + data + R"("
-train = { batch_size = 4, max_steps = 2, eval_interval = 2, eval_batches = 1, threads = 1 }
-model = { n_layer = 1, n_head = 2, n_embd = 16, block_size = 16 }
-sample.count = 0
+  const std::string path = write_file(dir, "tiny.toml", one_layer_base(data, 2, 2) + R"(
 [[run]]
 name = "dense"
 )");
