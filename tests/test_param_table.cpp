@@ -14,7 +14,7 @@ TEST(ParamTable, Gpt2SmallHasHuggingFaceNamesAndCount) {
   c.n_head = 12;
   c.n_embd = 768;
   ParamTable t = ParamTable::build(c);
-  EXPECT_EQ(t.num_parameters(c), 124439808u);  // GPT-2 small, tied head
+  EXPECT_EQ(t.num_parameters(), 124439808u);  // GPT-2 small, tied head
   EXPECT_EQ(t.at("transformer.wte.weight").shape, (std::vector<int64_t>{50304, 768}));
   EXPECT_EQ(t.at("transformer.h.11.attn.c_attn.weight").shape, (std::vector<int64_t>{2304, 768}));
   EXPECT_EQ(t.at("transformer.h.0.mlp.c_proj.weight").shape, (std::vector<int64_t>{768, 3072}));

@@ -43,7 +43,7 @@ void add_export_command(CLI::App& app) {
     io::export_hf_gpt2(model, args->out_dir, tokenizer->eot_token(), args->allow_lossy);
     const bool hf_tokenizer = io::export_hf_tokenizer(*tokenizer, model.config().block_size, args->out_dir);
     io::print("exported {} ({} parameters) to {}: config.json, model.safetensors\n", checkpoint,
-              model.table().num_parameters(model.config()), args->out_dir);
+              model.table().num_parameters(), args->out_dir);
     for (const std::string& note : loaded.notes) io::print("{}\n", note);
     const std::string dropped = io::hf_gpt2_inexpressible(model);
     if (!dropped.empty())

@@ -7,8 +7,9 @@
 // When a step would go past it, the decoder slides: it keeps the last block_size/2 tokens
 // (including the new one), resets the cache and prefills them again at positions 0, 1, ... — one
 // full forward every block_size/2 tokens. Logits always equal GPT::logits over the tokens in the
-// window (context()). Linears run through GPT::linear_forward, so installed linear formats (e.g.
-// 2:4 sparse) apply as in training. Inference only: no dropout, no gradients; the GPT must outlive
+// window (context()). Each block runs TransformerBlock::forward, the one the training forward
+// runs, with its key/value cache, so installed linear formats (e.g. 2:4 sparse) and attention
+// patterns apply as in training. Inference only: no dropout, no gradients; the GPT must outlive
 // the decoder and its parameters must not change while the cache is in use (prefill again after).
 #pragma once
 #include <cstdint>
@@ -43,15 +44,16 @@ class Decoder {
   // within the rows) or n == 1 (a step, attention against the cache); both under each block's
   // attention pattern, with positions counted from the start of the window.
   void forward_rows(const int32_t* tokens, int n, int pos0);
-  void block_rows(int l, int n, int pos0);
-  const float* weight(size_t offset) const;
 
   const GPT& model_;
   std::vector<int32_t> window_;
   // key and value caches, per block: (block_size, C) each
   std::vector<Buffer<float>> k_cache_, v_cache_;
-  // activations for up to block_size rows (a prefill); a step uses the first row
-  Buffer<float> x_, ln_, mean_, rstd_, qkv_, att_, lse_, branch_, fc_, gate_, act_, logits_;
+  // the residual stream and a block's internals for up to block_size rows (a prefill; a step uses
+  // the first row), laid out by TransformerBlock::lay_out_internals with the residual in place
+  Buffer<float> x_, internals_, branch_, logits_, head_scratch_;
+  BlockActs acts_{};
+  SoloCollectives solo_;
 };
 
 }  // namespace frugal

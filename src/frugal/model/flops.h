@@ -1,6 +1,7 @@
 // FLOP accounting for a training step of a model, per layer and per phase, both as executed (knowing what is
-// frozen, cached or sparse) and as the dense model would need. One set of formulas, used by the
-// trainer's metrics, MFU and the benchmark:
+// frozen, cached or sparse) and as the dense model would need. Each component counts its own
+// (TransformerBlock::flops, Objective::flops); this adds them up with the optimizer's, for the
+// trainer's metrics, MFU and the benchmark. The rules:
 //   linear (N rows, IC -> OC): forward 2·N·IC·OC, backward-input 2·N·IC·OC, backward-weight
 //     2·N·IC·OC, each scaled by the linear's LinearFormat: forward_density(),
 //     backward_input_density() and weight_grad_density() (1 for the dense format)
@@ -18,17 +19,10 @@
 #include <vector>
 
 #include "frugal/model/config.h"
+#include "frugal/model/flop_count.h"
 #include "frugal/model/gpt.h"
 
 namespace frugal {
-
-struct PhaseFlops {
-  double forward = 0, backward_input = 0, backward_weight = 0, optimizer = 0;
-  // Model FLOPs (forward + backward), the numerator of MFU.
-  double model() const { return forward + backward_input + backward_weight; }
-  double total() const { return model() + optimizer; }
-  PhaseFlops& operator+=(const PhaseFlops& o);
-};
 
 struct StepFlops {
   // index 0: embeddings, 1..L: blocks, L+1: final LayerNorm and head

@@ -9,12 +9,9 @@
 
 #include "frugal/core/error.h"
 #include "frugal/core/rng.h"
-#include "frugal/kernels/ops.h"
 #include "frugal/model/formats/dense.h"
 
 namespace frugal {
-
-namespace k = kernels;
 
 std::string MemoryPlan::describe(size_t optimizer_state_bytes) const {
   auto mib = [](double b) { return b / (1024.0 * 1024.0); };
@@ -36,36 +33,29 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
 
 MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute,
                                 const BlockRange& range, const BlockRange& stage, int slots) {
-  double recomputed_blocks = 0;
-  for (int l = stage.begin; l < stage.end; ++l) recomputed_blocks += l < int(recompute.size()) && recompute[l];
   // In floats, each tensor rounded up to the alignment as ParamTable::build and plan() lay them
   // out, in double: absurd sizes give huge numbers instead of overflowing.
   constexpr double A = kAlign / sizeof(float);
-  auto tensor = [](double floats) { return std::ceil(floats / A) * A; };
-  const double N = double(B) * T, C = c.n_embd, H = double(c.ffn_mult) * c.n_embd,
-               L = range.end - range.begin, NH = c.n_head, biases = c.bias ? 1 : 0,
-               gates = c.gated() ? 1 : 0, embeddings = range.embeddings ? 1 : 0, head = range.head ? 1 : 0,
-               stage_blocks = stage.end - stage.begin, stage_head = stage.head ? 1 : 0;
-  const double vocab_rows = tensor(std::ceil(c.vocab_size / 64.0) * 64 * C);  // padded_vocab()
-  auto linear = [&](double oc, double ic) { return tensor(oc * ic) + biases * tensor(oc); };
-  const double norm = tensor(C) + biases * tensor(C);
-  const double block =
-      2 * norm + linear(3 * C, C) + linear(C, C) + (1 + gates) * linear(H, C) + linear(C, H);
-  // as ParamTable::build(c, range): wte (also a tied head's copy), wpe, the blocks, ln_f, lm_head
-  const double wte = range.embeddings || (range.head && c.tied_head) ? vocab_rows : 0;
-  const double parameters = wte + embeddings * tensor(double(c.block_size) * C) + L * block +
-                            head * (norm + (c.tied_head ? 0 : vocab_rows));
-  // ln1, ln2 (each with mean and rstd), qkv, att, lse, res_mid, fc, gate, act
-  const double internals = 2 * (tensor(N * C) + 2 * tensor(N)) + tensor(3 * N * C) + tensor(N * C) +
-                           tensor(NH * N) + tensor(N * C) + (2 + gates) * tensor(N * H);
-  // per slot: the stage's input, each block's internals (unless recomputed) and output; with the
-  // head ln_f with mean and rstd, the losses and d loss / d ln_f's output
-  const double slot = tensor(N * C) + (stage_blocks - recomputed_blocks) * internals +
-                      stage_blocks * tensor(N * C) + stage_head * (2 * tensor(N * C) + 3 * tensor(N));
-  const double activations = double(slots) * slot;
-  // the recomputed blocks' shared internals; dres, dln, dqkv, datt, dfc, dgate, dact, branch
-  const double scratch = (recomputed_blocks > 0 ? internals : 0) + 2 * tensor(N * C) +
-                         tensor(3 * N * C) + tensor(N * C) + (2 + gates) * tensor(N * H) + tensor(N * C);
+  const auto rounded = [](double floats) { return std::ceil(floats / A) * A; };
+  const ShardCoord shard;
+  double parameters = 0;
+  const ModelSpec spec = ModelSpec::build(c);
+  for (const TensorSpec& t : spec.tensors()) {
+    if (!range.holds(t, c)) continue;
+    double numel = 1;
+    for (int64_t d : t.local_shape(shard)) numel *= double(d);
+    parameters += rounded(numel);
+  }
+  double activations = 0, scratch = 0;
+  const auto count = [rounded](double* counter) {
+    return [counter, rounded](double floats) -> float* {
+      *counter += rounded(floats);
+      return nullptr;
+    };
+  };
+  Layout layout;
+  lay_out(c, LocalSizes::of(c, shard), CausalLmHead(c, ParamTable{}), double(B) * T, recompute, stage,
+          slots, count(&activations), count(&scratch), layout);
   auto bytes = [](double floats) {
     const double b = floats * sizeof(float);
     return b < 0x1p63 ? static_cast<size_t>(b) : size_t{1} << 63;
@@ -73,35 +63,48 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
   return {bytes(parameters), bytes(parameters), bytes(activations), bytes(scratch)};
 }
 
+void GPT::lay_out(const ModelConfig& c, const LocalSizes& sizes, const Objective& objective, double N,
+                  const std::vector<bool>& recompute, const BlockRange& stage, int slots,
+                  const Take& take_activation, const Take& take_scratch, Layout& out) {
+  const auto recomputed = [&](int l) { return l < int(recompute.size()) && recompute[l]; };
+  // One shared set of internals for the recomputed blocks, rebuilt per block during backward.
+  BlockActs shared{};
+  bool any_recomputed = false;
+  for (int l = stage.begin; l < stage.end; ++l) any_recomputed |= recomputed(l);
+  if (any_recomputed) TransformerBlock::lay_out_internals(c, sizes, N, take_scratch, shared);
+  // Per slot: the stage's input, each block's internals (unless recomputed) and output; with the
+  // head, what the objective keeps.
+  out.slots.assign(slots, Slot{});
+  for (Slot& s : out.slots) {
+    s.input = take_activation(N * c.n_embd);
+    s.acts.assign(c.n_layer, BlockActs{});
+    for (int l = stage.begin; l < stage.end; ++l) {
+      if (recomputed(l))
+        s.acts[l] = shared;
+      else
+        TransformerBlock::lay_out_internals(c, sizes, N, take_activation, s.acts[l]);
+      s.acts[l].res_out = take_activation(N * c.n_embd);
+    }
+    if (stage.head) objective.lay_out(N, take_activation, s.objective);
+  }
+  out.dres = take_scratch(N * c.n_embd);
+  TransformerBlock::lay_out_scratch(c, sizes, N, take_scratch, out.scratch);
+}
+
 GPT::GPT(const ModelConfig& config) : GPT(config, BlockRange::whole(config)) {}
 
 GPT::GPT(const ModelConfig& config, const BlockRange& range)
-    : config_(config), range_(range), table_(ParamTable::build(config, range)), stage_(range) {
+    : config_(config),
+      range_(range),
+      table_(ParamTable::build(config, range)),
+      dense_(std::make_shared<DenseFormat>()),
+      embedding_(config, table_),
+      objective_(std::make_unique<CausalLmHead>(config, table_)),
+      stage_(range) {
   params_.resize(table_.total());
   grads_.resize(table_.total());
-  auto off = [&](const std::string& name) {
-    const ParamInfo* e = table_.find(name);
-    return e ? e->offset : kAbsent;
-  };
-  for (int l = 0; l < config_.n_layer; ++l) {  // blocks outside the range: every offset kAbsent
-    const std::string p = fmt::format("transformer.h.{}.", l);
-    blocks_.push_back({off(p + "ln_1.weight"), off(p + "ln_1.bias"), off(p + "attn.c_attn.weight"),
-                       off(p + "attn.c_attn.bias"), off(p + "attn.c_proj.weight"),
-                       off(p + "attn.c_proj.bias"), off(p + "ln_2.weight"), off(p + "ln_2.bias"),
-                       off(p + "mlp.c_fc.weight"), off(p + "mlp.c_fc.bias"),
-                       off(p + "mlp.c_gate.weight"), off(p + "mlp.c_gate.bias"),
-                       off(p + "mlp.c_proj.weight"), off(p + "mlp.c_proj.bias")});
-  }
-  dense_ = std::make_shared<DenseFormat>();
-  std::array<std::shared_ptr<LinearFormat>, kLinears> dense_block;
-  dense_block.fill(dense_);
-  formats_.assign(config_.n_layer, dense_block);
-  attention_patterns_.resize(config_.n_layer);
+  for (int l = 0; l < config_.n_layer; ++l) blocks_.emplace_back(config_, table_.shard(), l, table_, dense_);
   format_changed_at_.assign(config_.n_layer, 0);
-  wte_ = off("transformer.wte.weight");
-  wpe_ = off("transformer.wpe.weight");
-  lnf_w_ = off("transformer.ln_f.weight");
-  lnf_b_ = off("transformer.ln_f.bias");
   plan_.parameters = plan_.gradients = table_.total() * sizeof(float);
 }
 
@@ -109,18 +112,13 @@ void GPT::init_weights(uint64_t seed) {
   const float residual_std = config_.init_std / std::sqrt(2.0f * config_.n_layer);
   for (const ParamInfo& e : table_.entries()) {
     float* p = params_.data() + e.offset;
-    switch (e.role) {
-      case ParamRole::Bias:
-      case ParamRole::NormBias: std::fill(p, p + e.numel, 0.0f); continue;
-      case ParamRole::NormWeight: std::fill(p, p + e.numel, 1.0f); continue;
-      default: break;
+    if (e.init == Init::Zeros || e.init == Init::Ones) {
+      std::fill(p, p + e.numel, e.init == Init::Ones ? 1.0f : 0.0f);
+      continue;
     }
-    const bool residual = e.name.ends_with("c_proj.weight");
-    const float std = residual ? residual_std : config_.init_std;
+    const float std = e.init == Init::ResidualNormal ? residual_std : config_.init_std;
     // Real rows only: vocabulary padding rows stay zero.
-    size_t n = e.numel;
-    if (e.role == ParamRole::Embedding && e.name.ends_with("wte.weight")) n = size_t(config_.vocab_size) * config_.n_embd;
-    if (e.name == "lm_head.weight") n = size_t(config_.vocab_size) * config_.n_embd;
+    const size_t n = e.numel / e.local[0] * e.local_used_rows(table_.shard());
     uint64_t key = mix64(seed);
     for (char ch : e.name) key = mix64(key ^ static_cast<uint8_t>(ch));
 #pragma omp parallel for schedule(static)
@@ -156,72 +154,30 @@ void GPT::plan(int B, int T, std::vector<bool> recompute, const BlockRange& stag
   stage_ = stage;
   recompute_ = std::move(recompute);
   const MemoryPlan planned = estimate_memory(config_, B, T, recompute_, range_, stage_, slots);
-  const size_t N = size_t(B) * T, C = config_.n_embd, H = config_.ffn_hidden(),
-               NH = config_.n_head;
-  const bool gated = config_.gated();
   constexpr size_t A = kAlign / sizeof(float);
-  auto round = [](size_t n) { return (n + A - 1) / A * A; };
-
   // Hands out the arena in order, counting activations and backward scratch apart.
   arena_.resize((planned.activations + planned.scratch) / sizeof(float));
   size_t activations = 0, scratch = 0, cursor = 0;
-  auto take = [&](size_t n, size_t& counter) -> float* {
-    counter += round(n);
-    float* p = arena_.data() + cursor;
-    cursor += round(n);
-    return p;
+  const auto take = [this, &cursor](size_t* counter) {
+    return [this, &cursor, counter](double floats) {
+      const size_t n = (static_cast<size_t>(floats) + A - 1) / A * A;
+      *counter += n;
+      float* p = arena_.data() + cursor;
+      cursor += n;
+      return p;
+    };
   };
-  auto internals = [&](BlockActs& a, size_t& counter) {
-    a.ln1 = take(N * C, counter);
-    a.ln1_mean = take(N, counter);
-    a.ln1_rstd = take(N, counter);
-    a.qkv = take(3 * N * C, counter);
-    a.att = take(N * C, counter);
-    a.lse = take(NH * N, counter);
-    a.res_mid = take(N * C, counter);
-    a.ln2 = take(N * C, counter);
-    a.ln2_mean = take(N, counter);
-    a.ln2_rstd = take(N, counter);
-    a.fc = take(N * H, counter);
-    a.gate = gated ? take(N * H, counter) : nullptr;
-    a.act = take(N * H, counter);
-  };
-  // One shared set of internals for the recomputed blocks, rebuilt per block during backward.
-  BlockActs shared{};
-  if (std::find(recompute_.begin() + stage_.begin, recompute_.begin() + stage_.end, true) !=
-      recompute_.begin() + stage_.end)
-    internals(shared, scratch);
-  slots_.assign(slots, Slot{});
+  Layout layout;
+  lay_out(config_, LocalSizes::of(config_, table_.shard()), *objective_, double(B) * T, recompute_,
+          stage_, slots, take(&activations), take(&scratch), layout);
+  slots_ = std::move(layout.slots);
   for (Slot& s : slots_) {
-    s.input = take(N * C, activations);
-    s.acts.assign(config_.n_layer, BlockActs{});
-    for (int l = stage_.begin; l < stage_.end; ++l) {
-      if (recompute_[l]) {
-        s.acts[l] = shared;
-      } else {
-        internals(s.acts[l], activations);
-      }
-      s.acts[l].res_out = take(N * C, activations);
-    }
-    if (stage_.head) {
-      s.lnf = take(N * C, activations);
-      s.lnf_mean = take(N, activations);
-      s.lnf_rstd = take(N, activations);
-      s.losses = take(N, activations);
-      s.dlnf = take(N * C, activations);
-    }
-    s.tokens.assign(N, 0);
-    s.targets.assign(N, -1);
+    s.tokens.assign(size_t(B) * T, 0);
+    s.targets.assign(size_t(B) * T, -1);
   }
   slot_ = 0;
-  dres_ = take(N * C, scratch);
-  dln_ = take(N * C, scratch);
-  dqkv_ = take(3 * N * C, scratch);
-  datt_ = take(N * C, scratch);
-  dfc_ = take(N * H, scratch);
-  dgate_ = gated ? take(N * H, scratch) : nullptr;
-  dact_ = take(N * H, scratch);
-  branch_ = take(N * C, scratch);
+  dres_ = layout.dres;
+  scratch_ = layout.scratch;
   FRUGAL_CHECK(activations * sizeof(float) == planned.activations &&
                    scratch * sizeof(float) == planned.scratch &&
                    table_.total() * sizeof(float) == planned.parameters,
@@ -255,67 +211,35 @@ size_t GPT::trainable_begin() const {
 }
 
 std::pair<size_t, size_t> GPT::token_embedding_range() const {
-  return {wte_, wte_ + table_.at("transformer.wte.weight").numel};
+  const size_t wte = embedding_.token_offset();
+  return {wte, wte + table_.at("transformer.wte.weight").numel};
 }
 
-size_t GPT::head_offset() const {
-  const ParamInfo* head = table_.find("lm_head.weight");
-  return head ? head->offset : table_.at("transformer.wte.weight").offset;
-}
-
-namespace {
-// (weight, bias) offsets of one block linear
-std::pair<size_t, size_t> linear_offsets(const auto& o, GPT::Linear which) {
-  switch (which) {
-    case GPT::Linear::Qkv: return {o.qkv_w, o.qkv_b};
-    case GPT::Linear::Proj: return {o.proj_w, o.proj_b};
-    case GPT::Linear::Fc: return {o.fc_w, o.fc_b};
-    case GPT::Linear::Gate: return {o.gate_w, o.gate_b};
-    case GPT::Linear::FcProj: return {o.fcproj_w, o.fcproj_b};
-  }
-  return {GPT::kAbsent, GPT::kAbsent};
-}
-}  // namespace
-
-std::pair<int, int> GPT::linear_shape(Linear which) const {
-  const int C = config_.n_embd, H = config_.ffn_hidden();
-  switch (which) {
-    case Linear::Qkv: return {3 * C, C};
-    case Linear::Proj: return {C, C};
-    case Linear::Fc:
-    case Linear::Gate: return {H, C};
-    case Linear::FcProj: return {C, H};
-  }
-  return {0, 0};
-}
+std::pair<int, int> GPT::linear_shape(Linear which) const { return blocks_.front().linear_shape(which); }
 
 size_t GPT::linear_weight_offset(int layer, Linear which) const {
-  return linear_offsets(blocks_.at(layer), which).first;
+  return blocks_.at(layer).weight_offset(which);
 }
 
 void GPT::set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format) {
   FRUGAL_CHECK(layer >= 0 && layer < config_.n_layer, "internal: no block {}", layer);
   FRUGAL_CHECK(linear_weight_offset(layer, which) != kAbsent, "internal: block {} has no such linear", layer);
   if (!format) format = dense_;
-  std::shared_ptr<LinearFormat>& slot = formats_[layer][static_cast<int>(which)];
-  if (slot != format) format_changed_at_[layer] = ++format_changes_;
-  slot = std::move(format);
+  if (blocks_[layer].set_format(which, format)) format_changed_at_[layer] = ++format_changes_;
   const auto [oc, ic] = linear_shape(which);
-  slot->refresh(params_.data() + linear_weight_offset(layer, which), oc, ic);
+  format->refresh(params_.data() + linear_weight_offset(layer, which), oc, ic);
 }
 
-LinearFormat& GPT::linear_format(int layer, Linear which) const {
-  return *formats_.at(layer)[static_cast<int>(which)];
-}
+LinearFormat& GPT::linear_format(int layer, Linear which) const { return blocks_.at(layer).format(which); }
 
 void GPT::set_attention_pattern(int layer, const kernels::AttentionPattern& pattern) {
   FRUGAL_CHECK(layer >= 0 && layer < config_.n_layer, "internal: no block {}", layer);
-  if (attention_patterns_[layer] != pattern) format_changed_at_[layer] = ++format_changes_;
-  attention_patterns_[layer] = pattern;
+  if (blocks_[layer].attention_pattern() != pattern) format_changed_at_[layer] = ++format_changes_;
+  blocks_[layer].set_attention_pattern(pattern);
 }
 
 const kernels::AttentionPattern& GPT::attention_pattern(int layer) const {
-  return attention_patterns_.at(layer);
+  return blocks_.at(layer).attention_pattern();
 }
 
 uint64_t GPT::prefix_format_version(int blocks) const {
@@ -326,11 +250,12 @@ uint64_t GPT::prefix_format_version(int blocks) const {
 
 void GPT::for_each_linear(const std::function<void(LinearFormat&, float*, int, int)>& f) {
   for (int l = range_.begin; l < range_.end; ++l)
-    for (int i = 0; i < kLinears; ++i)
-      if (linear_weight_offset(l, static_cast<Linear>(i)) != kAbsent) {
-        const auto [oc, ic] = linear_shape(static_cast<Linear>(i));
-        f(*formats_[l][i], params_.data() + linear_weight_offset(l, static_cast<Linear>(i)), oc, ic);
-      }
+    for (int i = 0; i < kLinears; ++i) {
+      const auto which = static_cast<Linear>(i);
+      if (linear_weight_offset(l, which) == kAbsent) continue;
+      const auto [oc, ic] = linear_shape(which);
+      f(blocks_[l].format(which), params_.data() + linear_weight_offset(l, which), oc, ic);
+    }
 }
 
 void GPT::refresh_formats() {
@@ -344,67 +269,12 @@ void GPT::write_effective_weights() {
   });
 }
 
-void GPT::linear_forward(int l, Linear which, float* out, const float* inp, int N) const {
-  const auto [w, b] = linear_offsets(blocks_[l], which);
-  const auto [OC, C] = linear_shape(which);
-  formats_[l][static_cast<int>(which)]->forward(out, inp, P(w), P(b), N, C, OC);
-}
-
-void GPT::linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp,
-                          int N, bool accumulate_dinp) {
-  const auto [w, b] = linear_offsets(blocks_[l], which);
-  const auto [OC, C] = linear_shape(which);
-  float* dw = G(w, true);
-  float* db = G(b, true);
-  formats_[l][static_cast<int>(which)]->backward(dinp, dw, db, dout, inp, P(w), N, C, OC,
-                                                  accumulate_dinp);
-}
-
-namespace {
-uint64_t site_key(uint64_t step_key, int layer, int site) {
-  return mix64(step_key ^ mix64(static_cast<uint64_t>(layer) * 2 + site + 1));
-}
-}  // namespace
-
-bool GPT::block_forward_reentrant(int l) const {
-  for (const auto& format : formats_[l])
-    if (format && !format->reentrant_forward()) return false;
-  return true;
-}
-
 void GPT::block_forward(int l, uint64_t dropout_key, int b0, int nb) {
-  const BlockOffsets& o = blocks_[l];
-  const int B = nb, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;
-  // The samples' rows of every (B_,T,width) activation; lse is (B_,NH,T).
-  const size_t row0 = size_t(b0) * T;
-  const auto rows = [row0](float* t, int width) { return t ? t + row0 * width : nullptr; };
-  const BlockActs& all = cur().acts[l];
-  const BlockActs a{rows(all.ln1, C),     rows(all.ln1_mean, 1), rows(all.ln1_rstd, 1), rows(all.qkv, 3 * C),
-                    rows(all.att, C),     rows(all.lse, config_.n_head), rows(all.res_mid, C), rows(all.ln2, C),
-                    rows(all.ln2_mean, 1), rows(all.ln2_rstd, 1), rows(all.fc, H), rows(all.gate, H),
-                    rows(all.act, H),     rows(all.res_out, C)};
-  float* branch = rows(branch_, C);
-  const float* x = block_input(l) + row0 * C;
-  const float p = cur().dropout_p;
-  const size_t first = row0 * C;  // of the dropout masks
-  k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(o.ln1_w), P(o.ln1_b), N, C, config_.layernorm_eps);
-  linear_forward(l, Linear::Qkv, a.qkv, a.ln1, N);
-  k::attention_forward(a.att, a.lse, a.qkv, B, T, C, config_.n_head, attention_patterns_[l]);
-  linear_forward(l, Linear::Proj, branch, a.att, N);
-  k::dropout_apply(branch, size_t(N) * C, p, site_key(dropout_key, l, 0), first);
-  k::residual_forward(a.res_mid, x, branch, size_t(N) * C);
-  k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res_mid, P(o.ln2_w), P(o.ln2_b), N, C, config_.layernorm_eps);
-  linear_forward(l, Linear::Fc, a.fc, a.ln2, N);
-  if (config_.gated()) {
-    linear_forward(l, Linear::Gate, a.gate, a.ln2, N);
-    k::gated_forward(a.act, a.gate, a.fc, size_t(N) * H,
-                     config_.mlp == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
-  } else {
-    k::gelu_forward(a.act, a.fc, size_t(N) * H);
-  }
-  linear_forward(l, Linear::FcProj, branch, a.act, N);
-  k::dropout_apply(branch, size_t(N) * C, p, site_key(dropout_key, l, 1), first);
-  k::residual_forward(a.res_out, a.res_mid, branch, size_t(N) * C);
+  const size_t row0 = size_t(b0) * T_;
+  const BlockActs a = TransformerBlock::rows(cur().acts[l], config_, LocalSizes::of(config_, table_.shard()), row0);
+  const size_t first = row0 * config_.n_embd;  // of the dropout masks
+  blocks_[l].forward(params_.data(), a, block_input(l) + first, scratch_.branch + first, nb, T_,
+                     {cur().dropout_p, dropout_key, first}, *comm_);
 }
 
 float GPT::forward_range(const RangeInput& in, const int32_t* targets, float grad_scale,
@@ -433,7 +303,7 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
                    "token id {} at position {} is outside the vocabulary [0, {}); check that the data "
                    "was prepared with this model's tokenizer", in.tokens[i], i, V);
     std::memcpy(s.tokens.data(), in.tokens, sizeof(int32_t) * N);
-    if (!in.activations) k::encoder_forward(s.input, s.tokens.data(), P(wte_), P(wpe_), B, T, C);
+    if (!in.activations) embedding_.forward(params_.data(), s.input, s.tokens.data(), B, T);
   }
   for (int l = first_block; l < stage_.end; ++l) {
     if (l < frozen_) {
@@ -444,7 +314,7 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
       // formats that allow it, the samples run in parallel, one thread each (a T-row GEMM runs
       // faster on one thread than split over several); each sample then gets the same bits
       // whichever thread runs it.
-      const bool parallel = block_forward_reentrant(l);
+      const bool parallel = blocks_[l].reentrant_forward();
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
       for (int b = 0; b < B; ++b) block_forward(l, dropout_key, b, 1);
     } else {
@@ -457,17 +327,11 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
     FRUGAL_CHECK(targets[i] >= -1 && targets[i] < V,
                  "target id {} at position {} is outside the vocabulary [0, {})", targets[i], i, V);
   std::memcpy(s.targets.data(), targets, sizeof(int32_t) * N);
-  k::layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, output(), P(lnf_w_), P(lnf_b_), N, C, config_.layernorm_eps);
-  int valid = 0;
-  for (int i = 0; i < N; ++i) valid += targets[i] >= 0;
-  const float dloss = valid > 0 ? grad_scale / static_cast<float>(valid) : 0.0f;
   const bool head_trainable = !(config_.tied_head && frozen_ > 0);
-  float* dhead = s.backward_ready && head_trainable ? grads_.data() + head_offset() : nullptr;
-  k::lm_head_cross_entropy(s.losses, s.backward_ready ? s.dlnf : nullptr, dhead, s.lnf, P(head_offset()),
-                           s.targets.data(), N, C, V, dloss);
-  double sum = 0.0;
-  for (int i = 0; i < N; ++i) sum += s.losses[i];
-  return valid > 0 ? static_cast<float>(sum / valid) : 0.0f;
+  float* grads = s.backward_ready && head_trainable ? grads_.data() : nullptr;
+  loss_terms_ = objective_->forward(params_.data(), grads, s.objective, output(), s.targets.data(), N,
+                                    grad_scale);
+  return loss_terms_.total();
 }
 
 float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
@@ -476,45 +340,6 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_sca
                "block range or stage runs forward_range");
   return forward_range({inputs, prefix_output, prefix_output ? prefix_blocks : 0}, targets, grad_scale,
                        dropout_key);
-}
-
-void GPT::block_backward(int l, uint64_t dropout_key) {
-  if (recompute_[l]) block_forward(l, dropout_key, 0, B_);
-  const BlockOffsets& o = blocks_[l];
-  const BlockActs& a = cur().acts[l];
-  const int B = B_, T = T_, C = config_.n_embd, H = config_.ffn_hidden(), N = B * T;
-  const float p = config_.dropout;
-  const bool t = true;  // blocks reaching backward are trainable
-  // d(branch) = dropout mask applied to the residual gradient
-  auto branch_grad = [&](int site) -> const float* {
-    if (p <= 0.0f) return dres_;
-    std::memcpy(branch_, dres_, sizeof(float) * N * C);
-    k::dropout_apply(branch_, size_t(N) * C, p, site_key(dropout_key, l, site));
-    return branch_;
-  };
-  // MLP branch
-  const float* dmlp = branch_grad(1);
-  linear_backward(l, Linear::FcProj, dact_, dmlp, a.act, N, false);
-  if (config_.gated()) {
-    k::gated_backward(dgate_, dfc_, dact_, a.gate, a.fc, size_t(N) * H,
-                      config_.mlp == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
-    linear_backward(l, Linear::Fc, dln_, dfc_, a.ln2, N, false);
-    linear_backward(l, Linear::Gate, dln_, dgate_, a.ln2, N, true);
-  } else {
-    k::gelu_backward(dfc_, dact_, a.fc, size_t(N) * H);
-    linear_backward(l, Linear::Fc, dln_, dfc_, a.ln2, N, false);
-  }
-  k::layernorm_backward(dres_, G(o.ln2_w, t), G(o.ln2_b, t), dln_, a.res_mid, P(o.ln2_w), a.ln2_mean, a.ln2_rstd, N, C);
-  // attention branch
-  const float* dattn = branch_grad(0);
-  linear_backward(l, Linear::Proj, datt_, dattn, a.att, N, false);
-  k::attention_backward(dqkv_, datt_, a.qkv, a.att, a.lse, B, T, C, config_.n_head,
-                        attention_patterns_[l]);
-  linear_backward(l, Linear::Qkv, dln_, dqkv_, a.ln1, N, false);
-  // The bottom trainable block need not pass a gradient further down unless embeddings train.
-  const bool need_dinp = l > frozen_ || frozen_ == 0;  // (a later stage's l > frozen_ too)
-  k::layernorm_backward(need_dinp ? dres_ : nullptr, G(o.ln1_w, t), G(o.ln1_b, t), dln_, block_input(l),
-                        P(o.ln1_w), a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 void GPT::backward_range(const float* doutput) {
@@ -529,22 +354,25 @@ void GPT::backward_range(const float* doutput) {
   if (stage_.head) {
     const bool top_trainable = frozen_ < config_.n_layer;
     std::memset(dres_, 0, sizeof(float) * N * C);
-    // s.dlnf holds d loss / d lnf from the fused head; ln_f is trainable unless every block is
-    // frozen (ln_f belongs to the top group, which stays trainable: freezing stops at the blocks).
-    k::layernorm_backward(top_trainable ? dres_ : nullptr, grads_.data() + lnf_w_,
-                          lnf_b_ == kAbsent ? nullptr : grads_.data() + lnf_b_, s.dlnf, output(),
-                          P(lnf_w_), s.lnf_mean, s.lnf_rstd, N, C);
+    // The objective's training forward started the backward; its norm is trainable unless every
+    // block is frozen (it belongs to the top group, which stays trainable: freezing stops at the
+    // blocks).
+    objective_->backward(params_.data(), grads_.data(), s.objective, output(),
+                         top_trainable ? dres_ : nullptr, N, true);
     if (grad_ready_) grad_ready_(table_.layer_range(config_.n_layer).first);
   } else {
     std::memcpy(dres_, doutput, sizeof(float) * N * C);
   }
   for (int l = stage_.end - 1; l >= std::max(frozen_, stage_.begin); --l) {
-    block_backward(l, s.dropout_key);
+    if (recompute_[l]) block_forward(l, s.dropout_key, 0, B_);
+    // The bottom trainable block need not pass a gradient further down unless embeddings train.
+    const bool need_dinp = l > frozen_ || frozen_ == 0;  // (a later stage's l > frozen_ too)
+    blocks_[l].backward(params_.data(), grads_.data(), s.acts[l], block_input(l), dres_, scratch_, B, T,
+                        {config_.dropout, s.dropout_key, 0}, need_dinp, *comm_);
     if (grad_ready_) grad_ready_(table_.layer_range(l).first);
   }
   if (stage_.embeddings && frozen_ == 0) {
-    k::encoder_backward(defer_wte_grad_ ? nullptr : grads_.data() + wte_, grads_.data() + wpe_, dres_,
-                        s.tokens.data(), B, T, C);
+    embedding_.backward(grads_.data(), dres_, s.tokens.data(), B, T, !defer_wte_grad_);
     if (grad_ready_) grad_ready_(0);
   }
 }
@@ -563,7 +391,7 @@ void GPT::logits(const int32_t* inputs, int B, int T, float* out) {
   if (!planned_whole(B, T)) plan(B, T, recompute_);
   std::vector<int32_t> no_targets(size_t(B) * T, -1);
   forward(inputs, no_targets.data(), 0.0f);
-  k::lm_head_logits(out, cur().lnf, P(head_offset()), B * T, config_.n_embd, config_.vocab_size);
+  objective_->logits(params_.data(), cur().objective, out, B * T);
 }
 
 }  // namespace frugal

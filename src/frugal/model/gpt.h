@@ -1,7 +1,9 @@
 // GPT: the single-device model, or one BlockRange of it (a pipeline stage). Owns the flat
-// parameter and gradient buffers of its range (laid out by the ParamTable) and an activation arena
-// planned once per (B, T). Forward and backward call the kernels of kernels/ops.h explicitly, block
-// by block. It knows nothing of parallelism or methods; those act through its narrow interface:
+// parameter and gradient buffers of its range (laid out by the ParamTable from the ModelSpec) and
+// an activation arena planned once per (B, T). It is the executor of its components — the
+// TokenEmbedding, one TransformerBlock per layer and the Objective (model/embedding.h, block.h,
+// objective.h), which define what is computed — and runs them over micro-batches, slots and the
+// frozen prefix. It knows nothing of parallelism or methods; those act through its narrow interface:
 // the ParamTable, the frozen-prefix boundary, linear formats, per-block activation recomputation,
 // and the range API (forward_range / backward_range), which a pipeline chains across processes
 // and which the whole-model forward() / backward() run over one range. A plan may also execute
@@ -17,8 +19,12 @@
 
 #include "frugal/core/memory.h"
 #include "frugal/kernels/attention_pattern.h"
+#include "frugal/model/block.h"
+#include "frugal/model/collectives.h"
 #include "frugal/model/config.h"
+#include "frugal/model/embedding.h"
 #include "frugal/model/linear_format.h"
+#include "frugal/model/objective.h"
 #include "frugal/model/param_table.h"
 
 namespace frugal {
@@ -44,9 +50,10 @@ class GPT {
   size_t num_floats() const { return table_.total(); }
   float* param(const std::string& name) { return params_.data() + table_.at(name).offset; }
 
-  // GPT-2 initialisation: N(0, init_std) for weights and embeddings, residual projections scaled
-  // by 1/sqrt(2L), zero biases, unit LayerNorm gains; the vocabulary padding rows stay zero.
-  // Each tensor draws from its own stream keyed by (seed, name): independent of layout.
+  // Each tensor as its TensorSpec says (GPT-2's: N(0, init_std) for weights and embeddings,
+  // residual projections scaled by 1/sqrt(2L), zero biases, unit LayerNorm gains); the vocabulary
+  // padding rows stay zero. Each tensor draws from its own stream keyed by (seed, name):
+  // independent of layout.
   void init_weights(uint64_t seed);
 
   // Plans activations for batches of B sequences of length T (T <= block_size). recompute[l]
@@ -94,9 +101,17 @@ class GPT {
   // The flat-buffer range [begin, end) of trainable parameters (frozen ones form a prefix).
   size_t trainable_begin() const;
 
+  // The components: the input embeddings, block l (any l < n_layer; a block outside range() has no
+  // tensors), the objective at the top.
+  const TokenEmbedding& embedding() const { return embedding_; }
+  const TransformerBlock& block(int l) const { return blocks_.at(l); }
+  const Objective& objective() const { return *objective_; }
+  // The losses of the last forward_range with the head: the objective's and the auxiliary ones.
+  const LossTerms& loss_terms() const { return loss_terms_; }
+
   // The linears of a block, in execution order.
-  enum class Linear { Qkv, Proj, Fc, Gate, FcProj };
-  static constexpr int kLinears = 5;
+  using Linear = BlockLinear;
+  static constexpr int kLinears = kBlockLinears;
   // Installs an execution format on block `layer`'s linear (null restores the dense one) and
   // refreshes it from the current weight. Every linear starts dense (DenseFormat).
   void set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format);
@@ -179,44 +194,23 @@ class GPT {
   const int32_t* tokens() const { return slots_[slot_].tokens.data(); }
   // [begin, end) of the token embedding in params() / grads().
   std::pair<size_t, size_t> token_embedding_range() const;
+  // lm_head.weight, or the token embedding when tied.
+  size_t head_offset() const { return objective_->head_offset(); }
   // Logits (B, T, V) of the last position only is what sampling needs; this gives all positions.
   // Re-plans for (B, T), the whole range and one slot (keeping the recompute policy) unless
   // planned_whole(B, T).
   void logits(const int32_t* inputs, int B, int T, float* out);
 
-  // Where each tensor of a block, the final LayerNorm and the head live in params(), for code
-  // that runs the model's weights its own way (model/decoder.h). kAbsent: no such tensor.
-  struct BlockOffsets {
-    size_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, gate_w, gate_b,
-        fcproj_w, fcproj_b;
-  };
-  const BlockOffsets& block_offsets(int l) const { return blocks_[l]; }
-  size_t final_norm_weight_offset() const { return lnf_w_; }
-  size_t final_norm_bias_offset() const { return lnf_b_; }
-  size_t head_offset() const;  // lm_head.weight, or the token embedding when tied
-  // out (N,OC) = inp (N,C) · Wᵀ + b for block l's linear, through its format; reads only the
-  // parameters, so the decoder runs it too.
-  void linear_forward(int l, Linear which, float* out, const float* inp, int N) const;
 
  private:
-  struct BlockActs {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *lse, *res_mid, *ln2, *ln2_mean, *ln2_rstd, *fc,
-        *gate, *act, *res_out;
-  };
-  float* P(size_t off) { return off == kAbsent ? nullptr : params_.data() + off; }
-  const float* P(size_t off) const { return off == kAbsent ? nullptr : params_.data() + off; }
-  float* G(size_t off, bool trainable) {
-    return off == kAbsent || !trainable ? nullptr : grads_.data() + off;
-  }
   // One micro-batch's activations and forward state: what a backward of it needs.
   struct Slot {
     std::vector<BlockActs> acts;  // per block; set for the stage's blocks (recomputed ones point
                                   // their internals at the shared set)
-    // input: the stage's input (B,T,C), the embeddings' output in the first stage; with the head
-    // ln_f's output, mean and rstd, the per-token losses, and dlnf, d loss / d ln_f's output,
-    // which the fused head writes in a training forward and backward_range starts from
-    float *input = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr,
-          *losses = nullptr, *dlnf = nullptr;
+    // input: the stage's input (B,T,C), the embeddings' output in the first stage; with the head,
+    // what the objective keeps (its training forward already starts the backward there)
+    float* input = nullptr;
+    ObjectiveActs objective{};
     std::vector<int32_t> tokens, targets;
     uint64_t dropout_key = 0;
     float dropout_p = 0.0f;  // config dropout while training, 0 in evaluation
@@ -228,25 +222,32 @@ class GPT {
   const float* block_input(int l) const { return block_output(l - 1); }
   // Block l's forward of samples [b0, b0 + nb) of the micro-batch.
   void block_forward(int l, uint64_t dropout_key, int b0, int nb);
-  // Whether block_forward(l, ...) may run on several threads at once, on other samples.
-  bool block_forward_reentrant(int l) const;
-  void linear_backward(int l, Linear which, float* dinp, const float* dout, const float* inp, int N,
-                       bool accumulate_dinp);
-  void block_backward(int l, uint64_t dropout_key);
   // Calls f(format, weight, OC, IC) for every block linear of the range.
   void for_each_linear(const std::function<void(LinearFormat&, float*, int, int)>& f);
+  // Lays out the activations and backward scratch of plan(B, T, recompute, stage, slots) through
+  // `take` (counting only, for estimate_memory, when it returns null), in arena order.
+  struct Layout {
+    std::vector<Slot> slots;
+    float* dres = nullptr;  // d loss / d the residual stream
+    BlockScratch scratch{};
+  };
+  static void lay_out(const ModelConfig& config, const LocalSizes& sizes, const Objective& objective,
+                      double N, const std::vector<bool>& recompute, const BlockRange& stage,
+                      int slots, const Take& take_activation, const Take& take_scratch, Layout& out);
 
   ModelConfig config_;
   BlockRange range_;
   ParamTable table_;
   Buffer<float> params_, grads_;
-  std::vector<BlockOffsets> blocks_;
   std::shared_ptr<LinearFormat> dense_;  // the DenseFormat every linear starts with
-  std::vector<std::array<std::shared_ptr<LinearFormat>, kLinears>> formats_;
-  std::vector<kernels::AttentionPattern> attention_patterns_;  // per block
+  TokenEmbedding embedding_;
+  std::vector<TransformerBlock> blocks_;  // all n_layer; those outside range_ hold no tensors
+  std::unique_ptr<CausalLmHead> objective_;
+  SoloCollectives solo_;
+  TensorCollectives* comm_ = &solo_;
   std::vector<uint64_t> format_changed_at_;  // per block: the format_changes_ of its last change
   uint64_t format_changes_ = 0;
-  size_t wte_, wpe_, lnf_w_, lnf_b_;
+  LossTerms loss_terms_;
 
   int B_ = 0, T_ = 0, frozen_ = 0;
   BlockRange stage_;  // the executed part of range_
@@ -254,9 +255,9 @@ class GPT {
   Buffer<float> arena_;
   std::vector<Slot> slots_;
   int slot_ = 0;
-  // backward scratch, shared by the slots
-  float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datt_ = nullptr, *dfc_ = nullptr,
-        *dgate_ = nullptr, *dact_ = nullptr, *branch_ = nullptr;
+  // backward scratch, shared by the slots: d loss / d the residual stream and the blocks' scratch
+  float* dres_ = nullptr;
+  BlockScratch scratch_{};
   GradReadyHook grad_ready_;
   bool defer_wte_grad_ = false;
   MemoryPlan plan_;

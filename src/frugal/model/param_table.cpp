@@ -1,4 +1,4 @@
-// ParamTable construction and ModelConfig validation.
+// ParamTable construction (from the ModelSpec) and ModelConfig validation.
 #include "frugal/model/param_table.h"
 
 #include <algorithm>
@@ -40,24 +40,6 @@ void ModelConfig::validate() const {
   FRUGAL_CHECK(init_std > 0.0f, "model.init_std = {} must be positive", init_std);
 }
 
-namespace {
-
-class Builder {
- public:
-  void add(std::string name, std::vector<int64_t> shape, ParamRole role, int layer) {
-    size_t numel = 1;
-    for (int64_t d : shape) numel *= static_cast<size_t>(d);
-    constexpr size_t align_floats = kAlign / sizeof(float);
-    ParamInfo info{std::move(name), std::move(shape), total, numel, role, layer};
-    total += (numel + align_floats - 1) / align_floats * align_floats;
-    entries.push_back(std::move(info));
-  }
-  std::vector<ParamInfo> entries;
-  size_t total = 0;
-};
-
-}  // namespace
-
 void BlockRange::validate(const ModelConfig& c) const {
   FRUGAL_CHECK(0 <= begin && begin <= end && end <= c.n_layer,
                "internal: block range [{}, {}) is not within the model's {} blocks", begin, end, c.n_layer);
@@ -68,43 +50,28 @@ void BlockRange::validate(const ModelConfig& c) const {
 
 ParamTable ParamTable::build(const ModelConfig& c) { return build(c, BlockRange::whole(c)); }
 
-ParamTable ParamTable::build(const ModelConfig& c, const BlockRange& range) {
-  c.validate();
+ParamTable ParamTable::build(const ModelConfig& c, const BlockRange& range) { return build(c, range, {}); }
+
+ParamTable ParamTable::build(const ModelConfig& c, const BlockRange& range, const ShardCoord& shard) {
+  const ModelSpec spec = ModelSpec::build(c);
   range.validate(c);
-  const int64_t C = c.n_embd, H = c.ffn_hidden(), Vp = c.padded_vocab();
-  Builder b;
-  // A tied head reads the token embedding: a last stage without the embeddings holds a copy
-  // (its gradient is the head's part, for the parallel strategy to add to the first stage's).
-  if (range.embeddings || (range.head && c.tied_head))
-    b.add("transformer.wte.weight", {Vp, C}, ParamRole::Embedding, -1);
-  if (range.embeddings) b.add("transformer.wpe.weight", {c.block_size, C}, ParamRole::Embedding, -1);
-  for (int l = range.begin; l < range.end; ++l) {
-    const std::string p = fmt::format("transformer.h.{}.", l);
-    auto linear = [&](const std::string& name, int64_t oc, int64_t ic) {
-      b.add(p + name + ".weight", {oc, ic}, ParamRole::Weight, l);
-      if (c.bias) b.add(p + name + ".bias", {oc}, ParamRole::Bias, l);
-    };
-    auto norm = [&](const std::string& name) {
-      b.add(p + name + ".weight", {C}, ParamRole::NormWeight, l);
-      if (c.bias) b.add(p + name + ".bias", {C}, ParamRole::NormBias, l);
-    };
-    norm("ln_1");
-    linear("attn.c_attn", 3 * C, C);
-    linear("attn.c_proj", C, C);
-    norm("ln_2");
-    linear("mlp.c_fc", H, C);
-    if (c.gated()) linear("mlp.c_gate", H, C);
-    linear("mlp.c_proj", C, H);
+  // (A last stage without the embeddings holds a tied head's copy of wte: its gradient is the
+  // head's part, for the parallel strategy to add to the first stage's.)
+  constexpr size_t align_floats = kAlign / sizeof(float);
+  ParamTable table;
+  table.shard_ = shard;
+  for (const TensorSpec& t : spec.tensors()) {
+    if (!range.holds(t, c)) continue;
+    ParamInfo e;
+    static_cast<TensorSpec&>(e) = t;
+    e.local = t.local_shape(shard);
+    e.numel = 1;
+    for (int64_t d : e.local) e.numel *= static_cast<size_t>(d);
+    e.offset = table.total_;
+    table.total_ += (e.numel + align_floats - 1) / align_floats * align_floats;
+    table.entries_.push_back(std::move(e));
   }
-  if (range.head) {
-    b.add("transformer.ln_f.weight", {C}, ParamRole::NormWeight, c.n_layer);
-    if (c.bias) b.add("transformer.ln_f.bias", {C}, ParamRole::NormBias, c.n_layer);
-    if (!c.tied_head) b.add("lm_head.weight", {Vp, C}, ParamRole::Weight, c.n_layer);
-  }
-  ParamTable t;
-  t.entries_ = std::move(b.entries);
-  t.total_ = b.total;
-  return t;
+  return table;
 }
 
 const ParamInfo* ParamTable::find(std::string_view name) const {
@@ -119,12 +86,17 @@ const ParamInfo& ParamTable::at(std::string_view name) const {
   return *e;
 }
 
-size_t ParamTable::num_parameters(const ModelConfig& c) const {
+int64_t ParamInfo::local_used_rows(const ShardCoord& shard) const {
+  const int64_t rows = local[0];
+  if (used_rows < 0) return rows;
+  const bool split_rows = placement.kind == Placement::Kind::Sharded && placement.axis == 0;
+  const int64_t first = split_rows ? rows * shard.rank : 0;
+  return std::clamp<int64_t>(used_rows - first, 0, rows);
+}
+
+size_t ParamTable::num_parameters() const {
   size_t n = 0;
-  for (const auto& e : entries_) {
-    bool vocab_rows = e.name == "transformer.wte.weight" || e.name == "lm_head.weight";
-    n += vocab_rows ? static_cast<size_t>(c.vocab_size) * c.n_embd : e.numel;
-  }
+  for (const auto& e : entries_) n += e.numel / e.local[0] * e.local_used_rows(shard_);
   return n;
 }
 

@@ -1,5 +1,6 @@
 // ParamTable: every parameter of a model as a named view (Hugging Face GPT-2 names) into one flat
-// float buffer. Gradients and AdamW moments use the same offsets, so zeroing, clipping, the
+// float buffer, built from the model's ModelSpec (model/spec.h): each entry is a declared tensor
+// with this rank's local shape and its offset. Gradients and AdamW moments use the same offsets, so zeroing, clipping, the
 // optimizer step and checkpoint I/O are flat loops. Layout, in order: wte, wpe, block 0 .. L-1
 // (each block contiguous, so a frozen prefix is one contiguous range), ln_f, lm_head (untied only).
 // Every tensor starts on a 64-byte boundary. A table may cover only part of the model (a
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "frugal/model/config.h"
+#include "frugal/model/spec.h"
 
 namespace frugal {
 
@@ -24,23 +26,30 @@ struct BlockRange {
   bool embeddings = true, head = true;
   static BlockRange whole(const ModelConfig& config) { return {0, config.n_layer, true, true}; }
   bool contains(int layer) const { return layer >= begin && layer < end; }
+  // Whether a process running this range holds tensor t: the embeddings' with the embeddings (and
+  // the token embedding with a tied head, which reads it), a block's with its block, the
+  // objective's with the head.
+  bool holds(const TensorSpec& t, const ModelConfig& config) const {
+    if (t.layer == -1)
+      return embeddings || (head && config.tied_head && t.name == "transformer.wte.weight");
+    return t.layer == config.n_layer ? head : contains(t.layer);
+  }
   bool operator==(const BlockRange&) const = default;
   // Throws Error unless 0 <= begin <= end <= n_layer, the embeddings go with begin == 0, the head
   // with end == n_layer, and the range holds something.
   void validate(const ModelConfig& config) const;
 };
 
-enum class ParamRole { Embedding, Weight, Bias, NormWeight, NormBias };
-
-struct ParamInfo {
-  std::string name;            // e.g. "transformer.h.3.attn.c_attn.weight"
-  std::vector<int64_t> shape;  // row-major; linear weights are (OC, IC)
+// A declared tensor (TensorSpec: name, global shape, dtype, placement, role, layer, init...) as
+// this rank holds it.
+struct ParamInfo : TensorSpec {
+  std::vector<int64_t> local;  // this rank's shape (the global one unless sharded)
   size_t offset = 0;           // in floats, into the flat buffer
-  size_t numel = 0;
-  ParamRole role = ParamRole::Weight;
-  int layer = -1;              // block index; -1 for embeddings, n_layer for ln_f and lm_head
+  size_t numel = 0;            // of the local shape
   // Decoupled weight decay applies to 2-D tensors only (weights and embeddings).
   bool decays() const { return role == ParamRole::Weight || role == ParamRole::Embedding; }
+  // Rows of the local shape that hold real values (the rest: vocabulary padding, kept zero).
+  int64_t local_used_rows(const ShardCoord& shard) const;
 };
 
 class ParamTable {
@@ -50,13 +59,16 @@ class ParamTable {
   // ln_f and lm_head (head).
   static ParamTable build(const ModelConfig& config);
   static ParamTable build(const ModelConfig& config, const BlockRange& range);
+  // The same for the rank at `shard` of a tensor-parallel group (local shapes).
+  static ParamTable build(const ModelConfig& config, const BlockRange& range, const ShardCoord& shard);
 
   const std::vector<ParamInfo>& entries() const { return entries_; }
+  const ShardCoord& shard() const { return shard_; }
   const ParamInfo* find(std::string_view name) const;
   const ParamInfo& at(std::string_view name) const;  // throws Error when absent
   size_t total() const { return total_; }             // floats, including alignment padding
-  // Parameters a model really has (no alignment padding, no vocabulary padding rows).
-  size_t num_parameters(const ModelConfig& config) const;
+  // Parameters this table really holds (no alignment padding, no vocabulary padding rows).
+  size_t num_parameters() const;
   // [begin, end) float offsets covering block `layer`; layer == -1 gives the embeddings,
   // layer == n_layer the final LayerNorm and untied head.
   std::pair<size_t, size_t> layer_range(int layer) const;
@@ -64,6 +76,7 @@ class ParamTable {
  private:
   std::vector<ParamInfo> entries_;
   size_t total_ = 0;
+  ShardCoord shard_;
 };
 
 }  // namespace frugal

@@ -246,7 +246,7 @@ FitResult Trainer::fit() {
 
   if (print) {
     io::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads{}\n",
-              session_->model().table().num_parameters(m) / 1e6, m.n_layer, m.n_head, m.n_embd,
+              session_->model().table().num_parameters() / 1e6, m.n_layer, m.n_head, m.n_embd,
               m.vocab_size, num_threads(),
               group_.size() > 1 ? fmt::format(" per rank, {} ranks ({})", group_.size(), step_->name()) : "");
     const MemoryPlan plan = session_->model().memory_plan();

@@ -1,0 +1,89 @@
+// The causal language-model head; see objective.h.
+#include "frugal/model/objective.h"
+
+#include "frugal/core/error.h"
+#include "frugal/kernels/ops.h"
+
+namespace frugal {
+
+namespace k = kernels;
+
+void CausalLmHead::declare(ModelSpec& spec) {
+  const ModelConfig& c = spec.config();
+  declare_norm(spec, "transformer.ln_f", c.n_layer);
+  if (!c.tied_head)
+    spec.add({.name = "lm_head.weight", .shape = {c.padded_vocab(), c.n_embd},
+              .placement = Placement::sharded(0), .role = ParamRole::Weight, .layer = c.n_layer,
+              .used_rows = c.vocab_size, .features = {Features::None, Features::Residual}});
+}
+
+CausalLmHead::CausalLmHead(const ModelConfig& config, const ParamTable& table) : config_(config) {
+  auto off = [&](const char* name) {
+    const ParamInfo* e = table.find(name);
+    return e ? e->offset : kAbsent;
+  };
+  norm_w_ = off("transformer.ln_f.weight");
+  norm_b_ = off("transformer.ln_f.bias");
+  head_ = config.tied_head ? off("transformer.wte.weight") : off("lm_head.weight");
+}
+
+void CausalLmHead::lay_out(double N, const Take& take, ObjectiveActs& acts) const {
+  const double C = config_.n_embd;
+  acts = {};
+  acts[Norm] = take(N * C);
+  acts[Mean] = take(N);
+  acts[Rstd] = take(N);
+  acts[Losses] = take(N);
+  acts[DNorm] = take(N * C);
+}
+
+LossTerms CausalLmHead::forward(const float* params, float* grads, const ObjectiveActs& acts,
+                                const float* x, const int32_t* targets, int N, float grad_scale) const {
+  const int C = config_.n_embd, V = config_.vocab_size;
+  const float* bias = norm_b_ == kAbsent ? nullptr : params + norm_b_;
+  k::layernorm_forward(acts[Norm], acts[Mean], acts[Rstd], x, params + norm_w_, bias, N, C,
+                       config_.layernorm_eps);
+  int valid = 0;
+  for (int i = 0; i < N; ++i) valid += targets[i] >= 0;
+  const float dloss = valid > 0 ? grad_scale / static_cast<float>(valid) : 0.0f;
+  const bool training = grad_scale != 0.0f;
+  k::lm_head_cross_entropy(acts[Losses], training ? acts[DNorm] : nullptr,
+                           grads ? grads + head_ : nullptr, acts[Norm], params + head_, targets, N, C,
+                           V, dloss);
+  double sum = 0.0;
+  for (int i = 0; i < N; ++i) sum += acts[Losses][i];
+  return {valid > 0 ? static_cast<float>(sum / valid) : 0.0f, {}};
+}
+
+void CausalLmHead::backward(const float* params, float* grads, const ObjectiveActs& acts,
+                            const float* x, float* dres, int N, bool weights) const {
+  const int C = config_.n_embd;
+  float* dw = weights ? grads + norm_w_ : nullptr;
+  float* db = weights && norm_b_ != kAbsent ? grads + norm_b_ : nullptr;
+  k::layernorm_backward(dres, dw, db, acts[DNorm], x, params + norm_w_, acts[Mean], acts[Rstd], N, C);
+}
+
+void CausalLmHead::logits(const float* params, const ObjectiveActs& acts, float* out, int N) const {
+  k::lm_head_logits(out, acts[Norm], params + head_, N, config_.n_embd, config_.vocab_size);
+}
+
+void CausalLmHead::row_logits(const float* params, const float* x, float* out, float* scratch) const {
+  const int C = config_.n_embd;
+  const float* bias = norm_b_ == kAbsent ? nullptr : params + norm_b_;
+  k::layernorm_forward(scratch, scratch + C, scratch + C + 1, x, params + norm_w_, bias, 1, C,
+                       config_.layernorm_eps);
+  k::lm_head_logits(out, scratch, params + head_, 1, C, config_.vocab_size);
+}
+
+ComponentFlops CausalLmHead::flops(double N, bool head_trains) const {
+  // The LM head over the V real vocabulary columns, like a linear C -> V; its input gradient runs
+  // whenever the step trains (the final LayerNorm, trainable even with every block frozen, needs it).
+  const double head = 2 * N * config_.n_embd * double(config_.vocab_size);
+  ComponentFlops f;
+  f.dense.forward = f.dense.backward_input = f.dense.backward_weight = head;
+  f.executed.forward = f.executed.backward_input = head;
+  f.executed.backward_weight = head_trains ? head : 0;
+  return f;
+}
+
+}  // namespace frugal

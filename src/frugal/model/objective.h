@@ -1,0 +1,91 @@
+// Objective: the component at the top of the model — what the last block's output is trained to
+// predict. It declares its tensors, lays out what it keeps per micro-batch, computes the loss of a
+// batch of targets (and, in a training forward, starts the backward: its weights' gradients and
+// d loss / d its own normalised input), finishes the backward into the residual stream, and gives
+// logits for evaluation and decoding. The loss comes back as LossTerms: the objective's own loss
+// and any auxiliary losses (a mixture of experts' balancing losses), which a training step adds.
+//
+// CausalLmHead, the one objective today: the final LayerNorm and the LM head (tied to the token
+// embedding or its own (Vp, C) weight), next-token cross-entropy over targets != -1, fused with
+// the logits so that no (N, V) buffer exists. A masked-LM head is a second implementation.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "frugal/model/block.h"
+#include "frugal/model/flop_count.h"
+#include "frugal/model/param_table.h"
+#include "frugal/model/spec.h"
+
+namespace frugal {
+
+// The losses of one forward: `loss`, the objective's mean over its targets, and named auxiliary
+// losses (already weighted by their coefficients) that training adds to it.
+struct LossTerms {
+  float loss = 0;
+  std::vector<std::pair<std::string, float>> auxiliary;
+  float total() const {
+    float t = loss;
+    for (const auto& [name, value] : auxiliary) t += value;
+    return t;
+  }
+};
+
+// What an objective keeps for one micro-batch, in places it names itself (laid out by lay_out).
+using ObjectiveActs = std::array<float*, 8>;
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+  virtual const char* name() const = 0;
+  // Lays out what a forward of N rows keeps for its backward.
+  virtual void lay_out(double N, const Take& take, ObjectiveActs& acts) const = 0;
+  // The loss of x (N, C), the last block's output, against targets (N; -1: ignored). When grads is
+  // not null (a training forward) it also accumulates the objective's weight gradients and keeps
+  // d loss / d its internals in acts, scaled by grad_scale and divided by the number of targets.
+  virtual LossTerms forward(const float* params, float* grads, const ObjectiveActs& acts,
+                            const float* x, const int32_t* targets, int N, float grad_scale) const = 0;
+  // After a training forward: accumulates the objective's remaining gradients (its norms') when
+  // `weights` and, when dres is not null, writes d loss / d x (N, C) into it.
+  virtual void backward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
+                        float* dres, int N, bool weights) const = 0;
+  // out (N, V) = the logits of the rows of the last forward.
+  virtual void logits(const float* params, const ObjectiveActs& acts, float* out, int N) const = 0;
+  // out (V) = the logits of one row x (C), using scratch (C + 2 floats).
+  virtual void row_logits(const float* params, const float* x, float* out, float* scratch) const = 0;
+  // FLOPs of N rows: dense, and executed (`head_trains`: its weight-gradient product runs).
+  virtual ComponentFlops flops(double N, bool head_trains) const = 0;
+};
+
+class CausalLmHead final : public Objective {
+ public:
+  static constexpr size_t kAbsent = ~size_t(0);
+  // transformer.ln_f and, with an untied head, lm_head.weight (padded_vocab(), C).
+  static void declare(ModelSpec& spec);
+  CausalLmHead(const ModelConfig& config, const ParamTable& table);
+
+  const char* name() const override { return "causal_lm"; }
+  size_t head_offset() const { return head_; }  // lm_head.weight, or the token embedding when tied
+  size_t norm_weight_offset() const { return norm_w_; }
+  size_t norm_bias_offset() const { return norm_b_; }
+  void lay_out(double N, const Take& take, ObjectiveActs& acts) const override;
+  LossTerms forward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
+                    const int32_t* targets, int N, float grad_scale) const override;
+  void backward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
+                float* dres, int N, bool weights) const override;
+  void logits(const float* params, const ObjectiveActs& acts, float* out, int N) const override;
+  void row_logits(const float* params, const float* x, float* out, float* scratch) const override;
+  ComponentFlops flops(double N, bool head_trains) const override;
+
+ private:
+  // ObjectiveActs places: ln_f's output, mean and rstd, the per-row losses, and d loss / d ln_f's output
+  enum Place { Norm, Mean, Rstd, Losses, DNorm };
+  ModelConfig config_;
+  size_t norm_w_, norm_b_, head_;
+};
+
+}  // namespace frugal

@@ -1,0 +1,82 @@
+// ModelSpec: the declarations, local shapes and the declaration helpers; see spec.h.
+#include "frugal/model/spec.h"
+
+#include "frugal/core/error.h"
+#include "frugal/model/block.h"
+#include "frugal/model/embedding.h"
+#include "frugal/model/objective.h"
+
+namespace frugal {
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "f32";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 4;
+  }
+  return 0;
+}
+
+std::vector<int64_t> TensorSpec::local_shape(const ShardCoord& shard) const {
+  std::vector<int64_t> local = shape;
+  if (placement.kind == Placement::Kind::Replicated || shard.size == 1) return local;
+  const int64_t n = shape.at(placement.axis), pieces = int64_t(placement.parts) * shard.size;
+  FRUGAL_CHECK(n % pieces == 0, "{} has {} rows along axis {}, which do not split into {} equal "
+               "parts over {} tensor-parallel ranks", name, n, placement.axis, placement.parts, shard.size);
+  local[placement.axis] = n / shard.size;
+  return local;
+}
+
+LocalSizes LocalSizes::of(const ModelConfig& c, const ShardCoord& shard) {
+  FRUGAL_CHECK(c.n_head % shard.size == 0 && c.ffn_hidden() % shard.size == 0,
+               "model.n_head = {} and the MLP's {} hidden units must divide over {} tensor-parallel "
+               "ranks", c.n_head, c.ffn_hidden(), shard.size);
+  const int heads = c.n_head / shard.size;
+  return {heads, c.head_size(), heads * c.head_size(), c.ffn_hidden() / shard.size};
+}
+
+ModelSpec ModelSpec::build(const ModelConfig& config) {
+  config.validate();
+  ModelSpec spec;
+  spec.config_ = config;
+  TokenEmbedding::declare(spec);
+  for (int l = 0; l < config.n_layer; ++l) TransformerBlock::declare(spec, l);
+  CausalLmHead::declare(spec);
+  return spec;
+}
+
+const TensorSpec* ModelSpec::find(std::string_view name) const {
+  for (const TensorSpec& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+void declare_linear(ModelSpec& spec, const std::string& prefix, int layer, int64_t oc, int64_t ic,
+                    Parallel parallel, std::array<Features, 2> features, Init init, int parts) {
+  const bool column = parallel == Parallel::Column;
+  spec.add({.name = prefix + ".weight", .shape = {oc, ic},
+            .placement = Placement::sharded(column ? 0 : 1, column ? parts : 1),
+            .role = ParamRole::Weight, .layer = layer, .init = init, .hf_conv1d = true,
+            .features = features});
+  if (spec.config().bias)
+    spec.add({.name = prefix + ".bias", .shape = {oc},
+              .placement = column ? Placement::sharded(0, parts) : Placement::replicated(),
+              .role = ParamRole::Bias, .layer = layer, .init = Init::Zeros,
+              .features = {features[0], Features::None}});
+}
+
+void declare_norm(ModelSpec& spec, const std::string& prefix, int layer) {
+  const int64_t C = spec.config().n_embd;
+  spec.add({.name = prefix + ".weight", .shape = {C}, .role = ParamRole::NormWeight, .layer = layer,
+            .init = Init::Ones, .features = {Features::Residual, Features::None}});
+  if (spec.config().bias)
+    spec.add({.name = prefix + ".bias", .shape = {C}, .role = ParamRole::NormBias, .layer = layer,
+              .init = Init::Zeros, .features = {Features::Residual, Features::None}});
+}
+
+}  // namespace frugal
