@@ -33,18 +33,14 @@ struct HfTensor {
   bool conv1d;                 // stored (IC, OC): the transpose of frugal's (OC, IC)
 };
 
-bool is_vocab_tensor(const ParamInfo& p) {
-  return p.name == "transformer.wte.weight" || p.name == "lm_head.weight";
-}
-
-// Every parameter of `model` with its GPT-2 shape: V (not padded) vocabulary rows, Conv1D linears.
+// Every parameter of `model` with its GPT-2 shape, as its spec declares: only the used (not
+// padded) vocabulary rows, Conv1D linears transposed.
 std::vector<HfTensor> hf_layout(const GPT& model) {
-  const ModelConfig& c = model.config();
   std::vector<HfTensor> out;
   for (const ParamInfo& p : model.table().entries()) {
-    if (is_vocab_tensor(p)) {
-      out.push_back({&p, {c.vocab_size, c.n_embd}, false});
-    } else if (p.role == ParamRole::Weight) {
+    if (p.used_rows >= 0) {
+      out.push_back({&p, {p.used_rows, p.shape[1]}, false});
+    } else if (p.hf_conv1d) {
       out.push_back({&p, {p.shape[1], p.shape[0]}, true});
     } else {
       out.push_back({&p, p.shape, false});

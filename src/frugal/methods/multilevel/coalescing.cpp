@@ -57,9 +57,8 @@ int group_of(Grouping g, int j, int n_large, int n_small) {
   return g == Grouping::Stride ? j % n_small : static_cast<int>(int64_t(j) * n_small / n_large);
 }
 
-// The features an axis indexes: the residual stream (C), the MLP hidden layer (H), the rows of
-// c_attn (q, k, v blocks of C), or something not grouped (vocabulary, positions, a vector's column).
-enum class Features { None, Residual, Hidden, Qkv };
+// What an axis indexes is declared with each tensor (TensorSpec::features): the residual stream,
+// the MLP hidden units, the q|k|v rows of c_attn, or nothing grouped by heads.
 // How coalescing merges a group along an axis; de-coalescing copies (Mean) or splits by k (Sum).
 enum class Merge { Mean, Sum };
 
@@ -95,41 +94,16 @@ struct AxisIndex {
   }
 };
 
-// Which linear a weight or bias belongs to, by name: the features of its output and input.
-struct LinearFeatures {
-  std::string_view name;
-  Features out, in;
-};
-constexpr std::array<LinearFeatures, 5> kLinears = {{
-    {".attn.c_attn.", Features::Qkv, Features::Residual},
-    {".attn.c_proj.", Features::Residual, Features::Residual},
-    {".mlp.c_fc.", Features::Hidden, Features::Residual},
-    {".mlp.c_gate.", Features::Hidden, Features::Residual},
-    {".mlp.c_proj.", Features::Residual, Features::Hidden},
-}};
-
-// The (rows, cols) axes of a tensor: a linear averages its output rows and sums its input columns;
-// biases and LayerNorms average; the embeddings average their feature columns; the head reads
-// its input features summed: an untied head's columns, or with a tied head the final LayerNorm.
+// The (rows, cols) axes of a tensor, with the features its spec declares: a linear averages its
+// output rows and sums its input columns; biases and LayerNorms average; the embeddings average
+// their feature columns; the head reads its input features summed: an untied head's columns, or
+// with a tied head the final LayerNorm.
 std::pair<Axis, Axis> axes_of(const ParamInfo& e, const ModelConfig& c) {
-  const Axis none{};
-  switch (e.role) {
-    case ParamRole::Embedding: return {none, {Features::Residual, Merge::Mean}};
-    case ParamRole::NormWeight:
-    case ParamRole::NormBias: {
-      const bool head_input = e.layer == c.n_layer && c.tied_head;
-      return {{Features::Residual, head_input ? Merge::Sum : Merge::Mean}, none};
-    }
-    case ParamRole::Weight:
-    case ParamRole::Bias: break;
-  }
-  if (e.name == "lm_head.weight") return {none, {Features::Residual, Merge::Sum}};
-  for (const LinearFeatures& l : kLinears) {
-    if (e.name.find(l.name) == std::string::npos) continue;
-    if (e.role == ParamRole::Bias) return {{l.out, Merge::Mean}, none};
-    return {{l.out, Merge::Mean}, {l.in, Merge::Sum}};
-  }
-  fail("internal: multilevel: no coalescing rule for parameter '{}'", e.name);
+  const bool norm = e.role == ParamRole::NormWeight || e.role == ParamRole::NormBias;
+  const bool tied_head_input = norm && e.layer == c.n_layer && c.tied_head;
+  const Axis rows{e.features[0], tied_head_input ? Merge::Sum : Merge::Mean};
+  const Axis cols{e.features[1], e.role == ParamRole::Weight ? Merge::Sum : Merge::Mean};
+  return {rows, cols};
 }
 
 // Below this many floats a tensor is mapped without a parallel region.
