@@ -1,6 +1,8 @@
 // ModelSpec: the declarations, local shapes and the declaration helpers; see spec.h.
 #include "frugal/model/spec.h"
 
+#include <algorithm>
+
 #include "frugal/core/error.h"
 #include "frugal/model/block.h"
 #include "frugal/model/embedding.h"
@@ -30,6 +32,43 @@ std::vector<int64_t> TensorSpec::local_shape(const ShardCoord& shard) const {
                "parts over {} tensor-parallel ranks", name, n, placement.axis, placement.parts, shard.size);
   local[placement.axis] = n / shard.size;
   return local;
+}
+
+namespace {
+
+// Calls f(global offset, local offset, n) for each contiguous run of this rank's part of t.
+template <class F>
+void for_each_local_run(const TensorSpec& t, const ShardCoord& shard, F&& f) {
+  const std::vector<int64_t> local = t.local_shape(shard);
+  int64_t numel = 1;
+  for (int64_t d : local) numel *= d;
+  if (t.placement.kind == Placement::Kind::Replicated || shard.size == 1) {
+    f(size_t{0}, size_t{0}, size_t(numel));
+    return;
+  }
+  // The split axis as (outer, axis, inner): axis = parts blocks of `piece` rows per rank.
+  const int axis = t.placement.axis;
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= t.shape[d];
+  for (size_t d = axis + 1; d < t.shape.size(); ++d) inner *= t.shape[d];
+  const int64_t n = t.shape[axis], block = n / t.placement.parts, piece = block / shard.size;
+  size_t local_offset = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t p = 0; p < t.placement.parts; ++p) {
+      const int64_t first = p * block + int64_t(shard.rank) * piece;
+      f(size_t((o * n + first) * inner), local_offset, size_t(piece * inner));
+      local_offset += size_t(piece * inner);
+    }
+}
+
+}  // namespace
+
+void TensorSpec::copy_local(const float* global, float* local, const ShardCoord& shard) const {
+  for_each_local_run(*this, shard, [&](size_t g, size_t l, size_t n) { std::copy_n(global + g, n, local + l); });
+}
+
+void TensorSpec::copy_global(const float* local, float* global, const ShardCoord& shard) const {
+  for_each_local_run(*this, shard, [&](size_t g, size_t l, size_t n) { std::copy_n(local + l, n, global + g); });
 }
 
 LocalSizes LocalSizes::of(const ModelConfig& c, const ShardCoord& shard) {

@@ -81,6 +81,10 @@ struct TensorSpec {
 
   // The shape this rank holds; throws Error when the split axis does not divide by the group.
   std::vector<int64_t> local_shape(const ShardCoord& shard) const;
+  // Copies this rank's part of the whole tensor `global` (shape) into `local` (local_shape), or
+  // back (to_global): what loading and gathering a sharded tensor do.
+  void copy_local(const float* global, float* local, const ShardCoord& shard) const;
+  void copy_global(const float* local, float* global, const ShardCoord& shard) const;
 };
 
 class ModelSpec {
