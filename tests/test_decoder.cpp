@@ -183,6 +183,16 @@ TEST(Decoder, MatchesGptWithSparseAttentionPatterns) {
   }
 }
 
+// Post-LN blocks (BERT's placement) decode through the same block forward.
+TEST(Decoder, MatchesGptWithPostLnBlocks) {
+  for (MlpKind mlp : {MlpKind::Gelu, MlpKind::Geglu}) {
+    SCOPED_TRACE(mlp_kind_name(mlp));
+    ModelConfig c = small_config(mlp, false);
+    c.norm = frugal::NormPlacement::Post;
+    expect_decoder_matches_gpt(random_model(c, 11).get());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, DecoderMatchesGpt,
                          ::testing::Values(Variant{MlpKind::Gelu, true}, Variant{MlpKind::Gelu, false},
                                            Variant{MlpKind::Swiglu, true},

@@ -203,6 +203,10 @@ TEST(HfExport, RefusesModelsGpt2CannotHold) {
   no_bias.bias = false;
   msg = error_of([&] { io::export_hf_gpt2(GPT(no_bias), dir.file("b")); });
   EXPECT_TRUE(contains(msg, "model.bias = false") && contains(msg, "biases in every linear")) << msg;
+  ModelConfig post_ln = small_config(true);
+  post_ln.norm = NormPlacement::Post;
+  msg = error_of([&] { io::export_hf_gpt2(GPT(post_ln), dir.file("c")); });
+  EXPECT_TRUE(contains(msg, "model.norm = \"post\"") && contains(msg, "pre-LN")) << msg;
   EXPECT_FALSE(std::filesystem::exists(dir.file("a/model.safetensors")));
 }
 

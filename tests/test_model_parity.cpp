@@ -209,6 +209,23 @@ TEST(ModelGradient, NoBiasGegluDirectionalCheckPerTensor) {
   expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
 }
 
+// Post-LN blocks (BERT's placement), with dropout off and on a gated and a GELU MLP.
+TEST(ModelGradient, PostLnDirectionalCheckPerTensor) {
+  for (MlpKind mlp : {MlpKind::Gelu, MlpKind::Swiglu}) {
+    SCOPED_TRACE(mlp_kind_name(mlp));
+    ModelConfig c;
+    c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+    c.norm = NormPlacement::Post, c.mlp = mlp, c.tied_head = mlp == MlpKind::Gelu, c.init_std = 0.2f;
+    GPT model(c);
+    model.init_weights(7);
+    const int B = 2, T = 8;
+    model.plan(B, T);
+    std::vector<int32_t> tokens(B * T), targets(B * T);
+    for (int i = 0; i < B * T; ++i) tokens[i] = (i * 3) % 37, targets[i] = (i * 7 + 2) % 37;
+    expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
+  }
+}
+
 // With a sparse attention pattern per block: backward must differentiate the forward it follows.
 TEST(ModelGradient, SparseAttentionPatternsDirectionalCheckPerTensor) {
   ModelConfig c;

@@ -156,6 +156,9 @@ void check_hf_gpt2_exportable(const ModelConfig& c) {
                "model.mlp = \"{}\" cannot be exported in the Hugging Face GPT-2 format: "
                "GPT2LMHeadModel has no gated MLP; only models with model.mlp = \"gelu\" can be exported",
                mlp_kind_name(c.mlp));
+  FRUGAL_CHECK(c.norm == NormPlacement::Pre,
+               "model.norm = \"post\" cannot be exported in the Hugging Face GPT-2 format: "
+               "GPT2LMHeadModel's blocks are pre-LN; only models with model.norm = \"pre\" can be exported");
   FRUGAL_CHECK(c.bias,
                "model.bias = false cannot be exported in the Hugging Face GPT-2 format: "
                "GPT2LMHeadModel has biases in every linear and LayerNorm; only models trained "

@@ -90,6 +90,7 @@ void TransformerBlock::lay_out_scratch(const ModelConfig& c, const LocalSizes& s
   scratch.dgate = c.gated() ? take(N * H) : nullptr;
   scratch.dact = take(N * H);
   scratch.branch = take(N * C);
+  scratch.dsum = c.norm == NormPlacement::Post ? take(N * C) : nullptr;
 }
 
 BlockActs TransformerBlock::rows(const BlockActs& all, const ModelConfig& c, const LocalSizes& s,
@@ -173,8 +174,11 @@ void TransformerBlock::forward(const float* params, const BlockActs& a, const fl
     linear_forward(params, which, branch, inp, N, lead_);
     comm.all_reduce_sum(branch, NC);
   };
-  k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(ln1_w_), P(ln1_b_), N, C, config_.layernorm_eps);
-  linear_forward(params, BlockLinear::Qkv, a.qkv, a.ln1, N);
+  const bool post = config_.norm == NormPlacement::Post;
+  const float eps = config_.layernorm_eps;
+  // attention branch, on ln_1(x) (pre-LN) or on x (post-LN)
+  if (!post) k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(ln1_w_), P(ln1_b_), N, C, eps);
+  linear_forward(params, BlockLinear::Qkv, a.qkv, post ? x : a.ln1, N);
   if (!cache) {
     k::attention_forward(a.att, a.lse, a.qkv, B, T, W, NH, pattern_);
   } else {
@@ -193,18 +197,30 @@ void TransformerBlock::forward(const float* params, const BlockActs& a, const fl
   row_parallel_forward(BlockLinear::Proj, a.att);
   k::dropout_apply(branch, NC, dropout.p, site_key(dropout.step_key, layer_, 0), dropout.first);
   k::residual_forward(a.res_mid, x, branch, NC);
-  k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res_mid, P(ln2_w_), P(ln2_b_), N, C,
-                       config_.layernorm_eps);
-  linear_forward(params, BlockLinear::Fc, a.fc, a.ln2, N);
+  // MLP branch, on h: ln_2(res_mid) (pre-LN) or ln_1(res_mid) (post-LN)
+  const float* h = a.res_mid;
+  float* mlp_in = a.ln2;
+  if (post) {
+    k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.res_mid, P(ln1_w_), P(ln1_b_), N, C, eps);
+    h = mlp_in = a.ln1;
+  } else {
+    k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res_mid, P(ln2_w_), P(ln2_b_), N, C, eps);
+  }
+  linear_forward(params, BlockLinear::Fc, a.fc, mlp_in, N);
   if (config_.gated()) {
-    linear_forward(params, BlockLinear::Gate, a.gate, a.ln2, N);
+    linear_forward(params, BlockLinear::Gate, a.gate, mlp_in, N);
     k::gated_forward(a.act, a.gate, a.fc, NHid, gate_act(config_.mlp));
   } else {
     k::gelu_forward(a.act, a.fc, NHid);
   }
   row_parallel_forward(BlockLinear::FcProj, a.act);
   k::dropout_apply(branch, NC, dropout.p, site_key(dropout.step_key, layer_, 1), dropout.first);
-  k::residual_forward(a.res_out, a.res_mid, branch, NC);
+  if (post) {
+    k::residual_forward(a.ln2, h, branch, NC);
+    k::layernorm_forward(a.res_out, a.ln2_mean, a.ln2_rstd, a.ln2, P(ln2_w_), P(ln2_b_), N, C, eps);
+  } else {
+    k::residual_forward(a.res_out, h, branch, NC);
+  }
 }
 
 void TransformerBlock::backward(const float* params, float* grads, const BlockActs& a, const float* x,
@@ -214,35 +230,56 @@ void TransformerBlock::backward(const float* params, float* grads, const BlockAc
   const size_t NC = size_t(N) * C, NHid = size_t(N) * sizes_.ffn_hidden;
   const auto P = [params](size_t off) { return off == kAbsent ? nullptr : params + off; };
   const auto G = [grads](size_t off) { return off == kAbsent ? nullptr : grads + off; };
-  // d(branch) = the dropout mask applied to the residual gradient
-  const auto branch_grad = [&](int site) -> const float* {
-    if (dropout.p <= 0.0f) return dres;
-    std::memcpy(s.branch, dres, sizeof(float) * NC);
+  const bool post = config_.norm == NormPlacement::Post;
+  // Post-LN: d loss / d (h + MLP branch), through ln_2, is what the MLP branch and h receive.
+  float* dout = dres;
+  if (post) {
+    std::memset(s.dsum, 0, sizeof(float) * NC);
+    k::layernorm_backward(s.dsum, G(ln2_w_), G(ln2_b_), dres, a.ln2, P(ln2_w_), a.ln2_mean, a.ln2_rstd, N, C);
+    dout = s.dsum;
+  }
+  // d(branch) = the dropout mask applied to the gradient reaching the residual sum
+  const auto branch_grad = [&](const float* dsum, int site) -> const float* {
+    if (dropout.p <= 0.0f) return dsum;
+    std::memcpy(s.branch, dsum, sizeof(float) * NC);
     k::dropout_apply(s.branch, NC, dropout.p, site_key(dropout.step_key, layer_, site));
     return s.branch;
   };
   // MLP branch; the column-parallel linears' input gradients are partial sums over the group
-  const float* dmlp = branch_grad(1);
+  const float* mlp_in = post ? a.ln1 : a.ln2;
+  const float* dmlp = branch_grad(dout, 1);
   linear_backward(params, grads, BlockLinear::FcProj, s.dact, dmlp, a.act, N, false);
   if (config_.gated()) {
     k::gated_backward(s.dgate, s.dfc, s.dact, a.gate, a.fc, NHid, gate_act(config_.mlp));
-    linear_backward(params, grads, BlockLinear::Fc, s.dln, s.dfc, a.ln2, N, false);
-    linear_backward(params, grads, BlockLinear::Gate, s.dln, s.dgate, a.ln2, N, true);
+    linear_backward(params, grads, BlockLinear::Fc, s.dln, s.dfc, mlp_in, N, false);
+    linear_backward(params, grads, BlockLinear::Gate, s.dln, s.dgate, mlp_in, N, true);
   } else {
     k::gelu_backward(s.dfc, s.dact, a.fc, NHid);
-    linear_backward(params, grads, BlockLinear::Fc, s.dln, s.dfc, a.ln2, N, false);
+    linear_backward(params, grads, BlockLinear::Fc, s.dln, s.dfc, mlp_in, N, false);
   }
   comm.all_reduce_sum(s.dln, NC);
-  k::layernorm_backward(dres, G(ln2_w_), G(ln2_b_), s.dln, a.res_mid, P(ln2_w_), a.ln2_mean,
-                        a.ln2_rstd, N, C);
+  if (post) {
+    // d h = the branch's + the residual's; through ln_1 to d (x + attention branch), in dres
+    k::residual_forward(s.dln, s.dln, s.dsum, NC);
+    std::memset(dres, 0, sizeof(float) * NC);
+    k::layernorm_backward(dres, G(ln1_w_), G(ln1_b_), s.dln, a.res_mid, P(ln1_w_), a.ln1_mean,
+                          a.ln1_rstd, N, C);
+  } else {
+    k::layernorm_backward(dres, G(ln2_w_), G(ln2_b_), s.dln, a.res_mid, P(ln2_w_), a.ln2_mean,
+                          a.ln2_rstd, N, C);
+  }
   // attention branch
-  const float* dattn = branch_grad(0);
+  const float* dattn = branch_grad(dres, 0);
   linear_backward(params, grads, BlockLinear::Proj, s.datt, dattn, a.att, N, false);
   k::attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, B, T, W, NH, pattern_);
-  linear_backward(params, grads, BlockLinear::Qkv, s.dln, s.dqkv, a.ln1, N, false);
+  linear_backward(params, grads, BlockLinear::Qkv, s.dln, s.dqkv, post ? x : a.ln1, N, false);
   comm.all_reduce_sum(s.dln, NC);
-  k::layernorm_backward(need_dinp ? dres : nullptr, G(ln1_w_), G(ln1_b_), s.dln, x, P(ln1_w_),
-                        a.ln1_mean, a.ln1_rstd, N, C);
+  if (post) {
+    if (need_dinp) k::residual_forward(dres, dres, s.dln, NC);
+  } else {
+    k::layernorm_backward(need_dinp ? dres : nullptr, G(ln1_w_), G(ln1_b_), s.dln, x, P(ln1_w_),
+                          a.ln1_mean, a.ln1_rstd, N, C);
+  }
 }
 
 ComponentFlops TransformerBlock::flops(int B, int T, bool runs, bool trains) const {

@@ -1,5 +1,6 @@
-// TransformerBlock: the one definition of a transformer layer (pre-LN, GPT-2: x + attn(ln_1(x)),
-// then + mlp(ln_2(·)), GELU or gated MLP). It declares its tensors (ModelSpec), lays out the
+// TransformerBlock: the one definition of a transformer layer: pre-LN as GPT-2 (h = x +
+// attn(ln_1(x)), out = h + mlp(ln_2(h))) or post-LN as BERT (h = ln_1(x + attn(x)), out =
+// ln_2(h + mlp(h))), with a GELU or gated MLP. It declares its tensors (ModelSpec), lays out the
 // activations its forward keeps and the scratch its backward uses, and runs its forward — over a
 // micro-batch in training and evaluation, over a window's rows or one new row against a key/value
 // cache in decoding — its backward, and its FLOP count. GPT runs it over the micro-batch, the
@@ -41,14 +42,18 @@ using Take = std::function<float*(double floats)>;
 void allocate_layout(Buffer<float>& arena, const std::function<void(const Take&)>& lay_out);
 
 // A block's activations over N rows: the internals its backward reads and its output res_out.
+// Pre-LN: ln1 = ln_1(x), res_mid = x + attention branch, ln2 = ln_2(res_mid), res_out = res_mid +
+// MLP branch. Post-LN: res_mid = x + attention branch, ln1 = ln_1(res_mid), ln2 = ln1 + MLP
+// branch, res_out = ln_2(ln2). Each LayerNorm keeps its mean and rstd.
 struct BlockActs {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *lse, *res_mid, *ln2, *ln2_mean, *ln2_rstd, *fc,
       *gate, *act, *res_out;
 };
 
-// What a block's backward works in, shared by every block (and micro-batch) of a model.
+// What a block's backward works in, shared by every block (and micro-batch) of a model (dsum:
+// post-LN only).
 struct BlockScratch {
-  float *dln, *dqkv, *datt, *dfc, *dgate, *dact, *branch;
+  float *dln, *dqkv, *datt, *dfc, *dgate, *dact, *branch, *dsum;
 };
 
 class TransformerBlock {

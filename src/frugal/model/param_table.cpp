@@ -24,6 +24,14 @@ MlpKind parse_mlp_kind(const std::string& name) {
   fail("model.mlp = \"{}\" is not a known MLP; use \"gelu\", \"geglu\" or \"swiglu\"", name);
 }
 
+const char* norm_placement_name(NormPlacement norm) { return norm == NormPlacement::Pre ? "pre" : "post"; }
+
+NormPlacement parse_norm_placement(const std::string& name) {
+  if (name == "pre") return NormPlacement::Pre;
+  if (name == "post") return NormPlacement::Post;
+  fail("model.norm = \"{}\" is not a LayerNorm placement; use \"pre\" or \"post\"", name);
+}
+
 void ModelConfig::validate() const {
   FRUGAL_CHECK(vocab_size >= 2, "model.vocab_size = {} is too small; it must be at least 2", vocab_size);
   FRUGAL_CHECK(block_size >= 1, "model.block_size = {} must be at least 1", block_size);

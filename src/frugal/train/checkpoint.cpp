@@ -117,7 +117,8 @@ void check_finite(const std::string& checkpoint_dir, const std::string& path,
 nlohmann::json model_config_json(const ModelConfig& c) {
   return {{"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer},
           {"n_head", c.n_head}, {"n_embd", c.n_embd}, {"ffn_mult", c.ffn_mult},
-          {"mlp", mlp_kind_name(c.mlp)}, {"tied_head", c.tied_head}, {"bias", c.bias},
+          {"mlp", mlp_kind_name(c.mlp)}, {"norm", norm_placement_name(c.norm)},
+          {"tied_head", c.tied_head}, {"bias", c.bias},
           {"dropout", c.dropout}, {"layernorm_eps", c.layernorm_eps}, {"init_std", c.init_std}};
 }
 
@@ -130,6 +131,7 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
   c.n_embd = j.at("n_embd");
   c.ffn_mult = j.at("ffn_mult");
   c.mlp = parse_mlp_kind(j.at("mlp"));
+  c.norm = parse_norm_placement(j.value("norm", "pre"));  // checkpoints before model.norm: pre-LN
   c.tied_head = j.at("tied_head");
   c.bias = j.at("bias");
   c.dropout = j.at("dropout");

@@ -24,6 +24,7 @@ io::ConfigSchema run_schema() {
       .add_int("model.n_embd", m.n_embd, "model width C (a multiple of 8 and of n_head)", Range::at_least(8))
       .add_int("model.ffn_mult", m.ffn_mult, "MLP hidden width as a multiple of n_embd", Range::at_least(1))
       .add_string("model.mlp", "gelu", "MLP kind", {"gelu", "geglu", "swiglu"})
+      .add_string("model.norm", "pre", "LayerNorms before each block branch (GPT-2) or after each residual sum (BERT)", {"pre", "post"})
       .add_bool("model.tied_head", m.tied_head, "LM head shares the token embedding")
       .add_bool("model.bias", m.bias, "biases in linears and LayerNorms")
       .add_float("model.dropout", io::decimal_value(m.dropout), "dropout on the residual branches", Range::half_open(0, 1))
@@ -142,6 +143,7 @@ RunSettings run_settings(const io::Config& c) {
   m.n_embd = c.get_int32("model.n_embd");
   m.ffn_mult = c.get_int32("model.ffn_mult");
   m.mlp = parse_mlp_kind(c.get_string("model.mlp"));
+  m.norm = parse_norm_placement(c.get_string("model.norm"));
   m.tied_head = c.get_bool("model.tied_head");
   m.bias = c.get_bool("model.bias");
   m.dropout = static_cast<float>(c.get_float("model.dropout"));
