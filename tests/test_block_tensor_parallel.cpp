@@ -58,13 +58,12 @@ struct RankBlock {
         params(table.total()),
         grads(table.total(), 0.0f),
         block(c, shard, 0, table, std::make_shared<DenseFormat>()) {
-    const LocalSizes sizes = LocalSizes::of(c, shard);
     const double N = kB * kT;
     allocate_layout(arena, [&](const Take& take) {
-      TransformerBlock::lay_out_internals(c, sizes, N, take, acts);
+      block.lay_out_internals(N, take, acts);
       acts.res_out = take(N * c.n_embd);
       dres = take(N * c.n_embd);
-      TransformerBlock::lay_out_scratch(c, sizes, N, take, scratch);
+      block.lay_out_scratch(N, take, scratch);
     });
   }
   // Forward of x, then backward of dout: res_out and dres hold the output and the input gradient.

@@ -22,7 +22,7 @@ Decoder::Decoder(const GPT& model) : model_(model) {
   head_scratch_.resize(C + 2);
   // One set of internals for every block (they run one after the other), the residual in place.
   allocate_layout(internals_, [&](const Take& take) {
-    TransformerBlock::lay_out_internals(m, sizes, double(T), take, acts_);
+    model.block(0).lay_out_internals(double(T), take, acts_);
   });
   acts_.res_mid = acts_.res_out = x_.data();
 }
@@ -60,7 +60,7 @@ void Decoder::forward_rows(const int32_t* tokens, int n, int pos0) {
                  "model was trained with", tokens[i], m.vocab_size);
   model_.embedding().forward(model_.params(), x_.data(), tokens, 1, n, pos0);
   for (int l = 0; l < m.n_layer; ++l) {
-    const TransformerBlock::KvCache cache{k_cache_[l].data(), v_cache_[l].data(), pos0};
+    const KvCache cache{k_cache_[l].data(), v_cache_[l].data(), pos0};
     model_.block(l).forward(model_.params(), acts_, x_.data(), branch_.data(), 1, n, {}, solo_, &cache);
   }
   // Only the last row's logits are wanted.

@@ -54,7 +54,7 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
     };
   };
   Layout layout;
-  lay_out(c, LocalSizes::of(c, shard), CausalLmHead(c, ParamTable{}), double(B) * T, recompute, stage,
+  lay_out(c, shard, CausalLmHead(c, ParamTable{}), double(B) * T, recompute, stage,
           slots, count(&activations), count(&scratch), layout);
   auto bytes = [](double floats) {
     const double b = floats * sizeof(float);
@@ -63,15 +63,17 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
   return {bytes(parameters), bytes(parameters), bytes(activations), bytes(scratch)};
 }
 
-void GPT::lay_out(const ModelConfig& c, const LocalSizes& sizes, const Objective& objective, double N,
+void GPT::lay_out(const ModelConfig& c, const ShardCoord& shard, const Objective& objective, double N,
                   const std::vector<bool>& recompute, const BlockRange& stage, int slots,
                   const Take& take_activation, const Take& take_scratch, Layout& out) {
   const auto recomputed = [&](int l) { return l < int(recompute.size()) && recompute[l]; };
   // One shared set of internals for the recomputed blocks, rebuilt per block during backward.
+  // (Every block of a model lays out alike: a prototype without tensors does it.)
+  const TransformerBlock block(c, shard, 0, ParamTable{}, nullptr);
   BlockActs shared{};
   bool any_recomputed = false;
   for (int l = stage.begin; l < stage.end; ++l) any_recomputed |= recomputed(l);
-  if (any_recomputed) TransformerBlock::lay_out_internals(c, sizes, N, take_scratch, shared);
+  if (any_recomputed) block.lay_out_internals(N, take_scratch, shared);
   // Per slot: the stage's input, each block's internals (unless recomputed) and output; with the
   // head, what the objective keeps.
   out.slots.assign(slots, Slot{});
@@ -82,13 +84,13 @@ void GPT::lay_out(const ModelConfig& c, const LocalSizes& sizes, const Objective
       if (recomputed(l))
         s.acts[l] = shared;
       else
-        TransformerBlock::lay_out_internals(c, sizes, N, take_activation, s.acts[l]);
+        block.lay_out_internals(N, take_activation, s.acts[l]);
       s.acts[l].res_out = take_activation(N * c.n_embd);
     }
     if (stage.head) objective.lay_out(N, take_activation, s.objective);
   }
   out.dres = take_scratch(N * c.n_embd);
-  TransformerBlock::lay_out_scratch(c, sizes, N, take_scratch, out.scratch);
+  block.lay_out_scratch(N, take_scratch, out.scratch);
 }
 
 GPT::GPT(const ModelConfig& config) : GPT(config, BlockRange::whole(config)) {}
@@ -168,7 +170,7 @@ void GPT::plan(int B, int T, std::vector<bool> recompute, const BlockRange& stag
     };
   };
   Layout layout;
-  lay_out(config_, LocalSizes::of(config_, table_.shard()), *objective_, double(B) * T, recompute_,
+  lay_out(config_, table_.shard(), *objective_, double(B) * T, recompute_,
           stage_, slots, take(&activations), take(&scratch), layout);
   slots_ = std::move(layout.slots);
   for (Slot& s : slots_) {
@@ -271,7 +273,7 @@ void GPT::write_effective_weights() {
 
 void GPT::block_forward(int l, uint64_t dropout_key, int b0, int nb) {
   const size_t row0 = size_t(b0) * T_;
-  const BlockActs a = TransformerBlock::rows(cur().acts[l], config_, LocalSizes::of(config_, table_.shard()), row0);
+  const BlockActs a = blocks_[l].rows(cur().acts[l], row0);
   const size_t first = row0 * config_.n_embd;  // of the dropout masks
   blocks_[l].forward(params_.data(), a, block_input(l) + first, scratch_.branch + first, nb, T_,
                      {cur().dropout_p, dropout_key, first}, *comm_);

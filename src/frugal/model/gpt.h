@@ -231,7 +231,7 @@ class GPT {
     float* dres = nullptr;  // d loss / d the residual stream
     BlockScratch scratch{};
   };
-  static void lay_out(const ModelConfig& config, const LocalSizes& sizes, const Objective& objective,
+  static void lay_out(const ModelConfig& config, const ShardCoord& shard, const Objective& objective,
                       double N, const std::vector<bool>& recompute, const BlockRange& stage,
                       int slots, const Take& take_activation, const Take& take_scratch, Layout& out);
 

@@ -1,0 +1,229 @@
+// The attention and MLP branches; see branches.h.
+#include "frugal/model/branches.h"
+
+#include <cstring>
+
+#include "frugal/core/error.h"
+#include "frugal/kernels/ops.h"
+
+namespace frugal {
+
+namespace k = kernels;
+
+void allocate_layout(Buffer<float>& arena, const std::function<void(const Take&)>& lay_out) {
+  constexpr size_t A = kAlign / sizeof(float);
+  const auto rounded = [](double floats) { return (static_cast<size_t>(floats) + A - 1) / A * A; };
+  size_t total = 0;
+  lay_out([&](double floats) -> float* {
+    total += rounded(floats);
+    return nullptr;
+  });
+  arena.resize(total);
+  size_t cursor = 0;
+  lay_out([&](double floats) {
+    float* piece = arena.data() + cursor;
+    cursor += rounded(floats);
+    return piece;
+  });
+}
+
+// ---- LinearSlot ----
+
+LinearSlot LinearSlot::find(const ParamTable& table, const std::string& prefix, int OC, int IC,
+                            std::shared_ptr<LinearFormat> format) {
+  const ParamInfo* w = table.find(prefix + ".weight");
+  const ParamInfo* b = table.find(prefix + ".bias");
+  return {w ? w->offset : kAbsent, b ? b->offset : kAbsent, OC, IC, std::move(format)};
+}
+
+void LinearSlot::forward(const float* params, float* out, const float* inp, int N, bool with_bias) const {
+  const float* b = with_bias && bias != kAbsent ? params + bias : nullptr;
+  format->forward(out, inp, params + weight, b, N, IC, OC);
+}
+
+void LinearSlot::backward(const float* params, float* grads, float* dinp, const float* dout,
+                          const float* inp, int N, bool accumulate_dinp) const {
+  format->backward(dinp, grads + weight, bias != kAbsent ? grads + bias : nullptr, dout, inp,
+                   params + weight, N, IC, OC, accumulate_dinp);
+}
+
+void LinearSlot::add_flops(double N, bool runs, bool trains, ComponentFlops& f) const {
+  if (!present()) return;
+  const double dense = 2 * N * OC * IC;
+  f.dense.forward += dense;
+  f.dense.backward_input += dense;
+  f.dense.backward_weight += dense;
+  if (runs) f.executed.forward += dense * format->forward_density();
+  if (trains) {
+    f.executed.backward_input += dense * format->backward_input_density();
+    f.executed.backward_weight += dense * format->weight_grad_density();
+  }
+}
+
+// ---- Attention ----
+
+void Attention::declare(ModelSpec& spec, const std::string& prefix, int layer) {
+  const int64_t C = spec.config().n_embd;
+  using F = Features;
+  declare_linear(spec, prefix + "attn.c_attn", layer, 3 * C, C, Parallel::Column, {F::Qkv, F::Residual},
+                 Init::Normal, 3);
+  declare_linear(spec, prefix + "attn.c_proj", layer, C, C, Parallel::Row, {F::Residual, F::Residual},
+                 Init::ResidualNormal);
+}
+
+void Attention::lay_out(const LocalSizes& s, double N, const Take& take, Acts& a) {
+  a.qkv = take(3 * N * s.attn_width);
+  a.att = take(N * s.attn_width);
+  a.lse = take(s.n_head * N);
+}
+
+void Attention::lay_out_scratch(const LocalSizes& s, double N, const Take& take, Scratch& scratch) {
+  scratch.dqkv = take(3 * N * s.attn_width);
+  scratch.datt = take(N * s.attn_width);
+}
+
+Attention::Acts Attention::rows(const Acts& all, const LocalSizes& s, size_t row0) {
+  const size_t W = s.attn_width;
+  return {all.qkv + row0 * 3 * W, all.att + row0 * W, all.lse + row0 * s.n_head};
+}
+
+Attention::Attention(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
+                     const ParamTable& table, const std::shared_ptr<LinearFormat>& dense)
+    : sizes_(sizes),
+      qkv_(LinearSlot::find(table, prefix + "attn.c_attn", 3 * sizes.attn_width, config.n_embd, dense)),
+      proj_(LinearSlot::find(table, prefix + "attn.c_proj", config.n_embd, sizes.attn_width, dense)) {}
+
+void Attention::forward(const float* params, const Acts& a, const float* in, float* out, int B, int T,
+                        bool lead, TensorCollectives& comm, const KvCache* cache) const {
+  const int W = sizes_.attn_width, NH = sizes_.n_head;
+  qkv_.forward(params, a.qkv, in, B * T);
+  if (!cache) {
+    k::attention_forward(a.att, a.lse, a.qkv, B, T, W, NH, pattern_);
+  } else {
+    FRUGAL_CHECK(B == 1 && (cache->pos0 == 0 || T == 1),
+                 "internal: decoding runs one window: a prefill from position 0 or one new row");
+    for (int i = 0; i < T; ++i) {  // qkv row i = [q | k | v] -> cache row pos0 + i
+      const float* row = a.qkv + size_t(i) * 3 * W;
+      std::memcpy(cache->keys + size_t(cache->pos0 + i) * W, row + W, sizeof(float) * W);
+      std::memcpy(cache->values + size_t(cache->pos0 + i) * W, row + 2 * W, sizeof(float) * W);
+    }
+    if (cache->pos0 == 0)
+      k::attention_forward(a.att, a.lse, a.qkv, 1, T, W, NH, pattern_);
+    else
+      k::attention_decode(a.att, a.qkv, cache->keys, cache->values, cache->pos0 + 1, W, NH, pattern_);
+  }
+  // row-parallel: the partial products meet in the sum, which holds the bias once
+  proj_.forward(params, out, a.att, B * T, lead);
+  comm.all_reduce_sum(out, size_t(B) * T * proj_.OC);
+}
+
+void Attention::backward(const float* params, float* grads, const Acts& a, const float* in,
+                         const float* dout, float* din, const Scratch& s, int B, int T,
+                         TensorCollectives& comm) const {
+  const int N = B * T;
+  proj_.backward(params, grads, s.datt, dout, a.att, N, false);
+  k::attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, B, T, sizes_.attn_width, sizes_.n_head, pattern_);
+  qkv_.backward(params, grads, din, s.dqkv, in, N, false);
+  comm.all_reduce_sum(din, size_t(N) * qkv_.IC);
+}
+
+void Attention::add_flops(int B, int T, bool runs, bool trains, ComponentFlops& f) const {
+  // q·kᵀ and p·v, 2·HS each, per allowed (query, key) pair; the dense model counts causal attention
+  const double per_pair = 4.0 * B * sizes_.n_head * sizes_.head_size;
+  const double causal = per_pair * double(kernels::AttentionPattern::causal().pairs(T));
+  const double attention = per_pair * double(pattern_.pairs(T));
+  f.dense.forward += causal;
+  f.dense.backward_input += 2 * causal;
+  qkv_.add_flops(double(B) * T, runs, trains, f);
+  proj_.add_flops(double(B) * T, runs, trains, f);
+  if (runs) f.executed.forward += attention;
+  if (trains) f.executed.backward_input += 2 * attention;
+}
+
+// ---- DenseMlp ----
+
+namespace {
+k::GateAct gate_act(MlpKind mlp) { return mlp == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu; }
+}  // namespace
+
+void DenseMlp::declare(ModelSpec& spec, const std::string& prefix, int layer) {
+  const ModelConfig& c = spec.config();
+  const int64_t C = c.n_embd, H = c.ffn_hidden();
+  using F = Features;
+  declare_linear(spec, prefix + "mlp.c_fc", layer, H, C, Parallel::Column, {F::Hidden, F::Residual});
+  if (c.gated())
+    declare_linear(spec, prefix + "mlp.c_gate", layer, H, C, Parallel::Column, {F::Hidden, F::Residual});
+  declare_linear(spec, prefix + "mlp.c_proj", layer, C, H, Parallel::Row, {F::Residual, F::Hidden},
+                 Init::ResidualNormal);
+}
+
+DenseMlp::DenseMlp(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
+                   const ParamTable& table, const std::shared_ptr<LinearFormat>& dense)
+    : kind_(config.mlp),
+      hidden_(sizes.ffn_hidden),
+      fc_(LinearSlot::find(table, prefix + "mlp.c_fc", sizes.ffn_hidden, config.n_embd, dense)),
+      gate_(LinearSlot::find(table, prefix + "mlp.c_gate", sizes.ffn_hidden, config.n_embd, dense)),
+      proj_(LinearSlot::find(table, prefix + "mlp.c_proj", config.n_embd, sizes.ffn_hidden, dense)) {}
+
+void DenseMlp::lay_out(double N, const Take& take, Acts& a) const {
+  a.fc = take(N * hidden_);
+  a.gate = kind_ != MlpKind::Gelu ? take(N * hidden_) : nullptr;
+  a.act = take(N * hidden_);
+}
+
+void DenseMlp::lay_out_scratch(double N, const Take& take, Scratch& s) const {
+  s.dfc = take(N * hidden_);
+  s.dgate = kind_ != MlpKind::Gelu ? take(N * hidden_) : nullptr;
+  s.dact = take(N * hidden_);
+}
+
+FeedForward::Acts DenseMlp::rows(const Acts& all, size_t row0) const {
+  const size_t off = row0 * hidden_;
+  return {all.fc + off, all.gate ? all.gate + off : nullptr, all.act + off};
+}
+
+LinearSlot& DenseMlp::linear(BlockLinear which) {
+  return which == BlockLinear::Fc ? fc_ : which == BlockLinear::Gate ? gate_ : proj_;
+}
+
+const LinearSlot& DenseMlp::linear(BlockLinear which) const {
+  return which == BlockLinear::Fc ? fc_ : which == BlockLinear::Gate ? gate_ : proj_;
+}
+
+void DenseMlp::forward(const float* params, const Acts& a, const float* in, float* out, int N,
+                       bool lead, TensorCollectives& comm) const {
+  const size_t NH = size_t(N) * hidden_;
+  fc_.forward(params, a.fc, in, N);
+  if (kind_ != MlpKind::Gelu) {
+    gate_.forward(params, a.gate, in, N);
+    k::gated_forward(a.act, a.gate, a.fc, NH, gate_act(kind_));
+  } else {
+    k::gelu_forward(a.act, a.fc, NH);
+  }
+  proj_.forward(params, out, a.act, N, lead);  // row-parallel, as the attention's projection
+  comm.all_reduce_sum(out, size_t(N) * proj_.OC);
+}
+
+void DenseMlp::backward(const float* params, float* grads, const Acts& a, const float* in,
+                        const float* dout, float* din, const Scratch& s, int N,
+                        TensorCollectives& comm) const {
+  const size_t NH = size_t(N) * hidden_;
+  proj_.backward(params, grads, s.dact, dout, a.act, N, false);
+  if (kind_ != MlpKind::Gelu) {
+    k::gated_backward(s.dgate, s.dfc, s.dact, a.gate, a.fc, NH, gate_act(kind_));
+    fc_.backward(params, grads, din, s.dfc, in, N, false);
+    gate_.backward(params, grads, din, s.dgate, in, N, true);
+  } else {
+    k::gelu_backward(s.dfc, s.dact, a.fc, NH);
+    fc_.backward(params, grads, din, s.dfc, in, N, false);
+  }
+  comm.all_reduce_sum(din, size_t(N) * fc_.IC);
+}
+
+void DenseMlp::add_flops(double N, bool runs, bool trains, ComponentFlops& f) const {
+  fc_.add_flops(N, runs, trains, f);
+  gate_.add_flops(N, runs, trains, f);
+  proj_.add_flops(N, runs, trains, f);
+}
+
+}  // namespace frugal

@@ -1,0 +1,151 @@
+// The residual branches a TransformerBlock is made of, each a component with one definition of
+// its tensors, activations, forward, backward and FLOPs:
+//   Attention: q|k|v projection (column-parallel), attention under the block's AttentionPattern
+//     over this rank's heads, output projection (row-parallel); in decoding, against a key/value
+//     cache.
+//   FeedForward: the MLP's interface, the place a mixture-of-experts MLP plugs in (its work may
+//     depend on the data; it returns its auxiliary losses through the block); DenseMlp, the GELU
+//     or gated (GEGLU, SwiGLU) MLP: fc (and gate) column-parallel, c_proj row-parallel.
+// A branch maps its input (N, C), the normalised residual stream, to its output (N, C) before
+// dropout; a row-parallel projection's partial sums meet at TensorCollectives::all_reduce_sum,
+// and so do the column-parallel input gradients in the backward.
+#pragma once
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "frugal/core/memory.h"
+#include "frugal/kernels/attention_pattern.h"
+#include "frugal/model/collectives.h"
+#include "frugal/model/flop_count.h"
+#include "frugal/model/linear_format.h"
+#include "frugal/model/param_table.h"
+#include "frugal/model/spec.h"
+
+namespace frugal {
+
+// Hands out aligned pieces of an arena in call order: take(n) returns room for n floats (null when
+// only counting, as the memory estimate does).
+using Take = std::function<float*(double floats)>;
+// Sizes `arena` for what lay_out takes (each piece 64-byte aligned), then runs lay_out again
+// handing out its pieces in order.
+void allocate_layout(Buffer<float>& arena, const std::function<void(const Take&)>& lay_out);
+
+// The linears of a block, in execution order (Qkv, Proj: the attention's; the others the MLP's).
+enum class BlockLinear { Qkv, Proj, Fc, Gate, FcProj };
+inline constexpr int kBlockLinears = 5;
+
+// One linear of a branch: where its weight and bias are (kAbsent: none) and the format it executes
+// with (model/linear_format.h).
+struct LinearSlot {
+  static constexpr size_t kAbsent = ~size_t(0);
+  size_t weight = kAbsent, bias = kAbsent;
+  int OC = 0, IC = 0;  // this rank's shape
+  std::shared_ptr<LinearFormat> format;
+  // The slot of `prefix`.weight / .bias in `table` (OC, IC on this rank).
+  static LinearSlot find(const ParamTable& table, const std::string& prefix, int OC, int IC,
+                         std::shared_ptr<LinearFormat> format);
+  bool present() const { return weight != kAbsent; }
+  // out (N, OC) = inp (N, IC) · Wᵀ (+ b when with_bias)
+  void forward(const float* params, float* out, const float* inp, int N, bool with_bias = true) const;
+  // dinp (N, IC) = (or += when accumulate) dout · W; dW, db += (into grads)
+  void backward(const float* params, float* grads, float* dinp, const float* dout, const float* inp,
+                int N, bool accumulate_dinp) const;
+  // Adds its dense and executed FLOPs over N rows to f (the forward when runs, the backward's
+  // products when trains), scaled by the format's densities.
+  void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const;
+};
+
+// Key/value caches of incremental decoding ((block_size, attn_width) each) and the position of the
+// first row: pos0 == 0 is a prefill (the rows attend among themselves and fill the cache);
+// otherwise one row at pos0 attends to the cached pos0 rows and itself.
+struct KvCache {
+  float *keys, *values;
+  int pos0;
+};
+
+class Attention {
+ public:
+  struct Acts {
+    float *qkv, *att, *lse;  // (N, 3W), (N, W), (B, NH, T)
+  };
+  struct Scratch {
+    float *dqkv, *datt;
+  };
+  // `prefix`attn.c_attn and `prefix`attn.c_proj of block `layer`.
+  static void declare(ModelSpec& spec, const std::string& prefix, int layer);
+  static void lay_out(const LocalSizes& s, double N, const Take& take, Acts& a);
+  static void lay_out_scratch(const LocalSizes& s, double N, const Take& take, Scratch& scratch);
+  static Acts rows(const Acts& all, const LocalSizes& s, size_t row0);
+
+  Attention(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
+            const ParamTable& table, const std::shared_ptr<LinearFormat>& dense);
+  LinearSlot& linear(BlockLinear which) { return which == BlockLinear::Qkv ? qkv_ : proj_; }
+  const LinearSlot& linear(BlockLinear which) const { return which == BlockLinear::Qkv ? qkv_ : proj_; }
+  const kernels::AttentionPattern& pattern() const { return pattern_; }
+  void set_pattern(const kernels::AttentionPattern& p) { pattern_ = p; }
+
+  // out (B·T, C) = the branch of in (B·T, C); `lead`: the rank that adds the projection's bias.
+  void forward(const float* params, const Acts& a, const float* in, float* out, int B, int T,
+               bool lead, TensorCollectives& comm, const KvCache* cache) const;
+  // din (B·T, C) = d loss / d in (overwritten) from dout, d loss / d out; weight gradients +=.
+  void backward(const float* params, float* grads, const Acts& a, const float* in, const float* dout,
+                float* din, const Scratch& s, int B, int T, TensorCollectives& comm) const;
+  void add_flops(int B, int T, bool runs, bool trains, ComponentFlops& f) const;
+
+ private:
+  LocalSizes sizes_;
+  LinearSlot qkv_, proj_;
+  kernels::AttentionPattern pattern_;
+};
+
+// The MLP interface (see the header comment).
+class FeedForward {
+ public:
+  virtual ~FeedForward() = default;
+  struct Acts {
+    float *fc, *gate, *act;  // (N, H) each; gate only when gated
+  };
+  struct Scratch {
+    float *dfc, *dgate, *dact;
+  };
+  virtual void lay_out(double N, const Take& take, Acts& a) const = 0;
+  virtual void lay_out_scratch(double N, const Take& take, Scratch& s) const = 0;
+  virtual Acts rows(const Acts& all, size_t row0) const = 0;
+  // The slot of an MLP linear (Fc, Gate, FcProj; not present when the MLP lacks it).
+  virtual LinearSlot& linear(BlockLinear which) = 0;
+  virtual const LinearSlot& linear(BlockLinear which) const = 0;
+  virtual void forward(const float* params, const Acts& a, const float* in, float* out, int N,
+                       bool lead, TensorCollectives& comm) const = 0;
+  virtual void backward(const float* params, float* grads, const Acts& a, const float* in,
+                        const float* dout, float* din, const Scratch& s, int N,
+                        TensorCollectives& comm) const = 0;
+  virtual void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const = 0;
+};
+
+class DenseMlp final : public FeedForward {
+ public:
+  // `prefix`mlp.c_fc, mlp.c_gate (gated MLPs) and mlp.c_proj of block `layer`.
+  static void declare(ModelSpec& spec, const std::string& prefix, int layer);
+  DenseMlp(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
+           const ParamTable& table, const std::shared_ptr<LinearFormat>& dense);
+  void lay_out(double N, const Take& take, Acts& a) const override;
+  void lay_out_scratch(double N, const Take& take, Scratch& s) const override;
+  Acts rows(const Acts& all, size_t row0) const override;
+  LinearSlot& linear(BlockLinear which) override;
+  const LinearSlot& linear(BlockLinear which) const override;
+  void forward(const float* params, const Acts& a, const float* in, float* out, int N, bool lead,
+               TensorCollectives& comm) const override;
+  void backward(const float* params, float* grads, const Acts& a, const float* in, const float* dout,
+                float* din, const Scratch& s, int N, TensorCollectives& comm) const override;
+  void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const override;
+
+ private:
+  MlpKind kind_;
+  int hidden_;  // this rank's hidden units
+  LinearSlot fc_, gate_, proj_;
+};
+
+}  // namespace frugal
