@@ -62,12 +62,21 @@ void LinearSlot::add_flops(double N, bool runs, bool trains, ComponentFlops& f) 
 
 // ---- Attention ----
 
+namespace {
+// The branches' linears, under a block's prefix (Hugging Face GPT-2 names).
+constexpr const char* kQkv = "attn.c_attn";
+constexpr const char* kAttnProj = "attn.c_proj";
+constexpr const char* kFc = "mlp.c_fc";
+constexpr const char* kGate = "mlp.c_gate";
+constexpr const char* kMlpProj = "mlp.c_proj";
+}  // namespace
+
 void Attention::declare(ModelSpec& spec, const std::string& prefix, int layer) {
   const int64_t C = spec.config().n_embd;
   using F = Features;
-  declare_linear(spec, prefix + "attn.c_attn", layer, 3 * C, C, Parallel::Column, {F::Qkv, F::Residual},
+  declare_linear(spec, prefix + kQkv, layer, 3 * C, C, Parallel::Column, {F::Qkv, F::Residual},
                  Init::Normal, 3);
-  declare_linear(spec, prefix + "attn.c_proj", layer, C, C, Parallel::Row, {F::Residual, F::Residual},
+  declare_linear(spec, prefix + kAttnProj, layer, C, C, Parallel::Row, {F::Residual, F::Residual},
                  Init::ResidualNormal);
 }
 
@@ -90,8 +99,8 @@ Attention::Acts Attention::rows(const Acts& all, const LocalSizes& s, size_t row
 Attention::Attention(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
                      const ParamTable& table, const std::shared_ptr<LinearFormat>& dense)
     : sizes_(sizes),
-      qkv_(LinearSlot::find(table, prefix + "attn.c_attn", 3 * sizes.attn_width, config.n_embd, dense)),
-      proj_(LinearSlot::find(table, prefix + "attn.c_proj", config.n_embd, sizes.attn_width, dense)) {}
+      qkv_(LinearSlot::find(table, prefix + kQkv, 3 * sizes.attn_width, config.n_embd, dense)),
+      proj_(LinearSlot::find(table, prefix + kAttnProj, config.n_embd, sizes.attn_width, dense)) {}
 
 void Attention::forward(const float* params, const Acts& a, const float* in, float* out, int B, int T,
                         bool lead, TensorCollectives& comm, const KvCache* cache) const {
@@ -150,10 +159,10 @@ void DenseMlp::declare(ModelSpec& spec, const std::string& prefix, int layer) {
   const ModelConfig& c = spec.config();
   const int64_t C = c.n_embd, H = c.ffn_hidden();
   using F = Features;
-  declare_linear(spec, prefix + "mlp.c_fc", layer, H, C, Parallel::Column, {F::Hidden, F::Residual});
+  declare_linear(spec, prefix + kFc, layer, H, C, Parallel::Column, {F::Hidden, F::Residual});
   if (c.gated())
-    declare_linear(spec, prefix + "mlp.c_gate", layer, H, C, Parallel::Column, {F::Hidden, F::Residual});
-  declare_linear(spec, prefix + "mlp.c_proj", layer, C, H, Parallel::Row, {F::Residual, F::Hidden},
+    declare_linear(spec, prefix + kGate, layer, H, C, Parallel::Column, {F::Hidden, F::Residual});
+  declare_linear(spec, prefix + kMlpProj, layer, C, H, Parallel::Row, {F::Residual, F::Hidden},
                  Init::ResidualNormal);
 }
 
@@ -161,9 +170,9 @@ DenseMlp::DenseMlp(const ModelConfig& config, const LocalSizes& sizes, const std
                    const ParamTable& table, const std::shared_ptr<LinearFormat>& dense)
     : kind_(config.mlp),
       hidden_(sizes.ffn_hidden),
-      fc_(LinearSlot::find(table, prefix + "mlp.c_fc", sizes.ffn_hidden, config.n_embd, dense)),
-      gate_(LinearSlot::find(table, prefix + "mlp.c_gate", sizes.ffn_hidden, config.n_embd, dense)),
-      proj_(LinearSlot::find(table, prefix + "mlp.c_proj", config.n_embd, sizes.ffn_hidden, dense)) {}
+      fc_(LinearSlot::find(table, prefix + kFc, sizes.ffn_hidden, config.n_embd, dense)),
+      gate_(LinearSlot::find(table, prefix + kGate, sizes.ffn_hidden, config.n_embd, dense)),
+      proj_(LinearSlot::find(table, prefix + kMlpProj, config.n_embd, sizes.ffn_hidden, dense)) {}
 
 void DenseMlp::lay_out(double N, const Take& take, Acts& a) const {
   a.fc = take(N * hidden_);
