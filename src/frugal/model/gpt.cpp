@@ -276,7 +276,7 @@ void GPT::block_forward(int l, uint64_t dropout_key, int b0, int nb) {
   const BlockActs a = blocks_[l].rows(cur().acts[l], row0);
   const size_t first = row0 * config_.n_embd;  // of the dropout masks
   blocks_[l].forward(params_.data(), a, block_input(l) + first, scratch_.branch + first, nb, T_,
-                     {cur().dropout_p, dropout_key, first}, *comm_);
+                     {cur().dropout_p, dropout_key, first}, comm_);
 }
 
 float GPT::forward_range(const RangeInput& in, const int32_t* targets, float grad_scale,
@@ -370,7 +370,7 @@ void GPT::backward_range(const float* doutput) {
     // The bottom trainable block need not pass a gradient further down unless embeddings train.
     const bool need_dinp = l > frozen_ || frozen_ == 0;  // (a later stage's l > frozen_ too)
     blocks_[l].backward(params_.data(), grads_.data(), s.acts[l], block_input(l), dres_, scratch_, B, T,
-                        {config_.dropout, s.dropout_key, 0}, need_dinp, *comm_);
+                        {config_.dropout, s.dropout_key, 0}, need_dinp, comm_);
     if (grad_ready_) grad_ready_(table_.layer_range(l).first);
   }
   if (stage_.embeddings && frozen_ == 0) {

@@ -243,8 +243,7 @@ class GPT {
   TokenEmbedding embedding_;
   std::vector<TransformerBlock> blocks_;  // all n_layer; those outside range_ hold no tensors
   std::unique_ptr<CausalLmHead> objective_;
-  SoloCollectives solo_;
-  TensorCollectives* comm_ = &solo_;
+  SoloCollectives comm_;  // one process: a tensor-parallel group of one
   std::vector<uint64_t> format_changed_at_;  // per block: the format_changes_ of its last change
   uint64_t format_changes_ = 0;
   LossTerms loss_terms_;
