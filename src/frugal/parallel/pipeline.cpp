@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "frugal/core/error.h"
 #include "frugal/core/memory.h"
@@ -16,7 +17,7 @@
 namespace frugal::parallel {
 namespace {
 
-constexpr int kActivationTag = 0, kGradientTag = 1, kTiedTag = 2;
+constexpr int kActivationTag = 0, kGradientTag = 1, kTiedTag = 2, kMoveTag = 3;
 
 nlohmann::json costs_to_json(const UnitCosts& c) {
   return {{"embeddings", {c.embeddings_forward, c.embeddings_backward}},
@@ -72,6 +73,7 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
   }
   dp_settings_.train.grad_accum = M / N;  // only used once the pipeline is one stage long
   base_ = world.new_communicator();
+  held_.assign(N, BlockRange::whole(session.model().config()));
   layout_.stages = K;
   layout_.replicas = N / K;
   name_ = fmt::format("pipeline of {}, {}", describe_shape(K, N / K), gpipe_ ? "GPipe" : "1F1B");
@@ -84,17 +86,66 @@ PipelineStep::~PipelineStep() {
   free_communicator(base_);
 }
 
-std::pair<size_t, size_t> PipelineStep::slice(int k) const {
+std::pair<size_t, size_t> PipelineStep::slice() const {
   const GPT& model = session_.model();
-  const ParamTable& table = model.table();
-  const int K = layout_.stages;
-  const size_t lo = k == 0 ? 0 : table.layer_range(layout_.bounds[k]).first;
-  const size_t hi = k == K - 1 ? model.num_floats() : table.layer_range(layout_.bounds[k + 1]).first;
-  return {lo, hi};
+  const int k = stage();
+  return {k == 0 ? 0 : model.table().layer_range(layout_.bounds[k]).first, model.num_floats()};
+}
+
+std::vector<BlockRange> PipelineStep::ranges(const PipelineLayout& layout) const {
+  const int K = layout.stages;
+  std::vector<BlockRange> out;
+  for (int rank = 0; rank < world_.size(); ++rank) {
+    const int k = rank % K;
+    out.push_back({layout.bounds[k], layout.bounds[k + 1], k == 0, k == K - 1});
+  }
+  return out;
+}
+
+void PipelineStep::hold(const std::vector<BlockRange>& next) {
+  if (held_ == next) return;
+  const int me = world_.rank(), L = session_.model().config().n_layer;
+  const std::vector<TensorMove> moves = tensor_moves(session_.model().config(), held_, next);
+  const BlockRange now = held_[me];
+  const bool moments = session_.optim().steps_taken() > 0;  // the same on every rank
+  // Between steps the gradients are spent: their memory goes before the new session takes its own.
+  release_pages(session_.model().grads(), sizeof(float) * session_.model().num_floats());
+  session_.repartition(next[me], [&](const NamedTensors& from, const NamedTensors& to) {
+    // The tensors other ranks own: received from their owner; those this rank owns: sent to
+    // whoever holds them next.
+    std::vector<MPI_Request> requests;
+    for (const TensorMove& move : moves) {
+      if (move.from != me && move.to != me) continue;
+      const bool sending = move.from == me;
+      const NamedTensors& tensors = sending ? from : to;
+      std::vector<std::span<float>> parts{tensors.param(move.name)};
+      if (move.moments && moments) parts.insert(parts.end(), {tensors.m(move.name), tensors.v(move.name)});
+      for (const std::span<float> part : parts) {
+        MPI_Request& request = requests.emplace_back();
+        if (sending)
+          MPI_Isend(part.data(), static_cast<int>(part.size()), MPI_FLOAT, move.to, kMoveTag, base_, &request);
+        else
+          MPI_Irecv(part.data(), static_cast<int>(part.size()), MPI_FLOAT, move.from, kMoveTag, base_, &request);
+      }
+    }
+    for (MPI_Request& request : requests) world_.wait(request, "moving blocks between the pipeline's ranks");
+    // What this rank keeps, one tensor at a time, each returned to the operating system once
+    // copied: the old and the new session together take little more than the larger of them.
+    for (const ParamInfo& e : to.table().entries()) {
+      if (!owns(now, e, L)) continue;
+      for (auto get : {&NamedTensors::param, &NamedTensors::m, &NamedTensors::v}) {
+        const std::span<float> src = (from.*get)(e.name);
+        if (get == &NamedTensors::param || owns(next[me], e, L)) std::ranges::copy(src, (to.*get)(e.name).begin());
+        release_pages(src.data(), src.size_bytes());
+      }
+    }
+  });
+  held_ = next;
 }
 
 UnitCosts PipelineStep::measure_costs() {
   GPT& model = session_.model();
+  const BlockRange held = model.range();
   const int B = settings_.train.batch_size, T = settings_.train.seq_len, C = model.config().n_embd;
   const int L = model.config().n_layer;
   const size_t N = size_t(B) * T;
@@ -123,36 +174,47 @@ UnitCosts PipelineStep::measure_costs() {
     }
     return std::pair{forward, backward};
   };
-  UnitCosts c;
-  c.block_forward.resize(L);
-  c.block_backward.resize(L);
-  for (int l = 0; l < L; ++l) std::tie(c.block_forward[l], c.block_backward[l]) = time_stage({l, l + 1, false, false});
-  const auto [ef, eb] = time_stage({0, 1, true, false});
-  const auto [hf, hb] = time_stage({L - 1, L, false, true});
-  c.embeddings_forward = std::max(0.0, ef - c.block_forward[0]);
-  c.embeddings_backward = std::max(0.0, eb - c.block_backward[0]);
-  c.head_forward = std::max(0.0, hf - c.block_forward[L - 1]);
-  c.head_backward = std::max(0.0, hb - c.block_backward[L - 1]);
+  // Units: 0 the embeddings, 1 + l block l, L + 1 the head; per unit the forward and backward
+  // seconds of this rank and whether it timed the unit (the blocks it holds).
+  const int units = L + 2;
+  std::vector<double> v(3 * units, 0.0);
+  auto timed = [&](int unit, std::pair<double, double> seconds) {
+    std::tie(v[unit], v[units + unit]) = seconds;
+    v[2 * units + unit] = 1;
+  };
+  for (int l = held.begin; l < held.end; ++l) timed(1 + l, time_stage({l, l + 1, false, false}));
+  if (held.embeddings) {
+    const auto [f, b] = time_stage({0, 1, true, false});
+    timed(0, {std::max(0.0, f - v[1]), std::max(0.0, b - v[units + 1])});
+  }
+  if (held.head) {
+    const auto [f, b] = time_stage({L - 1, L, false, true});
+    timed(L + 1, {std::max(0.0, f - v[L]), std::max(0.0, b - v[units + L])});
+  }
   model.set_frozen_prefix(frozen);
   std::memset(model.grads(), 0, sizeof(float) * model.num_floats());
   model.plan(B, T, recompute);
-  // The mean over the ranks, so that every rank decides the same layout.
-  std::vector<double> all{c.embeddings_forward, c.embeddings_backward, c.head_forward, c.head_backward};
-  all.insert(all.end(), c.block_forward.begin(), c.block_forward.end());
-  all.insert(all.end(), c.block_backward.begin(), c.block_backward.end());
-  all = world_.sum(all);
-  for (double& v : all) v /= world_.size();
-  c.embeddings_forward = all[0];
-  c.embeddings_backward = all[1];
-  c.head_forward = all[2];
-  c.head_backward = all[3];
-  std::copy(all.begin() + 4, all.begin() + 4 + L, c.block_forward.begin());
-  std::copy(all.begin() + 4 + L, all.end(), c.block_backward.begin());
+  // The mean over the ranks that timed each unit, so that every rank decides the same layout.
+  v = world_.sum(v);
+  UnitCosts c;
+  auto mean = [&](int unit, int phase) {
+    FRUGAL_CHECK(v[2 * units + unit] > 0, "internal: no rank timed pipeline unit {}", unit);
+    return v[phase * units + unit] / v[2 * units + unit];
+  };
+  c.embeddings_forward = mean(0, 0);
+  c.embeddings_backward = mean(0, 1);
+  for (int l = 0; l < L; ++l) {
+    c.block_forward.push_back(mean(1 + l, 0));
+    c.block_backward.push_back(mean(1 + l, 1));
+  }
+  c.head_forward = mean(L + 1, 0);
+  c.head_backward = mean(L + 1, 1);
   return c;
 }
 
 void PipelineStep::apply(const PipelineLayout& layout) {
-  GPT& model = session_.model();
+  const ModelConfig config = session_.model().config();
+  const std::vector<bool> recompute = session_.model().recompute();
   const TrainSettings& t = settings_.train;
   layout_ = layout;
   applied_ = true;
@@ -160,7 +222,8 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   free_communicator(pipe_);
   free_communicator(replicas_);
   if (layout.stages == 1) {  // data parallelism: the DataParallelStep runs the steps
-    model.plan(t.batch_size, t.seq_len, model.recompute());
+    hold(ranges(layout));
+    session_.model().plan(t.batch_size, t.seq_len, recompute);
     dp_ = std::make_unique<DataParallelStep>(session_, methods_, dp_settings_, world_);
     dp_->set_num_samples(num_samples_);
     return;
@@ -171,17 +234,18 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   per_replica_ = t.grad_accum / layout.replicas;
   slots_ = gpipe_ ? per_replica_ : std::min(K - k, per_replica_);
   // The stage's memory with its micro-batches in flight (the trainer checked one of the whole model).
-  const BlockRange stage_range{layout.bounds[k], layout.bounds[k + 1], k == 0, k == K - 1};
-  const MemoryPlan plan = GPT::estimate_memory(model.config(), t.batch_size, t.seq_len, model.recompute(),
-                                               model.range(), stage_range, slots_);
-  const size_t optimizer = session_.optim().state_bytes();
+  const BlockRange stage_range = ranges(layout)[world_.rank()];
+  const MemoryPlan plan = GPT::estimate_memory(config, t.batch_size, t.seq_len, recompute, stage_range,
+                                               stage_range, slots_);
+  const size_t optimizer = 2 * plan.parameters;  // AdamW's m and v
   const double needed = double(optimizer) + plan.parameters + plan.gradients + plan.activations + plan.scratch;
   FRUGAL_CHECK(needed <= double(available_memory_bytes()), "pipeline stage {} (blocks [{}, {}), {} micro-batches "
                "in flight) needs more memory than the machine has available: {}; use parallel.schedule = "
                "\"1f1b\" (at most K micro-batches in flight), fewer micro-batches (train.grad_accum) or "
                "train.recompute = \"all\"", k, stage_range.begin, stage_range.end, slots_, plan.describe(optimizer));
   stage_activation_bytes_ = plan.activations;
-  const size_t floats = size_t(t.batch_size) * t.seq_len * model.config().n_embd;
+  hold(ranges(layout));
+  const size_t floats = size_t(t.batch_size) * t.seq_len * config.n_embd;
   act_in_.assign(floats, 0.0f);
   grad_in_.assign(floats, 0.0f);
   act_out_.assign(slots_, std::vector<float>(floats));
@@ -192,14 +256,17 @@ void PipelineStep::apply(const PipelineLayout& layout) {
 }
 
 StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
-  GPT& model = session_.model();
   if (!applied_) {
     if (!measured_) {
+      // Each rank times the units of its stage in an even cut of the blocks.
+      const int K = settings_.parallel.pipeline_stages, L = session_.model().config().n_layer;
+      PipelineLayout even{K, world_.size() / K, {}};
+      for (int k = 0; k <= K; ++k) even.bounds.push_back(k * L / K);
+      hold(ranges(even));
       costs_ = measure_costs();
       measured_ = true;
-      const int frozen = model.frozen_prefix();
-      const int K = settings_.parallel.pipeline_stages;
-      limit_ = can_partition(model.config().n_layer, frozen, K)
+      const int frozen = session_.model().frozen_prefix();
+      limit_ = can_partition(L, frozen, K)
                    ? slowest_stage(costs_, frozen, balance_stages(costs_, frozen, K))
                    : 0;
       layout_frozen_ = frozen;
@@ -214,6 +281,7 @@ StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohma
       apply(layout_);
     }
   }
+  hold(ranges(layout_));  // back to the stage after a synchronize()
   if (dp_) {
     const StepResult r = dp_->run(step, next_batch, record);
     if (record) {
@@ -344,7 +412,8 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
 
   // A tied head: the last stage's gradient of the token embedding (its head part) joins the first's.
   const bool tied = model.config().tied_head && model.frozen_prefix() == 0;
-  const auto [wte_begin, wte_end] = model.token_embedding_range();
+  const bool holds_wte = tied && (k == 0 || k == K - 1);  // the first stage's and the last's copy
+  const auto [wte_begin, wte_end] = holds_wte ? model.token_embedding_range() : std::pair<size_t, size_t>{0, 0};
   if (tied) {
     MPI_Request request;
     if (k == K - 1) {
@@ -359,7 +428,7 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
     }
   }
   const size_t begin = model.trainable_begin();
-  const auto [slice_begin, hi] = slice(k);
+  const auto [slice_begin, hi] = slice();
   const size_t lo = std::max(begin, slice_begin);
   if (D > 1 && lo < hi) {  // the stage's replicas sum their gradients
     MPI_Request request;
@@ -396,7 +465,6 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
   if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm, hi);
   methods_.fire(Event::BeforeOptimStep, ctx);
   optim.update(model.params(), model.grads(), lo, r.lr, hi);
-  stale_ = true;
   if (tied) {  // the head on the last stage reads the token embedding the first stage updated
     MPI_Request request;
     if (k == 0)
@@ -428,22 +496,7 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
 }
 
 void PipelineStep::synchronize() {
-  if (!stale_ || dp_) return;
-  stale_ = false;
-  // Every stage's slice of the weights and both moments, from its owner to the replica's ranks.
-  const int K = layout_.stages;
-  std::vector<int> counts(K), displs(K);
-  for (int s = 0; s < K; ++s) {
-    const auto [lo, hi] = slice(s);
-    counts[s] = static_cast<int>(hi - lo);
-    displs[s] = static_cast<int>(lo);
-  }
-  AdamW& optim = session_.optim();
-  for (float* buffer : {session_.model().params(), optim.m(), optim.v()}) {
-    MPI_Request request;
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buffer, counts.data(), displs.data(), MPI_FLOAT, pipe_, &request);
-    world_.wait(request, "gathering the stages' weights and optimizer state");
-  }
+  hold(std::vector<BlockRange>(world_.size(), BlockRange::whole(session_.model().config())));
 }
 
 void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
@@ -451,9 +504,8 @@ void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
   const int frozen = model.frozen_prefix();
   Timer timer;
   const PipelineLayout before = layout_;
-  // AutoDP's transfer: every rank gets the weights and AdamW's moments from their owners; the
-  // step, learning rate, frozen prefix and AdamW's step count are already the same everywhere.
-  synchronize();
+  // The blocks move to their new owners with their moments (apply); the step, learning rate,
+  // frozen prefix and AdamW's step count are already the same everywhere.
   const std::vector<double> mine{double(step + 1), session_.lr(step + 1), double(frozen),
                                  double(session_.optim().steps_taken())};
   std::vector<double> all(mine.size() * world_.size());

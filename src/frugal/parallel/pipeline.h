@@ -10,11 +10,13 @@
 // an untied head (a tied head's token-embedding gradient, added from the last stage into the
 // first, sums in another order).
 //
-// Every rank keeps the whole model's weights and AdamW moments but computes, reduces and updates
-// only its stage's slice of the flat buffer; synchronize() (before evaluation, checkpoints and
-// samples) and a re-partition gather the slices from their owners. The step count, learning
-// rate, frozen prefix and loader position advance identically on every rank (each runs the same
-// loop and draws every micro-batch), and are checked at a re-partition.
+// Each rank's session holds only its stage's blocks (weights, gradients and AdamW moments; a last
+// stage also a tied head's token embedding, which the first stage owns and sends it after each
+// update). A re-partition moves the blocks that change owner, with their moments, between the
+// ranks (tensor_moves, partition.h); synchronize() (before evaluation, checkpoints and samples)
+// gives every rank the whole model the same way, and the next step goes back to the stage. The
+// step count, learning rate, frozen prefix and loader position advance identically on every rank
+// (each runs the same loop and draws every micro-batch), and are checked at a re-partition.
 //
 // When a method freezes blocks (the Reconfigure safe point), the stages are re-balanced and,
 // with parallel.elastic, the pipeline is halved while its slowest stage stays no slower than at
@@ -54,11 +56,18 @@ class PipelineStep final : public StepStrategy {
   };
   int stage() const { return world_.rank() % layout_.stages; }
   int replica() const { return world_.rank() / layout_.stages; }
-  // [lo, hi) of the flat buffer that stage k owns.
-  std::pair<size_t, size_t> slice(int k) const;
-  // Measures the unit costs on this rank and averages them over the ranks (every rank the same).
+  // [lo, hi) of this rank's flat buffer that its stage updates.
+  std::pair<size_t, size_t> slice() const;
+  // The unit costs of one micro-batch, each unit timed by the ranks that hold it and averaged
+  // (every rank gets the same).
   UnitCosts measure_costs();
-  // Makes `layout` current: communicators, the stage's activation plan, DataParallelStep for one stage.
+  // The block range each rank holds under `layout` (the whole model when it has one stage).
+  std::vector<BlockRange> ranges(const PipelineLayout& layout) const;
+  // Rebuilds this rank's session around next[rank], the blocks that change owner moving between
+  // the ranks with their weights and moments. Every rank calls it with the same `next`.
+  void hold(const std::vector<BlockRange>& next);
+  // Makes `layout` current: the ranks' blocks, communicators, the stage's activation plan,
+  // DataParallelStep for one stage.
   void apply(const PipelineLayout& layout);
   // After a Reconfigure that moved the frozen prefix: AutoPipe + AutoDP.
   void repartition(int64_t step, nlohmann::json* record);
@@ -79,7 +88,7 @@ class PipelineStep final : public StepStrategy {
   PipelineLayout layout_;
   UnitCosts costs_;
   bool measured_ = false, applied_ = false;
-  bool stale_ = false;       // stages updated their slices since the last synchronize()
+  std::vector<BlockRange> held_;  // what each rank's session holds
   std::string status_;       // for the progress line
   double limit_ = 0;         // the slowest stage of the starting layout (seconds per micro-batch)
   int layout_frozen_ = 0;    // the frozen prefix the layout was made for
