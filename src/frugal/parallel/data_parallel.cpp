@@ -29,7 +29,8 @@ std::vector<size_t> shard_bounds_of(size_t total, int ranks) {
 DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
                                    MpiWorld& world)
     : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero),
-      comm_(world.new_communicator()) {
+      base_(world.new_communicator()),
+      mesh_(std::make_unique<MpiMesh>(MeshShape::data_pipeline(world.size(), 1), base_)) {
   for (const auto& method : methods.methods()) {
     FRUGAL_CHECK(zero_ < 2 || !method->capabilities().reads_all_gradients, "methods.{} reads every "
                  "block's gradients, which parallel.zero = 2 leaves reduced on the rank that owns "
@@ -39,7 +40,7 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
                  "mpirun)", method->name());
   }
   shards_ = shard_bounds_of(session.model().num_floats(), world.size());
-  if (zero_ >= 1) session.shard_optimizer(shards_[world.rank()], shards_[world.rank() + 1]);
+  if (zero_ >= 1) session.shard_optimizer(shards_[replica()], shards_[replica() + 1]);
   // ZeRO-2 releases the other shards' gradient pages every step (GradientReducer) and takes them
   // again in the next backward: in huge pages, that costs 512 times fewer page faults.
   if (zero_ == 2) prefer_huge_pages(session.model().grads(), sizeof(float) * session.model().num_floats());
@@ -47,7 +48,10 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
   reducer_ = std::make_unique<GradientReducer>(world, bucket_floats);
 }
 
-DataParallelStep::~DataParallelStep() { MPI_Comm_free(&comm_); }
+DataParallelStep::~DataParallelStep() {
+  mesh_.reset();
+  MPI_Comm_free(&base_);
+}
 
 const char* DataParallelStep::name() const {
   static const char* names[] = {"data-parallel", "data-parallel, ZeRO-1", "data-parallel, ZeRO-2"};
@@ -56,14 +60,14 @@ const char* DataParallelStep::name() const {
 
 size_t DataParallelStep::resident_gradient_bytes() const {
   if (zero_ < 2) return StepStrategy::resident_gradient_bytes();
-  return (shards_[world_.rank() + 1] - shards_[world_.rank()]) * sizeof(float);
+  return (shards_[replica() + 1] - shards_[replica()]) * sizeof(float);
 }
 
 StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
-  const int A = settings_.train.grad_accum, N = world_.size(), rank = world_.rank();
+  const int A = settings_.train.grad_accum, N = world_.size(), rank = replica();
   const int count = N * A;  // micro-batches in the step, over all ranks
   TrainContext ctx = context(step, record);
-  ctx.allgather_replicas = world_.allgather_over(comm_);
+  ctx.allgather_replicas = world_.allgather_over(replicas());
   ctx.replicas = N;
   methods_.fire(Event::BatchStart, ctx);
   GPT& model = session_.model();  // the same until the Reconfigure in end_step
@@ -129,7 +133,7 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
   Timer update_timer;
   if (zero_ == 2) {
     const size_t lo = std::max(begin, shards_[rank]), hi = shards_[rank + 1];
-    r.grad_norm = chained_grad_norm(world_, comm_, model.grads(), lo, hi);
+    r.grad_norm = chained_grad_norm(world_, replicas(), model.grads(), lo, hi);
     if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm, hi);
   } else {
     r.grad_norm = optim.clip(model.grads(), begin);
@@ -157,9 +161,9 @@ void DataParallelStep::add_embedding_grads(GPT& model) {
   all_rows_.resize(rows * C * N);
   MPI_Request requests[2];
   MPI_Iallgather(model.tokens(), static_cast<int>(rows), MPI_INT32_T, all_tokens_.data(), static_cast<int>(rows),
-                 MPI_INT32_T, comm_, &requests[0]);
+                 MPI_INT32_T, replicas(), &requests[0]);
   MPI_Iallgather(model.embedding_output_grad(), static_cast<int>(rows * C), MPI_FLOAT, all_rows_.data(),
-                 static_cast<int>(rows * C), MPI_FLOAT, comm_, &requests[1]);
+                 static_cast<int>(rows * C), MPI_FLOAT, replicas(), &requests[1]);
   for (MPI_Request& request : requests) world_.wait(request, "the all-gather of the embedding gradients");
   // Every rank's rows, in rank order, into the reduced token-embedding gradient.
   kernels::encoder_backward(model.grads() + model.token_embedding_range().first, nullptr, all_rows_.data(),
@@ -176,7 +180,7 @@ void DataParallelStep::allgather_params(float* params, size_t begin) {
   }
   MPI_Request request;
   MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, params + begin, counts.data(), displs.data(), MPI_FLOAT,
-                  comm_, &request);
+                  replicas(), &request);
   world_.wait(request, "the all-gather of the updated parameters");
 }
 

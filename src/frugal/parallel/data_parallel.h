@@ -1,5 +1,5 @@
 // Data parallelism as a step strategy (train/step.h), applied to the model from outside: each of
-// the N ranks holds the whole model and runs train.grad_accum micro-batches of every optimizer
+// the N ranks (a mesh of data N, mesh.h) holds the whole model and runs train.grad_accum micro-batches of every optimizer
 // step, a disjoint slice of the global batch of N × grad_accum micro-batches (rank r takes
 // micro-batches r·A .. r·A + A − 1 of the order one process would draw them in, with the same
 // dropout keys), so N ranks compute what one process computes with N × grad_accum micro-batches.
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "frugal/parallel/gradient_reducer.h"
+#include "frugal/parallel/mpi_mesh.h"
 #include "frugal/parallel/mpi_world.h"
 #include "frugal/train/step.h"
 
@@ -40,10 +41,13 @@ class DataParallelStep final : public StepStrategy {
   void add_embedding_grads(GPT& model);
   // Gathers every rank's updated shard of params[begin, total) onto every rank.
   void allgather_params(float* params, size_t begin);
+  int replica() const { return mesh_->coordinate(Dim::Data); }
+  MPI_Comm replicas() const { return mesh_->group(Dim::Data); }  // the norm chain and the all-gathers
 
   MpiWorld& world_;
   int zero_;
-  MPI_Comm comm_;  // the norm chain and the parameter all-gather
+  MPI_Comm base_;
+  std::unique_ptr<MpiMesh> mesh_;  // data N over base_
   std::vector<size_t> shards_;
   std::unique_ptr<GradientReducer> reducer_;
   std::vector<int32_t> all_tokens_;  // add_embedding_grads: every rank's (B,T) tokens

@@ -37,11 +37,6 @@ UnitCosts costs_from_json(const nlohmann::json& j) {
   return c;
 }
 
-void free_communicator(MPI_Comm& comm) {
-  if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
-  comm = MPI_COMM_NULL;
-}
-
 }  // namespace
 
 PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world)
@@ -76,14 +71,14 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
   held_.assign(N, BlockRange::whole(session.model().config()));
   layout_.stages = K;
   layout_.replicas = N / K;
+  mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(N / K, K), base_);
   name_ = fmt::format("pipeline of {}, {}", describe_shape(K, N / K), gpipe_ ? "GPipe" : "1F1B");
 }
 
 PipelineStep::~PipelineStep() {
   dp_.reset();
-  free_communicator(pipe_);
-  free_communicator(replicas_);
-  free_communicator(base_);
+  mesh_.reset();
+  MPI_Comm_free(&base_);
 }
 
 std::pair<size_t, size_t> PipelineStep::slice() const {
@@ -94,9 +89,10 @@ std::pair<size_t, size_t> PipelineStep::slice() const {
 
 std::vector<BlockRange> PipelineStep::ranges(const PipelineLayout& layout) const {
   const int K = layout.stages;
+  const MeshShape shape = MeshShape::data_pipeline(layout.replicas, K);
   std::vector<BlockRange> out;
   for (int rank = 0; rank < world_.size(); ++rank) {
-    const int k = rank % K;
+    const int k = coordinate(shape.coordinates(rank), Dim::Pipeline);
     out.push_back({layout.bounds[k], layout.bounds[k + 1], k == 0, k == K - 1});
   }
   return out;
@@ -219,8 +215,8 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   layout_ = layout;
   applied_ = true;
   name_ = fmt::format("pipeline of {}, {}", layout.describe(), gpipe_ ? "GPipe" : "1F1B");
-  free_communicator(pipe_);
-  free_communicator(replicas_);
+  mesh_.reset();  // before the new one: MPI_Comm_free is collective like the split
+  mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(layout.replicas, layout.stages), base_);
   if (layout.stages == 1) {  // data parallelism: the DataParallelStep runs the steps
     hold(ranges(layout));
     session_.model().plan(t.batch_size, t.seq_len, recompute);
@@ -228,8 +224,6 @@ void PipelineStep::apply(const PipelineLayout& layout) {
     dp_->set_num_samples(num_samples_);
     return;
   }
-  MPI_Comm_split(base_, replica(), stage(), &pipe_);
-  MPI_Comm_split(base_, stage(), replica(), &replicas_);
   const int K = layout.stages, k = stage();
   per_replica_ = t.grad_accum / layout.replicas;
   slots_ = gpipe_ ? per_replica_ : std::min(K - k, per_replica_);
@@ -349,12 +343,12 @@ void PipelineStep::backward(TrainContext& ctx, int micro) {
 void PipelineStep::send(std::vector<float>& buffer, MPI_Request& request, const float* data, int to, int tag) {
   if (request != MPI_REQUEST_NULL) world_.wait(request, "a pipeline send to the next stage");
   std::memcpy(buffer.data(), data, sizeof(float) * buffer.size());
-  MPI_Isend(buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT, to, tag, pipe_, &request);
+  MPI_Isend(buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT, to, tag, pipe(), &request);
 }
 
 void PipelineStep::receive(float* out, int from, int tag, const std::string& what) {
   MPI_Request request;
-  MPI_Irecv(out, static_cast<int>(act_in_.size()), MPI_FLOAT, from, tag, pipe_, &request);
+  MPI_Irecv(out, static_cast<int>(act_in_.size()), MPI_FLOAT, from, tag, pipe(), &request);
   world_.wait(request, what);
 }
 
@@ -370,7 +364,7 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
   const int k = stage(), d = replica(), Mr = per_replica_;
   TrainContext ctx = context(step, record);
   if (k == 0 && D > 1) {  // the micro-batch events fire on the first stages, the replicas in lockstep
-    ctx.allgather_replicas = world_.allgather_over(replicas_);
+    ctx.allgather_replicas = world_.allgather_over(replicas());
     ctx.replicas = D;
   }
   methods_.fire(Event::BatchStart, ctx);
@@ -417,11 +411,11 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
   if (tied) {
     MPI_Request request;
     if (k == K - 1) {
-      MPI_Isend(model.grads() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe_, &request);
+      MPI_Isend(model.grads() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe(), &request);
       world_.wait(request, "the head's token-embedding gradient");
     } else if (k == 0) {
       head_grad_.resize(wte_end - wte_begin);
-      MPI_Irecv(head_grad_.data(), static_cast<int>(head_grad_.size()), MPI_FLOAT, K - 1, kTiedTag, pipe_, &request);
+      MPI_Irecv(head_grad_.data(), static_cast<int>(head_grad_.size()), MPI_FLOAT, K - 1, kTiedTag, pipe(), &request);
       world_.wait(request, "the head's token-embedding gradient");
       float* g = model.grads() + wte_begin;
       for (size_t i = 0; i < head_grad_.size(); ++i) g[i] += head_grad_[i];
@@ -432,7 +426,7 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
   const size_t lo = std::max(begin, slice_begin);
   if (D > 1 && lo < hi) {  // the stage's replicas sum their gradients
     MPI_Request request;
-    MPI_Iallreduce(MPI_IN_PLACE, model.grads() + lo, static_cast<int>(hi - lo), MPI_FLOAT, MPI_SUM, replicas_, &request);
+    MPI_Iallreduce(MPI_IN_PLACE, model.grads() + lo, static_cast<int>(hi - lo), MPI_FLOAT, MPI_SUM, replicas(), &request);
     world_.wait(request, "the all-reduce of a stage's gradients over its replicas");
   }
 
@@ -448,8 +442,9 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
                              r.dense.backward_weight, r.dense.optimizer};
     std::copy(flops, flops + 8, v.begin() + M);
   }
-  v[M + 8 + world_.rank()] = busy_;
-  v[M + 8 + N + world_.rank()] = schedule_seconds;
+  const int me = world_.rank();
+  v[M + 8 + me] = busy_;
+  v[M + 8 + N + me] = schedule_seconds;
   v = world_.sum(v);
   r.loss = 0;
   for (int i = 0; i < M; ++i) r.loss += v[i];
@@ -460,7 +455,7 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
   methods_.fire(Event::AfterGradReduce, ctx);
 
   AdamW& optim = session_.optim();
-  r.grad_norm = ctx.grad_norm = chained_grad_norm(world_, pipe_, model.grads(), lo, hi);
+  r.grad_norm = ctx.grad_norm = chained_grad_norm(world_, pipe(), model.grads(), lo, hi);
   check_finite("gradient norm", r.grad_norm, step);
   if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm, hi);
   methods_.fire(Event::BeforeOptimStep, ctx);
@@ -468,9 +463,9 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
   if (tied) {  // the head on the last stage reads the token embedding the first stage updated
     MPI_Request request;
     if (k == 0)
-      MPI_Isend(model.params() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, K - 1, kTiedTag, pipe_, &request);
+      MPI_Isend(model.params() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, K - 1, kTiedTag, pipe(), &request);
     else if (k == K - 1)
-      MPI_Irecv(model.params() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe_, &request);
+      MPI_Irecv(model.params() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe(), &request);
     if (k == 0 || k == K - 1) world_.wait(request, "the updated token embedding");
   }
   if (record) {
@@ -478,8 +473,9 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
     std::vector<double> busy(K), bubble(K);
     double mean_bubble = 0;
     for (int s = 0; s < K; ++s) {
-      busy[s] = v[M + 8 + s];
-      bubble[s] = 1.0 - busy[s] / std::max(1e-12, v[M + 8 + N + s]);
+      const int rank = mesh_->shape().rank_of({0, s, 0, 0});
+      busy[s] = v[M + 8 + rank];
+      bubble[s] = 1.0 - busy[s] / std::max(1e-12, v[M + 8 + N + rank]);
       mean_bubble += bubble[s] / K;
     }
     (*record)["pipeline"] = {{"stages", K}, {"replicas", D}, {"bounds", layout_.bounds},

@@ -1,6 +1,7 @@
 // Pipeline parallelism with PipeTransformer's elastic pipelining, as a step strategy (train/step.h)
 // applied to the model from outside. The ranks form `replicas` (D) data-parallel copies of a
-// pipeline of K stages (parallel.pipeline_stages; rank = d·K + k). Stage k runs blocks
+// pipeline of K stages (parallel.pipeline_stages): a mesh of data D × pipeline K (mesh.h; rank
+// d·K + k is stage k of replica d). Stage k runs blocks
 // [bounds[k], bounds[k + 1]) of the model (the first stage with the embeddings and the frozen
 // prefix, the last with ln_f, the head and the loss), chosen by AutoPipe from measured unit costs
 // (partition.h). The step's train.grad_accum = M micro-batches (over all ranks: the global batch
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "frugal/parallel/data_parallel.h"
+#include "frugal/parallel/mpi_mesh.h"
 #include "frugal/parallel/mpi_world.h"
 #include "frugal/parallel/partition.h"
 #include "frugal/train/step.h"
@@ -54,8 +56,10 @@ class PipelineStep final : public StepStrategy {
     std::vector<int32_t> inputs, targets;
     std::vector<int64_t> ids;
   };
-  int stage() const { return world_.rank() % layout_.stages; }
-  int replica() const { return world_.rank() / layout_.stages; }
+  int stage() const { return mesh_->coordinate(Dim::Pipeline); }
+  int replica() const { return mesh_->coordinate(Dim::Data); }
+  MPI_Comm pipe() const { return mesh_->group(Dim::Pipeline); }     // this replica's stages
+  MPI_Comm replicas() const { return mesh_->group(Dim::Data); }     // this stage's replicas
   // [lo, hi) of this rank's flat buffer that its stage updates.
   std::pair<size_t, size_t> slice() const;
   // The unit costs of one micro-batch, each unit timed by the ranks that hold it and averaged
@@ -93,7 +97,8 @@ class PipelineStep final : public StepStrategy {
   double limit_ = 0;         // the slowest stage of the starting layout (seconds per micro-batch)
   int layout_frozen_ = 0;    // the frozen prefix the layout was made for
   int64_t repartitions_ = 0; // so far in the run
-  MPI_Comm base_ = MPI_COMM_NULL, pipe_ = MPI_COMM_NULL, replicas_ = MPI_COMM_NULL;
+  MPI_Comm base_ = MPI_COMM_NULL;
+  std::unique_ptr<MpiMesh> mesh_;  // the layout's data × pipeline mesh over base_
   std::unique_ptr<DataParallelStep> dp_;  // one stage: data parallel
   int slots_ = 1, per_replica_ = 1;       // activation slots; micro-batches per replica
   std::vector<MicroBatch> micro_;         // this replica's micro-batches of the step
