@@ -63,25 +63,29 @@ size_t DataParallelStep::resident_gradient_bytes() const {
   return (shards_[replica() + 1] - shards_[replica()]) * sizeof(float);
 }
 
-StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
+void DataParallelStep::begin_context(TrainContext& ctx) {
+  ctx.allgather_replicas = world_.allgather_over(replicas());
+  ctx.replicas = world_.size();
+}
+
+void DataParallelStep::reset_gradients() {
+  if (zero_ < 2) return StepStrategy::reset_gradients();
+  // zero_grad that leaves the other ranks' shards without memory until written
+  GPT& model = session_.model();
+  const size_t begin = model.trainable_begin(), total = model.num_floats();
+  const int rank = replica();
+  const size_t own = std::clamp(shards_[rank], begin, total), own_end = std::clamp(shards_[rank + 1], begin, total);
+  zero_releasing_pages(model.grads() + begin, sizeof(float) * (own - begin));
+  std::memset(model.grads() + own, 0, sizeof(float) * (own_end - own));
+  zero_releasing_pages(model.grads() + own_end, sizeof(float) * (total - own_end));
+}
+
+void DataParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
+                                         StepResult& r) {
   const int A = settings_.train.grad_accum, N = world_.size(), rank = replica();
   const int count = N * A;  // micro-batches in the step, over all ranks
-  TrainContext ctx = context(step, record);
-  ctx.allgather_replicas = world_.allgather_over(replicas());
-  ctx.replicas = N;
-  methods_.fire(Event::BatchStart, ctx);
-  GPT& model = session_.model();  // the same until the Reconfigure in end_step
-  StepResult r;
-  r.lr = session_.lr(step);
+  GPT& model = session_.model();
   const size_t begin = model.trainable_begin(), total = model.num_floats();
-  if (zero_ == 2) {  // zero_grad that leaves the other ranks' shards without memory until written
-    const size_t own = std::clamp(shards_[rank], begin, total), own_end = std::clamp(shards_[rank + 1], begin, total);
-    zero_releasing_pages(model.grads() + begin, sizeof(float) * (own - begin));
-    std::memset(model.grads() + own, 0, sizeof(float) * (own_end - own));
-    zero_releasing_pages(model.grads() + own_end, sizeof(float) * (total - own_end));
-  } else {
-    model.zero_grad();
-  }
   Timer timer;
   // The global batch in one-process order: rank r's micro-batches are r·A .. r·A + A − 1; the
   // others' are drawn and dropped, so every rank's loader stays at the same position.
@@ -111,8 +115,8 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
   model.set_grad_ready_hook(nullptr);
   model.set_defer_token_embedding_grad(false);
   for (int skipped = (rank + 1) * A; skipped < count; ++skipped) draw(next_batch);
-  const double compute_seconds = timer.seconds();
-  const double wait_seconds = reducer_->finish();
+  compute_seconds_ = timer.seconds();
+  wait_seconds_ = reducer_->finish();
   if (defer_wte) add_embedding_grads(model);
 
   // The loss: every micro-batch's, added in one-process order; the FLOPs of all ranks.
@@ -126,31 +130,28 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
                                                 r.dense.backward_weight, r.dense.optimizer});
   r.executed = {flops[0], flops[1], flops[2], flops[3]};
   r.dense = {flops[4], flops[5], flops[6], flops[7]};
-  check_finite("loss", r.loss, step);
-  methods_.fire(Event::AfterGradReduce, ctx);
+}
 
-  AdamW& optim = session_.optim();
-  Timer update_timer;
-  if (zero_ == 2) {
-    const size_t lo = std::max(begin, shards_[rank]), hi = shards_[rank + 1];
-    r.grad_norm = chained_grad_norm(world_, replicas(), model.grads(), lo, hi);
-    if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm, hi);
-  } else {
-    r.grad_norm = optim.clip(model.grads(), begin);
-  }
-  ctx.grad_norm = r.grad_norm;
-  check_finite("gradient norm", r.grad_norm, step);
-  methods_.fire(Event::BeforeOptimStep, ctx);
-  optim.update(model.params(), model.grads(), begin, r.lr);
-  if (zero_ >= 1) allgather_params(model.params(), begin);
-  const double update_seconds = update_timer.seconds();
-  if (record) {
-    (*record)["comm"] = {{"wait_s", wait_seconds}, {"compute_s", compute_seconds},
-                         {"update_s", update_seconds}, {"buckets", reducer_->buckets()},
-                         {"bytes_reduced", reducer_->bytes_reduced()}};
-  }
-  end_step(ctx, r);
-  return r;
+float DataParallelStep::clip_gradients() {
+  update_timer_.reset();
+  if (zero_ < 2) return StepStrategy::clip_gradients();
+  GPT& model = session_.model();
+  const size_t lo = std::max(model.trainable_begin(), shards_[replica()]), hi = shards_[replica() + 1];
+  const float norm = chained_grad_norm(world_, replicas(), model.grads(), lo, hi);
+  if (lo < hi) session_.optim().clip_to(model.grads(), lo, norm, hi);
+  return norm;
+}
+
+void DataParallelStep::update(float lr) {
+  StepStrategy::update(lr);
+  GPT& model = session_.model();
+  if (zero_ >= 1) allgather_params(model.params(), model.trainable_begin());
+}
+
+void DataParallelStep::add_metrics(nlohmann::json& record) {
+  record["comm"] = {{"wait_s", wait_seconds_}, {"compute_s", compute_seconds_},
+                    {"update_s", update_timer_.seconds()}, {"buckets", reducer_->buckets()},
+                    {"bytes_reduced", reducer_->bytes_reduced()}};
 }
 
 void DataParallelStep::add_embedding_grads(GPT& model) {

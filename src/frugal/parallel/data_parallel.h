@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "frugal/core/timer.h"
 #include "frugal/parallel/gradient_reducer.h"
 #include "frugal/parallel/mpi_mesh.h"
 #include "frugal/parallel/mpi_world.h"
@@ -28,12 +29,20 @@ class DataParallelStep final : public StepStrategy {
   ~DataParallelStep() override;
   const char* name() const override;
   double tokens_per_step() const override { return StepStrategy::tokens_per_step() * world_.size(); }
-  StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   // ZeRO-2: this rank's shard (the rest of the buffer takes memory only while reduced).
   size_t resident_gradient_bytes() const override;
 
   // The ZeRO shards: rank r owns [bounds[r], bounds[r + 1]) of the flat buffer.
   const std::vector<size_t>& shard_bounds() const { return shards_; }
+
+ protected:
+  void begin_context(TrainContext& ctx) override;  // the replicas share their caches
+  void reset_gradients() override;                 // ZeRO-2: other shards' pages released
+  // Each rank its micro-batches; gradients reduced in buckets during the last backward.
+  void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
+  float clip_gradients() override;  // ZeRO-2: the norm chained over the shards
+  void update(float lr) override;   // ZeRO-1/2: the updated shards all-gathered
+  void add_metrics(nlohmann::json& record) override;  // "comm"
 
  private:
   // Adds the token-embedding gradient rows of every rank's last micro-batch (left out of the
@@ -52,6 +61,10 @@ class DataParallelStep final : public StepStrategy {
   std::unique_ptr<GradientReducer> reducer_;
   std::vector<int32_t> all_tokens_;  // add_embedding_grads: every rank's (B,T) tokens
   std::vector<float> all_rows_;       // and (B,T,C) embedding-output gradients
+  // The step's seconds: computing the micro-batches, waiting for the last buckets after them,
+  // and (from clipping on) the update.
+  double compute_seconds_ = 0, wait_seconds_ = 0;
+  Timer update_timer_;
 };
 
 }  // namespace frugal::parallel

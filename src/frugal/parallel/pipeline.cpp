@@ -286,7 +286,7 @@ StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohma
     }
     return r;
   }
-  const StepResult r = run_pipeline(step, next_batch, record);
+  const StepResult r = run_events(step, next_batch, record);
   if (session_.model().frozen_prefix() != layout_frozen_) repartition(step, record);
   return r;
 }
@@ -358,24 +358,30 @@ void PipelineStep::wait_sends() {
       if (request != MPI_REQUEST_NULL) world_.wait(request, "a pipeline send");
 }
 
-StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
-  const TrainSettings& t = settings_.train;
-  const int K = layout_.stages, D = layout_.replicas, M = t.grad_accum, N = world_.size();
-  const int k = stage(), d = replica(), Mr = per_replica_;
-  TrainContext ctx = context(step, record);
-  if (k == 0 && D > 1) {  // the micro-batch events fire on the first stages, the replicas in lockstep
+void PipelineStep::begin_context(TrainContext& ctx) {
+  if (stage() == 0 && layout_.replicas > 1) {  // the micro-batch events fire on the first stages, the replicas in lockstep
     ctx.allgather_replicas = world_.allgather_over(replicas());
-    ctx.replicas = D;
+    ctx.replicas = layout_.replicas;
   }
-  methods_.fire(Event::BatchStart, ctx);
-  GPT& model = session_.model();  // the same until the Reconfigure in end_step
+}
+
+void PipelineStep::reset_gradients() {
+  const TrainSettings& t = settings_.train;
+  GPT& model = session_.model();
+  const int k = stage(), K = layout_.stages;
   const BlockRange stage_range{layout_.bounds[k], layout_.bounds[k + 1], k == 0, k == K - 1};
   if (!(model.stage() == stage_range) || model.slots() != slots_ || model.batch() != t.batch_size ||
       model.seq_len() != t.seq_len)
     model.plan(t.batch_size, t.seq_len, model.recompute(), stage_range, slots_);
   model.zero_grad();
-  StepResult r;
-  r.lr = session_.lr(step);
+}
+
+void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
+                                     StepResult& r) {
+  const TrainSettings& t = settings_.train;
+  const int K = layout_.stages, M = t.grad_accum, N = world_.size();
+  const int k = stage(), d = replica(), Mr = per_replica_;
+  GPT& model = session_.model();
   // Every rank draws the step's M micro-batches in one-process order (the loaders stay together);
   // replica d keeps d·Mr .. d·Mr + Mr − 1.
   for (int i = 0; i < M; ++i) {
@@ -405,10 +411,8 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
   const double schedule_seconds = schedule.seconds();
 
   // A tied head: the last stage's gradient of the token embedding (its head part) joins the first's.
-  const bool tied = model.config().tied_head && model.frozen_prefix() == 0;
-  const bool holds_wte = tied && (k == 0 || k == K - 1);  // the first stage's and the last's copy
-  const auto [wte_begin, wte_end] = holds_wte ? model.token_embedding_range() : std::pair<size_t, size_t>{0, 0};
-  if (tied) {
+  if (tied_exchange()) {
+    const auto [wte_begin, wte_end] = model.token_embedding_range();
     MPI_Request request;
     if (k == K - 1) {
       MPI_Isend(model.grads() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe(), &request);
@@ -421,12 +425,12 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
       for (size_t i = 0; i < head_grad_.size(); ++i) g[i] += head_grad_[i];
     }
   }
-  const size_t begin = model.trainable_begin();
   const auto [slice_begin, hi] = slice();
-  const size_t lo = std::max(begin, slice_begin);
-  if (D > 1 && lo < hi) {  // the stage's replicas sum their gradients
+  lo_ = std::max(model.trainable_begin(), slice_begin);
+  hi_ = hi;
+  if (layout_.replicas > 1 && lo_ < hi_) {  // the stage's replicas sum their gradients
     MPI_Request request;
-    MPI_Iallreduce(MPI_IN_PLACE, model.grads() + lo, static_cast<int>(hi - lo), MPI_FLOAT, MPI_SUM, replicas(), &request);
+    MPI_Iallreduce(MPI_IN_PLACE, model.grads() + lo_, static_cast<int>(hi_ - lo_), MPI_FLOAT, MPI_SUM, replicas(), &request);
     world_.wait(request, "the all-reduce of a stage's gradients over its replicas");
   }
 
@@ -451,44 +455,56 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
   r.loss /= M;
   r.executed = {v[M], v[M + 1], v[M + 2], v[M + 3]};
   r.dense = {v[M + 4], v[M + 5], v[M + 6], v[M + 7]};
-  check_finite("loss", r.loss, step);
-  methods_.fire(Event::AfterGradReduce, ctx);
+  rank_busy_.assign(v.begin() + M + 8, v.begin() + M + 8 + N);
+  rank_schedule_.assign(v.begin() + M + 8 + N, v.end());
+}
 
-  AdamW& optim = session_.optim();
-  r.grad_norm = ctx.grad_norm = chained_grad_norm(world_, pipe(), model.grads(), lo, hi);
-  check_finite("gradient norm", r.grad_norm, step);
-  if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm, hi);
-  methods_.fire(Event::BeforeOptimStep, ctx);
-  optim.update(model.params(), model.grads(), lo, r.lr, hi);
-  if (tied) {  // the head on the last stage reads the token embedding the first stage updated
+bool PipelineStep::tied_exchange() const {
+  const int k = stage(), K = layout_.stages;
+  return session_.model().config().tied_head && session_.model().frozen_prefix() == 0 && (k == 0 || k == K - 1);
+}
+
+float PipelineStep::clip_gradients() {
+  GPT& model = session_.model();
+  const float norm = chained_grad_norm(world_, pipe(), model.grads(), lo_, hi_);
+  if (lo_ < hi_) session_.optim().clip_to(model.grads(), lo_, norm, hi_);
+  return norm;
+}
+
+void PipelineStep::update(float lr) {
+  GPT& model = session_.model();
+  session_.optim().update(model.params(), model.grads(), lo_, lr, hi_);
+  if (tied_exchange()) {  // the head on the last stage reads the token embedding the first stage updated
+    const auto [wte_begin, wte_end] = model.token_embedding_range();
+    const int count = static_cast<int>(wte_end - wte_begin), K = layout_.stages;
     MPI_Request request;
-    if (k == 0)
-      MPI_Isend(model.params() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, K - 1, kTiedTag, pipe(), &request);
-    else if (k == K - 1)
-      MPI_Irecv(model.params() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe(), &request);
-    if (k == 0 || k == K - 1) world_.wait(request, "the updated token embedding");
+    if (stage() == 0)
+      MPI_Isend(model.params() + wte_begin, count, MPI_FLOAT, K - 1, kTiedTag, pipe(), &request);
+    else
+      MPI_Irecv(model.params() + wte_begin, count, MPI_FLOAT, 0, kTiedTag, pipe(), &request);
+    world_.wait(request, "the updated token embedding");
   }
-  if (record) {
-    // Per stage (replica 0's ranks): busy seconds and the bubble, the share of the schedule idle.
-    std::vector<double> busy(K), bubble(K);
-    double mean_bubble = 0;
-    for (int s = 0; s < K; ++s) {
-      const int rank = mesh_->shape().rank_of({0, s, 0, 0});
-      busy[s] = v[M + 8 + rank];
-      bubble[s] = 1.0 - busy[s] / std::max(1e-12, v[M + 8 + N + rank]);
-      mean_bubble += bubble[s] / K;
-    }
-    (*record)["pipeline"] = {{"stages", K}, {"replicas", D}, {"bounds", layout_.bounds},
-                             {"busy_s", busy}, {"bubble", mean_bubble}, {"stage_bubble", bubble},
-                             {"bubble_ideal", double(K - 1) / (Mr + K - 1)}};
-    (*record)["pipeline_stages"] = K;  // top level and numeric: `frugal report` plots them
-    (*record)["pipeline_replicas"] = D;
-    (*record)["pipeline_repartitions"] = repartitions_;
-    status_ = fmt::format(" | {}×{} bubble {:.0f}% (ideal {:.0f}%)", K, D, 100 * mean_bubble,
-                          100.0 * (K - 1) / (Mr + K - 1));
+}
+
+void PipelineStep::add_metrics(nlohmann::json& record) {
+  // Per stage (replica 0's ranks): busy seconds and the bubble, the share of the schedule idle.
+  const int K = layout_.stages, D = layout_.replicas, Mr = per_replica_;
+  std::vector<double> busy(K), bubble(K);
+  double mean_bubble = 0;
+  for (int s = 0; s < K; ++s) {
+    const int rank = mesh_->shape().rank_of({0, s, 0, 0});
+    busy[s] = rank_busy_[rank];
+    bubble[s] = 1.0 - busy[s] / std::max(1e-12, rank_schedule_[rank]);
+    mean_bubble += bubble[s] / K;
   }
-  end_step(ctx, r);
-  return r;
+  record["pipeline"] = {{"stages", K}, {"replicas", D}, {"bounds", layout_.bounds},
+                        {"busy_s", busy}, {"bubble", mean_bubble}, {"stage_bubble", bubble},
+                        {"bubble_ideal", double(K - 1) / (Mr + K - 1)}};
+  record["pipeline_stages"] = K;  // top level and numeric: `frugal report` plots them
+  record["pipeline_replicas"] = D;
+  record["pipeline_repartitions"] = repartitions_;
+  status_ = fmt::format(" | {}×{} bubble {:.0f}% (ideal {:.0f}%)", K, D, 100 * mean_bubble,
+                        100.0 * (K - 1) / (Mr + K - 1));
 }
 
 void PipelineStep::synchronize() {
@@ -554,14 +570,6 @@ void PipelineStep::load_state(const nlohmann::json& state) {
   repartitions_ = state.at("repartitions");
   costs_ = costs_from_json(state.at("costs"));
   measured_ = true;
-}
-
-StepStrategyFactory parallel_step(MpiWorld& world) {
-  return [&world](Session& session, MethodSet& methods, const RunSettings& settings) -> std::unique_ptr<StepStrategy> {
-    if (settings.parallel.pipeline_stages > 1)
-      return std::make_unique<PipelineStep>(session, methods, settings, world);
-    return std::make_unique<DataParallelStep>(session, methods, settings, world);
-  };
 }
 
 }  // namespace frugal::parallel

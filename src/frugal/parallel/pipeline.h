@@ -50,6 +50,16 @@ class PipelineStep final : public StepStrategy {
 
   const PipelineLayout& layout() const { return layout_; }
 
+ protected:
+  // The pieces of a pipeline's step (more than one stage; StepStrategy::run_events).
+  void begin_context(TrainContext& ctx) override;  // the first stages' replicas share caches
+  void reset_gradients() override;                 // and the stage's activation plan
+  // The schedule; the tied head's gradient; the replicas' all-reduce; losses and FLOPs summed.
+  void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
+  float clip_gradients() override;  // the norm chained through the stages
+  void update(float lr) override;   // the stage's slice; the tied head's weights sent on
+  void add_metrics(nlohmann::json& record) override;  // "pipeline": bubble and busy time per stage
+
  private:
   // One micro-batch of this replica: its tokens, targets and sample ids (B·T, B·T, B).
   struct MicroBatch {
@@ -75,8 +85,10 @@ class PipelineStep final : public StepStrategy {
   void apply(const PipelineLayout& layout);
   // After a Reconfigure that moved the frozen prefix: AutoPipe + AutoDP.
   void repartition(int64_t step, nlohmann::json* record);
-  // The pipeline's step (more than one stage).
-  StepResult run_pipeline(int64_t step, const BatchSource& next_batch, nlohmann::json* record);
+  // Whether this stage takes part in a tied head's exchanges of the token embedding (its
+  // gradient to the first stage, the updated weights back): the first and the last stage, while
+  // the embeddings train.
+  bool tied_exchange() const;
   void forward(TrainContext& ctx, int64_t step, int micro, StepResult& r);
   void backward(TrainContext& ctx, int micro);
   int slot_of(int micro) const { return micro % slots_; }
@@ -108,11 +120,9 @@ class PipelineStep final : public StepStrategy {
   std::vector<std::vector<float>> act_out_, grad_out_;  // per slot: being sent
   std::vector<MPI_Request> act_sends_, grad_sends_;
   double busy_ = 0;  // seconds of compute in the step's schedule
+  std::vector<double> rank_busy_, rank_schedule_;  // the step's busy and schedule seconds per rank
+  size_t lo_ = 0, hi_ = 0;  // the step's trainable slice of this stage's flat buffer
   size_t stage_activation_bytes_ = 0;  // this rank's stage, all slots
 };
-
-// The factory of train and bench under mpirun: PipelineStep when parallel.pipeline_stages > 1,
-// else DataParallelStep.
-StepStrategyFactory parallel_step(MpiWorld& world);
 
 }  // namespace frugal::parallel
