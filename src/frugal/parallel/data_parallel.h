@@ -1,6 +1,6 @@
 // Data parallelism as a step strategy (train/step.h), applied to the model from outside: each of
-// the N ranks (a mesh of data N, mesh.h) holds the whole model and runs train.grad_accum micro-batches of every optimizer
-// step, a disjoint slice of the global batch of N × grad_accum micro-batches (rank r takes
+// the N ranks (a mesh of data N, mesh.h) holds the whole model and runs train.grad_accum
+// micro-batches of every optimizer step, a disjoint slice of the global batch of N × grad_accum micro-batches (rank r takes
 // micro-batches r·A .. r·A + A − 1 of the order one process would draw them in, with the same
 // dropout keys), so N ranks compute what one process computes with N × grad_accum micro-batches.
 // Gradients are reduced during the last micro-batch's backward (gradient_reducer.h); the loss is
