@@ -435,9 +435,9 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
   }
 
   // Every micro-batch's loss (from the last stages), in one-process order, the FLOPs (counted by
-  // the first stages) and each rank's busy and schedule seconds: one sum over the ranks, where
-  // each value comes from one rank and the others add zeros.
-  std::vector<double> v(M + 8 + 2 * N, 0.0);
+  // the first stages), each rank's busy and schedule seconds and the floats its session holds:
+  // one sum over the ranks, where each value comes from one rank and the others add zeros.
+  std::vector<double> v(M + 8 + 3 * N, 0.0);
   if (k == K - 1)
     for (int j = 0; j < Mr; ++j) v[d * Mr + j] = losses_[j];
   if (k == 0) {
@@ -449,6 +449,7 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
   const int me = world_.rank();
   v[M + 8 + me] = busy_;
   v[M + 8 + N + me] = schedule_seconds;
+  v[M + 8 + 2 * N + me] = static_cast<double>(model.num_floats());
   v = world_.sum(v);
   r.loss = 0;
   for (int i = 0; i < M; ++i) r.loss += v[i];
@@ -456,7 +457,8 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
   r.executed = {v[M], v[M + 1], v[M + 2], v[M + 3]};
   r.dense = {v[M + 4], v[M + 5], v[M + 6], v[M + 7]};
   rank_busy_.assign(v.begin() + M + 8, v.begin() + M + 8 + N);
-  rank_schedule_.assign(v.begin() + M + 8 + N, v.end());
+  rank_schedule_.assign(v.begin() + M + 8 + N, v.begin() + M + 8 + 2 * N);
+  rank_floats_.assign(v.begin() + M + 8 + 2 * N, v.end());
 }
 
 bool PipelineStep::tied_exchange() const {
@@ -487,19 +489,21 @@ void PipelineStep::update(float lr) {
 }
 
 void PipelineStep::add_metrics(nlohmann::json& record) {
-  // Per stage (replica 0's ranks): busy seconds and the bubble, the share of the schedule idle.
+  // Per stage (replica 0's ranks): busy seconds, the bubble (the share of the schedule idle) and
+  // the floats of weights (as many of gradients, twice as many of moments) its session holds.
   const int K = layout_.stages, D = layout_.replicas, Mr = per_replica_;
-  std::vector<double> busy(K), bubble(K);
+  std::vector<double> busy(K), bubble(K), held(K);
   double mean_bubble = 0;
   for (int s = 0; s < K; ++s) {
     const int rank = mesh_->shape().rank_of({0, s, 0, 0});
     busy[s] = rank_busy_[rank];
     bubble[s] = 1.0 - busy[s] / std::max(1e-12, rank_schedule_[rank]);
+    held[s] = rank_floats_[rank];
     mean_bubble += bubble[s] / K;
   }
   record["pipeline"] = {{"stages", K}, {"replicas", D}, {"bounds", layout_.bounds},
                         {"busy_s", busy}, {"bubble", mean_bubble}, {"stage_bubble", bubble},
-                        {"bubble_ideal", double(K - 1) / (Mr + K - 1)}};
+                        {"bubble_ideal", double(K - 1) / (Mr + K - 1)}, {"held_floats", held}};
   record["pipeline_stages"] = K;  // top level and numeric: `frugal report` plots them
   record["pipeline_replicas"] = D;
   record["pipeline_repartitions"] = repartitions_;

@@ -120,7 +120,8 @@ class PipelineStep final : public StepStrategy {
   std::vector<std::vector<float>> act_out_, grad_out_;  // per slot: being sent
   std::vector<MPI_Request> act_sends_, grad_sends_;
   double busy_ = 0;  // seconds of compute in the step's schedule
-  std::vector<double> rank_busy_, rank_schedule_;  // the step's busy and schedule seconds per rank
+  // Per rank: the step's busy and schedule seconds, the floats its session holds.
+  std::vector<double> rank_busy_, rank_schedule_, rank_floats_;
   size_t lo_ = 0, hi_ = 0;  // the step's trainable slice of this stage's flat buffer
   size_t stage_activation_bytes_ = 0;  // this rank's stage, all slots
 };
