@@ -140,10 +140,10 @@ void PipelineStep::hold(const std::vector<BlockRange>& next) {
 }
 
 UnitCosts PipelineStep::measure_costs() {
-  GPT& model = session_.model();
-  const BlockRange held = model.range();
-  const int B = settings_.train.batch_size, T = settings_.train.seq_len, C = model.config().n_embd;
-  const int L = model.config().n_layer;
+  const GPT& held = session_.model();
+  const ModelConfig config = held.config();
+  const std::vector<bool> recompute = held.recompute();
+  const int B = settings_.train.batch_size, T = settings_.train.seq_len, C = config.n_embd, L = config.n_layer;
   const size_t N = size_t(B) * T;
   std::vector<int32_t> tokens(N, 0), targets(N, 0);
   std::vector<float> x(N * C), dy(N * C);
@@ -151,60 +151,47 @@ UnitCosts PipelineStep::measure_costs() {
     x[i] = 0.5f * std::sin(0.37f * float(i % 9973));
     dy[i] = 1e-3f * std::cos(0.61f * float(i % 8191));
   }
-  const int frozen = model.frozen_prefix();
-  const std::vector<bool> recompute = model.recompute();
-  model.set_frozen_prefix(0);  // every unit's backward is timed
-  // The fastest of three forward and backward passes of one micro-batch through `stage`.
-  auto time_stage = [&](const BlockRange& stage) {
-    model.plan(B, T, recompute, stage, 1);
-    const GPT::RangeInput in{stage.embeddings ? tokens.data() : nullptr,
-                             stage.embeddings ? nullptr : x.data(), stage.begin};
+  // The fastest of three forward and backward passes of one micro-batch through a model of
+  // `unit` alone (the cost does not depend on the weights' values): every rank times every unit
+  // at the same time, whatever blocks it holds, so that ranks that share cores load them alike.
+  auto time_unit = [&](const BlockRange& unit) {
+    GPT model(config, unit);
+    model.plan(B, T, recompute);
+    const GPT::RangeInput in{unit.embeddings ? tokens.data() : nullptr,
+                             unit.embeddings ? nullptr : x.data(), unit.begin};
     double forward = INFINITY, backward = INFINITY;
     for (int repeat = 0; repeat < 3; ++repeat) {
       Timer f;
       model.forward_range(in, targets.data(), 1.0f, 0);
       forward = std::min(forward, f.seconds());
       Timer b;
-      model.backward_range(stage.head ? nullptr : dy.data());
+      model.backward_range(unit.head ? nullptr : dy.data());
       backward = std::min(backward, b.seconds());
     }
     return std::pair{forward, backward};
   };
-  // Units: 0 the embeddings, 1 + l block l, L + 1 the head; per unit the forward and backward
-  // seconds of this rank and whether it timed the unit (the blocks it holds).
-  const int units = L + 2;
-  std::vector<double> v(3 * units, 0.0);
-  auto timed = [&](int unit, std::pair<double, double> seconds) {
-    std::tie(v[unit], v[units + unit]) = seconds;
-    v[2 * units + unit] = 1;
-  };
-  for (int l = held.begin; l < held.end; ++l) timed(1 + l, time_stage({l, l + 1, false, false}));
-  if (held.embeddings) {
-    const auto [f, b] = time_stage({0, 1, true, false});
-    timed(0, {std::max(0.0, f - v[1]), std::max(0.0, b - v[units + 1])});
-  }
-  if (held.head) {
-    const auto [f, b] = time_stage({L - 1, L, false, true});
-    timed(L + 1, {std::max(0.0, f - v[L]), std::max(0.0, b - v[units + L])});
-  }
-  model.set_frozen_prefix(frozen);
-  std::memset(model.grads(), 0, sizeof(float) * model.num_floats());
-  model.plan(B, T, recompute);
-  // The mean over the ranks that timed each unit, so that every rank decides the same layout.
-  v = world_.sum(v);
   UnitCosts c;
-  auto mean = [&](int unit, int phase) {
-    FRUGAL_CHECK(v[2 * units + unit] > 0, "internal: no rank timed pipeline unit {}", unit);
-    return v[phase * units + unit] / v[2 * units + unit];
-  };
-  c.embeddings_forward = mean(0, 0);
-  c.embeddings_backward = mean(0, 1);
-  for (int l = 0; l < L; ++l) {
-    c.block_forward.push_back(mean(1 + l, 0));
-    c.block_backward.push_back(mean(1 + l, 1));
-  }
-  c.head_forward = mean(L + 1, 0);
-  c.head_backward = mean(L + 1, 1);
+  c.block_forward.resize(L);
+  c.block_backward.resize(L);
+  for (int l = 0; l < L; ++l) std::tie(c.block_forward[l], c.block_backward[l]) = time_unit({l, l + 1, false, false});
+  const auto [ef, eb] = time_unit({0, 1, true, false});
+  const auto [hf, hb] = time_unit({L - 1, L, false, true});
+  c.embeddings_forward = std::max(0.0, ef - c.block_forward[0]);
+  c.embeddings_backward = std::max(0.0, eb - c.block_backward[0]);
+  c.head_forward = std::max(0.0, hf - c.block_forward[L - 1]);
+  c.head_backward = std::max(0.0, hb - c.block_backward[L - 1]);
+  // The mean over the ranks, so that every rank decides the same layout.
+  std::vector<double> all{c.embeddings_forward, c.embeddings_backward, c.head_forward, c.head_backward};
+  all.insert(all.end(), c.block_forward.begin(), c.block_forward.end());
+  all.insert(all.end(), c.block_backward.begin(), c.block_backward.end());
+  all = world_.sum(all);
+  for (double& v : all) v /= world_.size();
+  c.embeddings_forward = all[0];
+  c.embeddings_backward = all[1];
+  c.head_forward = all[2];
+  c.head_backward = all[3];
+  std::copy(all.begin() + 4, all.begin() + 4 + L, c.block_forward.begin());
+  std::copy(all.begin() + 4 + L, all.end(), c.block_backward.begin());
   return c;
 }
 
@@ -252,7 +239,7 @@ void PipelineStep::apply(const PipelineLayout& layout) {
 StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
   if (!applied_) {
     if (!measured_) {
-      // Each rank times the units of its stage in an even cut of the blocks.
+      // The whole model leaves every rank (for its stage of an even cut) before the measurement.
       const int K = settings_.parallel.pipeline_stages, L = session_.model().config().n_layer;
       PipelineLayout even{K, world_.size() / K, {}};
       for (int k = 0; k <= K; ++k) even.bounds.push_back(k * L / K);

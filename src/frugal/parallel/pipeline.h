@@ -72,8 +72,8 @@ class PipelineStep final : public StepStrategy {
   MPI_Comm replicas() const { return mesh_->group(Dim::Data); }     // this stage's replicas
   // [lo, hi) of this rank's flat buffer that its stage updates.
   std::pair<size_t, size_t> slice() const;
-  // The unit costs of one micro-batch, each unit timed by the ranks that hold it and averaged
-  // (every rank gets the same).
+  // The unit costs of one micro-batch, each unit timed on every rank on a model of it alone and
+  // averaged (every rank gets the same).
   UnitCosts measure_costs();
   // The block range each rank holds under `layout` (the whole model when it has one stage).
   std::vector<BlockRange> ranges(const PipelineLayout& layout) const;
