@@ -1,10 +1,12 @@
 // AutoPipe's partitioning (parallel/partition.h): stage costs, the exact balance against brute
 // force over every cut, the frozen prefix kept in the first stage, and how far a pipeline shortens
-// as layers freeze (PipeTransformer's rule: while the slowest stage is no slower than at start).
+// as layers freeze (PipeTransformer's rule: while the slowest stage is no slower than at start);
+// which tensors a re-partition moves between the ranks.
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <limits>
+#include <string>
 
 #include "frugal/core/error.h"
 #include "frugal/parallel/partition.h"
@@ -116,6 +118,50 @@ TEST(Partition, AutoPipeOnFourRanksGoesFourToTwoToOne) {
   const PipelineLayout last = autopipe(c, 7, 4, 4, 1e9, true);
   EXPECT_EQ(last.stages, 1);
   EXPECT_EQ(last.replicas, 4);
+}
+
+// A two-block model with a tied head: wte and wpe, 4 tensors per block (no biases), ln_f.
+ModelConfig two_blocks() {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 1;
+  m.n_embd = 16;
+  m.vocab_size = 16;
+  m.block_size = 8;
+  m.bias = false;
+  m.tied_head = true;
+  return m;
+}
+
+TEST(Partition, TensorMovesBringEachRankWhatItDoesNotOwnFromTheLowestOwner) {
+  const ModelConfig m = two_blocks();
+  const BlockRange whole = BlockRange::whole(m), first{0, 1, true, false}, last{1, 2, false, true};
+  // The whole model on both ranks to one stage each: everything is kept, nothing moves.
+  EXPECT_TRUE(tensor_moves(m, {whole, whole}, {first, last}).empty());
+  // Back to the whole model: each rank receives the other stage's tensors with their moments,
+  // and the last stage its tied head's token embedding (which it held, not owned) from rank 0.
+  const std::vector<TensorMove> gather = tensor_moves(m, {first, last}, {whole, whole});
+  std::vector<std::string> to_rank0, to_rank1;
+  for (const TensorMove& move : gather) {
+    EXPECT_TRUE(move.moments) << move.name;
+    EXPECT_EQ(move.from, 1 - move.to) << move.name;
+    (move.to == 0 ? to_rank0 : to_rank1).push_back(move.name);
+  }
+  EXPECT_EQ(to_rank0, (std::vector<std::string>{"transformer.h.1.ln_1.weight", "transformer.h.1.attn.c_attn.weight",
+                                                 "transformer.h.1.attn.c_proj.weight", "transformer.h.1.ln_2.weight",
+                                                 "transformer.h.1.mlp.c_fc.weight", "transformer.h.1.mlp.c_proj.weight",
+                                                 "transformer.ln_f.weight"}));
+  EXPECT_EQ(to_rank1.front(), "transformer.wte.weight");
+  EXPECT_EQ(to_rank1.size(), 2u + 6u);  // the embeddings and block 0
+  // A new last stage of both blocks: block 0 comes with its moments, the tied head's token
+  // embedding without (its owner stays the first stage).
+  const std::vector<TensorMove> grow = tensor_moves(m, {first, last}, {first, BlockRange{0, 2, false, true}});
+  ASSERT_EQ(grow.size(), 1u + 6u);
+  EXPECT_EQ(grow[0], (TensorMove{"transformer.wte.weight", 0, 1, false}));
+  EXPECT_EQ(grow[1], (TensorMove{"transformer.h.0.ln_1.weight", 0, 1, true}));
+  // Among several owners (replicas), the lowest rank sends.
+  const std::vector<TensorMove> replicas = tensor_moves(m, {first, last, first, last}, {whole, whole, whole, whole});
+  for (const TensorMove& move : replicas) EXPECT_LE(move.from, 1) << move.name;
 }
 
 }  // namespace

@@ -1,14 +1,17 @@
 // Pipeline parallelism with AutoPipe and AutoDP under mpirun (parallel/pipeline.h), through the
 // `frugal` binary: GPipe and 1F1B give one process's run with the same micro-batches (bit for bit
-// with an untied head; a tied head's embedding gradient adds in another order), on 2 and 4 ranks
-// and with data-parallel replicas; freezing re-partitions mid-run (re-balanced stages, then a
+// with an untied head; a tied head's embedding gradient adds in another order), on 2 and 4 ranks,
+// each stage's session holding its own blocks only, and with data-parallel replicas; freezing re-partitions mid-run (re-balanced stages, then a
 // shorter pipeline whose freed rank becomes a replica) and the run goes on with one process's
 // losses; a checkpoint after a re-partition resumes bit-exactly; bad layouts are refused.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <numeric>
 
+#include "frugal/model/param_table.h"
+#include "frugal/train/checkpoint.h"
 #include "mpi_runs.h"
 #include "temp_dir.h"
 #include "train_data.h"
@@ -56,6 +59,14 @@ TEST_F(Pipeline, GPipeAnd1F1BEqualOneProcessWithTheSameMicroBatches) {
                                   fmt::format("--set parallel.pipeline_stages=4 --set parallel.schedule={}", schedule));
     expect_identical(single.steps, four.steps);
     EXPECT_EQ(four.steps.back()["pipeline"]["bounds"], (std::vector<int>{0, 1, 2, 3, 4}));
+    // Each stage's session holds its own blocks only: with an untied head the stages' tensors
+    // add up to the whole model's, once.
+    const size_t whole = ParamTable::build(checkpoint_model_config(resolve_checkpoint(two.dir))).total();
+    for (const TrainedRun* run : {&two, &four}) {
+      const auto held = run->steps.back()["pipeline"]["held_floats"].get<std::vector<double>>();
+      EXPECT_EQ(std::accumulate(held.begin(), held.end(), 0.0), double(whole)) << run->dir;
+      for (double floats : held) EXPECT_LT(floats, double(whole)) << run->dir;
+    }
   }
   // The measured bubble of GPipe with K = 2, M = 4 is at least its ideal, (K−1)/(M+K−1) = 0.2.
   const TrainedRun gpipe = train("gpipe-bubble", 2, 4, "--set parallel.pipeline_stages=2 --set parallel.schedule=gpipe");

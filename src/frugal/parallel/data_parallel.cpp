@@ -29,7 +29,8 @@ std::vector<size_t> shard_bounds_of(size_t total, int ranks) {
 DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
                                    MpiWorld& world)
     : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero),
-      comm_(world.new_communicator()) {
+      base_(world.new_communicator()),
+      mesh_(std::make_unique<MpiMesh>(MeshShape::data_pipeline(world.size(), 1), base_)) {
   for (const auto& method : methods.methods()) {
     FRUGAL_CHECK(zero_ < 2 || !method->capabilities().reads_all_gradients, "methods.{} reads every "
                  "block's gradients, which parallel.zero = 2 leaves reduced on the rank that owns "
@@ -39,7 +40,7 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
                  "mpirun)", method->name());
   }
   shards_ = shard_bounds_of(session.model().num_floats(), world.size());
-  if (zero_ >= 1) session.shard_optimizer(shards_[world.rank()], shards_[world.rank() + 1]);
+  if (zero_ >= 1) session.shard_optimizer(shards_[replica()], shards_[replica() + 1]);
   // ZeRO-2 releases the other shards' gradient pages every step (GradientReducer) and takes them
   // again in the next backward: in huge pages, that costs 512 times fewer page faults.
   if (zero_ == 2) prefer_huge_pages(session.model().grads(), sizeof(float) * session.model().num_floats());
@@ -47,7 +48,10 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
   reducer_ = std::make_unique<GradientReducer>(world, bucket_floats);
 }
 
-DataParallelStep::~DataParallelStep() { MPI_Comm_free(&comm_); }
+DataParallelStep::~DataParallelStep() {
+  mesh_.reset();
+  MPI_Comm_free(&base_);
+}
 
 const char* DataParallelStep::name() const {
   static const char* names[] = {"data-parallel", "data-parallel, ZeRO-1", "data-parallel, ZeRO-2"};
@@ -56,28 +60,32 @@ const char* DataParallelStep::name() const {
 
 size_t DataParallelStep::resident_gradient_bytes() const {
   if (zero_ < 2) return StepStrategy::resident_gradient_bytes();
-  return (shards_[world_.rank() + 1] - shards_[world_.rank()]) * sizeof(float);
+  return (shards_[replica() + 1] - shards_[replica()]) * sizeof(float);
 }
 
-StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
-  const int A = settings_.train.grad_accum, N = world_.size(), rank = world_.rank();
-  const int count = N * A;  // micro-batches in the step, over all ranks
-  TrainContext ctx = context(step, record);
-  ctx.allgather_replicas = world_.allgather_over(comm_);
-  ctx.replicas = N;
-  methods_.fire(Event::BatchStart, ctx);
-  GPT& model = session_.model();  // the same until the Reconfigure in end_step
-  StepResult r;
-  r.lr = session_.lr(step);
+void DataParallelStep::begin_context(TrainContext& ctx) {
+  ctx.allgather_replicas = world_.allgather_over(replicas());
+  ctx.replicas = world_.size();
+}
+
+void DataParallelStep::reset_gradients() {
+  if (zero_ < 2) return StepStrategy::reset_gradients();
+  // zero_grad that leaves the other ranks' shards without memory until written
+  GPT& model = session_.model();
   const size_t begin = model.trainable_begin(), total = model.num_floats();
-  if (zero_ == 2) {  // zero_grad that leaves the other ranks' shards without memory until written
-    const size_t own = std::clamp(shards_[rank], begin, total), own_end = std::clamp(shards_[rank + 1], begin, total);
-    zero_releasing_pages(model.grads() + begin, sizeof(float) * (own - begin));
-    std::memset(model.grads() + own, 0, sizeof(float) * (own_end - own));
-    zero_releasing_pages(model.grads() + own_end, sizeof(float) * (total - own_end));
-  } else {
-    model.zero_grad();
-  }
+  const int rank = replica();
+  const size_t own = std::clamp(shards_[rank], begin, total), own_end = std::clamp(shards_[rank + 1], begin, total);
+  zero_releasing_pages(model.grads() + begin, sizeof(float) * (own - begin));
+  std::memset(model.grads() + own, 0, sizeof(float) * (own_end - own));
+  zero_releasing_pages(model.grads() + own_end, sizeof(float) * (total - own_end));
+}
+
+void DataParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
+                                         StepResult& r) {
+  const int A = settings_.train.grad_accum, N = world_.size(), rank = replica();
+  const int count = N * A;  // micro-batches in the step, over all ranks
+  GPT& model = session_.model();
+  const size_t begin = model.trainable_begin(), total = model.num_floats();
   Timer timer;
   // The global batch in one-process order: rank r's micro-batches are r·A .. r·A + A − 1; the
   // others' are drawn and dropped, so every rank's loader stays at the same position.
@@ -107,8 +115,8 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
   model.set_grad_ready_hook(nullptr);
   model.set_defer_token_embedding_grad(false);
   for (int skipped = (rank + 1) * A; skipped < count; ++skipped) draw(next_batch);
-  const double compute_seconds = timer.seconds();
-  const double wait_seconds = reducer_->finish();
+  compute_seconds_ = timer.seconds();
+  wait_seconds_ = reducer_->finish();
   if (defer_wte) add_embedding_grads(model);
 
   // The loss: every micro-batch's, added in one-process order; the FLOPs of all ranks.
@@ -122,31 +130,28 @@ StepResult DataParallelStep::run(int64_t step, const BatchSource& next_batch, nl
                                                 r.dense.backward_weight, r.dense.optimizer});
   r.executed = {flops[0], flops[1], flops[2], flops[3]};
   r.dense = {flops[4], flops[5], flops[6], flops[7]};
-  check_finite("loss", r.loss, step);
-  methods_.fire(Event::AfterGradReduce, ctx);
+}
 
-  AdamW& optim = session_.optim();
-  Timer update_timer;
-  if (zero_ == 2) {
-    const size_t lo = std::max(begin, shards_[rank]), hi = shards_[rank + 1];
-    r.grad_norm = chained_grad_norm(world_, comm_, model.grads(), lo, hi);
-    if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm, hi);
-  } else {
-    r.grad_norm = optim.clip(model.grads(), begin);
-  }
-  ctx.grad_norm = r.grad_norm;
-  check_finite("gradient norm", r.grad_norm, step);
-  methods_.fire(Event::BeforeOptimStep, ctx);
-  optim.update(model.params(), model.grads(), begin, r.lr);
-  if (zero_ >= 1) allgather_params(model.params(), begin);
-  const double update_seconds = update_timer.seconds();
-  if (record) {
-    (*record)["comm"] = {{"wait_s", wait_seconds}, {"compute_s", compute_seconds},
-                         {"update_s", update_seconds}, {"buckets", reducer_->buckets()},
-                         {"bytes_reduced", reducer_->bytes_reduced()}};
-  }
-  end_step(ctx, r);
-  return r;
+float DataParallelStep::clip_gradients() {
+  update_timer_.reset();
+  if (zero_ < 2) return StepStrategy::clip_gradients();
+  GPT& model = session_.model();
+  const size_t lo = std::max(model.trainable_begin(), shards_[replica()]), hi = shards_[replica() + 1];
+  const float norm = chained_grad_norm(world_, replicas(), model.grads(), lo, hi);
+  if (lo < hi) session_.optim().clip_to(model.grads(), lo, norm, hi);
+  return norm;
+}
+
+void DataParallelStep::update(float lr) {
+  StepStrategy::update(lr);
+  GPT& model = session_.model();
+  if (zero_ >= 1) allgather_params(model.params(), model.trainable_begin());
+}
+
+void DataParallelStep::add_metrics(nlohmann::json& record) {
+  record["comm"] = {{"wait_s", wait_seconds_}, {"compute_s", compute_seconds_},
+                    {"update_s", update_timer_.seconds()}, {"buckets", reducer_->buckets()},
+                    {"bytes_reduced", reducer_->bytes_reduced()}};
 }
 
 void DataParallelStep::add_embedding_grads(GPT& model) {
@@ -157,9 +162,9 @@ void DataParallelStep::add_embedding_grads(GPT& model) {
   all_rows_.resize(rows * C * N);
   MPI_Request requests[2];
   MPI_Iallgather(model.tokens(), static_cast<int>(rows), MPI_INT32_T, all_tokens_.data(), static_cast<int>(rows),
-                 MPI_INT32_T, comm_, &requests[0]);
+                 MPI_INT32_T, replicas(), &requests[0]);
   MPI_Iallgather(model.embedding_output_grad(), static_cast<int>(rows * C), MPI_FLOAT, all_rows_.data(),
-                 static_cast<int>(rows * C), MPI_FLOAT, comm_, &requests[1]);
+                 static_cast<int>(rows * C), MPI_FLOAT, replicas(), &requests[1]);
   for (MPI_Request& request : requests) world_.wait(request, "the all-gather of the embedding gradients");
   // Every rank's rows, in rank order, into the reduced token-embedding gradient.
   kernels::encoder_backward(model.grads() + model.token_embedding_range().first, nullptr, all_rows_.data(),
@@ -176,7 +181,7 @@ void DataParallelStep::allgather_params(float* params, size_t begin) {
   }
   MPI_Request request;
   MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, params + begin, counts.data(), displs.data(), MPI_FLOAT,
-                  comm_, &request);
+                  replicas(), &request);
   world_.wait(request, "the all-gather of the updated parameters");
 }
 

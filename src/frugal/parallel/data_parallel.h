@@ -1,6 +1,6 @@
 // Data parallelism as a step strategy (train/step.h), applied to the model from outside: each of
-// the N ranks holds the whole model and runs train.grad_accum micro-batches of every optimizer
-// step, a disjoint slice of the global batch of N × grad_accum micro-batches (rank r takes
+// the N ranks (a mesh of data N, mesh.h) holds the whole model and runs train.grad_accum
+// micro-batches of every optimizer step, a disjoint slice of the global batch of N × grad_accum micro-batches (rank r takes
 // micro-batches r·A .. r·A + A − 1 of the order one process would draw them in, with the same
 // dropout keys), so N ranks compute what one process computes with N × grad_accum micro-batches.
 // Gradients are reduced during the last micro-batch's backward (gradient_reducer.h); the loss is
@@ -15,7 +15,9 @@
 #include <memory>
 #include <vector>
 
+#include "frugal/core/timer.h"
 #include "frugal/parallel/gradient_reducer.h"
+#include "frugal/parallel/mpi_mesh.h"
 #include "frugal/parallel/mpi_world.h"
 #include "frugal/train/step.h"
 
@@ -27,12 +29,20 @@ class DataParallelStep final : public StepStrategy {
   ~DataParallelStep() override;
   const char* name() const override;
   double tokens_per_step() const override { return StepStrategy::tokens_per_step() * world_.size(); }
-  StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   // ZeRO-2: this rank's shard (the rest of the buffer takes memory only while reduced).
   size_t resident_gradient_bytes() const override;
 
   // The ZeRO shards: rank r owns [bounds[r], bounds[r + 1]) of the flat buffer.
   const std::vector<size_t>& shard_bounds() const { return shards_; }
+
+ protected:
+  void begin_context(TrainContext& ctx) override;  // the replicas share their caches
+  void reset_gradients() override;                 // ZeRO-2: other shards' pages released
+  // Each rank its micro-batches; gradients reduced in buckets during the last backward.
+  void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
+  float clip_gradients() override;  // ZeRO-2: the norm chained over the shards
+  void update(float lr) override;   // ZeRO-1/2: the updated shards all-gathered
+  void add_metrics(nlohmann::json& record) override;  // "comm"
 
  private:
   // Adds the token-embedding gradient rows of every rank's last micro-batch (left out of the
@@ -40,14 +50,21 @@ class DataParallelStep final : public StepStrategy {
   void add_embedding_grads(GPT& model);
   // Gathers every rank's updated shard of params[begin, total) onto every rank.
   void allgather_params(float* params, size_t begin);
+  int replica() const { return mesh_->coordinate(Dim::Data); }
+  MPI_Comm replicas() const { return mesh_->group(Dim::Data); }  // the norm chain and the all-gathers
 
   MpiWorld& world_;
   int zero_;
-  MPI_Comm comm_;  // the norm chain and the parameter all-gather
+  MPI_Comm base_;
+  std::unique_ptr<MpiMesh> mesh_;  // data N over base_
   std::vector<size_t> shards_;
   std::unique_ptr<GradientReducer> reducer_;
   std::vector<int32_t> all_tokens_;  // add_embedding_grads: every rank's (B,T) tokens
   std::vector<float> all_rows_;       // and (B,T,C) embedding-output gradients
+  // The step's seconds: computing the micro-batches, waiting for the last buckets after them,
+  // and (from clipping on) the update.
+  double compute_seconds_ = 0, wait_seconds_ = 0;
+  Timer update_timer_;
 };
 
 }  // namespace frugal::parallel

@@ -20,6 +20,29 @@ std::string PipelineLayout::describe() const {
   return fmt::format("{}, blocks{}", describe_shape(stages, replicas), blocks);
 }
 
+bool owns(const BlockRange& range, const ParamInfo& e, int n_layer) {
+  if (e.layer < 0) return range.embeddings;
+  if (e.layer >= n_layer) return range.head;
+  return range.contains(e.layer);
+}
+
+std::vector<TensorMove> tensor_moves(const ModelConfig& config, const std::vector<BlockRange>& now,
+                                     const std::vector<BlockRange>& next) {
+  FRUGAL_CHECK(now.size() == next.size(), "internal: a re-partition of {} ranks into {}", now.size(), next.size());
+  const int L = config.n_layer;
+  std::vector<TensorMove> moves;
+  for (size_t to = 0; to < next.size(); ++to) {
+    const ParamTable table = ParamTable::build(config, next[to]);
+    for (const ParamInfo& e : table.entries()) {
+      if (owns(now[to], e, L)) continue;
+      const auto owner = std::find_if(now.begin(), now.end(), [&](const BlockRange& r) { return owns(r, e, L); });
+      FRUGAL_CHECK(owner != now.end(), "internal: no rank owns {} before a re-partition", e.name);
+      moves.push_back({e.name, static_cast<int>(owner - now.begin()), static_cast<int>(to), owns(next[to], e, L)});
+    }
+  }
+  return moves;
+}
+
 double stage_cost(const UnitCosts& c, int frozen, int begin, int end) {
   double cost = 0;
   if (begin == 0) cost += c.embeddings_forward + (frozen == 0 ? c.embeddings_backward : 0);

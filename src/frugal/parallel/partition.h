@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "frugal/model/param_table.h"
+
 namespace frugal::parallel {
 
 // Seconds one micro-batch spends in each unit, forward and backward (the head's backward is
@@ -32,6 +34,24 @@ struct PipelineLayout {
 };
 // "2 stages × 1 replica"
 std::string describe_shape(int stages, int replicas);
+
+// What `range` updates of tensor `e` (of a model of n_layer blocks): the embeddings, its blocks,
+// ln_f and the head. A last stage's copy of a tied head's token embedding is held, not owned: the
+// first stage updates it and sends it on.
+bool owns(const BlockRange& range, const ParamInfo& e, int n_layer);
+// One tensor that a re-partition sends from rank `from` to rank `to`: its weights, and AdamW's
+// moments when `to` owns it afterwards.
+struct TensorMove {
+  std::string name;
+  int from = 0, to = 0;
+  bool moments = false;
+  bool operator==(const TensorMove&) const = default;
+};
+// The tensors ranks send so that rank r, holding now[r], holds next[r]: each tensor of next[r]
+// that r does not own now comes from the lowest rank that does (in the order of r, then of r's
+// table); what r owns now it keeps and is not listed.
+std::vector<TensorMove> tensor_moves(const ModelConfig& config, const std::vector<BlockRange>& now,
+                                     const std::vector<BlockRange>& next);
 
 // Seconds per micro-batch of the stage holding blocks [begin, end) with `frozen` blocks (and,
 // when frozen > 0, the embeddings) running forward only.

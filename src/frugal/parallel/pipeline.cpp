@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "frugal/core/error.h"
 #include "frugal/core/memory.h"
@@ -16,7 +17,7 @@
 namespace frugal::parallel {
 namespace {
 
-constexpr int kActivationTag = 0, kGradientTag = 1, kTiedTag = 2;
+constexpr int kActivationTag = 0, kGradientTag = 1, kTiedTag = 2, kMoveTag = 3;
 
 nlohmann::json costs_to_json(const UnitCosts& c) {
   return {{"embeddings", {c.embeddings_forward, c.embeddings_backward}},
@@ -34,11 +35,6 @@ UnitCosts costs_from_json(const nlohmann::json& j) {
   c.head_forward = j.at("head").at(0);
   c.head_backward = j.at("head").at(1);
   return c;
-}
-
-void free_communicator(MPI_Comm& comm) {
-  if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
-  comm = MPI_COMM_NULL;
 }
 
 }  // namespace
@@ -72,31 +68,82 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
   }
   dp_settings_.train.grad_accum = M / N;  // only used once the pipeline is one stage long
   base_ = world.new_communicator();
+  held_.assign(N, BlockRange::whole(session.model().config()));
   layout_.stages = K;
   layout_.replicas = N / K;
+  mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(N / K, K), base_);
   name_ = fmt::format("pipeline of {}, {}", describe_shape(K, N / K), gpipe_ ? "GPipe" : "1F1B");
 }
 
 PipelineStep::~PipelineStep() {
   dp_.reset();
-  free_communicator(pipe_);
-  free_communicator(replicas_);
-  free_communicator(base_);
+  mesh_.reset();
+  MPI_Comm_free(&base_);
 }
 
-std::pair<size_t, size_t> PipelineStep::slice(int k) const {
+std::pair<size_t, size_t> PipelineStep::slice() const {
   const GPT& model = session_.model();
-  const ParamTable& table = model.table();
-  const int K = layout_.stages;
-  const size_t lo = k == 0 ? 0 : table.layer_range(layout_.bounds[k]).first;
-  const size_t hi = k == K - 1 ? model.num_floats() : table.layer_range(layout_.bounds[k + 1]).first;
-  return {lo, hi};
+  const int k = stage();
+  return {k == 0 ? 0 : model.table().layer_range(layout_.bounds[k]).first, model.num_floats()};
+}
+
+std::vector<BlockRange> PipelineStep::ranges(const PipelineLayout& layout) const {
+  const int K = layout.stages;
+  const MeshShape shape = MeshShape::data_pipeline(layout.replicas, K);
+  std::vector<BlockRange> out;
+  for (int rank = 0; rank < world_.size(); ++rank) {
+    const int k = coordinate(shape.coordinates(rank), Dim::Pipeline);
+    out.push_back({layout.bounds[k], layout.bounds[k + 1], k == 0, k == K - 1});
+  }
+  return out;
+}
+
+void PipelineStep::hold(const std::vector<BlockRange>& next) {
+  if (held_ == next) return;
+  const int me = world_.rank(), L = session_.model().config().n_layer;
+  const std::vector<TensorMove> moves = tensor_moves(session_.model().config(), held_, next);
+  const BlockRange now = held_[me];
+  const bool moments = session_.optim().steps_taken() > 0;  // the same on every rank
+  // Between steps the gradients are spent: their memory goes before the new session takes its own.
+  release_pages(session_.model().grads(), sizeof(float) * session_.model().num_floats());
+  session_.repartition(next[me], [&](const NamedTensors& from, const NamedTensors& to) {
+    // The tensors other ranks own: received from their owner; those this rank owns: sent to
+    // whoever holds them next.
+    std::vector<MPI_Request> requests;
+    for (const TensorMove& move : moves) {
+      if (move.from != me && move.to != me) continue;
+      const bool sending = move.from == me;
+      const NamedTensors& tensors = sending ? from : to;
+      std::vector<std::span<float>> parts{tensors.param(move.name)};
+      if (move.moments && moments) parts.insert(parts.end(), {tensors.m(move.name), tensors.v(move.name)});
+      for (const std::span<float> part : parts) {
+        MPI_Request& request = requests.emplace_back();
+        if (sending)
+          MPI_Isend(part.data(), static_cast<int>(part.size()), MPI_FLOAT, move.to, kMoveTag, base_, &request);
+        else
+          MPI_Irecv(part.data(), static_cast<int>(part.size()), MPI_FLOAT, move.from, kMoveTag, base_, &request);
+      }
+    }
+    for (MPI_Request& request : requests) world_.wait(request, "moving blocks between the pipeline's ranks");
+    // What this rank keeps, one tensor at a time, each returned to the operating system once
+    // copied: the old and the new session together take little more than the larger of them.
+    for (const ParamInfo& e : to.table().entries()) {
+      if (!owns(now, e, L)) continue;
+      for (auto get : {&NamedTensors::param, &NamedTensors::m, &NamedTensors::v}) {
+        const std::span<float> src = (from.*get)(e.name);
+        if (get == &NamedTensors::param || owns(next[me], e, L)) std::ranges::copy(src, (to.*get)(e.name).begin());
+        release_pages(src.data(), src.size_bytes());
+      }
+    }
+  });
+  held_ = next;
 }
 
 UnitCosts PipelineStep::measure_costs() {
-  GPT& model = session_.model();
-  const int B = settings_.train.batch_size, T = settings_.train.seq_len, C = model.config().n_embd;
-  const int L = model.config().n_layer;
+  const GPT& held = session_.model();
+  const ModelConfig config = held.config();
+  const std::vector<bool> recompute = held.recompute();
+  const int B = settings_.train.batch_size, T = settings_.train.seq_len, C = config.n_embd, L = config.n_layer;
   const size_t N = size_t(B) * T;
   std::vector<int32_t> tokens(N, 0), targets(N, 0);
   std::vector<float> x(N * C), dy(N * C);
@@ -104,21 +151,21 @@ UnitCosts PipelineStep::measure_costs() {
     x[i] = 0.5f * std::sin(0.37f * float(i % 9973));
     dy[i] = 1e-3f * std::cos(0.61f * float(i % 8191));
   }
-  const int frozen = model.frozen_prefix();
-  const std::vector<bool> recompute = model.recompute();
-  model.set_frozen_prefix(0);  // every unit's backward is timed
-  // The fastest of three forward and backward passes of one micro-batch through `stage`.
-  auto time_stage = [&](const BlockRange& stage) {
-    model.plan(B, T, recompute, stage, 1);
-    const GPT::RangeInput in{stage.embeddings ? tokens.data() : nullptr,
-                             stage.embeddings ? nullptr : x.data(), stage.begin};
+  // The fastest of three forward and backward passes of one micro-batch through a model of
+  // `unit` alone (the cost does not depend on the weights' values): every rank times every unit
+  // at the same time, whatever blocks it holds, so that ranks that share cores load them alike.
+  auto time_unit = [&](const BlockRange& unit) {
+    GPT model(config, unit);
+    model.plan(B, T, recompute);
+    const GPT::RangeInput in{unit.embeddings ? tokens.data() : nullptr,
+                             unit.embeddings ? nullptr : x.data(), unit.begin};
     double forward = INFINITY, backward = INFINITY;
     for (int repeat = 0; repeat < 3; ++repeat) {
       Timer f;
       model.forward_range(in, targets.data(), 1.0f, 0);
       forward = std::min(forward, f.seconds());
       Timer b;
-      model.backward_range(stage.head ? nullptr : dy.data());
+      model.backward_range(unit.head ? nullptr : dy.data());
       backward = std::min(backward, b.seconds());
     }
     return std::pair{forward, backward};
@@ -126,16 +173,13 @@ UnitCosts PipelineStep::measure_costs() {
   UnitCosts c;
   c.block_forward.resize(L);
   c.block_backward.resize(L);
-  for (int l = 0; l < L; ++l) std::tie(c.block_forward[l], c.block_backward[l]) = time_stage({l, l + 1, false, false});
-  const auto [ef, eb] = time_stage({0, 1, true, false});
-  const auto [hf, hb] = time_stage({L - 1, L, false, true});
+  for (int l = 0; l < L; ++l) std::tie(c.block_forward[l], c.block_backward[l]) = time_unit({l, l + 1, false, false});
+  const auto [ef, eb] = time_unit({0, 1, true, false});
+  const auto [hf, hb] = time_unit({L - 1, L, false, true});
   c.embeddings_forward = std::max(0.0, ef - c.block_forward[0]);
   c.embeddings_backward = std::max(0.0, eb - c.block_backward[0]);
   c.head_forward = std::max(0.0, hf - c.block_forward[L - 1]);
   c.head_backward = std::max(0.0, hb - c.block_backward[L - 1]);
-  model.set_frozen_prefix(frozen);
-  std::memset(model.grads(), 0, sizeof(float) * model.num_floats());
-  model.plan(B, T, recompute);
   // The mean over the ranks, so that every rank decides the same layout.
   std::vector<double> all{c.embeddings_forward, c.embeddings_backward, c.head_forward, c.head_backward};
   all.insert(all.end(), c.block_forward.begin(), c.block_forward.end());
@@ -152,36 +196,37 @@ UnitCosts PipelineStep::measure_costs() {
 }
 
 void PipelineStep::apply(const PipelineLayout& layout) {
-  GPT& model = session_.model();
+  const ModelConfig config = session_.model().config();
+  const std::vector<bool> recompute = session_.model().recompute();
   const TrainSettings& t = settings_.train;
   layout_ = layout;
   applied_ = true;
   name_ = fmt::format("pipeline of {}, {}", layout.describe(), gpipe_ ? "GPipe" : "1F1B");
-  free_communicator(pipe_);
-  free_communicator(replicas_);
+  mesh_.reset();  // before the new one: MPI_Comm_free is collective like the split
+  mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(layout.replicas, layout.stages), base_);
   if (layout.stages == 1) {  // data parallelism: the DataParallelStep runs the steps
-    model.plan(t.batch_size, t.seq_len, model.recompute());
+    hold(ranges(layout));
+    session_.model().plan(t.batch_size, t.seq_len, recompute);
     dp_ = std::make_unique<DataParallelStep>(session_, methods_, dp_settings_, world_);
     dp_->set_num_samples(num_samples_);
     return;
   }
-  MPI_Comm_split(base_, replica(), stage(), &pipe_);
-  MPI_Comm_split(base_, stage(), replica(), &replicas_);
   const int K = layout.stages, k = stage();
   per_replica_ = t.grad_accum / layout.replicas;
   slots_ = gpipe_ ? per_replica_ : std::min(K - k, per_replica_);
   // The stage's memory with its micro-batches in flight (the trainer checked one of the whole model).
-  const BlockRange stage_range{layout.bounds[k], layout.bounds[k + 1], k == 0, k == K - 1};
-  const MemoryPlan plan = GPT::estimate_memory(model.config(), t.batch_size, t.seq_len, model.recompute(),
-                                               model.range(), stage_range, slots_);
-  const size_t optimizer = session_.optim().state_bytes();
+  const BlockRange stage_range = ranges(layout)[world_.rank()];
+  const MemoryPlan plan = GPT::estimate_memory(config, t.batch_size, t.seq_len, recompute, stage_range,
+                                               stage_range, slots_);
+  const size_t optimizer = 2 * plan.parameters;  // AdamW's m and v
   const double needed = double(optimizer) + plan.parameters + plan.gradients + plan.activations + plan.scratch;
   FRUGAL_CHECK(needed <= double(available_memory_bytes()), "pipeline stage {} (blocks [{}, {}), {} micro-batches "
                "in flight) needs more memory than the machine has available: {}; use parallel.schedule = "
                "\"1f1b\" (at most K micro-batches in flight), fewer micro-batches (train.grad_accum) or "
                "train.recompute = \"all\"", k, stage_range.begin, stage_range.end, slots_, plan.describe(optimizer));
   stage_activation_bytes_ = plan.activations;
-  const size_t floats = size_t(t.batch_size) * t.seq_len * model.config().n_embd;
+  hold(ranges(layout));
+  const size_t floats = size_t(t.batch_size) * t.seq_len * config.n_embd;
   act_in_.assign(floats, 0.0f);
   grad_in_.assign(floats, 0.0f);
   act_out_.assign(slots_, std::vector<float>(floats));
@@ -192,14 +237,17 @@ void PipelineStep::apply(const PipelineLayout& layout) {
 }
 
 StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
-  GPT& model = session_.model();
   if (!applied_) {
     if (!measured_) {
+      // The whole model leaves every rank (for its stage of an even cut) before the measurement.
+      const int K = settings_.parallel.pipeline_stages, L = session_.model().config().n_layer;
+      PipelineLayout even{K, world_.size() / K, {}};
+      for (int k = 0; k <= K; ++k) even.bounds.push_back(k * L / K);
+      hold(ranges(even));
       costs_ = measure_costs();
       measured_ = true;
-      const int frozen = model.frozen_prefix();
-      const int K = settings_.parallel.pipeline_stages;
-      limit_ = can_partition(model.config().n_layer, frozen, K)
+      const int frozen = session_.model().frozen_prefix();
+      limit_ = can_partition(L, frozen, K)
                    ? slowest_stage(costs_, frozen, balance_stages(costs_, frozen, K))
                    : 0;
       layout_frozen_ = frozen;
@@ -214,6 +262,7 @@ StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohma
       apply(layout_);
     }
   }
+  hold(ranges(layout_));  // back to the stage after a synchronize()
   if (dp_) {
     const StepResult r = dp_->run(step, next_batch, record);
     if (record) {
@@ -224,7 +273,7 @@ StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohma
     }
     return r;
   }
-  const StepResult r = run_pipeline(step, next_batch, record);
+  const StepResult r = run_events(step, next_batch, record);
   if (session_.model().frozen_prefix() != layout_frozen_) repartition(step, record);
   return r;
 }
@@ -281,12 +330,12 @@ void PipelineStep::backward(TrainContext& ctx, int micro) {
 void PipelineStep::send(std::vector<float>& buffer, MPI_Request& request, const float* data, int to, int tag) {
   if (request != MPI_REQUEST_NULL) world_.wait(request, "a pipeline send to the next stage");
   std::memcpy(buffer.data(), data, sizeof(float) * buffer.size());
-  MPI_Isend(buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT, to, tag, pipe_, &request);
+  MPI_Isend(buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT, to, tag, pipe(), &request);
 }
 
 void PipelineStep::receive(float* out, int from, int tag, const std::string& what) {
   MPI_Request request;
-  MPI_Irecv(out, static_cast<int>(act_in_.size()), MPI_FLOAT, from, tag, pipe_, &request);
+  MPI_Irecv(out, static_cast<int>(act_in_.size()), MPI_FLOAT, from, tag, pipe(), &request);
   world_.wait(request, what);
 }
 
@@ -296,24 +345,30 @@ void PipelineStep::wait_sends() {
       if (request != MPI_REQUEST_NULL) world_.wait(request, "a pipeline send");
 }
 
-StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
-  const TrainSettings& t = settings_.train;
-  const int K = layout_.stages, D = layout_.replicas, M = t.grad_accum, N = world_.size();
-  const int k = stage(), d = replica(), Mr = per_replica_;
-  TrainContext ctx = context(step, record);
-  if (k == 0 && D > 1) {  // the micro-batch events fire on the first stages, the replicas in lockstep
-    ctx.allgather_replicas = world_.allgather_over(replicas_);
-    ctx.replicas = D;
+void PipelineStep::begin_context(TrainContext& ctx) {
+  if (stage() == 0 && layout_.replicas > 1) {  // the micro-batch events fire on the first stages, the replicas in lockstep
+    ctx.allgather_replicas = world_.allgather_over(replicas());
+    ctx.replicas = layout_.replicas;
   }
-  methods_.fire(Event::BatchStart, ctx);
-  GPT& model = session_.model();  // the same until the Reconfigure in end_step
+}
+
+void PipelineStep::reset_gradients() {
+  const TrainSettings& t = settings_.train;
+  GPT& model = session_.model();
+  const int k = stage(), K = layout_.stages;
   const BlockRange stage_range{layout_.bounds[k], layout_.bounds[k + 1], k == 0, k == K - 1};
   if (!(model.stage() == stage_range) || model.slots() != slots_ || model.batch() != t.batch_size ||
       model.seq_len() != t.seq_len)
     model.plan(t.batch_size, t.seq_len, model.recompute(), stage_range, slots_);
   model.zero_grad();
-  StepResult r;
-  r.lr = session_.lr(step);
+}
+
+void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
+                                     StepResult& r) {
+  const TrainSettings& t = settings_.train;
+  const int K = layout_.stages, M = t.grad_accum, N = world_.size();
+  const int k = stage(), d = replica(), Mr = per_replica_;
+  GPT& model = session_.model();
   // Every rank draws the step's M micro-batches in one-process order (the loaders stay together);
   // replica d keeps d·Mr .. d·Mr + Mr − 1.
   for (int i = 0; i < M; ++i) {
@@ -343,34 +398,33 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
   const double schedule_seconds = schedule.seconds();
 
   // A tied head: the last stage's gradient of the token embedding (its head part) joins the first's.
-  const bool tied = model.config().tied_head && model.frozen_prefix() == 0;
-  const auto [wte_begin, wte_end] = model.token_embedding_range();
-  if (tied) {
+  if (tied_exchange()) {
+    const auto [wte_begin, wte_end] = model.token_embedding_range();
     MPI_Request request;
     if (k == K - 1) {
-      MPI_Isend(model.grads() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe_, &request);
+      MPI_Isend(model.grads() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe(), &request);
       world_.wait(request, "the head's token-embedding gradient");
     } else if (k == 0) {
       head_grad_.resize(wte_end - wte_begin);
-      MPI_Irecv(head_grad_.data(), static_cast<int>(head_grad_.size()), MPI_FLOAT, K - 1, kTiedTag, pipe_, &request);
+      MPI_Irecv(head_grad_.data(), static_cast<int>(head_grad_.size()), MPI_FLOAT, K - 1, kTiedTag, pipe(), &request);
       world_.wait(request, "the head's token-embedding gradient");
       float* g = model.grads() + wte_begin;
       for (size_t i = 0; i < head_grad_.size(); ++i) g[i] += head_grad_[i];
     }
   }
-  const size_t begin = model.trainable_begin();
-  const auto [slice_begin, hi] = slice(k);
-  const size_t lo = std::max(begin, slice_begin);
-  if (D > 1 && lo < hi) {  // the stage's replicas sum their gradients
+  const auto [slice_begin, hi] = slice();
+  lo_ = std::max(model.trainable_begin(), slice_begin);
+  hi_ = hi;
+  if (layout_.replicas > 1 && lo_ < hi_) {  // the stage's replicas sum their gradients
     MPI_Request request;
-    MPI_Iallreduce(MPI_IN_PLACE, model.grads() + lo, static_cast<int>(hi - lo), MPI_FLOAT, MPI_SUM, replicas_, &request);
+    MPI_Iallreduce(MPI_IN_PLACE, model.grads() + lo_, static_cast<int>(hi_ - lo_), MPI_FLOAT, MPI_SUM, replicas(), &request);
     world_.wait(request, "the all-reduce of a stage's gradients over its replicas");
   }
 
   // Every micro-batch's loss (from the last stages), in one-process order, the FLOPs (counted by
-  // the first stages) and each rank's busy and schedule seconds: one sum over the ranks, where
-  // each value comes from one rank and the others add zeros.
-  std::vector<double> v(M + 8 + 2 * N, 0.0);
+  // the first stages), each rank's busy and schedule seconds and the floats its session holds:
+  // one sum over the ranks, where each value comes from one rank and the others add zeros.
+  std::vector<double> v(M + 8 + 3 * N, 0.0);
   if (k == K - 1)
     for (int j = 0; j < Mr; ++j) v[d * Mr + j] = losses_[j];
   if (k == 0) {
@@ -379,71 +433,73 @@ StepResult PipelineStep::run_pipeline(int64_t step, const BatchSource& next_batc
                              r.dense.backward_weight, r.dense.optimizer};
     std::copy(flops, flops + 8, v.begin() + M);
   }
-  v[M + 8 + world_.rank()] = busy_;
-  v[M + 8 + N + world_.rank()] = schedule_seconds;
+  const int me = world_.rank();
+  v[M + 8 + me] = busy_;
+  v[M + 8 + N + me] = schedule_seconds;
+  v[M + 8 + 2 * N + me] = static_cast<double>(model.num_floats());
   v = world_.sum(v);
   r.loss = 0;
   for (int i = 0; i < M; ++i) r.loss += v[i];
   r.loss /= M;
   r.executed = {v[M], v[M + 1], v[M + 2], v[M + 3]};
   r.dense = {v[M + 4], v[M + 5], v[M + 6], v[M + 7]};
-  check_finite("loss", r.loss, step);
-  methods_.fire(Event::AfterGradReduce, ctx);
+  rank_busy_.assign(v.begin() + M + 8, v.begin() + M + 8 + N);
+  rank_schedule_.assign(v.begin() + M + 8 + N, v.begin() + M + 8 + 2 * N);
+  rank_floats_.assign(v.begin() + M + 8 + 2 * N, v.end());
+}
 
-  AdamW& optim = session_.optim();
-  r.grad_norm = ctx.grad_norm = chained_grad_norm(world_, pipe_, model.grads(), lo, hi);
-  check_finite("gradient norm", r.grad_norm, step);
-  if (lo < hi) optim.clip_to(model.grads(), lo, r.grad_norm, hi);
-  methods_.fire(Event::BeforeOptimStep, ctx);
-  optim.update(model.params(), model.grads(), lo, r.lr, hi);
-  stale_ = true;
-  if (tied) {  // the head on the last stage reads the token embedding the first stage updated
+bool PipelineStep::tied_exchange() const {
+  const int k = stage(), K = layout_.stages;
+  return session_.model().config().tied_head && session_.model().frozen_prefix() == 0 && (k == 0 || k == K - 1);
+}
+
+float PipelineStep::clip_gradients() {
+  GPT& model = session_.model();
+  const float norm = chained_grad_norm(world_, pipe(), model.grads(), lo_, hi_);
+  if (lo_ < hi_) session_.optim().clip_to(model.grads(), lo_, norm, hi_);
+  return norm;
+}
+
+void PipelineStep::update(float lr) {
+  GPT& model = session_.model();
+  session_.optim().update(model.params(), model.grads(), lo_, lr, hi_);
+  if (tied_exchange()) {  // the head on the last stage reads the token embedding the first stage updated
+    const auto [wte_begin, wte_end] = model.token_embedding_range();
+    const int count = static_cast<int>(wte_end - wte_begin), K = layout_.stages;
     MPI_Request request;
-    if (k == 0)
-      MPI_Isend(model.params() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, K - 1, kTiedTag, pipe_, &request);
-    else if (k == K - 1)
-      MPI_Irecv(model.params() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe_, &request);
-    if (k == 0 || k == K - 1) world_.wait(request, "the updated token embedding");
+    if (stage() == 0)
+      MPI_Isend(model.params() + wte_begin, count, MPI_FLOAT, K - 1, kTiedTag, pipe(), &request);
+    else
+      MPI_Irecv(model.params() + wte_begin, count, MPI_FLOAT, 0, kTiedTag, pipe(), &request);
+    world_.wait(request, "the updated token embedding");
   }
-  if (record) {
-    // Per stage (replica 0's ranks): busy seconds and the bubble, the share of the schedule idle.
-    std::vector<double> busy(K), bubble(K);
-    double mean_bubble = 0;
-    for (int s = 0; s < K; ++s) {
-      busy[s] = v[M + 8 + s];
-      bubble[s] = 1.0 - busy[s] / std::max(1e-12, v[M + 8 + N + s]);
-      mean_bubble += bubble[s] / K;
-    }
-    (*record)["pipeline"] = {{"stages", K}, {"replicas", D}, {"bounds", layout_.bounds},
-                             {"busy_s", busy}, {"bubble", mean_bubble}, {"stage_bubble", bubble},
-                             {"bubble_ideal", double(K - 1) / (Mr + K - 1)}};
-    (*record)["pipeline_stages"] = K;  // top level and numeric: `frugal report` plots them
-    (*record)["pipeline_replicas"] = D;
-    (*record)["pipeline_repartitions"] = repartitions_;
-    status_ = fmt::format(" | {}×{} bubble {:.0f}% (ideal {:.0f}%)", K, D, 100 * mean_bubble,
-                          100.0 * (K - 1) / (Mr + K - 1));
+}
+
+void PipelineStep::add_metrics(nlohmann::json& record) {
+  // Per stage (replica 0's ranks): busy seconds, the bubble (the share of the schedule idle) and
+  // the floats of weights (as many of gradients, twice as many of moments) its session holds.
+  const int K = layout_.stages, D = layout_.replicas, Mr = per_replica_;
+  std::vector<double> busy(K), bubble(K), held(K);
+  double mean_bubble = 0;
+  for (int s = 0; s < K; ++s) {
+    const int rank = mesh_->shape().rank_of({0, s, 0, 0});
+    busy[s] = rank_busy_[rank];
+    bubble[s] = 1.0 - busy[s] / std::max(1e-12, rank_schedule_[rank]);
+    held[s] = rank_floats_[rank];
+    mean_bubble += bubble[s] / K;
   }
-  end_step(ctx, r);
-  return r;
+  record["pipeline"] = {{"stages", K}, {"replicas", D}, {"bounds", layout_.bounds},
+                        {"busy_s", busy}, {"bubble", mean_bubble}, {"stage_bubble", bubble},
+                        {"bubble_ideal", double(K - 1) / (Mr + K - 1)}, {"held_floats", held}};
+  record["pipeline_stages"] = K;  // top level and numeric: `frugal report` plots them
+  record["pipeline_replicas"] = D;
+  record["pipeline_repartitions"] = repartitions_;
+  status_ = fmt::format(" | {}×{} bubble {:.0f}% (ideal {:.0f}%)", K, D, 100 * mean_bubble,
+                        100.0 * (K - 1) / (Mr + K - 1));
 }
 
 void PipelineStep::synchronize() {
-  if (!stale_ || dp_) return;
-  stale_ = false;
-  // Every stage's slice of the weights and both moments, from its owner to the replica's ranks.
-  const int K = layout_.stages;
-  std::vector<int> counts(K), displs(K);
-  for (int s = 0; s < K; ++s) {
-    const auto [lo, hi] = slice(s);
-    counts[s] = static_cast<int>(hi - lo);
-    displs[s] = static_cast<int>(lo);
-  }
-  AdamW& optim = session_.optim();
-  for (float* buffer : {session_.model().params(), optim.m(), optim.v()}) {
-    MPI_Request request;
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buffer, counts.data(), displs.data(), MPI_FLOAT, pipe_, &request);
-    world_.wait(request, "gathering the stages' weights and optimizer state");
-  }
+  hold(std::vector<BlockRange>(world_.size(), BlockRange::whole(session_.model().config())));
 }
 
 void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
@@ -451,9 +507,8 @@ void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
   const int frozen = model.frozen_prefix();
   Timer timer;
   const PipelineLayout before = layout_;
-  // AutoDP's transfer: every rank gets the weights and AdamW's moments from their owners; the
-  // step, learning rate, frozen prefix and AdamW's step count are already the same everywhere.
-  synchronize();
+  // The blocks move to their new owners with their moments (apply); the step, learning rate,
+  // frozen prefix and AdamW's step count are already the same everywhere.
   const std::vector<double> mine{double(step + 1), session_.lr(step + 1), double(frozen),
                                  double(session_.optim().steps_taken())};
   std::vector<double> all(mine.size() * world_.size());
@@ -506,14 +561,6 @@ void PipelineStep::load_state(const nlohmann::json& state) {
   repartitions_ = state.at("repartitions");
   costs_ = costs_from_json(state.at("costs"));
   measured_ = true;
-}
-
-StepStrategyFactory parallel_step(MpiWorld& world) {
-  return [&world](Session& session, MethodSet& methods, const RunSettings& settings) -> std::unique_ptr<StepStrategy> {
-    if (settings.parallel.pipeline_stages > 1)
-      return std::make_unique<PipelineStep>(session, methods, settings, world);
-    return std::make_unique<DataParallelStep>(session, methods, settings, world);
-  };
 }
 
 }  // namespace frugal::parallel

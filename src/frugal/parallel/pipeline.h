@@ -1,6 +1,7 @@
 // Pipeline parallelism with PipeTransformer's elastic pipelining, as a step strategy (train/step.h)
 // applied to the model from outside. The ranks form `replicas` (D) data-parallel copies of a
-// pipeline of K stages (parallel.pipeline_stages; rank = d·K + k). Stage k runs blocks
+// pipeline of K stages (parallel.pipeline_stages): a mesh of data D × pipeline K (mesh.h; rank
+// d·K + k is stage k of replica d). Stage k runs blocks
 // [bounds[k], bounds[k + 1]) of the model (the first stage with the embeddings and the frozen
 // prefix, the last with ln_f, the head and the loss), chosen by AutoPipe from measured unit costs
 // (partition.h). The step's train.grad_accum = M micro-batches (over all ranks: the global batch
@@ -10,11 +11,13 @@
 // an untied head (a tied head's token-embedding gradient, added from the last stage into the
 // first, sums in another order).
 //
-// Every rank keeps the whole model's weights and AdamW moments but computes, reduces and updates
-// only its stage's slice of the flat buffer; synchronize() (before evaluation, checkpoints and
-// samples) and a re-partition gather the slices from their owners. The step count, learning
-// rate, frozen prefix and loader position advance identically on every rank (each runs the same
-// loop and draws every micro-batch), and are checked at a re-partition.
+// Each rank's session holds only its stage's blocks (weights, gradients and AdamW moments; a last
+// stage also a tied head's token embedding, which the first stage owns and sends it after each
+// update). A re-partition moves the blocks that change owner, with their moments, between the
+// ranks (tensor_moves, partition.h); synchronize() (before evaluation, checkpoints and samples)
+// gives every rank the whole model the same way, and the next step goes back to the stage. The
+// step count, learning rate, frozen prefix and loader position advance identically on every rank
+// (each runs the same loop and draws every micro-batch), and are checked at a re-partition.
 //
 // When a method freezes blocks (the Reconfigure safe point), the stages are re-balanced and,
 // with parallel.elastic, the pipeline is halved while its slowest stage stays no slower than at
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "frugal/parallel/data_parallel.h"
+#include "frugal/parallel/mpi_mesh.h"
 #include "frugal/parallel/mpi_world.h"
 #include "frugal/parallel/partition.h"
 #include "frugal/train/step.h"
@@ -46,24 +50,45 @@ class PipelineStep final : public StepStrategy {
 
   const PipelineLayout& layout() const { return layout_; }
 
+ protected:
+  // The pieces of a pipeline's step (more than one stage; StepStrategy::run_events).
+  void begin_context(TrainContext& ctx) override;  // the first stages' replicas share caches
+  void reset_gradients() override;                 // and the stage's activation plan
+  // The schedule; the tied head's gradient; the replicas' all-reduce; losses and FLOPs summed.
+  void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
+  float clip_gradients() override;  // the norm chained through the stages
+  void update(float lr) override;   // the stage's slice; the tied head's weights sent on
+  void add_metrics(nlohmann::json& record) override;  // "pipeline": bubble and busy time per stage
+
  private:
   // One micro-batch of this replica: its tokens, targets and sample ids (B·T, B·T, B).
   struct MicroBatch {
     std::vector<int32_t> inputs, targets;
     std::vector<int64_t> ids;
   };
-  int stage() const { return world_.rank() % layout_.stages; }
-  int replica() const { return world_.rank() / layout_.stages; }
-  // [lo, hi) of the flat buffer that stage k owns.
-  std::pair<size_t, size_t> slice(int k) const;
-  // Measures the unit costs on this rank and averages them over the ranks (every rank the same).
+  int stage() const { return mesh_->coordinate(Dim::Pipeline); }
+  int replica() const { return mesh_->coordinate(Dim::Data); }
+  MPI_Comm pipe() const { return mesh_->group(Dim::Pipeline); }     // this replica's stages
+  MPI_Comm replicas() const { return mesh_->group(Dim::Data); }     // this stage's replicas
+  // [lo, hi) of this rank's flat buffer that its stage updates.
+  std::pair<size_t, size_t> slice() const;
+  // The unit costs of one micro-batch, each unit timed on every rank on a model of it alone and
+  // averaged (every rank gets the same).
   UnitCosts measure_costs();
-  // Makes `layout` current: communicators, the stage's activation plan, DataParallelStep for one stage.
+  // The block range each rank holds under `layout` (the whole model when it has one stage).
+  std::vector<BlockRange> ranges(const PipelineLayout& layout) const;
+  // Rebuilds this rank's session around next[rank], the blocks that change owner moving between
+  // the ranks with their weights and moments. Every rank calls it with the same `next`.
+  void hold(const std::vector<BlockRange>& next);
+  // Makes `layout` current: the ranks' blocks, communicators, the stage's activation plan,
+  // DataParallelStep for one stage.
   void apply(const PipelineLayout& layout);
   // After a Reconfigure that moved the frozen prefix: AutoPipe + AutoDP.
   void repartition(int64_t step, nlohmann::json* record);
-  // The pipeline's step (more than one stage).
-  StepResult run_pipeline(int64_t step, const BatchSource& next_batch, nlohmann::json* record);
+  // Whether this stage takes part in a tied head's exchanges of the token embedding (its
+  // gradient to the first stage, the updated weights back): the first and the last stage, while
+  // the embeddings train.
+  bool tied_exchange() const;
   void forward(TrainContext& ctx, int64_t step, int micro, StepResult& r);
   void backward(TrainContext& ctx, int micro);
   int slot_of(int micro) const { return micro % slots_; }
@@ -79,12 +104,13 @@ class PipelineStep final : public StepStrategy {
   PipelineLayout layout_;
   UnitCosts costs_;
   bool measured_ = false, applied_ = false;
-  bool stale_ = false;       // stages updated their slices since the last synchronize()
+  std::vector<BlockRange> held_;  // what each rank's session holds
   std::string status_;       // for the progress line
   double limit_ = 0;         // the slowest stage of the starting layout (seconds per micro-batch)
   int layout_frozen_ = 0;    // the frozen prefix the layout was made for
   int64_t repartitions_ = 0; // so far in the run
-  MPI_Comm base_ = MPI_COMM_NULL, pipe_ = MPI_COMM_NULL, replicas_ = MPI_COMM_NULL;
+  MPI_Comm base_ = MPI_COMM_NULL;
+  std::unique_ptr<MpiMesh> mesh_;  // the layout's data × pipeline mesh over base_
   std::unique_ptr<DataParallelStep> dp_;  // one stage: data parallel
   int slots_ = 1, per_replica_ = 1;       // activation slots; micro-batches per replica
   std::vector<MicroBatch> micro_;         // this replica's micro-batches of the step
@@ -94,11 +120,10 @@ class PipelineStep final : public StepStrategy {
   std::vector<std::vector<float>> act_out_, grad_out_;  // per slot: being sent
   std::vector<MPI_Request> act_sends_, grad_sends_;
   double busy_ = 0;  // seconds of compute in the step's schedule
+  // Per rank: the step's busy and schedule seconds, the floats its session holds.
+  std::vector<double> rank_busy_, rank_schedule_, rank_floats_;
+  size_t lo_ = 0, hi_ = 0;  // the step's trainable slice of this stage's flat buffer
   size_t stage_activation_bytes_ = 0;  // this rank's stage, all slots
 };
-
-// The factory of train and bench under mpirun: PipelineStep when parallel.pipeline_stages > 1,
-// else DataParallelStep.
-StepStrategyFactory parallel_step(MpiWorld& world);
 
 }  // namespace frugal::parallel

@@ -12,6 +12,7 @@
 #include "frugal/core/threading.h"
 
 #ifdef FRUGAL_HAVE_MPI
+#include "frugal/parallel/data_parallel.h"
 #include "frugal/parallel/mpi_world.h"
 #include "frugal/parallel/pipeline.h"
 #endif
@@ -76,7 +77,12 @@ bool World::parallel() const {
 
 StepStrategyFactory World::step_strategy() {
 #ifdef FRUGAL_HAVE_MPI
-  if (parallel()) return parallel_step(*mpi_);
+  if (parallel())
+    return [&world = *mpi_](Session& session, MethodSet& methods, const RunSettings& settings) -> std::unique_ptr<StepStrategy> {
+      if (settings.parallel.pipeline_stages > 1)
+        return std::make_unique<PipelineStep>(session, methods, settings, world);
+      return std::make_unique<DataParallelStep>(session, methods, settings, world);
+    };
 #endif
   return [](Session& session, MethodSet& methods, const RunSettings& settings) {
     FRUGAL_CHECK(settings.parallel.pipeline_stages == 1, "parallel.pipeline_stages = {} needs that many "

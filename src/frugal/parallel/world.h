@@ -26,7 +26,9 @@ class World {
   ProcessGroup& group();
   // More than one process: training and benchmarks run data parallel.
   bool parallel() const;
-  // The step strategy of train and bench: data parallel over the ranks, else one process.
+  // The step strategy of train and bench, the one place it is chosen: under mpirun a pipeline
+  // (parallel.pipeline_stages > 1, parallel/pipeline.h) or data parallelism over the ranks
+  // (parallel/data_parallel.h), else one process (train/step.h).
   StepStrategyFactory step_strategy();
   // Seconds a rank waits for the others before it stops the job naming the silent ranks.
   void set_timeout(double seconds);

@@ -9,6 +9,7 @@ namespace frugal {
 
 std::span<float> NamedTensors::view(float* base, std::string_view name) const {
   const ParamInfo& e = table_.at(name);
+  if (!base) return {};
   return {base + e.offset, e.numel};
 }
 
@@ -58,20 +59,32 @@ void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
   FRUGAL_CHECK(!optim_->sharded(), "a method reshaped the model while the optimizer state is "
                "sharded over processes (parallel.zero = 1 or 2), which reshaping does not support "
                "yet; run this method with parallel.zero = 0");
-  auto next_model = std::make_unique<GPT>(next, BlockRange::whole(next));
+  rebuild(next, BlockRange::whole(next), map, true);
+  ++reshapes_;
+}
+
+void Session::repartition(const BlockRange& range, const ReshapeMap& fill) {
+  FRUGAL_CHECK(!optim_->sharded(), "internal: a session with a sharded optimizer is re-partitioned");
+  // Before the first step the moments are zero: allocating them now would take their memory early.
+  rebuild(model_->config(), range, fill, optim_->steps_taken() > 0);
+}
+
+void Session::rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments) {
+  auto next_model = std::make_unique<GPT>(config, range);
   auto next_optim = std::make_unique<AdamW>(next_model->table(), options_.optim);
   if (map) {
-    const NamedTensors from(model_->table(), model_->params(), optim_->m(), optim_->v());
-    const NamedTensors to(next_model->table(), next_model->params(), next_optim->m(), next_optim->v());
+    const NamedTensors from(model_->table(), model_->params(), moments ? optim_->m() : nullptr,
+                            moments ? optim_->v() : nullptr);
+    const NamedTensors to(next_model->table(), next_model->params(), moments ? next_optim->m() : nullptr,
+                          moments ? next_optim->v() : nullptr);
     map(from, to);
   }
   plan(*next_model);
-  next_model->set_frozen_prefix(std::min(model_->frozen_prefix(), next.n_layer));
+  next_model->set_frozen_prefix(std::min(model_->frozen_prefix(), config.n_layer));
   next_optim->set_steps_taken(optim_->steps_taken());
   optim_.reset();  // before the model whose table it refers to
   model_ = std::move(next_model);
   optim_ = std::move(next_optim);
-  ++reshapes_;
 }
 
 void Session::shard_optimizer(size_t begin, size_t end) {

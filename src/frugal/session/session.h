@@ -23,7 +23,8 @@
 namespace frugal {
 
 // One model's tensors by name, for a reshape map: the weights and AdamW's two moments share the
-// parameter table's offsets.
+// parameter table's offsets. Before the optimizer's first step its moments are zero and not
+// allocated: m and v are then null and their views empty.
 class NamedTensors {
  public:
   NamedTensors(const ParamTable& table, float* params, float* m, float* v)
@@ -35,8 +36,8 @@ class NamedTensors {
   std::span<float> v(std::string_view name) const { return view(v_, name); }
   // The whole flat buffers (table().total() floats), for maps over the complete layout.
   std::span<float> params() const { return {params_, table_.total()}; }
-  std::span<float> m() const { return {m_, table_.total()}; }
-  std::span<float> v() const { return {v_, table_.total()}; }
+  std::span<float> m() const { return {m_, m_ ? table_.total() : 0}; }
+  std::span<float> v() const { return {v_, v_ ? table_.total() : 0}; }
 
  private:
   std::span<float> view(float* base, std::string_view name) const;
@@ -88,6 +89,12 @@ class Session {
   // Call only at the Reconfigure safe point (or before training starts); references to the old
   // model and optimizer are invalid afterwards.
   void reshape(const ModelConfig& next, const ReshapeMap& map);
+  // Rebuilds the session around `range` of the same model (a pipeline stage's blocks, or the
+  // whole model), `fill` filling its weights and moments (from this session's tensors and from
+  // the processes that hold the others; before the optimizer's first step `fill` sees no moments,
+  // which are zero). Call only between steps; references to the old model and optimizer are
+  // invalid afterwards.
+  void repartition(const BlockRange& range, const ReshapeMap& fill);
   // ZeRO (stages 1 and 2): from now on the optimizer keeps moments for, and updates, only
   // [begin, end) of the flat parameter buffer. Replaces the optimizer with a fresh one: call
   // before any optimizer state is loaded or step taken.
@@ -103,6 +110,10 @@ class Session {
 
  private:
   void plan(GPT& model) const;  // the activation plan of the options' (B, T) and recompute policy
+  // Replaces the model by one of `config` holding `range`, filled by `map` (without `moments`,
+  // the map sees none and the new optimizer's stay zero); the frozen prefix and AdamW's step
+  // count carry over.
+  void rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments);
 
   SessionOptions options_;
   // model_ before optim_: the optimizer refers to the model's parameter table.

@@ -115,29 +115,45 @@ std::unique_ptr<StepStrategy> make_single_process_step(Session& session, MethodS
   return std::make_unique<SingleProcessStep>(session, methods, settings);
 }
 
-StepResult SingleProcessStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
-  const int A = settings_.train.grad_accum;
+StepResult StepStrategy::run_events(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
   TrainContext ctx = context(step, record);
+  begin_context(ctx);
   methods_.fire(Event::BatchStart, ctx);
-  GPT& model = session_.model();  // the same until the Reconfigure in end_step
-  model.zero_grad();
+  reset_gradients();
   StepResult r;
   r.lr = session_.lr(step);
+  run_micro_batches(ctx, step, next_batch, r);
+  check_finite("loss", r.loss, step);
+  methods_.fire(Event::AfterGradReduce, ctx);
+  r.grad_norm = ctx.grad_norm = clip_gradients();
+  check_finite("gradient norm", r.grad_norm, step);
+  methods_.fire(Event::BeforeOptimStep, ctx);
+  update(r.lr);
+  if (record) add_metrics(*record);
+  end_step(ctx, r);
+  return r;
+}
+
+void StepStrategy::reset_gradients() { session_.model().zero_grad(); }
+
+float StepStrategy::clip_gradients() {
+  GPT& model = session_.model();
+  return session_.optim().clip(model.grads(), model.trainable_begin());
+}
+
+void StepStrategy::update(float lr) {
+  GPT& model = session_.model();
+  session_.optim().update(model.params(), model.grads(), model.trainable_begin(), lr);
+}
+
+void SingleProcessStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
+                                          StepResult& r) {
+  const int A = settings_.train.grad_accum;
   for (int micro = 0; micro < A; ++micro) {
     draw(next_batch);
     r.loss += run_micro_batch(ctx, micro, step, micro, A, r);
   }
   r.loss /= A;
-  check_finite("loss", r.loss, step);
-  methods_.fire(Event::AfterGradReduce, ctx);
-  AdamW& optim = session_.optim();
-  const size_t begin = model.trainable_begin();
-  r.grad_norm = ctx.grad_norm = optim.clip(model.grads(), begin);
-  check_finite("gradient norm", r.grad_norm, step);
-  methods_.fire(Event::BeforeOptimStep, ctx);
-  optim.update(model.params(), model.grads(), begin, r.lr);
-  end_step(ctx, r);
-  return r;
 }
 
 }  // namespace frugal

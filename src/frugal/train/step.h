@@ -1,8 +1,11 @@
 // One optimizer step with the method events around it, as a strategy: the part of the training
-// loop shared by `frugal train` and `frugal bench`. Fires BatchStart, per micro-batch BeforeForward ..
-// AfterBackward, then AfterGradReduce, gradient clipping, BeforeOptimStep (sees the clipped
-// gradients and the pre-clip norm), the AdamW update, AfterOptimStep,
-// Reconfigure (when a method asked for it) and BatchEnd; counts the FLOPs executed.
+// loop shared by `frugal train` and `frugal bench`. The event sequence is written once
+// (StepStrategy::run_events): BatchStart, per micro-batch BeforeForward .. AfterBackward, then
+// AfterGradReduce, gradient clipping, BeforeOptimStep (sees the clipped gradients and the
+// pre-clip norm), the AdamW update, AfterOptimStep, Reconfigure (when a method asked for it) and
+// BatchEnd; a strategy (one process here, data parallel and pipelines in parallel/) plugs in the
+// pieces between the events: where the micro-batches run and how gradients, losses, the gradient
+// norm and the update are combined over processes. Counts the FLOPs executed.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -51,8 +54,11 @@ class StepStrategy {
   // Runs optimizer step `step` (0-based) with the session's learning rate for it, drawing
   // train.grad_accum micro-batches from next_batch; `record` (may be null) is the step's metrics
   // line, which methods add to; a record given an "event" (a string naming it) is always logged,
-  // whatever train.log_interval.
-  virtual StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) = 0;
+  // whatever train.log_interval. By default run_events; a strategy that changes its layout
+  // between steps (a pipeline) does that around it.
+  virtual StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
+    return run_events(step, next_batch, record);
+  }
 
   // Bytes of gradients this process holds between steps: the whole buffer, unless the strategy
   // keeps only a shard of it (ZeRO-2).
@@ -78,7 +84,29 @@ class StepStrategy {
   void set_num_samples(int64_t n) { num_samples_ = n; }
 
  protected:
-  // The pieces every strategy's run() is made of.
+  // The step's method events in order, with the strategy's pieces below between them.
+  StepResult run_events(int64_t step, const BatchSource& next_batch, nlohmann::json* record);
+
+  // The pieces a strategy plugs into the sequence.
+  // Before BatchStart: what the context needs beyond context() (replicas sharing a cache).
+  virtual void begin_context(TrainContext& /*ctx*/) {}
+  // After BatchStart: the model ready for the step's micro-batches, its trainable gradients zero.
+  virtual void reset_gradients();
+  // The step's micro-batches (drawn from next_batch, with their micro-batch events), their
+  // gradients combined over the processes: sets r.loss (the mean over every micro-batch of the
+  // step) and adds their FLOPs to r.executed and r.dense.
+  virtual void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
+                                 StepResult& r) = 0;
+  // After AfterGradReduce: clips the gradients to the optimizer's limit (BeforeOptimStep's
+  // methods see them clipped) and returns their global norm before clipping.
+  virtual float clip_gradients();
+  // After BeforeOptimStep: the AdamW update with learning rate lr, and whatever makes the updated
+  // parameters whole where they are read.
+  virtual void update(float lr);
+  // Adds the strategy's own fields to a logged step's metrics line.
+  virtual void add_metrics(nlohmann::json& /*record*/) {}
+
+  // Helpers of the pieces.
   // Fills the micro-batch buffers from next_batch.
   void draw(const BatchSource& next_batch);
   // Runs the micro-batch in the buffers, BeforeForward .. AfterBackward, and adds its FLOPs to r;
@@ -114,7 +142,9 @@ class SingleProcessStep final : public StepStrategy {
  public:
   using StepStrategy::StepStrategy;
   const char* name() const override { return "single-process"; }
-  StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
+
+ protected:
+  void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
 };
 
 // Builds the step strategy of a run (the trainer's default: SingleProcessStep).
