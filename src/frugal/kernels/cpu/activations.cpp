@@ -49,6 +49,6 @@ void gated_backward(float* dgate, float* dup, const float* dout, const float* ga
 }  // namespace
 
 const ActivationsKernels activations_avx2{&gelu_forward, &gelu_backward, &gated_forward,
-                                            &gated_backward};
+                                          &gated_backward};
 
 }  // namespace frugal::kernels::cpu

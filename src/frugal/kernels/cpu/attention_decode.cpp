@@ -65,7 +65,7 @@ void decode_head(float* out, const float* q, const float* k, const float* v, con
 }  // namespace
 
 void attention_decode_avx2(float* out, const float* q, const float* k_cache, const float* v_cache,
-                      int t, int C, int NH, const AttentionPattern& pattern) {
+                           int t, int C, int NH, const AttentionPattern& pattern) {
   FRUGAL_CHECK(t >= 1 && NH > 0 && C % NH == 0 && (C / NH) % 8 == 0,
                "attention_decode: need t >= 1 and a head size C/NH that is a multiple of 8 (got t={} "
                "C={} NH={}); fix the model config", t, C, NH);
