@@ -2,7 +2,8 @@
 //
 // A backend (Device: the CPU today) provides, for each instruction set (Isa: ref, avx2, avx512)
 // and element type (DType: fp32 today), one KernelTables: a table of function pointers per kernel
-// family, filled in one place per backend (kernels/cpu/cpu_backend.cpp). Each family resolves its
+// family. Each family's tables are defined beside its code and named, per instruction set, in one
+// place per backend (kernels/cpu/cpu_backend.cpp, cpu_backend.h). Each family resolves its
 // table once, at its first call, from the process's choice (selected_isa(): FRUGAL_ISA), and the
 // functions of kernels/ops.h, defined in kernels/dispatch.cpp, are the only entry: they call
 // through their family's table. Tests and benchmarks may re-point one family (attention_set_isa,
