@@ -17,6 +17,7 @@
 #include "frugal/core/timer.h"
 #include "frugal/kernels/cpu/blas_peak.h"
 #include "frugal/kernels/cpu/gemm.h"
+#include "frugal/kernels/dispatch.h"
 #include "frugal/methods/method_set.h"
 #include "frugal/model/flops.h"
 #include "frugal/train/run_config.h"
@@ -66,6 +67,7 @@ BenchPreset bench_preset(const std::string& name, const std::vector<std::string>
 std::string BenchResult::to_json(const std::string& preset, int threads) const {
   nlohmann::json j{{"impl", "frugal"},          {"preset", preset},
                    {"dense_gemm", kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend())},
+                   {"kernels", kernels::kernel_backend_name()},
                    {"threads", threads},        {"omp_wait_policy", omp_wait_policy()},
                    {"tokens_per_s", tokens_per_s},
                    {"ms_per_step", ms_per_step}, {"ms_min", ms_min}, {"ms_mean", ms_mean},

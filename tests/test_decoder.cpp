@@ -19,6 +19,7 @@
 #include "frugal/model/linear_format.h"
 #include "frugal/train/sampler.h"
 #include "gradcheck.h"
+#include "optimised_kernels.h"
 
 namespace {
 
@@ -36,6 +37,7 @@ struct DecodeShape {
 };
 
 TEST(AttentionDecode, MatchesReference) {
+  const frugal::testing::ScopedOptimisedKernels optimised;
   // t below, at and across multiples of 8; head sizes 8 .. 64; the last shape is big enough
   // (t * C >= 2^15) to run its heads on several threads.
   for (const DecodeShape s : {DecodeShape{1, 16, 2}, {7, 16, 2}, {8, 48, 6}, {9, 64, 2},
@@ -54,6 +56,7 @@ TEST(AttentionDecode, MatchesReference) {
 }
 
 TEST(AttentionDecode, EqualsLastRowOfCausalAttention) {
+  const frugal::testing::ScopedOptimisedKernels optimised;
   const int T = 70, C = 64, NH = 4;
   const auto qkv_d = random_vector(size_t(T) * 3 * C, 4, 2.0);
   const std::vector<float> qkv(qkv_d.begin(), qkv_d.end());
@@ -73,6 +76,7 @@ TEST(AttentionDecode, EqualsLastRowOfCausalAttention) {
 }
 
 TEST(AttentionDecode, RejectsBadHeadSize) {
+  const frugal::testing::ScopedOptimisedKernels optimised;
   std::vector<float> x(12 * 2, 0.0f), out(12);
   EXPECT_THROW(frugal::kernels::attention_decode(out.data(), x.data(), x.data(), x.data(), 2, 12, 3, {}),
                frugal::Error);

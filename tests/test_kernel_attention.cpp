@@ -20,6 +20,9 @@
 #include "frugal/kernels/ops.h"
 #include "frugal/kernels/ref/attention_ref.h"
 #include "gradcheck.h"
+#include "optimised_kernels.h"
+
+const auto* const optimised_kernels = frugal::testing::register_optimised_kernels();
 
 namespace {
 
@@ -154,15 +157,16 @@ TEST(AttentionPattern, RejectsInvalidParametersAndNamesItself) {
   EXPECT_NE(AttentionPattern::local(16), AttentionPattern::local(8));
 }
 
-// Runs check() once per instruction set, then restores the automatic choice.
+// Runs check() once per optimised instruction set, then restores the family's previous choice.
 template <class F>
 void for_each_isa(F&& check) {
+  const Isa before = frugal::kernels::attention_active_isa();
   for (Isa isa : frugal::kernels::available_isas()) {
     SCOPED_TRACE(isa_name(isa));
     EXPECT_EQ(attention_set_isa(isa), isa);
     check();
   }
-  attention_set_isa(Isa::Auto);
+  attention_set_isa(before);
 }
 
 // Random qkv in [-2, 2): scores q·k/sqrt(HS) then have std ~1.3, so softmax rows are far from
@@ -408,13 +412,15 @@ TEST(AttentionDecode, EqualsLastRowOfTheStridedForward) {
   });
 }
 
-TEST(AttentionOptimised, AutoPicksAvx512WhereAvailable) {
-  const Isa want = frugal::kernels::max_isa();
+TEST(AttentionOptimised, AutoPicksTheProcessChoiceAndAvx512OnlyWhereAvailable) {
+  const Isa before = frugal::kernels::attention_active_isa();
+  const Isa want = frugal::kernels::selected_isa();
   EXPECT_EQ(attention_set_isa(Isa::Auto), want);
   EXPECT_EQ(frugal::kernels::attention_active_isa(), want);
-  if (want == Isa::Avx2) {
+  if (frugal::kernels::max_isa() == Isa::Avx2) {
     EXPECT_THROW(attention_set_isa(Isa::Avx512), frugal::Error);
   }
+  attention_set_isa(before);
 }
 
 }  // namespace

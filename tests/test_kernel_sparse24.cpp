@@ -14,12 +14,15 @@
 #include "frugal/kernels/ref/sparse24_ref.h"
 #include "frugal/methods/sparse24/mask.h"
 #include "gradcheck.h"
+#include "optimised_kernels.h"
 
 using namespace frugal;
 using namespace frugal::kernels;
 using frugal::testing::max_scaled_error;
 using frugal::testing::random_normal_floats;
 using frugal::testing::to_d;
+
+const auto* const optimised_kernels = frugal::testing::register_optimised_kernels();
 
 namespace {
 
@@ -33,7 +36,7 @@ struct Shape {
 // Every instruction set this CPU can run.
 class Sparse24Kernel : public ::testing::TestWithParam<Shape> {
  protected:
-  void TearDown() override { sparse24_set_isa(Isa::Auto); }
+  void TearDown() override { sparse24_set_isa(max_isa()); }
 };
 
 }  // namespace
@@ -93,7 +96,7 @@ static void expect_products_match(const std::vector<float>& W, const std::vector
     EXPECT_LT(max_scaled_error(y, want_y, IC), 1e-5);
     EXPECT_LT(max_scaled_error(dx, want_dx, OC), 1e-5);
   }
-  sparse24_set_isa(Isa::Auto);
+  sparse24_set_isa(max_isa());
 }
 
 // The kernel handles each 4x4 block by its row structure: lay every pattern out once per block

@@ -20,12 +20,15 @@
 #include "frugal/kernels/cpu/sparse_linear.h"
 #include "frugal/kernels/ref/sparse_linear_ref.h"
 #include "gradcheck.h"
+#include "optimised_kernels.h"
 
 using namespace frugal;
 using namespace frugal::kernels;
 using frugal::testing::max_scaled_error;
 using frugal::testing::random_normal_floats;
 using frugal::testing::to_d;
+
+const auto* const optimised_kernels = frugal::testing::register_optimised_kernels();
 
 namespace {
 
@@ -84,7 +87,7 @@ void expect_products_match(const SparseLinearWeight& packed, const std::vector<f
 class SparseLinearKernel : public ::testing::TestWithParam<Shape> {
  protected:
   void TearDown() override {
-    sparse_linear_set_isa(Isa::Auto);
+    sparse_linear_set_isa(max_isa());
     omp_set_num_threads(2);
   }
 };
@@ -163,7 +166,7 @@ TEST(SparseLinearPack, EmptyAndFullRowsAndColumns) {
     sparse_linear_set_isa(isa);
     expect_products_match(packed, W, mask, N, IC, OC);
   }
-  sparse_linear_set_isa(Isa::Auto);
+  sparse_linear_set_isa(max_isa());
 }
 
 // After an optimizer step only the values change: refresh must equal a fresh pack of the new

@@ -14,14 +14,19 @@
 #include "frugal/core/memory.h"
 #include "frugal/core/threading.h"
 
-extern "C" void openblas_set_num_threads(int);
-
 namespace frugal {
+namespace {
+
+void (*g_thread_count_follower)(int) = nullptr;
+
+}  // namespace
+
+void set_thread_count_follower(void (*follower)(int)) { g_thread_count_follower = follower; }
 
 void set_num_threads(int n) {
   if (n <= 0) return;
   omp_set_num_threads(n);
-  openblas_set_num_threads(n);
+  if (g_thread_count_follower) g_thread_count_follower(n);
 }
 
 int num_threads() { return omp_get_max_threads(); }

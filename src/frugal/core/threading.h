@@ -1,13 +1,17 @@
-// Thread-count control shared by OpenMP kernels and the BLAS library.
+// Thread-count control: OpenMP's, which the kernels' libraries (the BLAS) follow.
 #pragma once
 
 #include <string>
 
 namespace frugal {
 
-// Sets the thread count for OpenMP regions and BLAS calls. n <= 0 keeps the current setting.
+// Sets the thread count for OpenMP regions and then tells the follower (the BLAS's thread
+// count). n <= 0 keeps the current setting.
 void set_num_threads(int n);
 int num_threads();
+// The one function set_num_threads(n) calls with n after OpenMP's: how a library below that keeps
+// its own thread count follows (kernels/cpu/gemm.cpp registers OpenBLAS's when it is loaded).
+void set_thread_count_follower(void (*follower)(int));
 
 // How long an idle OpenMP thread spins before it sleeps, in libgomp's spin iterations (one PAUSE
 // instruction each), when the user sets neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT. libgomp's own

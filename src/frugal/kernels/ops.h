@@ -17,9 +17,12 @@
 // benchmark bench/bench_X.cpp (docs/testing.md). sparse24 and sparse_linear are families with
 // their own headers, kernels/cpu/sparse24.h and kernels/cpu/sparse_linear.h.
 //
-// Backend choice happens here: these functions are implemented by the optimised CPU kernels in
-// kernels/cpu/ (checked against the naive templates in kernels/ref/). A CUDA build adds a device
-// dispatch in this one place.
+// These functions are the only entry to the kernels: each calls through its family's table of the
+// dispatch (kernels/dispatch.h, defined in kernels/dispatch.cpp), resolved at the family's first
+// call from FRUGAL_ISA: ref (kernels/ref/ in float), avx2 or avx512 (kernels/cpu/; auto: the
+// CPU's widest). The tables are keyed by device, instruction set and element type (fp32 here); a
+// second backend (CUDA) or a bf16 overload adds tables there, and callers of this header do not
+// change.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -4,11 +4,10 @@
 
 #include "frugal/core/profile.h"
 #include "frugal/kernels/cpu/elementwise.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/kernels/cpu/cpu_backend.h"
 
-namespace frugal::kernels {
-
-using namespace cpu;
+namespace frugal::kernels::cpu {
+namespace {
 
 void gelu_forward(float* out, const float* inp, size_t n) {
   FRUGAL_PROFILE("activation fwd");
@@ -47,4 +46,9 @@ void gated_backward(float* dgate, float* dup, const float* dout, const float* ga
   });
 }
 
-}  // namespace frugal::kernels
+}  // namespace
+
+const ActivationsKernels activations_avx2{&gelu_forward, &gelu_backward, &gated_forward,
+                                          &gated_backward};
+
+}  // namespace frugal::kernels::cpu

@@ -3,11 +3,10 @@
 
 #include "frugal/core/profile.h"
 #include "frugal/kernels/cpu/elementwise.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/kernels/cpu/cpu_backend.h"
 
-namespace frugal::kernels {
-
-using namespace cpu;
+namespace frugal::kernels::cpu {
+namespace {
 
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay) {
@@ -32,4 +31,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
   });
 }
 
-}  // namespace frugal::kernels
+}  // namespace
+
+const AdamwKernels adamw_avx2{&adamw_update};
+
+}  // namespace frugal::kernels::cpu

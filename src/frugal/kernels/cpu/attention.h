@@ -1,20 +1,13 @@
-// Fused attention on CPU: instruction-set selection (the kernels themselves are
-// attention_forward / attention_backward in kernels/ops.h), and the per-instruction-set entry
-// points behind it (attention_avx2.cpp, attention_avx512.cpp).
-#pragma once
-#include "frugal/kernels/attention_pattern.h"
-#include "frugal/kernels/cpu/isa.h"
-
-namespace frugal::kernels {
-
-// Instruction set of the attention kernels (kernels/cpu/isa.h). Auto: max_isa(). Results are
+// Fused attention on CPU: the per-instruction-set tile loops (attention_avx2.cpp,
+// attention_avx512.cpp), which attention.cpp wraps into the family's kernel tables
+// (kernels/cpu/cpu_backend.h), and the one-query decode kernel (attention_decode.cpp). Results are
 // deterministic per instruction set and thread count; the two instruction sets differ in the last
 // bits (different register blocking, same tolerances).
-// Selects the kernels for all later calls (tests and benchmarks compare both); throws when the
-// instruction set is not available (isa_available). Returns the instruction set now in use.
-Isa attention_set_isa(Isa isa);
-Isa attention_active_isa();
+#pragma once
+#include "frugal/kernels/attention_pattern.h"
+#include "frugal/kernels/cpu/cpu_backend.h"
 
+namespace frugal::kernels {
 namespace attention_detail {
 
 // qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T); see attention_forward in kernels/ops.h.
@@ -34,4 +27,12 @@ const IsaKernels& avx2_kernels();
 const IsaKernels& avx512_kernels();  // call only when isa_available(Isa::Avx512)
 
 }  // namespace attention_detail
+
+namespace cpu {
+
+// attention_decode of kernels/ops.h with AVX2/FMA: both optimised paths run it.
+void attention_decode_avx2(float* out, const float* q, const float* k_cache, const float* v_cache,
+                           int t, int C, int NH, const AttentionPattern& pattern);
+
+}  // namespace cpu
 }  // namespace frugal::kernels

@@ -11,12 +11,10 @@
 
 #include "frugal/core/error.h"
 #include "frugal/kernels/cpu/simd_math.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/kernels/cpu/attention.h"
 
-namespace frugal::kernels {
+namespace frugal::kernels::cpu {
 namespace {
-
-using namespace cpu;
 
 // Below this many visible cached floats (n * C) one thread does all heads: forking costs more.
 constexpr long kParallelMinFloats = 1 << 15;
@@ -66,8 +64,8 @@ void decode_head(float* out, const float* q, const float* k, const float* v, con
 
 }  // namespace
 
-void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
-                      int t, int C, int NH, const AttentionPattern& pattern) {
+void attention_decode_avx2(float* out, const float* q, const float* k_cache, const float* v_cache,
+                           int t, int C, int NH, const AttentionPattern& pattern) {
   FRUGAL_CHECK(t >= 1 && NH > 0 && C % NH == 0 && (C / NH) % 8 == 0,
                "attention_decode: need t >= 1 and a head size C/NH that is a multiple of 8 (got t={} "
                "C={} NH={}); fix the model config", t, C, NH);
@@ -85,4 +83,4 @@ void attention_decode(float* out, const float* q, const float* k_cache, const fl
   }
 }
 
-}  // namespace frugal::kernels
+}  // namespace frugal::kernels::cpu

@@ -12,11 +12,10 @@
 #include "frugal/core/rng.h"
 #include "frugal/kernels/cpu/elementwise.h"
 #include "frugal/kernels/cpu/simd_math.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/kernels/cpu/cpu_backend.h"
 
-namespace frugal::kernels {
-
-using namespace cpu;
+namespace frugal::kernels::cpu {
+namespace {
 
 void residual_forward(float* out, const float* a, const float* b, size_t n) {
   FRUGAL_PROFILE("residual");
@@ -36,8 +35,6 @@ void dropout_apply(float* x, size_t n, float p, uint64_t key, size_t first) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (size_t i = 0; i < n; ++i) x[i] = uniform_at(key, first + i) < p ? 0.0f : x[i] * keep_scale;
 }
-
-namespace {
 
 constexpr size_t kSquaresChunk = 4096;
 
@@ -63,8 +60,6 @@ void feed_chunk(SumSquaresStream& s, const float* x, size_t n) {
     s = {s.total};
   }
 }
-
-}  // namespace
 
 void sum_squares_feed(SumSquaresStream& s, const float* x, size_t n) {
   FRUGAL_CHECK(s.tail_count == 0, "internal: sum_squares_feed after a piece that was not a multiple of 8 floats");
@@ -93,10 +88,9 @@ double sum_squares_finish(const SumSquaresStream& s) {
   return s.total + chunk;
 }
 
-double sum_squares(const float* x, size_t n) {
-  SumSquaresStream stream;
-  sum_squares_feed(stream, x, n);
-  return sum_squares_finish(stream);
-}
+}  // namespace
 
-}  // namespace frugal::kernels
+const ElementwiseKernels elementwise_avx2{&residual_forward, &dropout_apply, &sum_squares_feed,
+                                          &sum_squares_finish, &scale_inplace};
+
+}  // namespace frugal::kernels::cpu

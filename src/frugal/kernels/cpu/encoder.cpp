@@ -3,9 +3,10 @@
 // slices backward, so the gradient scatter-add has no races and a fixed order.
 #include "frugal/core/profile.h"
 #include "frugal/kernels/cpu/simd_math.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/kernels/cpu/cpu_backend.h"
 
-namespace frugal::kernels {
+namespace frugal::kernels::cpu {
+namespace {
 
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                      int T, int C) {
@@ -42,4 +43,8 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
   }
 }
 
-}  // namespace frugal::kernels
+}  // namespace
+
+const EncoderKernels encoder_avx2{&encoder_forward, &encoder_backward};
+
+}  // namespace frugal::kernels::cpu

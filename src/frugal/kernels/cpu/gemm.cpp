@@ -18,10 +18,16 @@
 #include <unordered_map>
 
 #include "frugal/core/error.h"
+#include "frugal/core/threading.h"
 #include "frugal/kernels/cpu/isa.h"
 
 namespace frugal::kernels::cpu {
 namespace {
+
+// OpenBLAS keeps a thread count of its own: from the moment this file is loaded (before main) it
+// follows frugal::set_num_threads, which knows nothing of the BLAS.
+const bool g_blas_follows_thread_count =
+    (set_thread_count_follower(&openblas_set_num_threads), true);
 
 constexpr const char* kNoOneDnn = "this build has no oneDNN; apt-get install libdnnl-dev and rebuild";
 

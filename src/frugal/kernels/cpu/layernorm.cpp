@@ -7,12 +7,10 @@
 
 #include "frugal/kernels/cpu/simd_math.h"
 #include "frugal/core/profile.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/kernels/cpu/cpu_backend.h"
 
-namespace frugal::kernels {
+namespace frugal::kernels::cpu {
 namespace {
-
-using cpu::hsum256;
 
 constexpr int kRowChunk = 32;
 
@@ -22,8 +20,6 @@ inline float row_sum(const float* x, int C) {
   for (int c = 0; c < C; c += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + c));
   return hsum256(acc);
 }
-
-}  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C, float eps) {
@@ -100,4 +96,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   }
 }
 
-}  // namespace frugal::kernels
+}  // namespace
+
+const LayernormKernels layernorm_avx2{&layernorm_forward, &layernorm_backward};
+
+}  // namespace frugal::kernels::cpu

@@ -10,12 +10,10 @@
 #include "frugal/kernels/cpu/gemm.h"
 #include "frugal/kernels/cpu/simd_math.h"
 #include "frugal/core/profile.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/kernels/cpu/cpu_backend.h"
 
-namespace frugal::kernels {
+namespace frugal::kernels::cpu {
 namespace {
-
-using namespace cpu;
 
 constexpr size_t kLogitsBudget = size_t(8) << 20;  // floats of logits scratch (32 MiB)
 
@@ -59,8 +57,6 @@ float softmax_xent_row(float* z, int V, int target, float dloss, bool want_grad)
   return loss;
 }
 
-}  // namespace
-
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
                            const float* weight, const int32_t* targets, int N, int C, int V,
                            float dloss) {
@@ -94,4 +90,8 @@ void lm_head_logits(float* logits, const float* inp, const float* weight, int N,
   cpu::sgemm(false, true, N, V, C, 1.0f, inp, C, weight, C, 0.0f, logits, V);
 }
 
-}  // namespace frugal::kernels
+}  // namespace
+
+const LmHeadKernels lm_head_avx2{&lm_head_cross_entropy, &lm_head_logits};
+
+}  // namespace frugal::kernels::cpu

@@ -6,9 +6,10 @@
 
 #include "frugal/kernels/cpu/gemm.h"
 #include "frugal/core/profile.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/kernels/cpu/cpu_backend.h"
 
-namespace frugal::kernels {
+namespace frugal::kernels::cpu {
+namespace {
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC) {
@@ -53,4 +54,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   }
 }
 
-}  // namespace frugal::kernels
+}  // namespace
+
+const MatmulKernels matmul_avx2{&matmul_forward, &matmul_backward};
+
+}  // namespace frugal::kernels::cpu

@@ -1,19 +1,27 @@
 // 2:4 sparse linear products on CPU: packing of W and Wᵀ, the panel driver (OpenMP) and the
-// instruction-set dispatch; the transposes around the micro-kernel are in panel_transpose.cpp.
+// family's kernel tables of the AVX2 and AVX-512 paths; the transposes around the micro-kernel are in panel_transpose.cpp.
 #include "frugal/kernels/cpu/sparse24.h"
 
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <vector>
 
 #include "frugal/core/error.h"
+#include "frugal/kernels/cpu/cpu_backend.h"
 #include "frugal/kernels/cpu/panel_transpose.h"
 #include "frugal/kernels/cpu/sparse24_microkernel.h"
 
 namespace frugal::kernels {
+
+void Sparse24WeightDeleter::operator()(Sparse24Weight* weight) const { delete weight; }
+
+Sparse24Packed sparse24_new_weight() { return Sparse24Packed(new Sparse24Weight); }
+
+}  // namespace frugal::kernels
+
+namespace frugal::kernels::cpu {
 namespace {
 
 using sparse24_detail::ChunkArgs;
@@ -23,15 +31,6 @@ using sparse24_detail::kClasses;
 using sparse24_detail::kClassRows;
 using sparse24_detail::kPanelRowBytes;
 using sparse24_detail::kPanelWidth;
-
-// ---- instruction-set selection ----
-
-std::atomic<Isa> g_isa{Isa::Auto};
-
-const IsaKernel& active_kernel() {
-  return resolve_isa(g_isa.load()) == Isa::Avx512 ? sparse24_detail::avx512_kernel()
-                                                  : sparse24_detail::avx2_kernel();
-}
 
 // ---- packing ----
 
@@ -244,9 +243,8 @@ struct Scratch {
 // transposing each input panel once per range. Each output element is computed by one thread in
 // a fixed order, so results do not depend on the thread count.
 void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, const float* bias,
-                      int N, bool accumulate) {
-  const IsaKernel& isa = active_kernel();
-  const bool avx512 = &isa == &sparse24_detail::avx512_kernel();
+                      int N, bool accumulate, bool avx512) {
+  const IsaKernel& isa = avx512 ? sparse24_detail::avx512_kernel() : sparse24_detail::avx2_kernel();
   const sparse24_detail::ChunkKernel kernel = A.classed ? isa.classed : isa.general;
   const int R = A.rows, K = A.cols, G = K / 4, tiles = R / 4, chunks = chunk_count(G);
   constexpr int NR = kPanelWidth;
@@ -286,16 +284,11 @@ void sparse24_product(float* out, const float* inp, const Sparse24Matrix& A, con
   }
 }
 
-void check_packed(const Sparse24Weight& w, const char* what) {
-  FRUGAL_CHECK(w.OC > 0 && w.w.rows == w.OC, "{}: the Sparse24Weight is not packed; call "
-               "sparse24_pack first", what);
+void sparse24_refresh_values(Sparse24Weight& packed, const float* W) {
+  check_sparse24_packed(packed, "sparse24_refresh_values");
+  fill_values(packed.w, W, packed.IC);
+  if (packed.wt.rows > 0) fill_values(packed.wt, W, packed.IC);
 }
-
-}  // namespace
-
-void Sparse24WeightDeleter::operator()(Sparse24Weight* weight) const { delete weight; }
-
-Sparse24Packed sparse24_new_weight() { return Sparse24Packed(new Sparse24Weight); }
 
 void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int OC, int IC,
                    bool transposable) {
@@ -332,35 +325,41 @@ void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int
          "in every row{}; build the mask with sparse24::{}", 4 * (bad_unit / GI), 4 * (bad_unit % GI),
          transposable ? " and column" : "", transposable ? "transposable_mask_24" : "row_mask_24");
   }
-  sparse24_refresh_values(out, W);
+  cpu::sparse24_refresh_values(out, W);  // qualified: ADL would also find ops.h's
 }
 
-void sparse24_refresh_values(Sparse24Weight& packed, const float* W) {
-  check_packed(packed, "sparse24_refresh_values");
-  fill_values(packed.w, W, packed.IC);
-  if (packed.wt.rows > 0) fill_values(packed.wt, W, packed.IC);
-}
-
+template <bool avx512>
 void sparse24_matmul_forward(float* out, const float* inp, const Sparse24Weight& weight,
                              const float* bias, int N) {
-  check_packed(weight, "sparse24_matmul_forward");
-  sparse24_product(out, inp, weight.w, bias, N, false);
+  check_sparse24_packed(weight, "sparse24_matmul_forward");
+  sparse24_product(out, inp, weight.w, bias, N, false, avx512);
 }
 
+template <bool avx512>
 void sparse24_matmul_backward_input(float* dinp, const float* dout, const Sparse24Weight& weight,
                                     int N, bool accumulate) {
-  check_packed(weight, "sparse24_matmul_backward_input");
-  FRUGAL_CHECK(weight.wt.rows == weight.IC, "sparse24_matmul_backward_input: the weight was packed "
-               "row-only (transposable = false); use a transposable mask or a dense input gradient");
-  sparse24_product(dinp, dout, weight.wt, nullptr, N, accumulate);
+  check_sparse24_transposable(weight, "sparse24_matmul_backward_input");
+  sparse24_product(dinp, dout, weight.wt, nullptr, N, accumulate, avx512);
 }
 
-Isa sparse24_set_isa(Isa isa) {
-  check_isa_available(isa, "2:4 kernel");
-  g_isa.store(isa);
-  return resolve_isa(isa);
+}  // namespace
+
+void check_sparse24_packed(const Sparse24Weight& w, const char* what) {
+  FRUGAL_CHECK(w.OC > 0 && w.w.rows == w.OC, "{}: the Sparse24Weight is not packed; call "
+               "sparse24_pack first", what);
 }
 
-Isa sparse24_active_isa() { return resolve_isa(g_isa.load()); }
+void check_sparse24_transposable(const Sparse24Weight& w, const char* what) {
+  check_sparse24_packed(w, what);
+  FRUGAL_CHECK(w.wt.rows == w.IC, "{}: the weight was packed row-only (transposable = false); use "
+               "a transposable mask or a dense input gradient", what);
+}
 
-}  // namespace frugal::kernels
+const Sparse24Kernels sparse24_avx2{&sparse24_pack, &sparse24_refresh_values,
+                                    &sparse24_matmul_forward<false>,
+                                    &sparse24_matmul_backward_input<false>, &mvue24_rows};
+const Sparse24Kernels sparse24_avx512{&sparse24_pack, &sparse24_refresh_values,
+                                      &sparse24_matmul_forward<true>,
+                                      &sparse24_matmul_backward_input<true>, &mvue24_rows};
+
+}  // namespace frugal::kernels::cpu

@@ -24,13 +24,13 @@
 //
 // The products, the packing and the MVUE estimator are declared in kernels/ops.h (the model layer
 // calls them there and holds a Sparse24Weight only through ops.h's Sparse24Packed handle); this
-// header adds the CPU layout, for tests and benchmarks, and the instruction-set selection.
+// header adds the CPU layout, for tests and benchmarks, and what the family's kernel tables
+// (kernels/cpu/cpu_backend.h) share.
 #pragma once
 #include <cstdint>
 
 #include "frugal/core/memory.h"
-#include "frugal/kernels/cpu/isa.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/kernels/dispatch.h"
 
 namespace frugal::kernels {
 
@@ -53,12 +53,21 @@ struct Sparse24Weight {
   int OC = 0, IC = 0;
   Sparse24Matrix w;   // W (OC,IC): forward, contraction over IC
   Sparse24Matrix wt;  // Wᵀ (IC,OC): input gradient, contraction over OC
+  // The reference path (FRUGAL_ISA=ref) only: W (OC,IC) and its mask, dense, as the naive
+  // products read them; empty on the optimised paths.
+  Buffer<float> ref_weight;
+  Buffer<uint8_t> ref_mask;
 };
 
-// Micro-kernel instruction set (kernels/cpu/isa.h); Auto: max_isa(). Selects the micro-kernel for
-// all later calls (tests and benchmarks compare both); throws when the instruction set is not
-// available. Returns the instruction set now in use.
-Isa sparse24_set_isa(Isa isa);
-Isa sparse24_active_isa();
+namespace cpu {
 
+// The MVUE estimator of kernels/ops.h (sparse24_mvue.cpp): its own naive reference, so every
+// path runs it.
+void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key);
+// Throw Error naming `what` when w is not packed (sparse24_pack) or, for the input gradient, was
+// packed row-only: the checks of every path's products.
+void check_sparse24_packed(const Sparse24Weight& w, const char* what);
+void check_sparse24_transposable(const Sparse24Weight& w, const char* what);
+
+}  // namespace cpu
 }  // namespace frugal::kernels

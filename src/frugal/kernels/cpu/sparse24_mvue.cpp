@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include "frugal/core/rng.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/kernels/cpu/sparse24.h"
 
-namespace frugal::kernels {
+namespace frugal::kernels::cpu {
 
 void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key) {
   const int pairs = N / 2;
@@ -28,4 +28,4 @@ void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t 
       dout_sparse[static_cast<size_t>(N - 1) * OC + o] = dout[static_cast<size_t>(N - 1) * OC + o];
 }
 
-}  // namespace frugal::kernels
+}  // namespace frugal::kernels::cpu

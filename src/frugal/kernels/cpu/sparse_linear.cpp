@@ -1,19 +1,32 @@
 // Unstructured sparse linear products on CPU: packing (rows, columns, permutation), the panel
-// drivers (OpenMP) around the inner loops of sparse_linear_microkernel.h, and the instruction-set
-// dispatch.
+// drivers (OpenMP) around the inner loops of sparse_linear_microkernel.h, and the family's kernel
+// tables of the AVX2 and AVX-512 paths.
 #include "frugal/kernels/cpu/sparse_linear.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <vector>
 
 #include "frugal/core/error.h"
+#include "frugal/kernels/cpu/cpu_backend.h"
 #include "frugal/kernels/cpu/panel_transpose.h"
 #include "frugal/kernels/cpu/sparse_linear_microkernel.h"
 
 namespace frugal::kernels {
+
+void SparseLinearWeightDeleter::operator()(SparseLinearWeight* weight) const { delete weight; }
+
+SparseLinearPacked sparse_linear_new_weight() { return SparseLinearPacked(new SparseLinearWeight); }
+
+double sparse_linear_density(const SparseLinearWeight& packed) {
+  cpu::check_sparse_linear_packed(packed, "sparse_linear_density");
+  return static_cast<double>(packed.nnz) / (static_cast<double>(packed.OC) * packed.IC);
+}
+
+}  // namespace frugal::kernels
+
+namespace frugal::kernels::cpu {
 namespace {
 
 using sparse_linear_detail::IsaKernel;
@@ -29,12 +42,6 @@ constexpr int kRowBlock = 512;
 // Token groups of the weight gradient: each sums its panels into its own copy of the entries,
 // and the copies are added in group order, so the result does not depend on the thread count.
 constexpr int kMaxGroups = 4;
-
-// ---- instruction-set selection ----
-
-std::atomic<Isa> g_isa{Isa::Auto};
-
-bool use_avx512() { return resolve_isa(g_isa.load()) == Isa::Avx512; }
 
 const IsaKernel& kernel_for(bool avx512) {
   return avx512 ? sparse_linear_detail::avx512_kernel() : sparse_linear_detail::avx2_kernel();
@@ -78,9 +85,8 @@ void load_panel(float* panel, const float* src, int K, int rows, bool avx512) {
 // Threads take token panels dynamically; each output element is computed by one thread in a fixed
 // order, so results do not depend on the thread count.
 void sparse_product(float* out, const float* inp, SparseRows A, int R, int K, const float* bias,
-                    int N, bool accumulate) {
+                    int N, bool accumulate, bool avx512) {
   if (N <= 0) return;
-  const bool avx512 = use_avx512();
   const IsaKernel& isa = kernel_for(avx512);
   const int panels = (N + kPanel - 1) / kPanel, chunks = chunks_of(K);
 #pragma omp parallel
@@ -105,16 +111,25 @@ SparseRows rows_of(const SparseLinearWeight& w) {
   return {w.row_ptr.data(), w.row_offset.data(), w.row_values.data()};
 }
 
-void check_packed(const SparseLinearWeight& w, const char* what) {
-  FRUGAL_CHECK(w.OC > 0, "{}: the SparseLinearWeight is not packed; call sparse_linear_pack first",
-               what);
+void sparse_linear_refresh_values(SparseLinearWeight& packed, const float* W) {
+  check_sparse_linear_packed(packed, "sparse_linear_refresh_values");
+  const int OC = packed.OC, IC = packed.IC;
+  const uint32_t* row_ptr = packed.row_ptr.data();
+  const uint32_t* row_offset = packed.row_offset.data();
+  float* row_values = packed.row_values.data();
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (size_t i = 0; i < static_cast<size_t>(chunks_of(IC)) * OC; ++i) {
+      const float* w = W + (i % OC) * IC;
+      for (uint32_t j = row_ptr[i]; j < row_ptr[i + 1]; ++j) row_values[j] = w[row_offset[j] / kPanelRowBytes];
+    }
+    const uint32_t* col_source = packed.col_source.data();
+    float* col_values = packed.col_values.data();
+#pragma omp for schedule(static)
+    for (size_t j = 0; j < packed.nnz; ++j) col_values[j] = row_values[col_source[j]];
+  }
 }
-
-}  // namespace
-
-void SparseLinearWeightDeleter::operator()(SparseLinearWeight* weight) const { delete weight; }
-
-SparseLinearPacked sparse_linear_new_weight() { return SparseLinearPacked(new SparseLinearWeight); }
 
 void sparse_linear_pack(SparseLinearWeight& out, const float* W, const uint8_t* mask, int OC,
                         int IC) {
@@ -177,57 +192,34 @@ void sparse_linear_pack(SparseLinearWeight& out, const float* W, const uint8_t* 
   out.OC = OC;
   out.IC = IC;
   out.nnz = nnz;
-  sparse_linear_refresh_values(out, W);
+  cpu::sparse_linear_refresh_values(out, W);  // qualified: ADL would also find ops.h's
 }
 
-void sparse_linear_refresh_values(SparseLinearWeight& packed, const float* W) {
-  check_packed(packed, "sparse_linear_refresh_values");
-  const int OC = packed.OC, IC = packed.IC;
-  const uint32_t* row_ptr = packed.row_ptr.data();
-  const uint32_t* row_offset = packed.row_offset.data();
-  float* row_values = packed.row_values.data();
-#pragma omp parallel
-  {
-#pragma omp for schedule(static)
-    for (size_t i = 0; i < static_cast<size_t>(chunks_of(IC)) * OC; ++i) {
-      const float* w = W + (i % OC) * IC;
-      for (uint32_t j = row_ptr[i]; j < row_ptr[i + 1]; ++j) row_values[j] = w[row_offset[j] / kPanelRowBytes];
-    }
-    const uint32_t* col_source = packed.col_source.data();
-    float* col_values = packed.col_values.data();
-#pragma omp for schedule(static)
-    for (size_t j = 0; j < packed.nnz; ++j) col_values[j] = row_values[col_source[j]];
-  }
-}
-
-double sparse_linear_density(const SparseLinearWeight& packed) {
-  check_packed(packed, "sparse_linear_density");
-  return static_cast<double>(packed.nnz) / (static_cast<double>(packed.OC) * packed.IC);
-}
-
+template <bool avx512>
 void sparse_linear_forward(float* out, const float* inp, const SparseLinearWeight& weight,
                            const float* bias, int N) {
-  check_packed(weight, "sparse_linear_forward");
-  sparse_product(out, inp, rows_of(weight), weight.OC, weight.IC, bias, N, false);
+  check_sparse_linear_packed(weight, "sparse_linear_forward");
+  sparse_product(out, inp, rows_of(weight), weight.OC, weight.IC, bias, N, false, avx512);
 }
 
+template <bool avx512>
 void sparse_linear_backward_input(float* dinp, const float* dout, const SparseLinearWeight& weight,
                                   int N, bool accumulate) {
-  check_packed(weight, "sparse_linear_backward_input");
+  check_sparse_linear_packed(weight, "sparse_linear_backward_input");
   const SparseRows wt{weight.col_ptr.data(), weight.col_offset.data(), weight.col_values.data()};
-  sparse_product(dinp, dout, wt, weight.IC, weight.OC, nullptr, N, accumulate);
+  sparse_product(dinp, dout, wt, weight.IC, weight.OC, nullptr, N, accumulate, avx512);
 }
 
 // Token panels are cut into min(4, panels) groups of consecutive panels; a thread takes a whole
 // group, transposes each of its panels of inp and dout, and adds the entries' dot products over the
 // panel to the group's partial sums. The groups' sums are then added, in group order, to dweight.
+template <bool avx512>
 void sparse_linear_backward_weight(float* dweight, const float* dout, const float* inp,
                                    const SparseLinearWeight& weight, int N) {
-  check_packed(weight, "sparse_linear_backward_weight");
+  check_sparse_linear_packed(weight, "sparse_linear_backward_weight");
   if (N <= 0 || weight.nnz == 0) return;
   const int OC = weight.OC, IC = weight.IC;
   const size_t nnz = weight.nnz;
-  const bool avx512 = use_avx512();
   const IsaKernel& isa = kernel_for(avx512);
   const int panels = (N + kPanel - 1) / kPanel, groups = std::min(kMaxGroups, panels);
   const int chunks = chunks_of(IC);
@@ -260,12 +252,18 @@ void sparse_linear_backward_weight(float* dweight, const float* dout, const floa
   }
 }
 
-Isa sparse_linear_set_isa(Isa isa) {
-  check_isa_available(isa, "sparse linear kernel");
-  g_isa.store(isa);
-  return resolve_isa(isa);
+}  // namespace
+
+void check_sparse_linear_packed(const SparseLinearWeight& w, const char* what) {
+  FRUGAL_CHECK(w.OC > 0, "{}: the SparseLinearWeight is not packed; call sparse_linear_pack first",
+               what);
 }
 
-Isa sparse_linear_active_isa() { return resolve_isa(g_isa.load()); }
+const SparseLinearKernels sparse_linear_avx2{
+    &sparse_linear_pack, &sparse_linear_refresh_values, &sparse_linear_forward<false>,
+    &sparse_linear_backward_input<false>, &sparse_linear_backward_weight<false>};
+const SparseLinearKernels sparse_linear_avx512{
+    &sparse_linear_pack, &sparse_linear_refresh_values, &sparse_linear_forward<true>,
+    &sparse_linear_backward_input<true>, &sparse_linear_backward_weight<true>};
 
-}  // namespace frugal::kernels
+}  // namespace frugal::kernels::cpu

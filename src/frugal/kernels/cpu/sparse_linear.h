@@ -11,13 +11,13 @@
 //
 // The products and the packing are declared in kernels/ops.h (the model layer holds a
 // SparseLinearWeight only through ops.h's SparseLinearPacked handle); this header adds the CPU
-// layout, for tests and benchmarks, and the instruction-set selection.
+// layout, for tests and benchmarks, and what the family's kernel tables (kernels/cpu/cpu_backend.h)
+// share.
 #pragma once
 #include <cstdint>
 
 #include "frugal/core/memory.h"
-#include "frugal/kernels/cpu/isa.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/kernels/dispatch.h"
 
 namespace frugal::kernels {
 
@@ -37,12 +37,16 @@ struct SparseLinearWeight {
   Buffer<float> col_values;     // (nnz) row_values[col_source[j]]
   // Weight-gradient scratch: the partial sums of each token group (groups × nnz), grown on demand.
   mutable Buffer<float> partial_sums;
+  // The reference path (FRUGAL_ISA=ref) only: W (OC,IC) and its mask, dense, as the naive
+  // products read them; empty on the optimised paths.
+  Buffer<float> ref_weight;
+  Buffer<uint8_t> ref_mask;
 };
 
-// Inner-loop instruction set (kernels/cpu/isa.h); Auto: max_isa(). Selects the inner loops for all
-// later calls (tests and benchmarks compare both); throws when the instruction set is not
-// available. Returns the instruction set now in use.
-Isa sparse_linear_set_isa(Isa isa);
-Isa sparse_linear_active_isa();
+namespace cpu {
 
+// Throws Error naming `what` when w is not packed (sparse_linear_pack): every path's check.
+void check_sparse_linear_packed(const SparseLinearWeight& w, const char* what);
+
+}  // namespace cpu
 }  // namespace frugal::kernels
