@@ -2,10 +2,10 @@
 # Checks that a change left training numerically identical: runs the same short trainings with two
 # frugal binaries (e.g. the previous commit's and this one's) and compares the loss and val_loss
 # of every step exactly. Runs: the quickstart config dense, with progressive freezing (AutoCache
-# auto), with 2:4 sparsity (transposable; and MVUE with row-only masks), and with recomputation
-# and dropout; then under mpirun -np 2 (1 thread per rank): data parallel with ZeRO 0, 1 and 2,
+# auto), with 2:4 sparsity (transposable; and MVUE with row-only masks), with recomputation
+# and dropout, the multilevel V-cycle and Mixed Sparsity Training; then under mpirun -np 2 (1 thread per rank): data parallel with ZeRO 0, 1 and 2,
 # and pipelines of 2 stages, GPipe, and 1F1B with progressive freezing (AutoPipe re-balances the
-# stages, then AutoDP turns them into 2 replicas: blocks move between the ranks). About 8
+# stages, then AutoDP turns them into 2 replicas: blocks move between the ranks). About 10
 # minutes on 2 cores. Needs the quickstart's prepared data (runs/data/shakespeare-char, made by
 # tools/quickstart.sh) and, for the mpirun runs, a frugal built with MPI.
 # Usage: tools/compare_losses.sh OLD_BINARY NEW_BINARY [WORK_DIR]
@@ -21,6 +21,8 @@ runs=(
   "sparse24|--set train.max_steps=60 --set methods.sparse24.mask_interval=10"
   "sparse24-mvue-rows|--set train.max_steps=40 --set methods.sparse24.mask_interval=10 --set methods.sparse24.mvue=true --set methods.sparse24.transposable=false"
   "recompute-dropout|--set train.max_steps=20 --set train.recompute=all --set model.dropout=0.1"
+  "multilevel|--set train.max_steps=60 --set methods.multilevel.levels=2"
+  "mst|--set train.max_steps=60 --set methods.mst.update_interval=10"
 )
 # name|settings, run by mpirun -np 2
 mpi_runs=(
