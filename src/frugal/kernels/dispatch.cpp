@@ -64,8 +64,6 @@ using Adamw = Family<&KernelTables::adamw>;
 }  // namespace
 
 const char* device_name(Device) { return "cpu"; }
-const char* dtype_name(DType) { return "f32"; }
-
 Isa set_kernel_isa(Isa isa) {
   check_isa_available(isa, "kernels");
   Encoder::set(isa, "encoder");

@@ -18,14 +18,13 @@
 #include <string>
 
 #include "frugal/kernels/cpu/isa.h"
+#include "frugal/kernels/dtype.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::kernels {
 
 enum class Device { Cpu };
-enum class DType { F32 };
 const char* device_name(Device device);  // "cpu"
-const char* dtype_name(DType dtype);     // "f32"
 
 // ---- one table per kernel family (the sections of ops.h) ----
 struct EncoderKernels {

@@ -10,20 +10,6 @@
 
 namespace frugal {
 
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::F32: return "f32";
-  }
-  return "?";
-}
-
-size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::F32: return 4;
-  }
-  return 0;
-}
-
 std::vector<int64_t> TensorSpec::local_shape(const ShardCoord& shard) const {
   std::vector<int64_t> local = shape;
   if (placement.kind == Placement::Kind::Replicated || shard.size == 1) return local;

@@ -18,14 +18,13 @@
 #include <string_view>
 #include <vector>
 
+#include "frugal/kernels/dtype.h"
 #include "frugal/model/config.h"
 
 namespace frugal {
 
-// Element type of a tensor. Every tensor is fp32 today; bf16 storage adds a value here.
-enum class DType { F32 };
-const char* dtype_name(DType dtype);
-size_t dtype_size(DType dtype);
+// Element type of a tensor (the kernels' DType: fp32 today).
+using kernels::DType;
 
 enum class ParamRole { Embedding, Weight, Bias, NormWeight, NormBias };
 
