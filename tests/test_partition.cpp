@@ -1,7 +1,7 @@
 // AutoPipe's partitioning (parallel/partition.h): stage costs, the exact balance against brute
 // force over every cut, the frozen prefix kept in the first stage, and how far a pipeline shortens
 // as layers freeze (PipeTransformer's rule: while the slowest stage is no slower than at start);
-// which tensors a re-partition moves between the ranks.
+// which tensors a re-partition moves between the ranks; the costs in bytes held (parameter_costs).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "frugal/core/error.h"
+#include "frugal/model/param_table.h"
 #include "frugal/parallel/partition.h"
 
 namespace frugal::parallel {
@@ -162,6 +163,57 @@ TEST(Partition, TensorMovesBringEachRankWhatItDoesNotOwnFromTheLowestOwner) {
   // Among several owners (replicas), the lowest rank sends.
   const std::vector<TensorMove> replicas = tensor_moves(m, {first, last, first, last}, {whole, whole, whole, whole});
   for (const TensorMove& move : replicas) EXPECT_LE(move.from, 1) << move.name;
+}
+
+// GPT-2 124M's shape (preset L).
+ModelConfig gpt2_small(bool tied_head) {
+  ModelConfig m;
+  m.vocab_size = 50257;
+  m.block_size = 1024;
+  m.n_layer = m.n_head = 12;
+  m.n_embd = 768;
+  m.tied_head = tied_head;
+  return m;
+}
+
+// Bytes of `layer`'s parameters (-1 the embeddings, n_layer ln_f and an untied head).
+double parameter_bytes(const ModelConfig& m, int layer) {
+  double floats = 0;
+  const ParamTable table = ParamTable::build(m);
+  for (const ParamInfo& e : table.entries())
+    if (e.layer == layer) floats += double(e.numel);
+  return sizeof(float) * floats;
+}
+
+TEST(Partition, ParameterCostsAreTheBytesEachUnitHolds) {
+  for (const bool tied : {true, false}) {
+    const ModelConfig m = gpt2_small(tied);
+    const UnitCosts c = parameter_costs(m);
+    ASSERT_EQ(c.n_layer(), 12);
+    const double embeddings = parameter_bytes(m, -1), block = parameter_bytes(m, 0), head = parameter_bytes(m, 12);
+    const double wte = sizeof(float) * double(ParamTable::build(m).at("transformer.wte.weight").numel);
+    // Parameters always; gradients and both moments while the unit trains.
+    EXPECT_EQ(c.embeddings_forward, embeddings);
+    EXPECT_EQ(c.embeddings_backward, 3 * embeddings);
+    for (int l = 0; l < 12; ++l) {
+      EXPECT_EQ(c.block_forward[l], block);
+      EXPECT_EQ(c.block_backward[l], 3 * block);
+    }
+    // A tied head's copy of the token embedding: its weights and gradient, no moments.
+    EXPECT_EQ(c.head_forward, head + (tied ? wte : 0));
+    EXPECT_EQ(c.head_backward, 3 * head + (tied ? wte : 0));
+    // A frozen prefix (with the embeddings) holds its parameters only.
+    EXPECT_EQ(stage_cost(c, 2, 0, 3), embeddings + 2 * block + 4 * block);
+  }
+}
+
+TEST(Partition, ParameterBalanceEvensTheStagesMemory) {
+  const UnitCosts c = parameter_costs(gpt2_small(true));
+  // The embeddings (39M parameters, with gradients and moments) weigh 5.6 blocks, the head's tied
+  // copy of the token embedding (weights and gradient) 2.7: stage 0 gets 5 blocks, stage 1 7.
+  const std::vector<int> bounds = balance_stages(c, 0, 2);
+  EXPECT_EQ(bounds, (std::vector<int>{0, 5, 12}));
+  EXPECT_EQ(slowest_stage(c, 0, bounds), brute_force_best(c, 0, 2));
 }
 
 }  // namespace

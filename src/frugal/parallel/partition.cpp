@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include "frugal/core/error.h"
 
@@ -18,6 +19,28 @@ std::string PipelineLayout::describe() const {
   std::string blocks;
   for (int k = 0; k < stages; ++k) blocks += fmt::format(" [{}, {})", bounds[k], bounds[k + 1]);
   return fmt::format("{}, blocks{}", describe_shape(stages, replicas), blocks);
+}
+
+UnitCosts parameter_costs(const ModelConfig& config) {
+  const int L = config.n_layer;
+  UnitCosts c;
+  c.block_forward.assign(L, 0.0);
+  c.block_backward.assign(L, 0.0);
+  constexpr double kParameter = sizeof(float), kTrainingState = 3 * sizeof(float);  // gradient, m, v
+  const ParamTable table = ParamTable::build(config);
+  for (const ParamInfo& e : table.entries()) {
+    const double n = double(e.numel);
+    auto [held, trained] = e.layer < 0 ? std::tie(c.embeddings_forward, c.embeddings_backward)
+                           : e.layer >= L ? std::tie(c.head_forward, c.head_backward)
+                                          : std::tie(c.block_forward[e.layer], c.block_backward[e.layer]);
+    held += kParameter * n;
+    trained += kTrainingState * n;
+    if (config.tied_head && e.name == "transformer.wte.weight") {  // the head's copy: weights, gradient
+      c.head_forward += kParameter * n;
+      c.head_backward += kParameter * n;
+    }
+  }
+  return c;
 }
 
 bool owns(const BlockRange& range, const ParamInfo& e, int n_layer) {

@@ -1,6 +1,6 @@
-// AutoPipe (PipeTransformer): how a GPT's blocks are cut into pipeline stages, from the measured
-// cost of each unit, and how far a pipeline shortens when layers freeze. Pure functions: the
-// pipeline strategy (pipeline.h) measures the costs and applies the layouts.
+// AutoPipe (PipeTransformer): how a GPT's blocks are cut into pipeline stages, from the cost of
+// each unit (its measured time, or the bytes it holds), and how far a pipeline shortens when layers
+// freeze. Pure functions: the pipeline strategy (pipeline.h) gets the costs and applies the layouts.
 //
 // Stages are cut between blocks (the model's range API runs whole blocks), so a block's attention
 // and MLP sublayers travel together; the units balanced are the embeddings, each block and the
@@ -14,8 +14,9 @@
 
 namespace frugal::parallel {
 
-// Seconds one micro-batch spends in each unit, forward and backward (the head's backward is
-// the part after its fused forward: ln_f's).
+// The cost of each unit in two parts, the backward one counted only while the unit trains: the
+// seconds one micro-batch spends in its forward and backward (the head's backward is the part
+// after its fused forward: ln_f's), or, from parameter_costs, bytes it holds.
 struct UnitCosts {
   double embeddings_forward = 0, embeddings_backward = 0;
   std::vector<double> block_forward, block_backward;  // per block
@@ -35,6 +36,11 @@ struct PipelineLayout {
 // "2 stages × 1 replica"
 std::string describe_shape(int stages, int replicas);
 
+// The bytes each unit holds: "forward" its parameters, "backward" their gradients and AdamW's two
+// moments, which a frozen unit does without. A tied head's copy of the token embedding counts on
+// the head its weights and gradient (its moments live with the embeddings).
+UnitCosts parameter_costs(const ModelConfig& config);
+
 // What `range` updates of tensor `e` (of a model of n_layer blocks): the embeddings, its blocks,
 // ln_f and the head. A last stage's copy of a tied head's token embedding is held, not owned: the
 // first stage updates it and sends it on.
@@ -53,10 +59,10 @@ struct TensorMove {
 std::vector<TensorMove> tensor_moves(const ModelConfig& config, const std::vector<BlockRange>& now,
                                      const std::vector<BlockRange>& next);
 
-// Seconds per micro-batch of the stage holding blocks [begin, end) with `frozen` blocks (and,
+// The cost (seconds per micro-batch, or bytes) of the stage holding blocks [begin, end) with `frozen` blocks (and,
 // when frozen > 0, the embeddings) running forward only.
 double stage_cost(const UnitCosts& costs, int frozen, int begin, int end);
-// The slowest stage of `bounds`.
+// The slowest (costliest) stage of `bounds`.
 double slowest_stage(const UnitCosts& costs, int frozen, const std::vector<int>& bounds);
 // Whether `stages` stages can each hold a trainable block with the frozen prefix in the first.
 bool can_partition(int n_layer, int frozen, int stages);

@@ -41,7 +41,8 @@ UnitCosts costs_from_json(const nlohmann::json& j) {
 
 PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world)
     : StepStrategy(session, methods, settings), world_(world), dp_settings_(settings),
-      gpipe_(settings.parallel.schedule == "gpipe"), elastic_(settings.parallel.elastic) {
+      gpipe_(settings.parallel.schedule == "gpipe"), elastic_(settings.parallel.elastic),
+      balance_parameters_(settings.parallel.autopipe_cost == "parameters") {
   const int K = settings.parallel.pipeline_stages, N = world.size(), M = settings.train.grad_accum;
   const int L = session.model().config().n_layer;
   FRUGAL_CHECK(N % K == 0, "parallel.pipeline_stages = {} does not divide the {} ranks; run mpirun "
@@ -239,12 +240,15 @@ void PipelineStep::apply(const PipelineLayout& layout) {
 StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
   if (!applied_) {
     if (!measured_) {
-      // The whole model leaves every rank (for its stage of an even cut) before the measurement.
       const int K = settings_.parallel.pipeline_stages, L = session_.model().config().n_layer;
-      PipelineLayout even{K, world_.size() / K, {}};
-      for (int k = 0; k <= K; ++k) even.bounds.push_back(k * L / K);
-      hold(ranges(even));
-      costs_ = measure_costs();
+      if (balance_parameters_) {
+        costs_ = parameter_costs(session_.model().config());
+      } else {  // the whole model leaves every rank (for its stage of an even cut) before the measurement
+        PipelineLayout even{K, world_.size() / K, {}};
+        for (int k = 0; k <= K; ++k) even.bounds.push_back(k * L / K);
+        hold(ranges(even));
+        costs_ = measure_costs();
+      }
       measured_ = true;
       const int frozen = session_.model().frozen_prefix();
       limit_ = can_partition(L, frozen, K)
@@ -254,8 +258,8 @@ StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohma
       const PipelineLayout start = autopipe(costs_, frozen, K, world_.size(), limit_, elastic_);
       apply(start);
       if (world_.is_writer())
-        io::print("pipeline: {} (measured per micro-batch: slowest stage {:.1f} ms){}\n", start.describe(),
-                  1e3 * slowest_stage(costs_, frozen, start.bounds),
+        io::print("pipeline: {} (costliest stage {}){}\n", start.describe(),
+                  describe_cost(slowest_stage(costs_, frozen, start.bounds)),
                   start.stages == 1 ? "" : fmt::format("; stage 0 holds {:.1f} MiB of activations for {} "
                                                        "micro-batches in flight", stage_activation_bytes_ / 1048576.0, slots_));
     } else {
@@ -533,10 +537,15 @@ void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
                                 {"slowest_stage_s", slowest}, {"limit_s", limit_}, {"seconds", seconds}};
   }
   if (world_.is_writer())
-    io::print("pipeline: after step {}, {} blocks frozen: {} -> {}{} (slowest stage {:.1f} ms per "
-              "micro-batch, start {:.1f} ms; {:.0f} ms)\n", step + 1, frozen, before.describe(),
-              next.describe(), next.replicas > before.replicas ? ", AutoDP" : "", 1e3 * slowest,
-              1e3 * limit_, 1e3 * seconds);
+    io::print("pipeline: after step {}, {} blocks frozen: {} -> {}{} (costliest stage {}, start {}; "
+              "{:.0f} ms)\n", step + 1, frozen, before.describe(), next.describe(),
+              next.replicas > before.replicas ? ", AutoDP" : "", describe_cost(slowest),
+              describe_cost(limit_), 1e3 * seconds);
+}
+
+std::string PipelineStep::describe_cost(double cost) const {
+  return balance_parameters_ ? fmt::format("{:.0f} MiB held", cost / 1048576.0)
+                             : fmt::format("{:.1f} ms per micro-batch", 1e3 * cost);
 }
 
 nlohmann::json PipelineStep::save_state() const {

@@ -75,6 +75,8 @@ class PipelineStep final : public StepStrategy {
   // The unit costs of one micro-batch, each unit timed on every rank on a model of it alone and
   // averaged (every rank gets the same).
   UnitCosts measure_costs();
+  // A stage's cost for the log: "12.3 ms per micro-batch" or "512 MiB held".
+  std::string describe_cost(double cost) const;
   // The block range each rank holds under `layout` (the whole model when it has one stage).
   std::vector<BlockRange> ranges(const PipelineLayout& layout) const;
   // Rebuilds this rank's session around next[rank], the blocks that change owner moving between
@@ -101,12 +103,13 @@ class PipelineStep final : public StepStrategy {
   RunSettings dp_settings_;  // the DataParallelStep's: its grad_accum is per rank
   std::string name_;
   bool gpipe_, elastic_;
+  bool balance_parameters_;  // parallel.autopipe_cost = "parameters": costs are bytes held, not seconds
   PipelineLayout layout_;
   UnitCosts costs_;
   bool measured_ = false, applied_ = false;
   std::vector<BlockRange> held_;  // what each rank's session holds
   std::string status_;       // for the progress line
-  double limit_ = 0;         // the slowest stage of the starting layout (seconds per micro-batch)
+  double limit_ = 0;         // the costliest stage of the starting layout
   int layout_frozen_ = 0;    // the frozen prefix the layout was made for
   int64_t repartitions_ = 0; // so far in the run
   MPI_Comm base_ = MPI_COMM_NULL;

@@ -72,7 +72,10 @@ io::ConfigSchema run_schema() {
                   "micro-batches of activations in flight) or GPipe (all of them)", {"1f1b", "gpipe"})
       .add_bool("parallel.elastic", par.elastic, "with pipeline_stages > 1: when layers freeze, shorten "
                 "the pipeline while its slowest stage stays no slower than at the start, and make the "
-                "freed ranks data-parallel replicas (AutoPipe + AutoDP); false keeps K stages (re-balanced)");
+                "freed ranks data-parallel replicas (AutoPipe + AutoDP); false keeps K stages (re-balanced)")
+      .add_string("parallel.autopipe_cost", par.autopipe_cost, "what AutoPipe balances over the stages: each "
+                  "unit's measured time per micro-batch, or the bytes of parameters, gradients and AdamW "
+                  "moments it holds (the stages' memory)", {"time", "parameters"});
   SampleSettings p;
   s.add_int("sample.count", p.count, "samples printed at the end of training", Range::at_least(0))
       .add_int("sample.max_tokens", p.max_tokens, "tokens per sample", Range::at_least(1))
@@ -182,6 +185,7 @@ RunSettings run_settings(const io::Config& c) {
   par.pipeline_stages = c.get_int32("parallel.pipeline_stages");
   par.schedule = c.get_string("parallel.schedule");
   par.elastic = c.get_bool("parallel.elastic");
+  par.autopipe_cost = c.get_string("parallel.autopipe_cost");
   SampleSettings& p = r.sample;
   p.count = c.get_int32("sample.count");
   p.max_tokens = c.get_int32("sample.max_tokens");

@@ -41,6 +41,7 @@ struct ParallelSettings {
   int pipeline_stages = 1;  // K: the ranks form K-stage pipelines, ranks / K of them (replicas)
   std::string schedule = "1f1b";  // the pipeline's schedule: "1f1b" or "gpipe"
   bool elastic = true;      // AutoPipe shortens the pipeline as layers freeze; AutoDP uses the freed ranks
+  std::string autopipe_cost = "time";  // what AutoPipe balances: "time" or "parameters" (bytes held)
 };
 
 struct RunSettings {
