@@ -40,14 +40,10 @@ TransformerBlock::TransformerBlock(const ModelConfig& config, const ShardCoord& 
       attention_(config, sizes_, block_prefix(layer), table, dense),
       mlp_(std::make_unique<DenseMlp>(config, sizes_, block_prefix(layer), table, dense)) {
   const std::string p = block_prefix(layer);
-  auto off = [&](const std::string& name) {
-    const ParamInfo* e = table.find(p + name);
-    return e ? e->offset : kAbsent;
-  };
-  ln1_w_ = off("ln_1.weight");
-  ln1_b_ = off("ln_1.bias");
-  ln2_w_ = off("ln_2.weight");
-  ln2_b_ = off("ln_2.bias");
+  ln1_w_ = table.offset_of(p + "ln_1.weight");
+  ln1_b_ = table.offset_of(p + "ln_1.bias");
+  ln2_w_ = table.offset_of(p + "ln_2.weight");
+  ln2_b_ = table.offset_of(p + "ln_2.bias");
 }
 
 void TransformerBlock::lay_out_internals(double N, const Take& take, BlockActs& a) const {

@@ -31,9 +31,7 @@ void allocate_layout(Buffer<float>& arena, const std::function<void(const Take&)
 
 LinearSlot LinearSlot::find(const ParamTable& table, const std::string& prefix, int OC, int IC,
                             std::shared_ptr<LinearFormat> format) {
-  const ParamInfo* w = table.find(prefix + ".weight");
-  const ParamInfo* b = table.find(prefix + ".bias");
-  return {w ? w->offset : kAbsent, b ? b->offset : kAbsent, OC, IC, std::move(format)};
+  return {table.offset_of(prefix + ".weight"), table.offset_of(prefix + ".bias"), OC, IC, std::move(format)};
 }
 
 void LinearSlot::forward(const float* params, float* out, const float* inp, int N, bool with_bias) const {

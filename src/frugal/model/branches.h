@@ -40,7 +40,7 @@ inline constexpr int kBlockLinears = 5;
 // One linear of a branch: where its weight and bias are (kAbsent: none) and the format it executes
 // with (model/linear_format.h).
 struct LinearSlot {
-  static constexpr size_t kAbsent = ~size_t(0);
+  static constexpr size_t kAbsent = ParamTable::kAbsent;
   size_t weight = kAbsent, bias = kAbsent;
   int OC = 0, IC = 0;  // this rank's shape
   std::shared_ptr<LinearFormat> format;

@@ -16,10 +16,8 @@ void TokenEmbedding::declare(ModelSpec& spec) {
 }
 
 TokenEmbedding::TokenEmbedding(const ModelConfig& config, const ParamTable& table) : C_(config.n_embd) {
-  const ParamInfo* wte = table.find("transformer.wte.weight");
-  const ParamInfo* wpe = table.find("transformer.wpe.weight");
-  wte_ = wte ? wte->offset : kAbsent;
-  wpe_ = wpe ? wpe->offset : kAbsent;
+  wte_ = table.offset_of("transformer.wte.weight");
+  wpe_ = table.offset_of("transformer.wpe.weight");
 }
 
 void TokenEmbedding::forward(const float* params, float* out, const int32_t* tokens, int B, int T,

@@ -13,7 +13,7 @@ namespace frugal {
 
 class TokenEmbedding {
  public:
-  static constexpr size_t kAbsent = ~size_t(0);
+  static constexpr size_t kAbsent = ParamTable::kAbsent;
   // transformer.wte.weight (padded_vocab(), C), its padding rows zero; transformer.wpe.weight
   // (block_size, C).
   static void declare(ModelSpec& spec);

@@ -120,7 +120,7 @@ void GPT::init_weights(uint64_t seed) {
     }
     const float std = e.init == Init::ResidualNormal ? residual_std : config_.init_std;
     // Real rows only: vocabulary padding rows stay zero.
-    const size_t n = e.numel / e.local[0] * e.local_used_rows(table_.shard());
+    const size_t n = e.used_numel(table_.shard());
     uint64_t key = mix64(seed);
     for (char ch : e.name) key = mix64(key ^ static_cast<uint8_t>(ch));
 #pragma omp parallel for schedule(static)

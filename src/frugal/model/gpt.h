@@ -37,7 +37,7 @@ struct MemoryPlan {
 
 class GPT {
  public:
-  static constexpr size_t kAbsent = ~size_t(0);
+  static constexpr size_t kAbsent = ParamTable::kAbsent;
   explicit GPT(const ModelConfig& config);
   GPT(const ModelConfig& config, const BlockRange& range);
 

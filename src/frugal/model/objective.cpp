@@ -18,13 +18,9 @@ void CausalLmHead::declare(ModelSpec& spec) {
 }
 
 CausalLmHead::CausalLmHead(const ModelConfig& config, const ParamTable& table) : config_(config) {
-  auto off = [&](const char* name) {
-    const ParamInfo* e = table.find(name);
-    return e ? e->offset : kAbsent;
-  };
-  norm_w_ = off("transformer.ln_f.weight");
-  norm_b_ = off("transformer.ln_f.bias");
-  head_ = config.tied_head ? off("transformer.wte.weight") : off("lm_head.weight");
+  norm_w_ = table.offset_of("transformer.ln_f.weight");
+  norm_b_ = table.offset_of("transformer.ln_f.bias");
+  head_ = table.offset_of(config.tied_head ? "transformer.wte.weight" : "lm_head.weight");
 }
 
 void CausalLmHead::lay_out(double N, const Take& take, ObjectiveActs& acts) const {

@@ -63,7 +63,7 @@ class Objective {
 
 class CausalLmHead final : public Objective {
  public:
-  static constexpr size_t kAbsent = ~size_t(0);
+  static constexpr size_t kAbsent = ParamTable::kAbsent;
   // transformer.ln_f and, with an untied head, lm_head.weight (padded_vocab(), C).
   static void declare(ModelSpec& spec);
   CausalLmHead(const ModelConfig& config, const ParamTable& table);

@@ -94,17 +94,22 @@ const ParamInfo& ParamTable::at(std::string_view name) const {
   return *e;
 }
 
-int64_t ParamInfo::local_used_rows(const ShardCoord& shard) const {
+size_t ParamTable::offset_of(std::string_view name) const {
+  const ParamInfo* e = find(name);
+  return e ? e->offset : kAbsent;
+}
+
+size_t ParamInfo::used_numel(const ShardCoord& shard) const {
+  if (used_rows < 0) return numel;
   const int64_t rows = local[0];
-  if (used_rows < 0) return rows;
   const bool split_rows = placement.kind == Placement::Kind::Sharded && placement.axis == 0;
   const int64_t first = split_rows ? rows * shard.rank : 0;
-  return std::clamp<int64_t>(used_rows - first, 0, rows);
+  return numel / rows * std::clamp<int64_t>(used_rows - first, 0, rows);
 }
 
 size_t ParamTable::num_parameters() const {
   size_t n = 0;
-  for (const auto& e : entries_) n += e.numel / e.local[0] * e.local_used_rows(shard_);
+  for (const auto& e : entries_) n += e.used_numel(shard_);
   return n;
 }
 

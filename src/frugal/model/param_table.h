@@ -48,12 +48,15 @@ struct ParamInfo : TensorSpec {
   size_t numel = 0;            // of the local shape
   // Decoupled weight decay applies to 2-D tensors only (weights and embeddings).
   bool decays() const { return role == ParamRole::Weight || role == ParamRole::Embedding; }
-  // Rows of the local shape that hold real values (the rest: vocabulary padding, kept zero).
-  int64_t local_used_rows(const ShardCoord& shard) const;
+  // Elements of the local tensor that hold real values, at its start (the rest: vocabulary
+  // padding rows, kept zero).
+  size_t used_numel(const ShardCoord& shard) const;
 };
 
 class ParamTable {
  public:
+  // The offset of a tensor the table does not hold.
+  static constexpr size_t kAbsent = ~size_t(0);
   // The tensors of `range`, in the order of the whole model's table: wte and wpe (embeddings; a
   // last stage without them holds its own copy of wte when the head is tied), the range's blocks,
   // ln_f and lm_head (head).
@@ -66,6 +69,7 @@ class ParamTable {
   const ShardCoord& shard() const { return shard_; }
   const ParamInfo* find(std::string_view name) const;
   const ParamInfo& at(std::string_view name) const;  // throws Error when absent
+  size_t offset_of(std::string_view name) const;      // kAbsent when absent
   size_t total() const { return total_; }             // floats, including alignment padding
   // Parameters this table really holds (no alignment padding, no vocabulary padding rows).
   size_t num_parameters() const;
