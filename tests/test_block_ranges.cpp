@@ -123,7 +123,15 @@ TEST(BlockRanges, TablesHoldOnlyTheirRangeAndTogetherTheWholeModel) {
   // A tied head without the embeddings holds its own copy of the token embedding.
   ModelConfig tied = c;
   tied.tied_head = true;
-  EXPECT_TRUE(ParamTable::build(tied, {3, 4, false, true}).find("transformer.wte.weight"));
+  const ParamTable tied_last = ParamTable::build(tied, {3, 4, false, true});
+  const ParamInfo& copy = tied_last.at("transformer.wte.weight");
+  // The first stage owns and updates wte: the last stage's copy has no AdamW moments.
+  EXPECT_EQ(copy.offset, 0u);
+  EXPECT_GE(tied_last.owned_begin(), copy.numel);
+  EXPECT_EQ(tied_last.owned_begin(), tied_last.layer_range(3).first);
+  EXPECT_EQ(AdamW(tied_last, {}).state_bytes(), 2 * sizeof(float) * (tied_last.total() - tied_last.owned_begin()));
+  EXPECT_EQ(ParamTable::build(tied, {0, 1, true, false}).owned_begin(), 0u);
+  EXPECT_EQ(last.owned_begin(), 0u);  // untied: nothing is a copy
   EXPECT_THROW(ParamTable::build(c, {1, 4, true, true}), Error);   // embeddings need block 0
   EXPECT_THROW(ParamTable::build(c, {0, 3, false, true}), Error);  // the head needs the last block
   EXPECT_THROW(ParamTable::build(c, {2, 2, false, false}), Error); // holds nothing

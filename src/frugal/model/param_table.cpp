@@ -77,6 +77,7 @@ ParamTable ParamTable::build(const ModelConfig& c, const BlockRange& range, cons
     for (int64_t d : e.local) e.numel *= static_cast<size_t>(d);
     e.offset = table.total_;
     table.total_ += (e.numel + align_floats - 1) / align_floats * align_floats;
+    if (t.layer == -1 && !range.embeddings) table.owned_begin_ = table.total_;  // the tied head's copy
     table.entries_.push_back(std::move(e));
   }
   return table;

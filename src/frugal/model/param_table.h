@@ -71,6 +71,10 @@ class ParamTable {
   const ParamInfo& at(std::string_view name) const;  // throws Error when absent
   size_t offset_of(std::string_view name) const;      // kAbsent when absent
   size_t total() const { return total_; }             // floats, including alignment padding
+  // Where the tensors this range updates begin: past a tied head's copy of wte on a last stage
+  // without the embeddings (the first stage owns and updates it), else 0. The optimizer's moments
+  // cover [owned_begin(), total()).
+  size_t owned_begin() const { return owned_begin_; }
   // Parameters this table really holds (no alignment padding, no vocabulary padding rows).
   size_t num_parameters() const;
   // [begin, end) float offsets covering block `layer`; layer == -1 gives the embeddings,
@@ -79,7 +83,7 @@ class ParamTable {
 
  private:
   std::vector<ParamInfo> entries_;
-  size_t total_ = 0;
+  size_t total_ = 0, owned_begin_ = 0;
   ShardCoord shard_;
 };
 

@@ -19,12 +19,14 @@ float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps) {
   return static_cast<float>(c.min_lr + cosine * (c.lr - c.min_lr));
 }
 
-AdamW::AdamW(const ParamTable& table, const AdamWConfig& config) : AdamW(table, config, 0, table.total()) {}
+AdamW::AdamW(const ParamTable& table, const AdamWConfig& config)
+    : AdamW(table, config, table.owned_begin(), table.total()) {}
 
 AdamW::AdamW(const ParamTable& table, const AdamWConfig& config, size_t shard_begin, size_t shard_end)
     : table_(table), config_(config), shard_begin_(shard_begin), shard_end_(shard_end) {
-  FRUGAL_CHECK(shard_begin <= shard_end && shard_end <= table.total(), "internal: optimizer shard "
-               "[{}, {}) outside the {} parameters", shard_begin, shard_end, table.total());
+  FRUGAL_CHECK(table.owned_begin() <= shard_begin && shard_begin <= shard_end && shard_end <= table.total(),
+               "internal: optimizer shard [{}, {}) outside the {} parameters from {} it updates", shard_begin,
+               shard_end, table.total(), table.owned_begin());
 }
 
 void AdamW::allocate_state() {

@@ -27,6 +27,7 @@ float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps);
 
 class AdamW {
  public:
+  // Moments for the tensors the table's range updates, [table.owned_begin(), total()).
   AdamW(const ParamTable& table, const AdamWConfig& config);
   // A ZeRO shard (stages 1 and 2): the moments exist, and update() changes parameters, only in
   // [shard_begin, shard_end) of the flat buffer; the rest belongs to other processes.
@@ -64,7 +65,8 @@ class AdamW {
   size_t shard_begin() const { return shard_begin_; }
   size_t shard_end() const { return shard_end_; }
   size_t model_floats() const { return table_.total(); }
-  bool sharded() const { return shard_begin_ != 0 || shard_end_ != table_.total(); }
+  // Whether other processes hold part of the moments (ZeRO).
+  bool sharded() const { return shard_begin_ != table_.owned_begin() || shard_end_ != table_.total(); }
   size_t state_bytes() const { return 2 * (shard_end_ - shard_begin_) * sizeof(float); }
 
  private:

@@ -18,6 +18,7 @@ namespace frugal::parallel {
 namespace {
 
 constexpr int kActivationTag = 0, kGradientTag = 1, kTiedTag = 2, kMoveTag = 3;
+constexpr size_t kTiedPiece = size_t(1) << 20;  // floats per message of the tied-head gradient
 
 nlohmann::json costs_to_json(const UnitCosts& c) {
   return {{"embeddings", {c.embeddings_forward, c.embeddings_backward}},
@@ -219,13 +220,17 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   const BlockRange stage_range = ranges(layout)[world_.rank()];
   const MemoryPlan plan = GPT::estimate_memory(config, t.batch_size, t.seq_len, recompute, stage_range,
                                                stage_range, slots_);
-  const size_t optimizer = 2 * plan.parameters;  // AdamW's m and v
+  const ParamTable stage_table = ParamTable::build(config, stage_range);
+  const size_t optimizer = 2 * sizeof(float) * (stage_table.total() - stage_table.owned_begin());  // AdamW's m and v
   const double needed = double(optimizer) + plan.parameters + plan.gradients + plan.activations + plan.scratch;
   FRUGAL_CHECK(needed <= double(available_memory_bytes()), "pipeline stage {} (blocks [{}, {}), {} micro-batches "
                "in flight) needs more memory than the machine has available: {}; use parallel.schedule = "
                "\"1f1b\" (at most K micro-batches in flight), fewer micro-batches (train.grad_accum) or "
                "train.recompute = \"all\"", k, stage_range.begin, stage_range.end, slots_, plan.describe(optimizer));
   stage_activation_bytes_ = plan.activations;
+  std::vector<double> planned(world_.size(), 0.0);  // every rank's plan, for the start-up line
+  planned[world_.rank()] = needed;
+  stage_plan_bytes_ = world_.sum(planned);
   hold(ranges(layout));
   const size_t floats = size_t(t.batch_size) * t.seq_len * config.n_embd;
   act_in_.assign(floats, 0.0f);
@@ -260,8 +265,7 @@ StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohma
       if (world_.is_writer())
         io::print("pipeline: {} (costliest stage {}){}\n", start.describe(),
                   describe_cost(slowest_stage(costs_, frozen, start.bounds)),
-                  start.stages == 1 ? "" : fmt::format("; stage 0 holds {:.1f} MiB of activations for {} "
-                                                       "micro-batches in flight", stage_activation_bytes_ / 1048576.0, slots_));
+                  start.stages == 1 ? "" : describe_stage_plans());
     } else {
       apply(layout_);
     }
@@ -403,17 +407,22 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
 
   // A tied head: the last stage's gradient of the token embedding (its head part) joins the first's.
   if (tied_exchange()) {
+    // In pieces of kTiedPiece floats: the first stage adds each as it arrives, so it holds one
+    // piece beyond its stage rather than a second (V, C) matrix.
     const auto [wte_begin, wte_end] = model.token_embedding_range();
-    MPI_Request request;
-    if (k == K - 1) {
-      MPI_Isend(model.grads() + wte_begin, static_cast<int>(wte_end - wte_begin), MPI_FLOAT, 0, kTiedTag, pipe(), &request);
-      world_.wait(request, "the head's token-embedding gradient");
-    } else if (k == 0) {
-      head_grad_.resize(wte_end - wte_begin);
-      MPI_Irecv(head_grad_.data(), static_cast<int>(head_grad_.size()), MPI_FLOAT, K - 1, kTiedTag, pipe(), &request);
-      world_.wait(request, "the head's token-embedding gradient");
-      float* g = model.grads() + wte_begin;
-      for (size_t i = 0; i < head_grad_.size(); ++i) g[i] += head_grad_[i];
+    for (size_t begin = wte_begin; begin < wte_end; begin += kTiedPiece) {
+      const int count = static_cast<int>(std::min(kTiedPiece, wte_end - begin));
+      MPI_Request request;
+      if (k == K - 1) {
+        MPI_Isend(model.grads() + begin, count, MPI_FLOAT, 0, kTiedTag, pipe(), &request);
+        world_.wait(request, "the head's token-embedding gradient");
+      } else if (k == 0) {
+        head_grad_.resize(kTiedPiece);
+        MPI_Irecv(head_grad_.data(), count, MPI_FLOAT, K - 1, kTiedTag, pipe(), &request);
+        world_.wait(request, "the head's token-embedding gradient");
+        float* g = model.grads() + begin;
+        for (int i = 0; i < count; ++i) g[i] += head_grad_[i];
+      }
     }
   }
   const auto [slice_begin, hi] = slice();
@@ -450,6 +459,14 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
   rank_busy_.assign(v.begin() + M + 8, v.begin() + M + 8 + N);
   rank_schedule_.assign(v.begin() + M + 8 + N, v.begin() + M + 8 + 2 * N);
   rank_floats_.assign(v.begin() + M + 8 + 2 * N, v.end());
+}
+
+std::string PipelineStep::describe_stage_plans() const {
+  std::string plans;
+  for (int k = 0; k < layout_.stages; ++k)  // replica 0's ranks
+    plans += fmt::format("{}{:.0f}", k ? ", " : "", stage_plan_bytes_[k] / 1048576.0);
+  return fmt::format("; memory plan per stage {} MiB (stage 0: {:.1f} MiB of activations for {} micro-batches "
+                     "in flight)", plans, stage_activation_bytes_ / 1048576.0, slots_);
 }
 
 bool PipelineStep::tied_exchange() const {

@@ -91,6 +91,8 @@ class PipelineStep final : public StepStrategy {
   // gradient to the first stage, the updated weights back): the first and the last stage, while
   // the embeddings train.
   bool tied_exchange() const;
+  // "; memory plan per stage …": replica 0's stages, for the start-up line.
+  std::string describe_stage_plans() const;
   void forward(TrainContext& ctx, int64_t step, int micro, StepResult& r);
   void backward(TrainContext& ctx, int micro);
   int slot_of(int micro) const { return micro % slots_; }
@@ -119,7 +121,7 @@ class PipelineStep final : public StepStrategy {
   std::vector<MicroBatch> micro_;         // this replica's micro-batches of the step
   std::vector<double> losses_;            // the last stage's, per micro-batch
   std::vector<float> act_in_, grad_in_;   // received (B,T,C)
-  std::vector<float> head_grad_;          // first stage: a tied head's token-embedding gradient
+  std::vector<float> head_grad_;          // first stage: a piece of a tied head's token-embedding gradient
   std::vector<std::vector<float>> act_out_, grad_out_;  // per slot: being sent
   std::vector<MPI_Request> act_sends_, grad_sends_;
   double busy_ = 0;  // seconds of compute in the step's schedule
@@ -127,6 +129,7 @@ class PipelineStep final : public StepStrategy {
   std::vector<double> rank_busy_, rank_schedule_, rank_floats_;
   size_t lo_ = 0, hi_ = 0;  // the step's trainable slice of this stage's flat buffer
   size_t stage_activation_bytes_ = 0;  // this rank's stage, all slots
+  std::vector<double> stage_plan_bytes_;  // every rank's memory plan (weights, gradients, moments, activations)
 };
 
 }  // namespace frugal::parallel

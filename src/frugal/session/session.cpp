@@ -7,10 +7,10 @@
 
 namespace frugal {
 
-std::span<float> NamedTensors::view(float* base, std::string_view name) const {
+std::span<float> NamedTensors::view(float* base, size_t begin, std::string_view name) const {
   const ParamInfo& e = table_.at(name);
-  if (!base) return {};
-  return {base + e.offset, e.numel};
+  if (!base || e.offset < begin) return {};
+  return {base + (e.offset - begin), e.numel};
 }
 
 void copy_same_shaped_tensors(const NamedTensors& from, const NamedTensors& to) {
@@ -19,7 +19,7 @@ void copy_same_shaped_tensors(const NamedTensors& from, const NamedTensors& to) 
     if (!old || old->shape != e.shape) continue;
     for (auto get : {&NamedTensors::param, &NamedTensors::m, &NamedTensors::v}) {
       const std::span<float> src = (from.*get)(e.name), dst = (to.*get)(e.name);
-      std::copy(src.begin(), src.end(), dst.begin());
+      if (src.size() == dst.size()) std::ranges::copy(src, dst.begin());
     }
   }
 }

@@ -23,24 +23,30 @@
 namespace frugal {
 
 // One model's tensors by name, for a reshape map: the weights and AdamW's two moments share the
-// parameter table's offsets. Before the optimizer's first step its moments are zero and not
-// allocated: m and v are then null and their views empty.
+// parameter table's offsets; the moments start at table.owned_begin() (a tensor before it, a tied
+// head's copy, has empty moment views). Before the optimizer's first step its moments are zero and
+// not allocated: m and v are then null and their views empty.
 class NamedTensors {
  public:
   NamedTensors(const ParamTable& table, float* params, float* m, float* v)
       : table_(table), params_(params), m_(m), v_(v) {}
   const ParamTable& table() const { return table_; }
   // The tensor's floats (numel of them); throws Error when the table has no such name.
-  std::span<float> param(std::string_view name) const { return view(params_, name); }
-  std::span<float> m(std::string_view name) const { return view(m_, name); }
-  std::span<float> v(std::string_view name) const { return view(v_, name); }
-  // The whole flat buffers (table().total() floats), for maps over the complete layout.
+  std::span<float> param(std::string_view name) const { return view(params_, 0, name); }
+  std::span<float> m(std::string_view name) const { return view(m_, table_.owned_begin(), name); }
+  std::span<float> v(std::string_view name) const { return view(v_, table_.owned_begin(), name); }
+  // The whole flat buffers (table().total() floats; the moments from owned_begin()), for maps over
+  // the complete layout.
   std::span<float> params() const { return {params_, table_.total()}; }
-  std::span<float> m() const { return {m_, m_ ? table_.total() : 0}; }
-  std::span<float> v() const { return {v_, v_ ? table_.total() : 0}; }
+  std::span<float> m() const { return moments(m_); }
+  std::span<float> v() const { return moments(v_); }
 
  private:
-  std::span<float> view(float* base, std::string_view name) const;
+  // The tensor's floats in a buffer that starts at offset `begin` of the layout.
+  std::span<float> view(float* base, size_t begin, std::string_view name) const;
+  std::span<float> moments(float* base) const {
+    return {base, base ? table_.total() - table_.owned_begin() : 0};
+  }
   const ParamTable& table_;
   float *params_, *m_, *v_;
 };

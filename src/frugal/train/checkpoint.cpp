@@ -179,6 +179,8 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
   const fs::path old_dir = root / (name + ".old");  // an earlier checkpoint of the same step
   const bool writer = group.is_writer();
   const bool sharded = optim && optim->sharded();
+  FRUGAL_CHECK(model.table().owned_begin() == 0, "internal: a checkpoint of a pipeline stage (synchronize the "
+               "whole model first)");
   auto discard_tmp = [&] {
     std::error_code ignored;
     if (writer) fs::remove_all(tmp_dir, ignored);
