@@ -53,6 +53,7 @@ class Family {
 using Encoder = Family<&KernelTables::encoder>;
 using Layernorm = Family<&KernelTables::layernorm>;
 using Matmul = Family<&KernelTables::matmul>;
+using Bf16 = Family<&KernelTables::bf16>;
 using Sparse24 = Family<&KernelTables::sparse24>;
 using SparseLinear = Family<&KernelTables::sparse_linear>;
 using Attention = Family<&KernelTables::attention>;
@@ -69,6 +70,7 @@ Isa set_kernel_isa(Isa isa) {
   Encoder::set(isa, "encoder");
   Layernorm::set(isa, "layernorm");
   Matmul::set(isa, "matmul");
+  Bf16::set(isa, "bf16");
   Sparse24::set(isa, "2:4 kernel");
   SparseLinear::set(isa, "sparse linear kernel");
   Attention::set(isa, "attention kernels");
@@ -122,6 +124,26 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* inp, const float* weight, int N, int C, int OC,
                      bool accumulate_dinp) {
   Matmul::table().backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate_dinp);
+}
+
+void f32_to_bf16(bf16* out, const float* in, size_t n) { Bf16::table().to_bf16(out, in, n); }
+void bf16_to_f32(float* out, const bf16* in, size_t n) { Bf16::table().to_f32(out, in, n); }
+void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
+                         int C, int OC) {
+  Bf16::table().matmul_forward(out, inp, weight, bias, N, C, OC);
+}
+void matmul_bf16_backward(float* dinp, float* dweight, const bf16* dout, const bf16* inp,
+                          const bf16* weight, int N, int C, int OC, bool accumulate_dinp) {
+  Bf16::table().matmul_backward(dinp, dweight, dout, inp, weight, N, C, OC, accumulate_dinp);
+}
+bool bf16_matmul_native() {
+  const std::string isa = Bf16::table().matmul_isa();
+  return isa.find("bf16") != std::string::npos || isa.find("amx") != std::string::npos;
+}
+std::string bf16_matmul_path() {
+  const std::string isa = Bf16::table().matmul_isa();
+  if (isa.empty()) return "converted to fp32";
+  return std::string(bf16_matmul_native() ? "native" : "emulated") + " (oneDNN, " + isa + ")";
 }
 
 void sparse24_pack(Sparse24Weight& out, const float* W, const uint8_t* mask, int OC, int IC,

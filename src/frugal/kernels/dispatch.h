@@ -39,6 +39,15 @@ struct MatmulKernels {
   decltype(&kernels::matmul_forward) forward;
   decltype(&kernels::matmul_backward) backward;
 };
+struct Bf16Kernels {
+  decltype(&kernels::f32_to_bf16) to_bf16;
+  decltype(&kernels::bf16_to_f32) to_f32;
+  decltype(&kernels::matmul_bf16_forward) matmul_forward;
+  decltype(&kernels::matmul_bf16_backward) matmul_backward;
+  // The instruction set of the library kernel the GEMMs run on ("avx512_core_bf16"), or "" when
+  // they widen the operands to fp32.
+  std::string (*matmul_isa)();
+};
 struct Sparse24Kernels {
   decltype(&kernels::sparse24_pack) pack;
   decltype(&kernels::sparse24_refresh_values) refresh_values;
@@ -88,6 +97,7 @@ struct KernelTables {
   const EncoderKernels* encoder;
   const LayernormKernels* layernorm;
   const MatmulKernels* matmul;
+  const Bf16Kernels* bf16;
   const Sparse24Kernels* sparse24;
   const SparseLinearKernels* sparse_linear;
   const AttentionKernels* attention;

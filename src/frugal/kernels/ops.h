@@ -27,8 +27,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "frugal/kernels/attention_pattern.h"
+#include "frugal/kernels/dtype.h"
 
 namespace frugal::kernels {
 
@@ -60,6 +62,26 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC,
                      bool accumulate_dinp);
+
+// ---- bf16: bfloat16 conversions and the dense linear's GEMMs on bf16 operands (fp32 results) ----
+// out[i] = in[i] rounded to the nearest bf16, ties to even (NaN stays a quiet NaN, ±inf and
+// subnormals are kept).
+void f32_to_bf16(bf16* out, const float* in, size_t n);
+void bf16_to_f32(float* out, const bf16* in, size_t n);  // exact
+// The matmul contract on bf16 inputs and weights: products exact, sums in fp32 (oneDNN's bf16
+// matmul where the CPU computes bf16, fp32 GEMMs on the converted operands elsewhere).
+// out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias (OC, fp32) or null
+void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
+                         int C, int OC);
+// dinp (N,C) = (or += when accumulate_dinp) dout · weight; dweight (OC,C) += doutᵀ · inp (either
+// may be null). The bias gradient is matmul_backward's, from the fp32 dout.
+void matmul_bf16_backward(float* dinp, float* dweight, const bf16* dout, const bf16* inp,
+                          const bf16* weight, int N, int C, int OC, bool accumulate_dinp);
+// How this process computes matmul_bf16: "native (oneDNN, ISA)" when the CPU has bf16
+// dot-product instructions (AVX512_BF16, AMX), "emulated (oneDNN, ISA)" when oneDNN converts on an
+// AVX-512 CPU without them, "converted to fp32" otherwise (and on the reference path).
+std::string bf16_matmul_path();
+bool bf16_matmul_native();
 
 // ---- sparse24: 2:4 structured-sparse linear (docs/sparse24.md) ----
 // S(W) = mask ⊙ W for a 2:4 mask (OC,IC): two kept entries in every group of 4 along IC, and with

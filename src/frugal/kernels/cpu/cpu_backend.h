@@ -11,6 +11,7 @@ namespace frugal::kernels::cpu {
 extern const EncoderKernels encoder_avx2, encoder_ref;
 extern const LayernormKernels layernorm_avx2, layernorm_ref;
 extern const MatmulKernels matmul_avx2, matmul_ref;
+extern const Bf16Kernels bf16_avx2, bf16_avx512, bf16_ref;
 extern const Sparse24Kernels sparse24_avx2, sparse24_avx512, sparse24_ref;
 extern const SparseLinearKernels sparse_linear_avx2, sparse_linear_avx512, sparse_linear_ref;
 extern const AttentionKernels attention_avx2, attention_avx512, attention_ref;

@@ -67,7 +67,7 @@ void cap_onednn_isa() {
 
 // oneDNN matmul primitives, created (and JIT-compiled) on the first call of a shape and kept.
 struct MatmulShape {
-  bool trans_a, trans_b, accumulate, bias;
+  bool trans_a, trans_b, accumulate, bias, bf16;  // bf16: A and B are bf16 (C, bias fp32)
   int M, N, K, lda, ldb, ldc, threads;  // the primitive's parallel split depends on the threads
   auto operator<=>(const MatmulShape&) const = default;
 };
@@ -77,18 +77,11 @@ class MatmulPrimitives {
   // Beyond this many shapes (inference over ever-new prompt lengths) the cache starts over.
   static constexpr size_t kMaxShapes = 256;
 
-  void run(const MatmulShape& s, const float* A, const float* B, const float* bias, float* C) {
+  void run(const MatmulShape& s, const void* A, const void* B, const float* bias, float* C) {
     using dnnl::memory;
-    std::unique_lock lock(mutex_);
-    auto it = primitives_.find(s);
-    if (it == primitives_.end()) {
-      if (primitives_.size() >= kMaxShapes) primitives_.clear();
-      it = primitives_.emplace(s, std::make_shared<const Entry>(create(s))).first;
-    }
-    const std::shared_ptr<const Entry> entry = it->second;  // stays valid if another call clears
-    lock.unlock();
+    const std::shared_ptr<const Entry> entry = find(s);  // stays valid if another call clears
     const Entry& e = *entry;
-    memory a(e.a, engine_, const_cast<float*>(A)), b(e.b, engine_, const_cast<float*>(B)), c(e.c, engine_, C);
+    memory a(e.a, engine_, const_cast<void*>(A)), b(e.b, engine_, const_cast<void*>(B)), c(e.c, engine_, C);
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
     if (s.bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, engine_, const_cast<float*>(bias)));
     dnnl::stream stream(engine_);
@@ -96,30 +89,47 @@ class MatmulPrimitives {
     stream.wait();
   }
 
+  // The implementation oneDNN chose for shape s ("brg:avx512_core_bf16", ...); throws dnnl::error
+  // when it has none.
+  std::string implementation(const MatmulShape& s) { return find(s)->implementation; }
+
  private:
   struct Entry {
     dnnl::memory::desc a, b, c, bias;
     dnnl::matmul matmul;
+    std::string implementation;
   };
+
+  std::shared_ptr<const Entry> find(const MatmulShape& s) {
+    std::lock_guard lock(mutex_);
+    auto it = primitives_.find(s);
+    if (it == primitives_.end()) {
+      if (primitives_.size() >= kMaxShapes) primitives_.clear();
+      it = primitives_.emplace(s, std::make_shared<const Entry>(create(s))).first;
+    }
+    return it->second;
+  }
 
   Entry create(const MatmulShape& s) const {
     using dnnl::memory;
     // Row-major operands by strides: X (R,C) is strides {ld, 1}, its transpose view {1, ld}.
-    const auto view = [](int rows, int cols, bool transposed, int ld) {
-      return memory::desc({rows, cols}, memory::data_type::f32,
-                          transposed ? memory::dims{1, ld} : memory::dims{ld, 1});
+    const auto view = [](int rows, int cols, bool transposed, int ld, memory::data_type type) {
+      return memory::desc({rows, cols}, type, transposed ? memory::dims{1, ld} : memory::dims{ld, 1});
     };
-    Entry e{view(s.M, s.K, s.trans_a, s.lda), view(s.K, s.N, s.trans_b, s.ldb), view(s.M, s.N, false, s.ldc),
-            s.bias ? view(1, s.N, false, s.N) : memory::desc(), {}};
+    const auto f32 = memory::data_type::f32, operands = s.bf16 ? memory::data_type::bf16 : f32;
+    Entry e{view(s.M, s.K, s.trans_a, s.lda, operands), view(s.K, s.N, s.trans_b, s.ldb, operands),
+            view(s.M, s.N, false, s.ldc, f32), s.bias ? view(1, s.N, false, s.N, f32) : memory::desc(), {}};
     dnnl::post_ops ops;
     if (s.accumulate) ops.append_sum(1.0f);
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
 #if DNNL_VERSION_MAJOR >= 3
-    e.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(engine_, e.a, e.b, e.bias, e.c, attr));
+    const dnnl::matmul::primitive_desc pd(engine_, e.a, e.b, e.bias, e.c, attr);
 #else
-    e.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(e.a, e.b, e.bias, e.c), attr, engine_));
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.bias, e.c), attr, engine_);
 #endif
+    e.matmul = dnnl::matmul(pd);
+    e.implementation = pd.impl_info_str();
     return e;
   }
 
@@ -127,6 +137,11 @@ class MatmulPrimitives {
   std::mutex mutex_;
   std::map<MatmulShape, std::shared_ptr<const Entry>> primitives_;
 };
+
+MatmulPrimitives& primitives() {
+  static MatmulPrimitives cache;
+  return cache;
+}
 
 // sgemm's choice between oneDNN's two paths, from bench_matmul on the training step's shapes
 // (docs/performance.md): dnnl_sgemm is slow on C = A·Bᵀ when the inner dimension is the longer
@@ -170,13 +185,42 @@ void onednn_matmul(bool trans_a, bool trans_b, int M, int N, int K, const float*
                    int ldb, const float* bias, bool accumulate, float* C, int ldc) {
 #ifdef FRUGAL_HAVE_ONEDNN
   cap_onednn_isa();
-  static MatmulPrimitives primitives;
-  primitives.run({trans_a, trans_b, accumulate, bias != nullptr, M, N, K, lda, ldb, ldc, omp_get_max_threads()}, A,
-                 B, bias, C);
+  primitives().run({trans_a, trans_b, accumulate, bias != nullptr, false, M, N, K, lda, ldb, ldc, omp_get_max_threads()},
+                   A, B, bias, C);
 #else
   (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)bias,
       (void)accumulate, (void)C, (void)ldc;
   fail("{}", kNoOneDnn);
+#endif
+}
+
+std::string onednn_bf16_matmul_isa() {
+#ifdef FRUGAL_HAVE_ONEDNN
+  static const std::string isa = [] {
+    cap_onednn_isa();
+    try {
+      const std::string impl = primitives().implementation({false, true, false, false, true, 64, 64, 64, 64, 64, 64, 1});
+      // "brg:avx512_core_bf16": a JIT kernel; oneDNN's reference loops ("ref:any") are no path.
+      return impl.starts_with("ref") ? std::string() : impl.substr(impl.find(':') + 1);
+    } catch (const dnnl::error&) {
+      return std::string();
+    }
+  }();
+  return backend() == GemmBackend::OneDNN ? isa : std::string();
+#else
+  return {};
+#endif
+}
+
+void onednn_matmul_bf16(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda, const bf16* B,
+                        int ldb, const float* bias, bool accumulate, float* C, int ldc) {
+  FRUGAL_CHECK(!onednn_bf16_matmul_isa().empty(), "internal: oneDNN has no bf16 matmul here");
+#ifdef FRUGAL_HAVE_ONEDNN
+  primitives().run({trans_a, trans_b, accumulate, bias != nullptr, true, M, N, K, lda, ldb, ldc, omp_get_max_threads()},
+                   A, B, bias, C);
+#else
+  (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)bias,
+      (void)accumulate, (void)C, (void)ldc;
 #endif
 }
 

@@ -6,6 +6,9 @@
 // shape for C = A·Bᵀ with K ≥ N (where dnnl_sgemm is slow).
 // FRUGAL_GEMM=onednn|openblas in the environment overrides the default at start-up.
 #pragma once
+#include <string>
+
+#include "frugal/kernels/dtype.h"
 
 namespace frugal::kernels::cpu {
 
@@ -24,6 +27,15 @@ void onednn_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
                   const float* B, int ldb, float beta, float* C, int ldc);
 void onednn_matmul(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B,
                    int ldb, const float* bias, bool accumulate, float* C, int ldc);
+
+// oneDNN's matmul on bf16 operands: C (M,N) fp32 = op(A)·op(B) (+ bias, fp32) (+ C when
+// accumulate), sums in fp32. onednn_bf16_matmul_isa() names the instruction set of its JIT kernel
+// here ("avx512_core_bf16", "avx512_core_amx", or "avx512_core", which converts), and is empty when
+// there is none (no oneDNN, FRUGAL_GEMM=openblas, an AVX2 CPU or FRUGAL_ISA=avx2): then
+// onednn_matmul_bf16 must not be called.
+std::string onednn_bf16_matmul_isa();
+void onednn_matmul_bf16(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda, const bf16* B,
+                        int ldb, const float* bias, bool accumulate, float* C, int ldc);
 
 // The forward of a linear layer: C (M,N) = A (M,K) · B (N,K)ᵀ + bias (N floats added to every row;
 // null: none). The matmul primitive adds the bias in its epilogue; otherwise the bias is broadcast

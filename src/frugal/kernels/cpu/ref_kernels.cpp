@@ -14,12 +14,21 @@
 #include "frugal/kernels/ref/encoder_ref.h"
 #include "frugal/kernels/ref/layernorm_ref.h"
 #include "frugal/kernels/ref/lm_head_ref.h"
+#include "frugal/kernels/ref/bf16_ref.h"
 #include "frugal/kernels/ref/matmul_ref.h"
 #include "frugal/kernels/ref/sparse24_ref.h"
 #include "frugal/kernels/ref/sparse_linear_ref.h"
 
 namespace frugal::kernels::cpu {
 namespace {
+
+// ---- bf16: the reference's rounding, element by element ----
+void f32_to_bf16_ref(bf16* out, const float* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = ref::to_bf16(in[i]);
+}
+void bf16_to_f32_ref(float* out, const bf16* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = ref::to_f32(in[i]);
+}
 
 // ---- activations: GateAct -> the template's 0 (gelu) / 1 (silu) ----
 int act_index(GateAct act) { return act == GateAct::Gelu ? 0 : 1; }
@@ -115,6 +124,8 @@ const EncoderKernels encoder_ref{&ref::encoder_forward<float>, &ref::encoder_bac
 const LayernormKernels layernorm_ref{&ref::layernorm_forward<float>,
                                      &ref::layernorm_backward<float>};
 const MatmulKernels matmul_ref{&ref::matmul_forward<float>, &ref::matmul_backward<float>};
+const Bf16Kernels bf16_ref{&f32_to_bf16_ref, &bf16_to_f32_ref, &ref::matmul_bf16_forward, &ref::matmul_bf16_backward,
+                           [] { return std::string(); }};
 const Sparse24Kernels sparse24_ref{&sparse24_pack, &sparse24_refresh_values, &sparse24_forward,
                                    &sparse24_backward_input, &mvue24_rows};
 const SparseLinearKernels sparse_linear_ref{&sparse_linear_pack, &sparse_linear_refresh_values,

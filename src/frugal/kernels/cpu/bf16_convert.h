@@ -1,0 +1,33 @@
+// The bf16 conversions as loops the compiler vectorises for the instruction set of the file that
+// includes this header (bf16.cpp: AVX2, the build's baseline; bf16_avx512.cpp: AVX-512), branch
+// free, with the reference's rounding (kernels/ref/bf16_ref.h) bit for bit.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "frugal/kernels/dtype.h"
+
+namespace frugal::kernels::cpu {
+namespace {  // each including file gets its own instance, compiled for its instruction set
+
+inline void f32_to_bf16_loop(bf16* out, const float* in, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (size_t(1) << 18))
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t x;
+    std::memcpy(&x, in + i, sizeof x);
+    const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    out[i] = bf16((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : rounded);
+  }
+}
+
+inline void bf16_to_f32_loop(float* out, const bf16* in, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (size_t(1) << 18))
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t x = uint32_t(static_cast<uint16_t>(in[i])) << 16;
+    std::memcpy(out + i, &x, sizeof x);
+  }
+}
+
+}  // namespace
+}  // namespace frugal::kernels::cpu
