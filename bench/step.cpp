@@ -68,6 +68,7 @@ std::string BenchResult::to_json(const std::string& preset, int threads) const {
   nlohmann::json j{{"impl", "frugal"},          {"preset", preset},
                    {"dense_gemm", kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend())},
                    {"kernels", kernels::kernel_backend_name()},
+                   {"precision", precision},
                    {"threads", threads},        {"omp_wait_policy", omp_wait_policy()},
                    {"tokens_per_s", tokens_per_s},
                    {"ms_per_step", ms_per_step}, {"ms_min", ms_min}, {"ms_mean", ms_mean},
@@ -180,6 +181,7 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   r.fma_isa = kernels::cpu::fma_peak_isa();
   r.parameters = session.model().table().num_parameters();
   r.memory_plan = session.model().memory_plan().describe(session.optim().state_bytes());
+  r.precision = describe_precision(s.train);
   r.profile = kernel_profile;
   return r;
 }

@@ -54,6 +54,7 @@ struct BenchResult {
   size_t parameters = 0;
   int batch = 0, seq_len = 0, warmup = 0, steps = 0;
   std::string memory_plan;
+  std::string precision;  // describe_precision of train.precision
   std::string profile;  // per-kernel table when BenchPreset::profile
   std::string to_json(const std::string& preset, int threads) const;
 };

@@ -131,10 +131,11 @@ void add_bench_command(CLI::App& app) {
       io::print("{}\n", r.to_json(args->preset, num_threads()));
       return;
     }
-    io::print("preset {} ({:.2f}M parameters, B={} T={}), {} threads{}, kernels {}, dense GEMM {}\n",
+    io::print("preset {} ({:.2f}M parameters, B={} T={}), {} threads{}, kernels {}, dense GEMM {}, precision {}\n",
               args->preset, r.parameters / 1e6, r.batch, r.seq_len, num_threads(),
               r.ranks > 1 ? fmt::format(" per rank, {} ranks ({})", r.ranks, r.strategy) : "",
-              kernels::kernel_backend_name(), kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()));
+              kernels::kernel_backend_name(), kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()),
+              r.precision);
     io::print("{}\n", r.memory_plan);
     io::print("{:.2f} ms/step (median; min {:.2f}, mean {:.2f}), {:.0f} tokens/s, MFU {:.1f}% of "
               "measured GEMM peak {:.1f} GFLOP/s ({:.1f}% of the {} FMA peak {:.1f} GFLOP/s), peak RSS "

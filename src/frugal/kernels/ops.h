@@ -74,7 +74,7 @@ void bf16_to_f32(float* out, const bf16* in, size_t n);  // exact
 void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
                          int C, int OC);
 // dinp (N,C) = (or += when accumulate_dinp) dout · weight; dweight (OC,C) += doutᵀ · inp (either
-// may be null). The bias gradient is matmul_backward's, from the fp32 dout.
+// may be null; inp too when dweight is). The bias gradient is matmul_backward's, from the fp32 dout.
 void matmul_bf16_backward(float* dinp, float* dweight, const bf16* dout, const bf16* inp,
                           const bf16* weight, int N, int C, int OC, bool accumulate_dinp);
 // How this process computes matmul_bf16: "native (oneDNN, ISA)" when the CPU has bf16

@@ -9,6 +9,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/core/rng.h"
+#include "frugal/model/formats/bf16.h"
 #include "frugal/model/formats/dense.h"
 
 namespace frugal {
@@ -226,7 +227,7 @@ size_t GPT::linear_weight_offset(int layer, Linear which) const {
 void GPT::set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format) {
   FRUGAL_CHECK(layer >= 0 && layer < config_.n_layer, "internal: no block {}", layer);
   FRUGAL_CHECK(linear_weight_offset(layer, which) != kAbsent, "internal: block {} has no such linear", layer);
-  if (!format) format = dense_;
+  if (!format) format = default_format();
   if (blocks_[layer].set_format(which, format)) format_changed_at_[layer] = ++format_changes_;
   const auto [oc, ic] = linear_shape(which);
   format->refresh(params_.data() + linear_weight_offset(layer, which), oc, ic);
@@ -260,8 +261,41 @@ void GPT::for_each_linear(const std::function<void(LinearFormat&, float*, int, i
     }
 }
 
+std::shared_ptr<LinearFormat> GPT::default_format() const {
+  return linear_dtype_ == kernels::DType::BF16 ? std::make_shared<Bf16Format>() : dense_;
+}
+
+bool GPT::is_default_format(const LinearFormat& format) const {
+  return &format == dense_.get() || dynamic_cast<const Bf16Format*>(&format) != nullptr;
+}
+
+void GPT::set_linear_dtype(kernels::DType dtype) {
+  if (dtype == linear_dtype_) return;
+  linear_dtype_ = dtype;
+  for (int l = range_.begin; l < range_.end; ++l)
+    for (int i = 0; i < kLinears; ++i) {
+      const auto which = static_cast<Linear>(i);
+      if (linear_weight_offset(l, which) != kAbsent && is_default_format(linear_format(l, which)))
+        set_linear_format(l, which, nullptr);
+    }
+}
+
 void GPT::refresh_formats() {
-  for_each_linear([](LinearFormat& format, float* weight, int oc, int ic) { format.refresh(weight, oc, ic); });
+  formats_stale_ = true;
+  prepare_formats();
+}
+
+void GPT::prepare_formats() const {
+  if (!formats_stale_) return;
+  for (int l = range_.begin; l < range_.end; ++l)
+    for (int i = 0; i < kLinears; ++i) {
+      const auto which = static_cast<Linear>(i);
+      const size_t offset = linear_weight_offset(l, which);
+      if (offset == kAbsent) continue;
+      const auto [oc, ic] = linear_shape(which);
+      linear_format(l, which).refresh(params_.data() + offset, oc, ic);
+    }
+  formats_stale_ = false;
 }
 
 void GPT::write_effective_weights() {
@@ -282,6 +316,7 @@ void GPT::block_forward(int l, uint64_t dropout_key, int b0, int nb) {
 float GPT::forward_range(const RangeInput& in, const int32_t* targets, float grad_scale,
                          uint64_t dropout_key) {
   FRUGAL_CHECK(B_ > 0, "internal: GPT::plan must be called before forward");
+  prepare_formats();
   const int B = B_, T = T_, C = config_.n_embd, N = B * T, V = config_.vocab_size;
   Slot& s = cur();
   s.dropout_key = dropout_key;

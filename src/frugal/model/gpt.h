@@ -44,7 +44,7 @@ class GPT {
   const ModelConfig& config() const { return config_; }
   const BlockRange& range() const { return range_; }
   const ParamTable& table() const { return table_; }
-  float* params() { return params_.data(); }
+  float* params() { return formats_stale_ = true, params_.data(); }
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
   size_t num_floats() const { return table_.total(); }
@@ -112,9 +112,15 @@ class GPT {
   // The linears of a block, in execution order.
   using Linear = BlockLinear;
   static constexpr int kLinears = kBlockLinears;
-  // Installs an execution format on block `layer`'s linear (null restores the dense one) and
-  // refreshes it from the current weight. Every linear starts dense (DenseFormat).
+  // Installs an execution format on block `layer`'s linear (null restores the default one) and
+  // refreshes it from the current weight. Every linear starts with the default: DenseFormat, or
+  // Bf16Format once set_linear_dtype(BF16).
   void set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format);
+  // The element type the block linears' GEMMs compute in by default (train.precision): F32
+  // (DenseFormat) or BF16 (Bf16Format: bf16 operands, fp32 sums, fp32 master weights). Installs
+  // the new default on every linear that has the old one.
+  void set_linear_dtype(kernels::DType dtype);
+  kernels::DType linear_dtype() const { return linear_dtype_; }
   // The format block `layer`'s linear runs with; never null.
   LinearFormat& linear_format(int layer, Linear which) const;
   // Changes whenever set_linear_format gives one of blocks [0, blocks) another format: what a
@@ -124,8 +130,12 @@ class GPT {
   size_t linear_weight_offset(int layer, Linear which) const;
   // Shape (OC, IC) of a block linear.
   std::pair<int, int> linear_shape(Linear which) const;
-  // Calls refresh() of every installed format (after the master weights changed).
+  // Calls refresh() of every installed format (after the master weights changed). The non-const
+  // params() marks the formats stale, and forward_range, logits and the Decoder refresh stale
+  // formats first (prepare_formats), so weights written anywhere (a checkpoint, a broadcast, a
+  // pipeline move) are what the formats compute with.
   void refresh_formats();
+  void prepare_formats() const;
   // Writes into every block linear's weight the weight its format computes with (W ⊙ M for a
   // masked format: LinearFormat::write_effective_weight), then refreshes the formats: params()
   // then hold the weights of the function the model computes, which dense formats compute too.
@@ -224,6 +234,8 @@ class GPT {
   void block_forward(int l, uint64_t dropout_key, int b0, int nb);
   // Calls f(format, weight, OC, IC) for every block linear of the range.
   void for_each_linear(const std::function<void(LinearFormat&, float*, int, int)>& f);
+  std::shared_ptr<LinearFormat> default_format() const;
+  bool is_default_format(const LinearFormat& format) const;
   // Lays out the activations and backward scratch of plan(B, T, recompute, stage, slots) through
   // `take` (counting only, for estimate_memory, when it returns null), in arena order.
   struct Layout {
@@ -239,7 +251,9 @@ class GPT {
   BlockRange range_;
   ParamTable table_;
   Buffer<float> params_, grads_;
-  std::shared_ptr<LinearFormat> dense_;  // the DenseFormat every linear starts with
+  std::shared_ptr<LinearFormat> dense_;  // the DenseFormat every fp32 linear starts with
+  kernels::DType linear_dtype_ = kernels::DType::F32;
+  mutable bool formats_stale_ = false;  // params() was handed out since the last refresh_formats()
   TokenEmbedding embedding_;
   std::vector<TransformerBlock> blocks_;  // all n_layer; those outside range_ hold no tensors
   std::unique_ptr<CausalLmHead> objective_;

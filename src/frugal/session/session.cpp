@@ -31,6 +31,7 @@ Session::Session(const SessionOptions& options, const BlockRange& range) : optio
   const int64_t max_steps = options.max_steps;
   schedule_ = [optim, max_steps](int64_t step) { return lr_at(optim, step, max_steps); };
   model_ = std::make_unique<GPT>(options.model, range);
+  model_->set_linear_dtype(options.linear_dtype);
   plan(*model_);
   optim_ = std::make_unique<AdamW>(model_->table(), options.optim);
 }
@@ -71,6 +72,7 @@ void Session::repartition(const BlockRange& range, const ReshapeMap& fill) {
 
 void Session::rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments) {
   auto next_model = std::make_unique<GPT>(config, range);
+  next_model->set_linear_dtype(options_.linear_dtype);
   auto next_optim = std::make_unique<AdamW>(next_model->table(), options_.optim);
   if (map) {
     const NamedTensors from(model_->table(), model_->params(), moments ? optim_->m() : nullptr,

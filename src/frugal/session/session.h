@@ -67,6 +67,7 @@ struct SessionOptions {
   int batch = 1, seq_len = 1;    // the activation plan's (B, T)
   RecomputePolicy recompute;     // none recomputed when empty
   int64_t max_steps = 1;         // the default schedule's length: warm-up + cosine (lr_at)
+  kernels::DType linear_dtype = kernels::DType::F32;  // GPT::set_linear_dtype of every model built
 };
 
 class Session {

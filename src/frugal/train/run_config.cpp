@@ -7,6 +7,7 @@
 #include <string>
 
 #include "frugal/core/error.h"
+#include "frugal/kernels/ops.h"
 #include "frugal/methods/method.h"
 #include "frugal/methods/method_set.h"
 
@@ -51,6 +52,10 @@ io::ConfigSchema run_schema() {
       .add_int("train.threads", t.threads, "threads; 0 uses all cores", Range::at_least(0))
       .add_string("train.recompute", t.recompute,
                   "activation recomputation: \"none\", \"all\", or block indices like \"0,1,2\"")
+      .add_string("train.precision", t.precision,
+                  "what the block linears' GEMMs compute in: \"fp32\", or \"bf16\" (bf16 operands, fp32 sums, fp32 "
+                  "master weights and AdamW; native on CPUs with AVX512_BF16 or AMX, converted to fp32 elsewhere)",
+                  {"fp32", "bf16"})
       .add_int("train.eval_interval", t.eval_interval, "steps between validation evaluations", Range::at_least(1))
       .add_int("train.eval_batches", t.eval_batches, "validation batches per evaluation", Range::at_least(1))
       .add_int("train.log_interval", t.log_interval, "steps between log lines", Range::at_least(1))
@@ -109,7 +114,15 @@ SessionOptions session_options(const RunSettings& s) {
   const TrainSettings& t = s.train;
   return {.model = s.model, .optim = s.optim, .batch = t.batch_size, .seq_len = t.seq_len,
           .recompute = [spec = t.recompute](int n_layer) { return recompute_blocks(spec, n_layer); },
-          .max_steps = t.max_steps};
+          .max_steps = t.max_steps,
+          .linear_dtype = t.precision == "bf16" ? kernels::DType::BF16 : kernels::DType::F32};
+}
+
+std::string describe_precision(const TrainSettings& t) {
+  if (t.precision != "bf16") return t.precision;
+  if (kernels::bf16_matmul_native()) return fmt::format("bf16 (GEMMs {})", kernels::bf16_matmul_path());
+  return fmt::format("bf16 (GEMMs {}: this CPU has no bf16 dot-product instructions (AVX512_BF16, AMX), so "
+                     "the run has bf16's rounding without its speed)", kernels::bf16_matmul_path());
 }
 
 std::vector<bool> recompute_blocks(const std::string& spec, int n_layer) {
@@ -173,6 +186,7 @@ RunSettings run_settings(const io::Config& c) {
   t.seed = static_cast<uint64_t>(c.get_int("train.seed"));
   t.threads = c.get_int32("train.threads");
   t.recompute = c.get_string("train.recompute");
+  t.precision = c.get_string("train.precision");
   t.eval_interval = c.get_int32("train.eval_interval");
   t.eval_batches = c.get_int32("train.eval_batches");
   t.log_interval = c.get_int32("train.log_interval");

@@ -21,6 +21,7 @@ struct TrainSettings {
   uint64_t seed = 1337;
   int threads = 0;
   std::string recompute = "none";  // "none" | "all" | block indices "0,1,2"
+  std::string precision = "fp32";  // the block linears' GEMMs: "fp32" | "bf16" (fp32 master weights)
   int eval_interval = 200, eval_batches = 20, log_interval = 10;
   int checkpoint_interval = 0;  // steps between checkpoints; 0: only at the end (and on a signal)
   int keep_checkpoints = 3;
@@ -55,6 +56,10 @@ struct RunSettings {
 io::ConfigSchema run_schema();
 // docs/config.md: an introduction and the schema's reference table (a test keeps the file current).
 std::string config_reference_markdown();
+// train.precision for logs: "fp32", or "bf16 (GEMMs native (oneDNN, avx512_core_bf16))", or, on a
+// CPU without bf16 dot products, "bf16 (GEMMs converted to fp32: ...)", which says what it costs.
+std::string describe_precision(const TrainSettings& t);
+
 // Blocks whose activations are recomputed in backward, from train.recompute; throws for a bad spec.
 std::vector<bool> recompute_blocks(const std::string& spec, int n_layer);
 // Reads typed settings from a resolved config (model.vocab_size 0 stays 0: "from the tokenizer")

@@ -251,8 +251,8 @@ FitResult Trainer::fit() {
               session_->model().table().num_parameters() / 1e6, m.n_layer, m.n_head, m.n_embd,
               m.vocab_size, num_threads(),
               group_.size() > 1 ? fmt::format(" per rank, {} ranks ({})", group_.size(), step_->name()) : "");
-    io::print("kernels: {} (FRUGAL_ISA), dense GEMM {}\n", kernels::kernel_backend_name(),
-              kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()));
+    io::print("kernels: {} (FRUGAL_ISA), dense GEMM {}, precision {}\n", kernels::kernel_backend_name(),
+              kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()), describe_precision(settings_.train));
     const MemoryPlan plan = session_->model().memory_plan();
     const size_t optimizer = session_->optim().state_bytes();
     io::print("{}{}\n", plan.describe(optimizer),

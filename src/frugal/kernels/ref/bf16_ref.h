@@ -41,10 +41,10 @@ inline void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight,
 
 inline void matmul_bf16_backward(float* dinp, float* dweight, const bf16* dout, const bf16* inp,
                                  const bf16* weight, int N, int C, int OC, bool accumulate_dinp) {
-  const std::vector<float> dy = widened(dout, size_t(N) * OC), x = widened(inp, size_t(N) * C),
-                           w = widened(weight, size_t(OC) * C);
-  matmul_backward(dinp, dweight, static_cast<float*>(nullptr), dy.data(), x.data(), w.data(), N, C, OC,
-                  accumulate_dinp);
+  const std::vector<float> dy = widened(dout, size_t(N) * OC), w = widened(weight, size_t(OC) * C),
+                           x = inp ? widened(inp, size_t(N) * C) : std::vector<float>();
+  matmul_backward(dinp, dweight, static_cast<float*>(nullptr), dy.data(), inp ? x.data() : nullptr, w.data(), N,
+                  C, OC, accumulate_dinp);
 }
 
 }  // namespace frugal::kernels::ref

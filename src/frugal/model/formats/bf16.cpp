@@ -1,0 +1,59 @@
+// Bf16Format; see bf16.h.
+#include "frugal/model/formats/bf16.h"
+
+#include "frugal/core/error.h"
+#include "frugal/core/profile.h"
+#include "frugal/kernels/ops.h"
+
+namespace frugal {
+namespace {
+
+// x (n floats) rounded to bf16 into `buffer`.
+const kernels::bf16* rounded(const float* x, size_t n, std::vector<kernels::bf16>& buffer) {
+  if (buffer.size() < n) buffer.resize(n);
+  kernels::f32_to_bf16(buffer.data(), x, n);
+  return buffer.data();
+}
+
+// The shared scratch: the rounded input and output gradient of the linear running now.
+std::vector<kernels::bf16>& input_scratch() {
+  static std::vector<kernels::bf16> scratch;
+  return scratch;
+}
+std::vector<kernels::bf16>& gradient_scratch() {
+  static std::vector<kernels::bf16> scratch;
+  return scratch;
+}
+
+}  // namespace
+
+void Bf16Format::check_shape(int OC, int C) const {
+  FRUGAL_CHECK(OC == OC_ && C == C_, "internal: a bf16 format refreshed for a ({}, {}) linear runs a "
+               "({}, {}) one", OC_, C_, OC, C);
+}
+
+void Bf16Format::refresh(const float* weight, int OC, int C) {
+  FRUGAL_PROFILE("bf16 weight rounding");
+  OC_ = OC;
+  C_ = C;
+  weight_.resize(size_t(OC) * C);
+  kernels::f32_to_bf16(weight_.data(), weight, weight_.size());
+}
+
+void Bf16Format::forward(float* out, const float* inp, const float* /*weight*/, const float* bias, int N, int C,
+                         int OC) {
+  check_shape(OC, C);
+  kernels::matmul_bf16_forward(out, rounded(inp, size_t(N) * C, input_scratch()), weight_.data(), bias, N, C, OC);
+}
+
+void Bf16Format::backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int N, int C, int OC, bool accumulate_dinp) {
+  check_shape(OC, C);
+  if (dinp || dweight)
+    kernels::matmul_bf16_backward(dinp, dweight, rounded(dout, size_t(N) * OC, gradient_scratch()),
+                                  dweight ? rounded(inp, size_t(N) * C, input_scratch()) : nullptr,
+                                  weight_.data(), N, C, OC, accumulate_dinp);
+  if (dbias) kernels::matmul_backward(nullptr, nullptr, dbias, dout, inp, weight, N, C, OC, false);
+}
+
+}  // namespace frugal

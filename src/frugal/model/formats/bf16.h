@@ -1,0 +1,33 @@
+// Bf16Format: a dense linear computed in bfloat16 (train.precision = "bf16"). The GEMMs take bf16
+// copies of the weight (rounded to nearest even from the fp32 master weight in refresh()), of the
+// input and of the output gradient, and sum in fp32 into fp32 results (kernels/ops.h, section
+// bf16); the bias, its gradient and the weight gradient stay fp32, so AdamW updates the fp32
+// master. The input and output gradient are rounded per call into scratch that all Bf16Formats
+// of the process share (they never run at once).
+#pragma once
+#include <vector>
+
+#include "frugal/kernels/dtype.h"
+#include "frugal/model/linear_format.h"
+
+namespace frugal {
+
+class Bf16Format final : public LinearFormat {
+ public:
+  const char* name() const override { return "bf16"; }
+  void refresh(const float* weight, int OC, int C) override;
+  void forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+               int OC) override;
+  void backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                const float* weight, int N, int C, int OC, bool accumulate_dinp) override;
+  double forward_density() const override { return 1.0; }
+  double backward_input_density() const override { return 1.0; }
+  double weight_grad_density() const override { return 1.0; }
+
+ private:
+  void check_shape(int OC, int C) const;
+  std::vector<kernels::bf16> weight_;  // (OC, C), from the last refresh()
+  int OC_ = 0, C_ = 0;
+};
+
+}  // namespace frugal
