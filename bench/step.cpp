@@ -174,11 +174,13 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   r.dense_flops_per_step = dense.model() / preset.steps;
   // Before the GEMM peak measurement allocates its matrices.
   r.peak_rss_bytes = static_cast<uint64_t>(max_over_ranks(group, static_cast<double>(peak_rss_bytes())));
-  r.peak_flops = group.sum({kernels::cpu::measure_gemm_peak_flops()})[0];
+  // With bf16 GEMMs on bf16 hardware, MFU is of the bf16 peaks.
+  const bool bf16 = s.train.precision == "bf16" && kernels::bf16_matmul_native();
+  r.peak_flops = group.sum({kernels::cpu::measure_gemm_peak_flops(bf16)})[0];
   r.mfu = executed.model() / seconds / r.peak_flops;
-  r.fma_peak_flops = group.sum({kernels::cpu::measure_fma_peak_flops()})[0];
+  r.fma_peak_flops = group.sum({kernels::cpu::measure_fma_peak_flops(bf16)})[0];
   r.mfu_fma = executed.model() / seconds / r.fma_peak_flops;
-  r.fma_isa = kernels::cpu::fma_peak_isa();
+  r.fma_isa = kernels::cpu::fma_peak_isa(bf16);
   r.parameters = session.model().table().num_parameters();
   r.memory_plan = session.model().memory_plan().describe(session.optim().state_bytes());
   r.precision = describe_precision(s.train);

@@ -268,9 +268,11 @@ FitResult Trainer::fit() {
   // MFU's denominator: the FMA peak, timed in each thread's CPU time so that other load cannot
   // inflate MFU (a GEMM timed by the wall clock at a busy second did: 147-431% were seen). Every
   // rank measures its own share of the machine at once: the run's peak is their sum.
-  const double peak = kernels::cpu::measure_fma_peak_flops() * group_.size();
+  // With bf16 GEMMs on bf16 hardware, of the bf16 dot products' peak.
+  const bool bf16 = t.precision == "bf16" && kernels::bf16_matmul_native();
+  const double peak = kernels::cpu::measure_fma_peak_flops(bf16) * group_.size();
   if (print)
-    io::print("MFU: of the FMA peak, {:.1f} GFLOP/s ({}, {} thread{}{})\n", peak / 1e9, kernels::cpu::fma_peak_isa(),
+    io::print("MFU: of the FMA peak, {:.1f} GFLOP/s ({}, {} thread{}{})\n", peak / 1e9, kernels::cpu::fma_peak_isa(bf16),
               num_threads(), num_threads() == 1 ? "" : "s",
               group_.size() > 1 ? fmt::format(" × {} ranks", group_.size()) : "");
   {
