@@ -63,14 +63,15 @@ void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
   ++reshapes_;
 }
 
-void Session::repartition(const BlockRange& range, const ReshapeMap& fill) {
+void Session::repartition(const BlockRange& range, const ReshapeMap& fill, TensorCollectives* tensor) {
   FRUGAL_CHECK(!optim_->sharded(), "internal: a session with a sharded optimizer is re-partitioned");
+  tensor_ = tensor;
   // Before the first step the moments are zero: allocating them now would take their memory early.
   rebuild(model_->config(), range, fill, optim_->steps_taken() > 0);
 }
 
 void Session::rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments) {
-  auto next_model = std::make_unique<GPT>(config, range);
+  auto next_model = std::make_unique<GPT>(config, range, tensor_);
   auto next_optim = std::make_unique<AdamW>(next_model->table(), options_.optim);
   if (map) {
     const NamedTensors from(model_->table(), model_->params(), moments ? optim_->m() : nullptr,
