@@ -2,7 +2,8 @@
 // ranks each holding a shard of every block, the vocabulary-parallel embedding and head, give one
 // process's losses and validation losses within 1e-6 relative over 30 steps with dropout and
 // clipping, and gradient norms within 5e-5 (tied and untied heads, GELU and SwiGLU,
-// recomputation, progressive freezing); a checkpoint resumes bit-exactly at the same degree and in one process; layouts and
+// recomputation, progressive freezing), and so do two data-parallel replicas of such a group
+// (np 4) against one process with the same global batch; a checkpoint resumes bit-exactly at the same degree and in one process; layouts and
 // methods it does not support are refused at start-up with what to do.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -42,18 +43,23 @@ class TensorParallel : public testing::MpiRuns {
   TensorParallel() : MpiRuns(kModel) {}
   // Trains `extra` `steps` steps in one process and over tensor 2 and compares them.
   void compare(const std::string& name, const std::string& extra, int steps = 30) {
-    const TrainedRun one = train(name + "-one", 0, steps, extra);
-    const TrainedRun two = train(name + "-t2", 2, steps, extra + " " + kTensor2);
-    EXPECT_TRUE(contains(two.output, "tensor-parallel over 2 ranks")) << two.output;
+    compare(name, train(name + "-one", 0, steps, extra), 2, extra, "tensor-parallel over 2 ranks");
+  }
+  // Compares `one` with `extra` trained as long over tensor 2 on `np` ranks, which `layout` names.
+  void compare(const std::string& name, const TrainedRun& one, int np, const std::string& extra,
+               const std::string& layout) {
+    const int steps = static_cast<int>(one.steps.size());
+    const TrainedRun two = train(name + "-t2", np, steps, extra + " " + kTensor2);
+    EXPECT_TRUE(contains(two.output, layout)) << two.output;
     EXPECT_TRUE(two.steps.back().contains("val_loss"));
     const double losses = max_relative_difference(one.steps, two.steps, {"loss", "val_loss"});
     const double norms = max_relative_difference(one.steps, two.steps, {"grad_norm"});
     int identical = 0;
     for (size_t i = 0; i < std::min(one.steps.size(), two.steps.size()); ++i)
       identical += one.steps[i]["loss"] == two.steps[i]["loss"];
-    std::printf("%s: tensor 2 vs one process over %d steps: max relative difference %.3g (losses), %.3g "
-                "(gradient norm); %d of %zu losses bit-identical\n", name.c_str(), steps, losses, norms,
-                identical, one.steps.size());
+    std::printf("%s: %s vs one process over %d steps: max relative difference %.3g (losses), %.3g "
+                "(gradient norm); %d of %d losses bit-identical\n", name.c_str(), layout.c_str(), steps, losses,
+                norms, identical, steps);
     EXPECT_LE(losses, kTolerance) << name;
     EXPECT_LE(norms, kNormTolerance) << name;
   }
@@ -63,6 +69,12 @@ TEST_F(TensorParallel, TwoRanksEqualOneProcessWithinTheTolerance) {
   compare("tied-gelu", "");
   compare("untied-swiglu-recompute", "--set model.tied_head=false --set model.mlp=swiglu --set train.recompute=all");
   compare("freeze", "--set methods.freeze.alpha=0.5 --set methods.freeze.interval=4", 12);
+}
+
+// Data 2 × tensor 2 (np 4): each tensor group runs half of the step's micro-batches.
+TEST_F(TensorParallel, DataTimesTensorEqualsOneProcessWithTheSameGlobalBatch) {
+  compare("data2-tensor2", train("one-a4", 0, 30, "--set train.grad_accum=4"), 4, "",
+          "tensor-parallel over 2 ranks × 2 data-parallel replicas");
 }
 
 TEST_F(TensorParallel, ACheckpointResumesBitExactlyAndInOneProcess) {
@@ -88,8 +100,7 @@ TEST_F(TensorParallel, UnsupportedLayoutsAndMethodsAreRefusedWithWhatToDo) {
   };
   for (const Case& c : std::vector<Case>{
            {FRUGAL_BINARY, kTensor2, "parallel.tensor = 2 needs that many processes: run under mpirun -np 2"},
-           {mpirun(2), "--set parallel.tensor=4 --set model.n_head=4",
-            "parallel.tensor = 4 under mpirun -np 2: tensor parallelism with data or pipeline parallelism is not built yet"},
+           {mpirun(2), "--set parallel.tensor=4 --set model.n_head=4", "parallel.tensor = 4 does not divide the 2 ranks"},
            {mpirun(2), kTensor2 + " --set parallel.pipeline_stages=2", "pipeline × tensor parallelism is not built yet"},
            {mpirun(2), kTensor2 + " --set parallel.zero=1", "set parallel.zero = 0"},
            {mpirun(2), kTensor2 + " --set methods.sparse24={}", "methods.sparse24 chooses sparsity masks"},

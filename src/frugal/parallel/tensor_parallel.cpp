@@ -65,8 +65,9 @@ double MpiTensorCollectives::sum(double x) {
 
 namespace {
 
-MeshShape tensor_mesh(int T) {
+MeshShape data_tensor(int D, int T) {
   MeshShape shape;
+  shape.sizes[static_cast<int>(Dim::Data)] = D;
   shape.sizes[static_cast<int>(Dim::Tensor)] = T;
   return shape;
 }
@@ -78,15 +79,14 @@ bool is_split(const TensorSpec& t) { return t.placement.kind == Placement::Kind:
 TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
                                        MpiWorld& world)
     : StepStrategy(session, methods, settings), world_(world) {
-  const int T = settings.parallel.tensor;
-  FRUGAL_CHECK(world.size() == T, "parallel.tensor = {} under mpirun -np {}: tensor parallelism with data "
-               "or pipeline parallelism is not built yet; run mpirun -np {}", T, world.size(), T);
+  const int T = settings.parallel.tensor, N = world.size();
+  FRUGAL_CHECK(N % T == 0, "parallel.tensor = {} does not divide the {} ranks; run mpirun -np with a "
+               "multiple of {}", T, N, T);
   FRUGAL_CHECK(settings.parallel.pipeline_stages == 1, "parallel.pipeline_stages = {} with parallel.tensor "
                "= {}: pipeline × tensor parallelism is not built yet; set one of them to 1",
                settings.parallel.pipeline_stages, T);
-  FRUGAL_CHECK(settings.parallel.zero == 0, "parallel.zero = {} with parallel.tensor = {}: ZeRO shards over "
-               "data-parallel replicas, which a tensor group alone does not have; set parallel.zero = 0",
-               settings.parallel.zero, T);
+  FRUGAL_CHECK(settings.parallel.zero == 0, "parallel.zero = {} with parallel.tensor = {}: ZeRO with tensor "
+               "parallelism is not built yet; set parallel.zero = 0", settings.parallel.zero, T);
   for (const auto& method : methods.methods()) {
     const Capabilities c = method->capabilities();
     FRUGAL_CHECK(!c.changes_shapes && !c.owns_masks && !c.reads_all_gradients, "methods.{} {}, which "
@@ -98,9 +98,10 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
   }
   LocalSizes::of(settings.model, {0, T});  // the heads and hidden units divide (checked with the config too)
   base_ = world.new_communicator();
-  mesh_ = std::make_unique<MpiMesh>(tensor_mesh(T), base_);
+  mesh_ = std::make_unique<MpiMesh>(data_tensor(N / T, T), base_);
   comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor));
-  name_ = fmt::format("tensor-parallel over {} ranks", T);
+  name_ = N == T ? fmt::format("tensor-parallel over {} ranks", T)
+                 : fmt::format("tensor-parallel over {} ranks × {} data-parallel replicas", T, N / T);
 }
 
 TensorParallelStep::~TensorParallelStep() {
@@ -147,17 +148,44 @@ StepResult TensorParallelStep::run(int64_t step, const BatchSource& next_batch, 
 
 void TensorParallelStep::synchronize() { hold(false); }
 
+void TensorParallelStep::begin_context(TrainContext& ctx) {
+  if (replicas() == 1) return;
+  ctx.allgather_replicas = world_.allgather_over(mesh_->group(Dim::Data));
+  ctx.replicas = replicas();
+}
+
 void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
                                            StepResult& r) {
   const Timer timer;
-  const int A = settings_.train.grad_accum;
+  const int A = settings_.train.grad_accum, D = replicas(), d = replica();
+  const int count = D * A;  // micro-batches in the step, over the replicas
+  // The global batch in one-process order: replica d's are d·A .. d·A + A − 1; the others' are
+  // drawn and dropped, so every rank's loader stays at the same position.
+  for (int skipped = 0; skipped < d * A; ++skipped) draw(next_batch);
+  std::vector<double> losses(A);  // the same bits on every rank of the tensor group
   for (int micro = 0; micro < A; ++micro) {
     draw(next_batch);
-    r.loss += run_micro_batch(ctx, micro, step, micro, A, r);  // the same bits on every rank
+    losses[micro] = run_micro_batch(ctx, micro, step, d * A + micro, count, r);
   }
-  r.loss /= A;
+  for (int skipped = (d + 1) * A; skipped < count; ++skipped) draw(next_batch);
   compute_seconds_ = timer.seconds();
-  // Each shard counted the FLOPs of its own heads, hidden units and vocabulary columns.
+  GPT& model = session_.model();
+  if (D > 1) {  // each shard's gradients summed over its replicas
+    const size_t begin = model.trainable_begin();
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, model.grads() + begin, static_cast<int>(model.num_floats() - begin), MPI_FLOAT,
+                   MPI_SUM, mesh_->group(Dim::Data), &request);
+    world_.wait(request, "the sum of the gradients over the tensor group's replicas");
+  }
+  // The loss: every micro-batch's, added in one-process order.
+  std::vector<double> all_losses(count);
+  MPI_Request request;
+  MPI_Iallgather(losses.data(), A, MPI_DOUBLE, all_losses.data(), A, MPI_DOUBLE, mesh_->group(Dim::Data), &request);
+  world_.wait(request, "the all-gather of the replicas' losses");
+  for (double loss : all_losses) r.loss += loss;
+  r.loss /= count;
+  // Each shard counted the FLOPs of its own heads, hidden units and vocabulary columns, each
+  // replica those of its micro-batches.
   const std::vector<double> flops = world_.sum({r.executed.forward, r.executed.backward_input,
                                                 r.executed.backward_weight, r.executed.optimizer,
                                                 r.dense.forward, r.dense.backward_input,

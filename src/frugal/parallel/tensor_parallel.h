@@ -1,18 +1,22 @@
 // Megatron-style tensor parallelism as a step strategy (train/step.h), applied from outside the
-// model: the T ranks of a tensor group (a mesh of tensor T, mesh.h) each hold a shard of the model
+// model, optionally with data parallelism over D = ranks / T replicas of the tensor group (a mesh
+// of data D × tensor T, mesh.h). The T ranks of a tensor group each hold a shard of the model
 // — their placements' parts of every split tensor (ModelSpec: attention heads, MLP hidden units,
 // the vocabulary of the token embedding and the head), and the replicated ones whole — with its
 // gradients and AdamW moments, and run every micro-batch together, meeting inside each block and
 // in the vocabulary-parallel embedding and cross-entropy through MpiTensorCollectives. The
 // residual stream, and so every replicated tensor's gradient, is the same bits on every rank; the
 // global gradient norm adds the split tensors' sums of squares over the ranks and the replicated
-// ones' once, so clipping and AdamW on each rank's shard keep the replicas identical.
+// ones' once, so clipping and AdamW on each rank's shard keep the replicas identical. With D > 1
+// replica d's tensor group runs micro-batches d·A .. d·A + A − 1 of the step (A = grad_accum) in
+// one process's order, and each shard's gradients are summed over its D replicas after the
+// backward (not overlapped), as a pipeline's replicas do.
 //
 // The session starts whole (initialised or loaded as in one process) and becomes this rank's
 // shard at the first step; synchronize() (before evaluation, checkpoints and samples) gathers the
 // whole model, weights and moments, on every rank, and the next step scatters it again: so
 // checkpoints, evaluation, sampling and export are one process's, and a run resumes at any
-// tensor degree. Data × tensor and pipeline × tensor are refused (not built yet).
+// tensor degree. Pipeline × tensor and ZeRO are refused (not built yet).
 #pragma once
 #include <memory>
 #include <vector>
@@ -64,11 +68,14 @@ class TensorParallelStep final : public StepStrategy {
   TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);
   ~TensorParallelStep() override;
   const char* name() const override { return name_.c_str(); }
+  double tokens_per_step() const override { return StepStrategy::tokens_per_step() * replicas(); }
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   void synchronize() override;
 
  protected:
-  // Every micro-batch on every rank of the group; FLOPs summed over the shards.
+  void begin_context(TrainContext& ctx) override;  // the replicas share their caches
+  // The replica's micro-batches on every rank of its tensor group; each shard's gradients summed
+  // over the replicas; losses added in one process's order; FLOPs summed over every rank.
   void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
   float clip_gradients() override;  // split tensors' squares summed over the group, replicated once
   void add_metrics(nlohmann::json& record) override;  // "comm": seconds inside the collectives
@@ -77,11 +84,13 @@ class TensorParallelStep final : public StepStrategy {
   // Rebuilds the session around this rank's shard (sharded) or the whole model (gathered from
   // every rank's shard); a no-op when it already is.
   void hold(bool sharded);
+  int replicas() const { return mesh_->shape().size(Dim::Data); }
+  int replica() const { return mesh_->coordinate(Dim::Data); }
 
   MpiWorld& world_;
   std::string name_;
   MPI_Comm base_;
-  std::unique_ptr<MpiMesh> mesh_;  // tensor T over base_
+  std::unique_ptr<MpiMesh> mesh_;  // data D × tensor T over base_
   std::unique_ptr<MpiTensorCollectives> comm_;
   bool sharded_ = false;
   double compute_seconds_ = 0;  // the step's micro-batches
