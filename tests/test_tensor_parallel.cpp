@@ -71,6 +71,18 @@ TEST_F(TensorParallel, TwoRanksEqualOneProcessWithinTheTolerance) {
   compare("freeze", "--set methods.freeze.alpha=0.5 --set methods.freeze.interval=4", 12);
 }
 
+// With 2 threads per rank the frozen prefix, which one process runs sample by sample on parallel
+// threads, must still call the group's collectives in the same order on both ranks (a mismatch
+// hangs until parallel.timeout, or mixes up the samples' sums).
+TEST_F(TensorParallel, AFrozenPrefixOnSeveralThreadsPerRank) {
+  const std::string freeze = "--set methods.freeze.alpha=0.5 --set methods.freeze.interval=2 "
+                             "--set methods.freeze.autocache=off --set parallel.timeout=30";
+  const TrainedRun one = train("one", 0, 6, freeze);
+  const TrainedRun two = train("t2-threads2", 2, 6, freeze + " --set train.threads=2 " + kTensor2);
+  // Other thread counts round the GEMMs differently (oneDNN), hence the looser bound.
+  EXPECT_LE(max_relative_difference(one.steps, two.steps, {"loss", "val_loss"}), 1e-5);
+}
+
 // Data 2 × tensor 2 (np 4): each tensor group runs half of the step's micro-batches.
 TEST_F(TensorParallel, DataTimesTensorEqualsOneProcessWithTheSameGlobalBatch) {
   compare("data2-tensor2", train("one-a4", 0, 30, "--set train.grad_accum=4"), 4, "",

@@ -316,8 +316,9 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
       // companions; computed alone, it is the same whichever micro-batch the sample is in. With
       // formats that allow it, the samples run in parallel, one thread each (a T-row GEMM runs
       // faster on one thread than split over several); each sample then gets the same bits
-      // whichever thread runs it.
-      const bool parallel = blocks_[l].reentrant_forward();
+      // whichever thread runs it. A tensor-parallel shard runs them one after the other: its
+      // group's collectives must come in the same order on every rank.
+      const bool parallel = blocks_[l].reentrant_forward() && table_.shard().size == 1;
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
       for (int b = 0; b < B; ++b) block_forward(l, dropout_key, b, 1);
     } else {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <functional>
 
 #include "frugal/core/error.h"
@@ -105,8 +106,9 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
 }
 
 TensorParallelStep::~TensorParallelStep() {
-  // The session may still hold a shard that refers to comm_: make it whole first.
-  if (sharded_) session_.repartition(session_.model().range(), nullptr, nullptr);
+  // The session may still hold a shard that refers to comm_: gather it first (unless an error is
+  // ending the run, when the other ranks may never join, and the session goes too).
+  if (std::uncaught_exceptions() == 0) hold(false);
   comm_.reset();
   mesh_.reset();
   MPI_Comm_free(&base_);
