@@ -80,12 +80,12 @@ void Session::rebuild(const ModelConfig& config, const BlockRange& range, const 
                           moments ? next_optim->v() : nullptr);
     map(from, to);
   }
-  plan(*next_model);
   next_model->set_frozen_prefix(std::min(model_->frozen_prefix(), config.n_layer));
   next_optim->set_steps_taken(optim_->steps_taken());
   optim_.reset();  // before the model whose table it refers to
   model_ = std::move(next_model);
   optim_ = std::move(next_optim);
+  plan(*model_);  // once the old model's activations are gone: the two are never held together
 }
 
 void Session::shard_optimizer(size_t begin, size_t end) {
