@@ -181,7 +181,7 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   r.fma_peak_flops = group.sum({kernels::cpu::measure_fma_peak_flops(bf16)})[0];
   r.mfu_fma = executed.model() / seconds / r.fma_peak_flops;
   r.fma_isa = kernels::cpu::fma_peak_isa(bf16);
-  r.parameters = session.model().table().num_parameters();
+  r.parameters = ParamTable::build(session.model().config()).num_parameters();  // the whole model's, on any rank
   r.memory_plan = session.model().memory_plan().describe(session.optim().state_bytes());
   r.precision = describe_precision(s.train);
   r.profile = kernel_profile;

@@ -72,13 +72,15 @@ class MpiRuns : public ::testing::Test {
   std::string data_;
 };
 
-// The largest relative difference of loss, grad_norm and val_loss over the steps both runs logged.
-inline double max_relative_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b) {
+// The largest relative difference of `keys` (default loss, grad_norm and val_loss) over the steps
+// both runs logged.
+inline double max_relative_difference(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b,
+                                      const std::vector<std::string>& keys = {"loss", "grad_norm", "val_loss"}) {
   EXPECT_EQ(a.size(), b.size());
   double worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     EXPECT_EQ(a[i]["step"], b[i]["step"]);
-    for (const char* key : {"loss", "grad_norm", "val_loss"}) {
+    for (const std::string& key : keys) {
       if (!a[i].contains(key)) continue;
       const double x = a[i][key], y = b[i][key];
       worst = std::max(worst, std::abs(x - y) / std::abs(x));

@@ -1,7 +1,10 @@
-// The transformer block split over a tensor-parallel group: ranks (threads here) holding their
-// placements' parts of the weights (ModelSpec), computing with their LocalSizes and meeting at the
-// block's TensorCollectives calls, give the whole block's output and input gradient, and their
-// parts of its weight gradients. This is the seam tensor parallelism over MPI plugs into.
+// The transformer block, and the whole GPT, split over a tensor-parallel group: ranks (threads
+// here) holding their placements' parts of the weights (ModelSpec), computing with their
+// LocalSizes and meeting at the TensorCollectives calls, give the whole block's output and input
+// gradient and their parts of its weight gradients; a GPT shard per rank (vocabulary-parallel
+// embedding and cross-entropy, dropout, recomputation, gated MLPs, tied and untied heads) gives
+// one process's loss and gradients. This is the seam tensor parallelism over MPI plugs into.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include "frugal/core/rng.h"
 #include "frugal/model/block.h"
 #include "frugal/model/formats/dense.h"
+#include "frugal/model/gpt.h"
 
 namespace frugal {
 namespace {
@@ -31,19 +35,27 @@ class ThreadCollectives final : public TensorCollectives {
   ThreadCollectives(Group& group, int rank) : group_(group), rank_(rank) {}
   ShardCoord coord() const override { return {rank_, group_.size}; }
   void all_reduce_sum(float* x, size_t n) override {
+    reduce(x, n, [](float a, float b) { return a + b; });
+  }
+  void all_reduce_max(float* x, size_t n) override {
+    reduce(x, n, [](float a, float b) { return std::max(a, b); });
+  }
+
+ private:
+  template <class Op>
+  void reduce(float* x, size_t n, Op op) {
     group_.inputs[rank_] = x;
     group_.sync.arrive_and_wait();
     if (rank_ == 0) {
       group_.sum.assign(group_.inputs[0], group_.inputs[0] + n);
       for (int r = 1; r < group_.size; ++r)
-        for (size_t i = 0; i < n; ++i) group_.sum[i] += group_.inputs[r][i];
+        for (size_t i = 0; i < n; ++i) group_.sum[i] = op(group_.sum[i], group_.inputs[r][i]);
     }
     group_.sync.arrive_and_wait();
     std::copy_n(group_.sum.data(), n, x);
     group_.sync.arrive_and_wait();
   }
 
- private:
   Group& group_;
   int rank_;
 };
@@ -184,6 +196,81 @@ TEST(BlockTensorParallel, TwoRanksComputeTheWholeBlocksOutputAndGradients) {
     }
     EXPECT_EQ(ranks[0]->output, ranks[1]->output) << "the sums must give every rank the same bits";
   }
+}
+
+// Two GPT shards (threads) against the whole model: the same initial weights (the whole model's,
+// scattered), one training micro-batch with dropout, the loss on every rank and the gathered
+// gradients. The sums of partial products round differently from one process's GEMMs, hence a
+// tolerance; the loss is the same bits on every rank.
+void expect_gpt_shards_equal_the_whole(ModelConfig c, bool recompute) {
+  c.vocab_size = 70;  // rank 0: 64 rows of real tokens, rank 1: 6 and padding
+  c.n_layer = 2;
+  c.dropout = 0.1f;
+  c.block_size = kT;
+  const std::vector<bool> policy(c.n_layer, recompute);
+  std::vector<int32_t> tokens(kB * kT), targets(kB * kT);
+  for (int i = 0; i < kB * kT; ++i) {
+    tokens[i] = (i * 37) % c.vocab_size;
+    targets[i] = i % 7 == 3 ? -1 : (i * 11 + 5) % c.vocab_size;
+  }
+  constexpr uint64_t kDropoutKey = 1234;
+  GPT whole(c);
+  whole.init_weights(5);
+  whole.plan(kB, kT, policy);
+  whole.zero_grad();
+  const float loss = whole.forward(tokens.data(), targets.data(), 0.5f, kDropoutKey);
+  whole.backward();
+
+  ThreadCollectives::Group group(2);
+  std::vector<std::unique_ptr<ThreadCollectives>> comms;
+  std::vector<std::unique_ptr<GPT>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    comms.push_back(std::make_unique<ThreadCollectives>(group, r));
+    ranks.push_back(std::make_unique<GPT>(c, BlockRange::whole(c), comms[r].get()));
+    for (const ParamInfo& e : ranks[r]->table().entries())
+      e.copy_local(whole.params() + whole.table().at(e.name).offset, ranks[r]->params() + e.offset, {r, 2});
+    ranks[r]->plan(kB, kT, policy);
+    ranks[r]->zero_grad();
+  }
+  std::vector<float> losses(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      losses[r] = ranks[r]->forward(tokens.data(), targets.data(), 0.5f, kDropoutKey);
+      ranks[r]->backward();
+    });
+  for (auto& t : threads) t.join();
+
+  const std::string what = fmt::format("{} {} head{}", mlp_kind_name(c.mlp), c.tied_head ? "tied" : "untied",
+                                       recompute ? ", recomputed" : "");
+  EXPECT_EQ(losses[0], losses[1]) << what;
+  EXPECT_NEAR(losses[0], loss, 1e-6f * loss) << what;
+  for (const ParamInfo& e : whole.table().entries()) {
+    const std::vector<float> want(whole.grads() + e.offset, whole.grads() + e.offset + e.numel);
+    std::vector<float> got(e.numel, 0.0f);
+    for (int r = 0; r < 2; ++r) {
+      const ParamInfo& local = ranks[r]->table().at(e.name);
+      std::vector<float> part(ranks[r]->grads() + local.offset, ranks[r]->grads() + local.offset + local.numel);
+      if (e.placement.kind == Placement::Kind::Replicated && r == 1) {
+        EXPECT_EQ(part, std::vector<float>(got.begin(), got.end())) << what << " " << e.name << ": replicas differ";
+        continue;
+      }
+      e.copy_global(part.data(), got.data(), {r, 2});
+    }
+    EXPECT_LT(relative_error(got, want), 2e-5f) << what << " " << e.name;
+  }
+}
+
+TEST(GptTensorParallel, TwoShardsGiveTheWholeModelsLossAndGradients) {
+  ModelConfig c = config(MlpKind::Gelu);
+  for (bool tied : {true, false}) {
+    c.tied_head = tied;
+    expect_gpt_shards_equal_the_whole(c, false);
+  }
+  c.mlp = MlpKind::Swiglu;
+  expect_gpt_shards_equal_the_whole(c, true);
+  c.norm = NormPlacement::Post;
+  expect_gpt_shards_equal_the_whole(c, false);
 }
 
 }  // namespace

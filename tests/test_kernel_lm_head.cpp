@@ -1,7 +1,11 @@
 // The lm_head kernel family (fused LM head + softmax cross-entropy): the CPU kernel against the
-// fp64 reference, the reference backward against fp64 finite differences.
+// fp64 reference, the reference backward against fp64 finite differences; the vocabulary-split
+// version over two ranks (threads) against the whole vocabulary's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <barrier>
+#include <thread>
 #include <vector>
 
 #include "frugal/kernels/ref/lm_head_ref.h"
@@ -62,4 +66,64 @@ TEST(Kernels, LmHeadCrossEntropyOverSeveralChunksMatchesReference) {
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = i % 17 == 5 ? -1 : static_cast<int32_t>((i * 7919) % V);
   expect_lm_head_matches_reference(xf, wf, tgt, N, C, V, Vp);
+}
+
+namespace {
+
+// The vocabulary of Vp rows split over two ranks (threads meeting at a barrier, reducing in rank
+// order) with `split_kernel`: every rank's losses equal, the input-gradient parts summed, and the
+// weight-gradient rows of each rank, against the whole vocabulary's kernel.
+using SplitKernel = decltype(&k::lm_head_cross_entropy_split);
+void expect_split_matches_whole(SplitKernel split_kernel, int N, int C, int V, int Vp) {
+  const auto x = to_f(random_vector(size_t(N) * C, 31, 2.0)), w = to_f(random_vector(size_t(Vp) * C, 32));
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[i] = i % 5 == 2 ? -1 : static_cast<int32_t>((i * 7919) % V);
+  std::vector<float> losses(N), dx(size_t(N) * C), dw(size_t(Vp) * C, 0.0f);
+  k::lm_head_cross_entropy(losses.data(), dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.5f);
+
+  constexpr int kRanks = 2;
+  const int rows = Vp / kRanks;
+  std::barrier<> sync(kRanks);
+  std::vector<float*> inputs(kRanks);
+  // x (n) = the ranks' elementwise combination, in rank order, on every rank
+  const auto reduce = [&](int rank, float* x, size_t n, bool max) {
+    inputs[rank] = x;
+    sync.arrive_and_wait();
+    std::vector<float> out(inputs[0], inputs[0] + n);
+    for (int r = 1; r < kRanks; ++r)
+      for (size_t i = 0; i < n; ++i) out[i] = max ? std::max(out[i], inputs[r][i]) : out[i] + inputs[r][i];
+    sync.arrive_and_wait();
+    std::copy(out.begin(), out.end(), x);
+  };
+  std::vector<std::vector<float>> rank_losses(kRanks, std::vector<float>(N)),
+      rank_dx(kRanks, std::vector<float>(size_t(N) * C)), rank_dw(kRanks, std::vector<float>(size_t(rows) * C, 0.0f));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] {
+      const k::VocabSplit split{r * rows, V, [&, r](float* p, size_t n) { reduce(r, p, n, true); },
+                                [&, r](float* p, size_t n) { reduce(r, p, n, false); }};
+      const int local_v = std::clamp(V - r * rows, 0, rows);  // real columns on this rank
+      split_kernel(rank_losses[r].data(), rank_dx[r].data(), rank_dw[r].data(), x.data(),
+                   w.data() + size_t(r) * rows * C, tgt.data(), N, C, local_v, 0.5f, split);
+    });
+  for (std::thread& t : threads) t.join();
+  std::vector<float> dx_sum(dx.size(), 0.0f), dw_all;
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(rank_losses[r], rank_losses[0]) << "rank " << r;
+    for (size_t i = 0; i < dx.size(); ++i) dx_sum[i] += rank_dx[r][i];
+    dw_all.insert(dw_all.end(), rank_dw[r].begin(), rank_dw[r].end());
+  }
+  EXPECT_LT(max_error_rel_to_max(rank_losses[0].data(), losses.data(), losses.size()), 1e-5);
+  EXPECT_LT(max_error_rel_to_max(dx_sum.data(), dx.data(), dx.size()), 1e-5);
+  EXPECT_LT(max_error_rel_to_max(dw_all.data(), dw.data(), dw.size()), 1e-5);
+}
+
+}  // namespace
+
+// Two ranks, one holding most of the vocabulary and the other a few real columns and padding;
+// then over several chunks (V = 65537: chunks of 127 rows); and the reference's own split version.
+TEST(Kernels, LmHeadCrossEntropySplitOverTheVocabularyEqualsTheWhole) {
+  expect_split_matches_whole(&k::lm_head_cross_entropy_split, 6, 16, 70, 128);
+  expect_split_matches_whole(&k::lm_head_cross_entropy_split, 257, 8, 65537, 65600);
+  expect_split_matches_whole(&ref::lm_head_cross_entropy_split<float>, 6, 16, 70, 128);
 }

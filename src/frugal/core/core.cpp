@@ -55,7 +55,9 @@ void* aligned_zeroed_alloc(size_t bytes) {
   size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, rounded);
   if (!p) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
+  // Whole pages zeroed by releasing them: they take memory only once written, so a buffer that is
+  // allocated but not (yet) used, e.g. a model's gradients before its first backward, costs none.
+  zero_releasing_pages(p, rounded);
   return p;
 }
 

@@ -12,7 +12,8 @@ struct AlignedFree {
   void operator()(void* p) const;
 };
 
-// An owning, 64-byte aligned, zero-initialised array of T.
+// An owning, 64-byte aligned, zero-initialised array of T (whose whole pages take memory only once
+// written).
 template <class T>
 class Buffer {
  public:

@@ -237,6 +237,11 @@ void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const flo
                            float dloss) {
   LmHead::table().cross_entropy(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss);
 }
+void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
+                                 const float* weight, const int32_t* targets, int N, int C, int V,
+                                 float dloss, const VocabSplit& split) {
+  LmHead::table().cross_entropy_split(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split);
+}
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
   LmHead::table().logits(logits, inp, weight, N, C, V);
 }

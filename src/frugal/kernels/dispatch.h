@@ -82,6 +82,7 @@ struct ElementwiseKernels {
 };
 struct LmHeadKernels {
   decltype(&kernels::lm_head_cross_entropy) cross_entropy;
+  decltype(&kernels::lm_head_cross_entropy_split) cross_entropy_split;
   decltype(&kernels::lm_head_logits) logits;
 };
 struct AdamwKernels {

@@ -26,6 +26,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -217,6 +218,23 @@ void scale_inplace(float* x, size_t n, float s);
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
                            const float* weight, const int32_t* targets, int N, int C, int V,
                            float dloss);
+// The same over a vocabulary split between the ranks of a tensor-parallel group (Megatron's
+// vocabulary-parallel cross-entropy): this rank's weight (V,C) holds columns [first, first + V) of
+// the whole vocabulary (V may be 0), targets are ids of the whole vocabulary, and no rank forms
+// more than its own logits. The rows' statistics combine over the group through `all_reduce_max`
+// and `all_reduce_sum` (x (n) = the ranks' elementwise max or sum, the same bits on every rank),
+// which every rank calls the same number of times with the same n: each chunk of rows reduces its
+// maxima, then its sums of exponentials with the target logits. losses (N) come out whole on every
+// rank; dinp (N,C) = this rank's columns' part of the input gradient (the caller sums it over the
+// group); dweight (V,C) += this rank's rows.
+struct VocabSplit {
+  int first = 0;
+  int whole = 0;  // the whole vocabulary's real columns: the chunks of rows are the same on every rank
+  std::function<void(float*, size_t)> all_reduce_max, all_reduce_sum;
+};
+void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
+                                 const float* weight, const int32_t* targets, int N, int C, int V,
+                                 float dloss, const VocabSplit& split);
 // logits (N,V) = inp (N,C) · weight[:V]ᵀ (for sampling and export checks)
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V);
 

@@ -59,7 +59,7 @@ void Decoder::forward_rows(const int32_t* tokens, int n, int pos0) {
                  "token id {} is outside the model's vocabulary [0, {}); use the tokenizer the "
                  "model was trained with", tokens[i], m.vocab_size);
   model_.prepare_formats();
-  model_.embedding().forward(model_.params(), x_.data(), tokens, 1, n, pos0);
+  model_.embedding().forward(model_.params(), x_.data(), tokens, 1, n, solo_, pos0);
   for (int l = 0; l < m.n_layer; ++l) {
     const KvCache cache{k_cache_[l].data(), v_cache_[l].data(), pos0};
     model_.block(l).forward(model_.params(), acts_, x_.data(), branch_.data(), 1, n, {}, solo_, &cache);

@@ -1,6 +1,8 @@
 // Token and position embeddings; see embedding.h.
 #include "frugal/model/embedding.h"
 
+#include <algorithm>
+
 #include "frugal/kernels/ops.h"
 
 namespace frugal {
@@ -15,19 +17,49 @@ void TokenEmbedding::declare(ModelSpec& spec) {
             .features = {Features::None, Features::Residual}});
 }
 
-TokenEmbedding::TokenEmbedding(const ModelConfig& config, const ParamTable& table) : C_(config.n_embd) {
+TokenEmbedding::TokenEmbedding(const ModelConfig& config, const ParamTable& table)
+    : split_(table.shard().size > 1), first_(0), rows_(config.padded_vocab()), C_(config.n_embd) {
   wte_ = table.offset_of("transformer.wte.weight");
   wpe_ = table.offset_of("transformer.wpe.weight");
+  if (split_ && wte_ != kAbsent) {
+    rows_ = static_cast<int>(table.at("transformer.wte.weight").local[0]);
+    first_ = table.shard().rank * rows_;
+  }
 }
 
 void TokenEmbedding::forward(const float* params, float* out, const int32_t* tokens, int B, int T,
-                             int pos0) const {
-  kernels::encoder_forward(out, tokens, params + wte_, params + wpe_ + size_t(pos0) * C_, B, T, C_);
+                             TensorCollectives& comm, int pos0) const {
+  const float* wpe = params + wpe_ + size_t(pos0) * C_;
+  if (!split_) {
+    kernels::encoder_forward(out, tokens, params + wte_, wpe, B, T, C_);
+    return;
+  }
+  // This rank's rows, zeros for the tokens other ranks hold: the group's sum is wte[tokens]
+  // exactly (x + 0 is x), and adding wpe after it gives one process's bits.
+  const size_t N = size_t(B) * T;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < N; ++i) {
+    const int row = tokens[i] - first_;
+    float* o = out + i * C_;
+    if (row >= 0 && row < rows_)
+      std::copy_n(params + wte_ + size_t(row) * C_, C_, o);
+    else
+      std::fill_n(o, C_, 0.0f);
+  }
+  comm.all_reduce_sum(out, N * C_);
+  for (size_t i = 0; i < N; ++i) kernels::residual_forward(out + i * C_, out + i * C_, wpe + (i % T) * C_, C_);
 }
 
 void TokenEmbedding::backward(float* grads, const float* dout, const int32_t* tokens, int B, int T,
                               bool token_grad) const {
-  kernels::encoder_backward(token_grad ? grads + wte_ : nullptr, grads + wpe_, dout, tokens, B, T, C_);
+  kernels::encoder_backward(token_grad && !split_ ? grads + wte_ : nullptr, grads + wpe_, dout, tokens, B, T, C_);
+  if (!token_grad || !split_) return;
+  // This rank's rows, each token's gradient added in row order as the whole kernel adds them.
+  for (size_t i = 0; i < size_t(B) * T; ++i) {
+    const int row = tokens[i] - first_;
+    float* g = grads + wte_ + size_t(row) * C_;
+    if (row >= 0 && row < rows_) kernels::residual_forward(g, g, dout + i * C_, C_);
+  }
 }
 
 }  // namespace frugal

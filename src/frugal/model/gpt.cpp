@@ -33,12 +33,12 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
 }
 
 MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute,
-                                const BlockRange& range, const BlockRange& stage, int slots) {
+                                const BlockRange& range, const BlockRange& stage, int slots,
+                                const ShardCoord& shard) {
   // In floats, each tensor rounded up to the alignment as ParamTable::build and plan() lay them
   // out, in double: absurd sizes give huge numbers instead of overflowing.
   constexpr double A = kAlign / sizeof(float);
   const auto rounded = [](double floats) { return std::ceil(floats / A) * A; };
-  const ShardCoord shard;
   double parameters = 0;
   const ModelSpec spec = ModelSpec::build(c);
   for (const TensorSpec& t : spec.tensors()) {
@@ -96,13 +96,14 @@ void GPT::lay_out(const ModelConfig& c, const ShardCoord& shard, const Objective
 
 GPT::GPT(const ModelConfig& config) : GPT(config, BlockRange::whole(config)) {}
 
-GPT::GPT(const ModelConfig& config, const BlockRange& range)
+GPT::GPT(const ModelConfig& config, const BlockRange& range, TensorCollectives* tensor)
     : config_(config),
       range_(range),
-      table_(ParamTable::build(config, range)),
+      table_(ParamTable::build(config, range, tensor ? tensor->coord() : ShardCoord{})),
       dense_(std::make_shared<DenseFormat>()),
       embedding_(config, table_),
       objective_(std::make_unique<CausalLmHead>(config, table_)),
+      comm_(tensor ? tensor : &solo_),
       stage_(range) {
   params_.resize(table_.total());
   grads_.resize(table_.total());
@@ -156,7 +157,7 @@ void GPT::plan(int B, int T, std::vector<bool> recompute, const BlockRange& stag
   T_ = T;
   stage_ = stage;
   recompute_ = std::move(recompute);
-  const MemoryPlan planned = estimate_memory(config_, B, T, recompute_, range_, stage_, slots);
+  const MemoryPlan planned = estimate_memory(config_, B, T, recompute_, range_, stage_, slots, table_.shard());
   constexpr size_t A = kAlign / sizeof(float);
   // Hands out the arena in order, counting activations and backward scratch apart.
   arena_.resize((planned.activations + planned.scratch) / sizeof(float));
@@ -310,7 +311,7 @@ void GPT::block_forward(int l, uint64_t dropout_key, int b0, int nb) {
   const BlockActs a = blocks_[l].rows(cur().acts[l], row0);
   const size_t first = row0 * config_.n_embd;  // of the dropout masks
   blocks_[l].forward(params_.data(), a, block_input(l) + first, scratch_.branch + first, nb, T_,
-                     {cur().dropout_p, dropout_key, first}, comm_);
+                     {cur().dropout_p, dropout_key, first}, *comm_);
 }
 
 float GPT::forward_range(const RangeInput& in, const int32_t* targets, float grad_scale,
@@ -340,7 +341,7 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
                    "token id {} at position {} is outside the vocabulary [0, {}); check that the data "
                    "was prepared with this model's tokenizer", in.tokens[i], i, V);
     std::memcpy(s.tokens.data(), in.tokens, sizeof(int32_t) * N);
-    if (!in.activations) embedding_.forward(params_.data(), s.input, s.tokens.data(), B, T);
+    if (!in.activations) embedding_.forward(params_.data(), s.input, s.tokens.data(), B, T, *comm_);
   }
   for (int l = first_block; l < stage_.end; ++l) {
     if (l < frozen_) {
@@ -350,8 +351,9 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
       // companions; computed alone, it is the same whichever micro-batch the sample is in. With
       // formats that allow it, the samples run in parallel, one thread each (a T-row GEMM runs
       // faster on one thread than split over several); each sample then gets the same bits
-      // whichever thread runs it.
-      const bool parallel = blocks_[l].reentrant_forward();
+      // whichever thread runs it. A tensor-parallel shard runs them one after the other: its
+      // group's collectives must come in the same order on every rank.
+      const bool parallel = blocks_[l].reentrant_forward() && table_.shard().size == 1;
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
       for (int b = 0; b < B; ++b) block_forward(l, dropout_key, b, 1);
     } else {
@@ -367,7 +369,7 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
   const bool head_trainable = !(config_.tied_head && frozen_ > 0);
   float* grads = s.backward_ready && head_trainable ? grads_.data() : nullptr;
   loss_terms_ = objective_->forward(params_.data(), grads, s.objective, output(), s.targets.data(), N,
-                                    grad_scale);
+                                    grad_scale, *comm_);
   return loss_terms_.total();
 }
 
@@ -405,7 +407,7 @@ void GPT::backward_range(const float* doutput) {
     // The bottom trainable block need not pass a gradient further down unless embeddings train.
     const bool need_dinp = l > frozen_ || frozen_ == 0;  // (a later stage's l > frozen_ too)
     blocks_[l].backward(params_.data(), grads_.data(), s.acts[l], block_input(l), dres_, scratch_, B, T,
-                        {config_.dropout, s.dropout_key, 0}, need_dinp, comm_);
+                        {config_.dropout, s.dropout_key, 0}, need_dinp, *comm_);
     if (grad_ready_) grad_ready_(table_.layer_range(l).first);
   }
   if (stage_.embeddings && frozen_ == 0) {

@@ -8,7 +8,10 @@
 // and the range API (forward_range / backward_range), which a pipeline chains across processes
 // and which the whole-model forward() / backward() run over one range. A plan may also execute
 // only a stage, a sub-range of the allocated range (parameters and gradients stay whole), with
-// several activation slots: the micro-batches a pipeline schedule keeps in flight.
+// several activation slots: the micro-batches a pipeline schedule keeps in flight. Under tensor
+// parallelism a GPT is one rank's shard: its tables hold the rank's parts of the placed tensors
+// (ModelSpec), and its components meet the group's other ranks through the TensorCollectives it
+// is given.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -39,7 +42,9 @@ class GPT {
  public:
   static constexpr size_t kAbsent = ParamTable::kAbsent;
   explicit GPT(const ModelConfig& config);
-  GPT(const ModelConfig& config, const BlockRange& range);
+  // `tensor`: the tensor-parallel group this model is one rank's shard of (null: a group of one,
+  // the whole model); it must outlive the model.
+  GPT(const ModelConfig& config, const BlockRange& range, TensorCollectives* tensor = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const BlockRange& range() const { return range_; }
@@ -85,14 +90,14 @@ class GPT {
   // building or allocating anything (absurd sizes give huge byte counts, saturated at 2^63, never
   // an overflow): to refuse a run before allocating. `range`: the part of the model allocated
   // (parameters and gradients); `stage` and `slots`: the part executed and its activation slots
-  // (default: range and 1).
+  // (default: range and 1); `shard`: the rank of a tensor-parallel group (default: the whole model).
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
                                     const std::vector<bool>& recompute);
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
                                     const std::vector<bool>& recompute, const BlockRange& range);
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
                                     const std::vector<bool>& recompute, const BlockRange& range,
-                                    const BlockRange& stage, int slots);
+                                    const BlockRange& stage, int slots, const ShardCoord& shard = {});
 
   // Blocks [0, k) and the embeddings are frozen: no backward, no weight gradients (k = 0: none).
   // With a tied head, freezing the embedding also freezes the head.
@@ -208,7 +213,7 @@ class GPT {
   size_t head_offset() const { return objective_->head_offset(); }
   // Logits (B, T, V) of the last position only is what sampling needs; this gives all positions.
   // Re-plans for (B, T), the whole range and one slot (keeping the recompute policy) unless
-  // planned_whole(B, T).
+  // planned_whole(B, T). A model that is not a tensor-parallel shard only.
   void logits(const int32_t* inputs, int B, int T, float* out);
 
 
@@ -257,7 +262,8 @@ class GPT {
   TokenEmbedding embedding_;
   std::vector<TransformerBlock> blocks_;  // all n_layer; those outside range_ hold no tensors
   std::unique_ptr<CausalLmHead> objective_;
-  SoloCollectives comm_;  // one process: a tensor-parallel group of one
+  SoloCollectives solo_;    // a tensor-parallel group of one: the whole model
+  TensorCollectives* comm_;  // the model's group: solo_ unless given one
   std::vector<uint64_t> format_changed_at_;  // per block: the format_changes_ of its last change
   uint64_t format_changes_ = 0;
   LossTerms loss_terms_;

@@ -1,6 +1,8 @@
 // The causal language-model head; see objective.h.
 #include "frugal/model/objective.h"
 
+#include <algorithm>
+
 #include "frugal/core/error.h"
 #include "frugal/kernels/ops.h"
 
@@ -17,10 +19,17 @@ void CausalLmHead::declare(ModelSpec& spec) {
               .used_rows = c.vocab_size, .features = {Features::None, Features::Residual}});
 }
 
-CausalLmHead::CausalLmHead(const ModelConfig& config, const ParamTable& table) : config_(config) {
+CausalLmHead::CausalLmHead(const ModelConfig& config, const ParamTable& table)
+    : config_(config), split_(table.shard().size > 1), first_(0), columns_(config.vocab_size) {
   norm_w_ = table.offset_of("transformer.ln_f.weight");
   norm_b_ = table.offset_of("transformer.ln_f.bias");
-  head_ = table.offset_of(config.tied_head ? "transformer.wte.weight" : "lm_head.weight");
+  const char* head = config.tied_head ? "transformer.wte.weight" : "lm_head.weight";
+  head_ = table.offset_of(head);
+  if (split_ && head_ != kAbsent) {
+    const int rows = static_cast<int>(table.at(head).local[0]);
+    first_ = table.shard().rank * rows;
+    columns_ = std::clamp(config.vocab_size - first_, 0, rows);
+  }
 }
 
 void CausalLmHead::lay_out(double N, const Take& take, ObjectiveActs& acts) const {
@@ -34,7 +43,8 @@ void CausalLmHead::lay_out(double N, const Take& take, ObjectiveActs& acts) cons
 }
 
 LossTerms CausalLmHead::forward(const float* params, float* grads, const ObjectiveActs& acts,
-                                const float* x, const int32_t* targets, int N, float grad_scale) const {
+                                const float* x, const int32_t* targets, int N, float grad_scale,
+                                TensorCollectives& comm) const {
   const int C = config_.n_embd, V = config_.vocab_size;
   const float* bias = norm_b_ == kAbsent ? nullptr : params + norm_b_;
   k::layernorm_forward(acts[Norm], acts[Mean], acts[Rstd], x, params + norm_w_, bias, N, C,
@@ -43,9 +53,17 @@ LossTerms CausalLmHead::forward(const float* params, float* grads, const Objecti
   for (int i = 0; i < N; ++i) valid += targets[i] >= 0;
   const float dloss = valid > 0 ? grad_scale / static_cast<float>(valid) : 0.0f;
   const bool training = grad_scale != 0.0f;
-  k::lm_head_cross_entropy(acts[Losses], training ? acts[DNorm] : nullptr,
-                           grads ? grads + head_ : nullptr, acts[Norm], params + head_, targets, N, C,
-                           V, dloss);
+  float* dnorm = training ? acts[DNorm] : nullptr;
+  float* dhead = grads ? grads + head_ : nullptr;
+  if (!split_) {
+    k::lm_head_cross_entropy(acts[Losses], dnorm, dhead, acts[Norm], params + head_, targets, N, C, V, dloss);
+  } else {
+    const k::VocabSplit split{first_, V, [&comm](float* p, size_t n) { comm.all_reduce_max(p, n); },
+                              [&comm](float* p, size_t n) { comm.all_reduce_sum(p, n); }};
+    k::lm_head_cross_entropy_split(acts[Losses], dnorm, dhead, acts[Norm], params + head_, targets, N, C,
+                                   columns_, dloss, split);
+    if (dnorm) comm.all_reduce_sum(dnorm, size_t(N) * C);  // the ranks' columns' parts
+  }
   double sum = 0.0;
   for (int i = 0; i < N; ++i) sum += acts[Losses][i];
   return {valid > 0 ? static_cast<float>(sum / valid) : 0.0f, {}};
@@ -60,10 +78,12 @@ void CausalLmHead::backward(const float* params, float* grads, const ObjectiveAc
 }
 
 void CausalLmHead::logits(const float* params, const ObjectiveActs& acts, float* out, int N) const {
+  FRUGAL_CHECK(!split_, "internal: the logits of a vocabulary-split head are asked for; gather the model first");
   k::lm_head_logits(out, acts[Norm], params + head_, N, config_.n_embd, config_.vocab_size);
 }
 
 void CausalLmHead::row_logits(const float* params, const float* x, float* out, float* scratch) const {
+  FRUGAL_CHECK(!split_, "internal: the logits of a vocabulary-split head are asked for; gather the model first");
   const int C = config_.n_embd;
   const float* bias = norm_b_ == kAbsent ? nullptr : params + norm_b_;
   k::layernorm_forward(scratch, scratch + C, scratch + C + 1, x, params + norm_w_, bias, 1, C,
@@ -72,9 +92,10 @@ void CausalLmHead::row_logits(const float* params, const float* x, float* out, f
 }
 
 ComponentFlops CausalLmHead::flops(double N, bool head_trains) const {
-  // The LM head over the V real vocabulary columns, like a linear C -> V; its input gradient runs
-  // whenever the step trains (the final LayerNorm, trainable even with every block frozen, needs it).
-  const double head = 2 * N * config_.n_embd * double(config_.vocab_size);
+  // The LM head over this rank's real vocabulary columns, like a linear C -> V; its input gradient
+  // runs whenever the step trains (the final LayerNorm, trainable even with every block frozen,
+  // needs it).
+  const double head = 2 * N * config_.n_embd * double(columns_);
   ComponentFlops f;
   f.dense.forward = f.dense.backward_input = f.dense.backward_weight = head;
   f.executed.forward = f.executed.backward_input = head;

@@ -7,7 +7,10 @@
 //
 // CausalLmHead, the one objective today: the final LayerNorm and the LM head (tied to the token
 // embedding or its own (Vp, C) weight), next-token cross-entropy over targets != -1, fused with
-// the logits so that no (N, V) buffer exists. A masked-LM head is a second implementation.
+// the logits so that no (N, V) buffer exists. Under tensor parallelism the head is split over the
+// vocabulary like the token embedding: each rank forms its columns' logits only, the rows' maxima
+// and sums meet in the group (kernels::lm_head_cross_entropy_split), and the input gradient's
+// parts are summed. A masked-LM head is a second implementation.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "frugal/model/block.h"
+#include "frugal/model/collectives.h"
 #include "frugal/model/flop_count.h"
 #include "frugal/model/param_table.h"
 #include "frugal/model/spec.h"
@@ -47,13 +51,15 @@ class Objective {
   // The loss of x (N, C), the last block's output, against targets (N; -1: ignored). When grads is
   // not null (a training forward) it also accumulates the objective's weight gradients and keeps
   // d loss / d its internals in acts, scaled by grad_scale and divided by the number of targets.
+  // `comm`: the tensor-parallel group its split tensors meet in.
   virtual LossTerms forward(const float* params, float* grads, const ObjectiveActs& acts,
-                            const float* x, const int32_t* targets, int N, float grad_scale) const = 0;
+                            const float* x, const int32_t* targets, int N, float grad_scale,
+                            TensorCollectives& comm) const = 0;
   // After a training forward: accumulates the objective's remaining gradients (its norms') when
   // `weights` and, when dres is not null, writes d loss / d x (N, C) into it.
   virtual void backward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
                         float* dres, int N, bool weights) const = 0;
-  // out (N, V) = the logits of the rows of the last forward.
+  // out (N, V) = the logits of the rows of the last forward (of a model that is not split).
   virtual void logits(const float* params, const ObjectiveActs& acts, float* out, int N) const = 0;
   // out (V) = the logits of one row x (C), using scratch (C + 2 floats).
   virtual void row_logits(const float* params, const float* x, float* out, float* scratch) const = 0;
@@ -74,7 +80,7 @@ class CausalLmHead final : public Objective {
   size_t norm_bias_offset() const { return norm_b_; }
   void lay_out(double N, const Take& take, ObjectiveActs& acts) const override;
   LossTerms forward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
-                    const int32_t* targets, int N, float grad_scale) const override;
+                    const int32_t* targets, int N, float grad_scale, TensorCollectives& comm) const override;
   void backward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
                 float* dres, int N, bool weights) const override;
   void logits(const float* params, const ObjectiveActs& acts, float* out, int N) const override;
@@ -86,6 +92,10 @@ class CausalLmHead final : public Objective {
   enum Place { Norm, Mean, Rstd, Losses, DNorm };
   ModelConfig config_;
   size_t norm_w_, norm_b_, head_;
+  // The head's vocabulary columns [first_, first_ + columns_) that hold real tokens on this rank;
+  // split_: not the whole vocabulary.
+  bool split_;
+  int first_, columns_;
 };
 
 }  // namespace frugal

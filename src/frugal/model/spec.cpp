@@ -60,7 +60,7 @@ void TensorSpec::copy_global(const float* local, float* global, const ShardCoord
 LocalSizes LocalSizes::of(const ModelConfig& c, const ShardCoord& shard) {
   FRUGAL_CHECK(c.n_head % shard.size == 0 && c.ffn_hidden() % shard.size == 0,
                "model.n_head = {} and the MLP's {} hidden units must divide over {} tensor-parallel "
-               "ranks", c.n_head, c.ffn_hidden(), shard.size);
+               "ranks; set parallel.tensor to a divisor of both", c.n_head, c.ffn_hidden(), shard.size);
   const int heads = c.n_head / shard.size;
   return {heads, c.head_size(), heads * c.head_size(), c.ffn_hidden() / shard.size};
 }

@@ -15,6 +15,7 @@
 #include "frugal/parallel/data_parallel.h"
 #include "frugal/parallel/mpi_world.h"
 #include "frugal/parallel/pipeline.h"
+#include "frugal/parallel/tensor_parallel.h"
 #endif
 
 namespace frugal::parallel {
@@ -79,6 +80,8 @@ StepStrategyFactory World::step_strategy() {
 #ifdef FRUGAL_HAVE_MPI
   if (parallel())
     return [&world = *mpi_](Session& session, MethodSet& methods, const RunSettings& settings) -> std::unique_ptr<StepStrategy> {
+      if (settings.parallel.tensor > 1)
+        return std::make_unique<TensorParallelStep>(session, methods, settings, world);
       if (settings.parallel.pipeline_stages > 1)
         return std::make_unique<PipelineStep>(session, methods, settings, world);
       return std::make_unique<DataParallelStep>(session, methods, settings, world);
@@ -88,6 +91,8 @@ StepStrategyFactory World::step_strategy() {
     FRUGAL_CHECK(settings.parallel.pipeline_stages == 1, "parallel.pipeline_stages = {} needs that many "
                  "processes or a multiple: run under mpirun -np {} (or set it to 1)",
                  settings.parallel.pipeline_stages, settings.parallel.pipeline_stages);
+    FRUGAL_CHECK(settings.parallel.tensor == 1, "parallel.tensor = {} needs that many processes: run "
+                 "under mpirun -np {} (or set it to 1)", settings.parallel.tensor, settings.parallel.tensor);
     return make_single_process_step(session, methods, settings);
   };
 }

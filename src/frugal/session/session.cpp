@@ -64,14 +64,15 @@ void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
   ++reshapes_;
 }
 
-void Session::repartition(const BlockRange& range, const ReshapeMap& fill) {
+void Session::repartition(const BlockRange& range, const ReshapeMap& fill, TensorCollectives* tensor) {
   FRUGAL_CHECK(!optim_->sharded(), "internal: a session with a sharded optimizer is re-partitioned");
+  tensor_ = tensor;
   // Before the first step the moments are zero: allocating them now would take their memory early.
   rebuild(model_->config(), range, fill, optim_->steps_taken() > 0);
 }
 
 void Session::rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments) {
-  auto next_model = std::make_unique<GPT>(config, range);
+  auto next_model = std::make_unique<GPT>(config, range, tensor_);
   next_model->set_linear_dtype(options_.linear_dtype);
   auto next_optim = std::make_unique<AdamW>(next_model->table(), options_.optim);
   if (map) {
@@ -81,12 +82,12 @@ void Session::rebuild(const ModelConfig& config, const BlockRange& range, const 
                           moments ? next_optim->v() : nullptr);
     map(from, to);
   }
-  plan(*next_model);
   next_model->set_frozen_prefix(std::min(model_->frozen_prefix(), config.n_layer));
   next_optim->set_steps_taken(optim_->steps_taken());
   optim_.reset();  // before the model whose table it refers to
   model_ = std::move(next_model);
   optim_ = std::move(next_optim);
+  plan(*model_);  // once the old model's activations are gone: the two are never held together
 }
 
 void Session::shard_optimizer(size_t begin, size_t end) {

@@ -99,9 +99,10 @@ class Session {
   // Rebuilds the session around `range` of the same model (a pipeline stage's blocks, or the
   // whole model), `fill` filling its weights and moments (from this session's tensors and from
   // the processes that hold the others; before the optimizer's first step `fill` sees no moments,
-  // which are zero). Call only between steps; references to the old model and optimizer are
-  // invalid afterwards.
-  void repartition(const BlockRange& range, const ReshapeMap& fill);
+  // which are zero). With `tensor`, the new model is this rank's shard of that tensor-parallel
+  // group (GPT's constructor; it must outlive the session); without, it is not split. Call only
+  // between steps; references to the old model and optimizer are invalid afterwards.
+  void repartition(const BlockRange& range, const ReshapeMap& fill, TensorCollectives* tensor = nullptr);
   // ZeRO (stages 1 and 2): from now on the optimizer keeps moments for, and updates, only
   // [begin, end) of the flat parameter buffer. Replaces the optimizer with a fresh one: call
   // before any optimizer state is loaded or step taken.
@@ -117,15 +118,16 @@ class Session {
 
  private:
   void plan(GPT& model) const;  // the activation plan of the options' (B, T) and recompute policy
-  // Replaces the model by one of `config` holding `range`, filled by `map` (without `moments`,
-  // the map sees none and the new optimizer's stay zero); the frozen prefix and AdamW's step
-  // count carry over.
+  // Replaces the model by one of `config` holding `range` (tensor_'s shard of it), filled by `map`
+  // (without `moments`, the map sees none and the new optimizer's stay zero); the frozen prefix
+  // and AdamW's step count carry over.
   void rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments);
 
   SessionOptions options_;
   // model_ before optim_: the optimizer refers to the model's parameter table.
   std::unique_ptr<GPT> model_;
   std::unique_ptr<AdamW> optim_;
+  TensorCollectives* tensor_ = nullptr;  // the model is a shard of this group's (null: whole)
   LrSchedule schedule_;
   double lr_scale_ = 1.0;
   int64_t reshapes_ = 0;

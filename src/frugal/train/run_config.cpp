@@ -10,6 +10,7 @@
 #include "frugal/kernels/ops.h"
 #include "frugal/methods/method.h"
 #include "frugal/methods/method_set.h"
+#include "frugal/model/spec.h"
 
 namespace frugal {
 
@@ -80,7 +81,11 @@ io::ConfigSchema run_schema() {
                 "freed ranks data-parallel replicas (AutoPipe + AutoDP); false keeps K stages (re-balanced)")
       .add_string("parallel.autopipe_cost", par.autopipe_cost, "what AutoPipe balances over the stages: each "
                   "unit's measured time per micro-batch, or the bytes of parameters, gradients and AdamW "
-                  "moments it holds (the stages' memory)", {"time", "parameters"});
+                  "moments it holds (the stages' memory)", {"time", "parameters"})
+      .add_int("parallel.tensor", par.tensor, "under mpirun: tensor-parallel ranks T (Megatron-style: "
+               "attention heads, MLP hidden units and the vocabulary split over T ranks, which run "
+               "every micro-batch together); model.n_head and the MLP's hidden units must divide by T; "
+               "1: none", Range::at_least(1));
   SampleSettings p;
   s.add_int("sample.count", p.count, "samples printed at the end of training", Range::at_least(0))
       .add_int("sample.max_tokens", p.max_tokens, "tokens per sample", Range::at_least(1))
@@ -200,6 +205,7 @@ RunSettings run_settings(const io::Config& c) {
   par.schedule = c.get_string("parallel.schedule");
   par.elastic = c.get_bool("parallel.elastic");
   par.autopipe_cost = c.get_string("parallel.autopipe_cost");
+  par.tensor = c.get_int32("parallel.tensor");
   SampleSettings& p = r.sample;
   p.count = c.get_int32("sample.count");
   p.max_tokens = c.get_int32("sample.max_tokens");
@@ -214,6 +220,7 @@ RunSettings run_settings(const io::Config& c) {
   shape.validate();
   FRUGAL_CHECK(t.seq_len <= m.block_size, "train.seq_len = {} exceeds model.block_size = {}",
                t.seq_len, m.block_size);
+  LocalSizes::of(shape, {0, par.tensor});    // throws when the heads or hidden units do not divide
   recompute_blocks(t.recompute, m.n_layer);  // throws for a bad block list
   MethodSet::from_config(c);                 // each method checks its keys
   return r;

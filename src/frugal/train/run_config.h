@@ -43,6 +43,7 @@ struct ParallelSettings {
   std::string schedule = "1f1b";  // the pipeline's schedule: "1f1b" or "gpipe"
   bool elastic = true;      // AutoPipe shortens the pipeline as layers freeze; AutoDP uses the freed ranks
   std::string autopipe_cost = "time";  // what AutoPipe balances: "time" or "parameters" (bytes held)
+  int tensor = 1;           // T: the ranks of a tensor-parallel group, each holding 1/T of every split tensor
 };
 
 struct RunSettings {

@@ -48,19 +48,24 @@ void drop_metrics_after(const std::string& path, int64_t step) {
 // The keys a resumed run must share with its checkpoint: the model (the tensor shapes do not show
 // e.g. n_head) and what defines the batches. One "key: stored vs now" line per difference.
 // train.grad_accum may differ when the number of ranks does: what must stay is the global batch,
-// ranks × grad_accum micro-batches (grad_accum alone in a pipeline, where it counts all ranks').
+// data-parallel ranks × grad_accum micro-batches (grad_accum alone in a pipeline, where it counts
+// all ranks'; ranks / parallel.tensor replicas under tensor parallelism, whose groups run the same
+// micro-batches).
 std::vector<std::string> resume_differences(const io::Config& stored, int stored_ranks,
                                             const io::Config& now, int ranks,
                                             int resolved_vocab_size) {
   std::vector<std::string> out;
-  const auto data_ranks = [](const io::Config& c, int n) { return c.get_int("parallel.pipeline_stages") > 1 ? 1 : n; };
+  const auto data_ranks = [](const io::Config& c, int n) {
+    return c.get_int("parallel.pipeline_stages") > 1 ? 1 : n / static_cast<int>(c.get_int("parallel.tensor"));
+  };
   stored_ranks = data_ranks(stored, stored_ranks);
   ranks = data_ranks(now, ranks);
   const int64_t stored_micro = stored_ranks * stored.get_int("train.grad_accum");
   const int64_t micro = ranks * now.get_int("train.grad_accum");
   if (stored_micro != micro)
     out.push_back(fmt::format("micro-batches per step (ranks × train.grad_accum, or train.grad_accum "
-                              "alone with parallel.pipeline_stages > 1) = {} × {} in the "
+                              "alone with parallel.pipeline_stages > 1; ranks / parallel.tensor with "
+                              "parallel.tensor > 1) = {} × {} in the "
                               "checkpoint, {} × {} now: keep their product", stored_ranks,
                               stored_micro / stored_ranks, ranks, micro / ranks));
   for (const io::ConfigKey& key : now.schema().keys()) {

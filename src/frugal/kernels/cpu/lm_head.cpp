@@ -2,6 +2,8 @@
 // logits stay within a fixed scratch budget; no (N,V) logits buffer is ever allocated. Per chunk:
 // logits = x · W[:V]ᵀ (GEMM), a vectorised stable softmax per row turning logits into
 // dlogits = (p - onehot) * dloss in place, then dx = dlogits · W[:V] and dW[:V] += dlogitsᵀ · x.
+// The vocabulary-split version runs the softmax's three row passes (max, exponentials, scale) over
+// the whole chunk each, with the group's reductions of the rows' statistics between them.
 
 #include <algorithm>
 #include <cmath>
@@ -21,10 +23,8 @@ int chunk_rows(int N, int V) {
   return static_cast<int>(std::clamp<size_t>(kLogitsBudget / static_cast<size_t>(V), 1, static_cast<size_t>(N)));
 }
 
-// In place on one row of V logits: returns -log p[target]; when dloss != 0 the row becomes
-// (softmax - onehot(target)) * dloss.
-float softmax_xent_row(float* z, int V, int target, float dloss, bool want_grad) {
-  const float target_logit = z[target];  // read before the row is overwritten
+// The row's largest logit.
+float row_max(const float* z, int V) {
   __m256 vmax = _mm256_set1_ps(-INFINITY);
   int v = 0;
   for (; v + 8 <= V; v += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(z + v));
@@ -33,25 +33,45 @@ float softmax_xent_row(float* z, int V, int target, float dloss, bool want_grad)
   _mm256_store_ps(lanes, vmax);
   for (float l : lanes) mx = std::max(mx, l);
   for (int r = v; r < V; ++r) mx = std::max(mx, z[r]);
+  return mx;
+}
+
+// Σ exp(z - mx) over the row; when `store`, the row becomes its exponentials.
+float row_exp_sum(float* z, int V, float mx, bool store) {
   const __m256 vm = _mm256_set1_ps(mx);
   __m256 vsum = _mm256_setzero_ps();
-  for (v = 0; v + 8 <= V; v += 8) {
+  int v = 0;
+  for (; v + 8 <= V; v += 8) {
     const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(z + v), vm));
-    if (want_grad) _mm256_storeu_ps(z + v, e);
+    if (store) _mm256_storeu_ps(z + v, e);
     vsum = _mm256_add_ps(vsum, e);
   }
   float sum = hsum256(vsum);
   for (int r = v; r < V; ++r) {
     const float e = std::exp(z[r] - mx);
-    if (want_grad) z[r] = e;
+    if (store) z[r] = e;
     sum += e;
   }
+  return sum;
+}
+
+// z (V) *= scale
+void row_scale(float* z, int V, float scale) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  int v = 0;
+  for (; v + 8 <= V; v += 8) _mm256_storeu_ps(z + v, _mm256_mul_ps(_mm256_loadu_ps(z + v), vs));
+  for (int r = v; r < V; ++r) z[r] *= scale;
+}
+
+// In place on one row of V logits: returns -log p[target]; when dloss != 0 the row becomes
+// (softmax - onehot(target)) * dloss.
+float softmax_xent_row(float* z, int V, int target, float dloss, bool want_grad) {
+  const float target_logit = z[target];  // read before the row is overwritten
+  const float mx = row_max(z, V);
+  const float sum = row_exp_sum(z, V, mx, want_grad);
   const float loss = mx + std::log(sum) - target_logit;
   if (want_grad) {
-    const float scale = dloss / sum;
-    const __m256 vs = _mm256_set1_ps(scale);
-    for (v = 0; v + 8 <= V; v += 8) _mm256_storeu_ps(z + v, _mm256_mul_ps(_mm256_loadu_ps(z + v), vs));
-    for (int r = v; r < V; ++r) z[r] *= scale;
+    row_scale(z, V, dloss / sum);
     z[target] -= dloss;
   }
   return loss;
@@ -86,12 +106,59 @@ void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const flo
   }
 }
 
+void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
+                                 const float* weight, const int32_t* targets, int N, int C, int V,
+                                 float dloss, const VocabSplit& split) {
+  FRUGAL_PROFILE("lm head + loss");
+  const bool want_grad = dinp || dweight;
+  const int R = chunk_rows(N, split.whole);  // the same on every rank: the reductions pair up
+  std::vector<float> logits(static_cast<size_t>(R) * V), mx(R), stats(2 * static_cast<size_t>(R));
+  for (int r0 = 0; r0 < N; r0 += R) {
+    const int rows = std::min(R, N - r0);
+    const float* x = inp + static_cast<size_t>(r0) * C;
+    float* sum = stats.data();            // (rows) Σ exp(z - max) over the whole vocabulary
+    float* target_logit = sum + rows;     // (rows) held by the rank owning the target, else 0
+    if (V > 0) cpu::sgemm(false, true, rows, V, C, 1.0f, x, C, weight, C, 0.0f, logits.data(), V);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; ++i) {
+      const float* z = logits.data() + static_cast<size_t>(i) * V;
+      const int t = targets[r0 + i] - split.first;
+      mx[i] = row_max(z, V);
+      target_logit[i] = targets[r0 + i] >= 0 && t >= 0 && t < V ? z[t] : 0.0f;
+    }
+    split.all_reduce_max(mx.data(), rows);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; ++i) sum[i] = row_exp_sum(logits.data() + static_cast<size_t>(i) * V, V, mx[i], want_grad);
+    split.all_reduce_sum(stats.data(), 2 * static_cast<size_t>(rows));
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; ++i) {
+      float* z = logits.data() + static_cast<size_t>(i) * V;
+      const int target = targets[r0 + i], t = target - split.first;
+      if (target < 0) {
+        losses[r0 + i] = 0.0f;
+        if (want_grad) std::fill(z, z + V, 0.0f);
+        continue;
+      }
+      losses[r0 + i] = mx[i] + std::log(sum[i]) - target_logit[i];
+      if (want_grad) {
+        row_scale(z, V, dloss / sum[i]);
+        if (t >= 0 && t < V) z[t] -= dloss;
+      }
+    }
+    float* dx = dinp ? dinp + static_cast<size_t>(r0) * C : nullptr;
+    if (dx && V == 0) std::fill(dx, dx + static_cast<size_t>(rows) * C, 0.0f);
+    if (dx && V > 0) cpu::sgemm(false, false, rows, C, V, 1.0f, logits.data(), V, weight, C, 0.0f, dx, C);
+    if (dweight && V > 0)
+      cpu::sgemm(true, false, V, C, rows, 1.0f, logits.data(), V, x, C, 1.0f, dweight, C);
+  }
+}
+
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
   cpu::sgemm(false, true, N, V, C, 1.0f, inp, C, weight, C, 0.0f, logits, V);
 }
 
 }  // namespace
 
-const LmHeadKernels lm_head_avx2{&lm_head_cross_entropy, &lm_head_logits};
+const LmHeadKernels lm_head_avx2{&lm_head_cross_entropy, &lm_head_cross_entropy_split, &lm_head_logits};
 
 }  // namespace frugal::kernels::cpu

@@ -139,7 +139,8 @@ const ActivationsKernels activations_ref{&ref::gelu_forward<float>, &ref::gelu_b
 const ElementwiseKernels elementwise_ref{&ref::residual_forward<float>,
                                          &ref::dropout_apply<float>, &sum_squares_feed,
                                          &sum_squares_finish, &ref::scale_inplace<float>};
-const LmHeadKernels lm_head_ref{&ref::lm_head_cross_entropy<float>, &lm_head_logits};
+const LmHeadKernels lm_head_ref{&ref::lm_head_cross_entropy<float>,
+                                 &ref::lm_head_cross_entropy_split<float>, &lm_head_logits};
 const AdamwKernels adamw_ref{&adamw_update};
 
 }  // namespace frugal::kernels::cpu

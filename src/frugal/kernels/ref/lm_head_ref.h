@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "frugal/kernels/ops.h"
 #include "frugal/kernels/ref/accumulator.h"
 
 namespace frugal::kernels::ref {
@@ -44,6 +45,54 @@ void lm_head_cross_entropy(T* losses, T* dinp, T* dw, const T* inp, const T* w,
         dx[c] += g * w[static_cast<size_t>(v) * C + c];
         if (dw) dw_sum[static_cast<size_t>(v) * C + c] += g * x[c];
       }
+    }
+    if (dinp)
+      for (int c = 0; c < C; ++c) dinp[static_cast<size_t>(i) * C + c] = T(dx[c]);
+  }
+  for (size_t k = 0; k < dw_sum.size(); ++k) dw[k] += T(dw_sum[k]);
+}
+
+// The vocabulary-split cross-entropy over this rank's V columns; mirrors ops.h
+// lm_head_cross_entropy_split (the rows' statistics reduced over the group in float, once for
+// all N rows: the maxima, then the sums of exponentials with the target logits).
+template <class T>
+void lm_head_cross_entropy_split(T* losses, T* dinp, T* dw, const T* inp, const T* w,
+                                 const int32_t* targets, int N, int C, int V, T dloss,
+                                 const VocabSplit& split) {
+  using A = Accum<T>;
+  std::vector<A> logits(static_cast<size_t>(N) * V);
+  std::vector<float> mx(N, -INFINITY), stats(2 * static_cast<size_t>(N), 0.0f);  // sums | target logits
+  for (int i = 0; i < N; ++i)
+    for (int v = 0; v < V; ++v) {
+      A acc = 0;
+      for (int c = 0; c < C; ++c) acc += A(inp[static_cast<size_t>(i) * C + c]) * w[static_cast<size_t>(v) * C + c];
+      logits[static_cast<size_t>(i) * V + v] = acc;
+      mx[i] = std::max(mx[i], float(acc));
+      if (targets[i] - split.first == v) stats[N + i] = float(acc);
+    }
+  split.all_reduce_max(mx.data(), N);
+  for (int i = 0; i < N; ++i) {
+    A sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(logits[static_cast<size_t>(i) * V + v] - A(mx[i]));
+    stats[i] = float(sum);
+  }
+  split.all_reduce_sum(stats.data(), stats.size());
+  std::vector<A> dw_sum(dw ? static_cast<size_t>(V) * C : 0, A(0));
+  for (int i = 0; i < N; ++i) {
+    std::vector<A> dx(C, A(0));
+    if (targets[i] >= 0) {
+      const A lse = A(mx[i]) + std::log(A(stats[i]));
+      losses[i] = T(lse - A(stats[N + i]));
+      for (int v = 0; v < V; ++v) {
+        const A g = (std::exp(logits[static_cast<size_t>(i) * V + v] - lse) -
+                     (v == targets[i] - split.first ? A(1) : A(0))) * dloss;
+        for (int c = 0; c < C; ++c) {
+          dx[c] += g * w[static_cast<size_t>(v) * C + c];
+          if (dw) dw_sum[static_cast<size_t>(v) * C + c] += g * inp[static_cast<size_t>(i) * C + c];
+        }
+      }
+    } else {
+      losses[i] = 0;
     }
     if (dinp)
       for (int c = 0; c < C; ++c) dinp[static_cast<size_t>(i) * C + c] = T(dx[c]);

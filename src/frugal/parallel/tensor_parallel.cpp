@@ -1,0 +1,226 @@
+// The tensor-parallel step and its MPI collectives; see tensor_parallel.h.
+#include "frugal/parallel/tensor_parallel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <functional>
+
+#include "frugal/core/error.h"
+#include "frugal/core/memory.h"
+#include "frugal/kernels/ops.h"
+
+namespace frugal::parallel {
+
+// ---- MpiTensorCollectives ----
+
+MpiTensorCollectives::MpiTensorCollectives(MpiWorld& world, MPI_Comm group) : world_(world), group_(group) {
+  MPI_Comm_rank(group, &rank_);
+  MPI_Comm_size(group, &size_);
+}
+
+void MpiTensorCollectives::all_gather(const float* local, size_t n, float* out) {
+  FRUGAL_CHECK(n <= size_t(INT32_MAX), "internal: a tensor-parallel all-gather of {} floats", n);
+  const Timer timer;
+  MPI_Request request;
+  MPI_Iallgather(local, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, group_, &request);
+  world_.wait(request, "the tensor-parallel group's exchange");
+  seconds_ += timer.seconds();
+  bytes_ += double(n) * sizeof(float);
+  ++calls_;
+}
+
+template <class Op>
+void MpiTensorCollectives::reduce(float* x, size_t n, Op op) {
+  gathered_.resize(n * size_);
+  all_gather(x, n, gathered_.data());
+  const float* g = gathered_.data();
+  const int ranks = size_;
+#pragma omp parallel for schedule(static) if (n >= (1 << 14))
+  for (size_t i = 0; i < n; ++i) {
+    float acc = g[i];
+    for (int r = 1; r < ranks; ++r) acc = op(acc, g[r * n + i]);
+    x[i] = acc;
+  }
+}
+
+void MpiTensorCollectives::all_reduce_sum(float* x, size_t n) { reduce(x, n, std::plus<float>()); }
+
+void MpiTensorCollectives::all_reduce_max(float* x, size_t n) {
+  reduce(x, n, [](float a, float b) { return std::max(a, b); });
+}
+
+double MpiTensorCollectives::sum(double x) {
+  std::vector<double> all(size_);
+  MPI_Request request;
+  MPI_Iallgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, group_, &request);
+  world_.wait(request, "the tensor-parallel group's sum");
+  double total = 0;
+  for (double v : all) total += v;
+  return total;
+}
+
+// ---- TensorParallelStep ----
+
+namespace {
+
+MeshShape data_tensor(int D, int T) {
+  MeshShape shape;
+  shape.sizes[static_cast<int>(Dim::Data)] = D;
+  shape.sizes[static_cast<int>(Dim::Tensor)] = T;
+  return shape;
+}
+
+bool is_split(const TensorSpec& t) { return t.placement.kind == Placement::Kind::Sharded; }
+
+}  // namespace
+
+TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
+                                       MpiWorld& world)
+    : StepStrategy(session, methods, settings), world_(world) {
+  const int T = settings.parallel.tensor, N = world.size();
+  FRUGAL_CHECK(N % T == 0, "parallel.tensor = {} does not divide the {} ranks; run mpirun -np with a "
+               "multiple of {}", T, N, T);
+  FRUGAL_CHECK(settings.parallel.pipeline_stages == 1, "parallel.pipeline_stages = {} with parallel.tensor "
+               "= {}: pipeline × tensor parallelism is not built yet; set one of them to 1",
+               settings.parallel.pipeline_stages, T);
+  FRUGAL_CHECK(settings.parallel.zero == 0, "parallel.zero = {} with parallel.tensor = {}: ZeRO with tensor "
+               "parallelism is not built yet; set parallel.zero = 0", settings.parallel.zero, T);
+  for (const auto& method : methods.methods()) {
+    const Capabilities c = method->capabilities();
+    FRUGAL_CHECK(!c.changes_shapes && !c.owns_masks && !c.reads_all_gradients, "methods.{} {}, which "
+                 "tensor parallelism does not follow yet (each rank holds a slice of them); run it with "
+                 "parallel.tensor = 1", method->name(),
+                 c.changes_shapes ? "reshapes the model mid-run"
+                 : c.owns_masks   ? "chooses sparsity masks from every block's weights"
+                                  : "reads every block's gradients");
+  }
+  LocalSizes::of(settings.model, {0, T});  // the heads and hidden units divide (checked with the config too)
+  base_ = world.new_communicator();
+  mesh_ = std::make_unique<MpiMesh>(data_tensor(N / T, T), base_);
+  comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor));
+  name_ = N == T ? fmt::format("tensor-parallel over {} ranks", T)
+                 : fmt::format("tensor-parallel over {} ranks × {} data-parallel replicas", T, N / T);
+}
+
+TensorParallelStep::~TensorParallelStep() {
+  // The session may still hold a shard that refers to comm_: gather it first (unless an error is
+  // ending the run, when the other ranks may never join, and the session goes too).
+  if (std::uncaught_exceptions() == 0) hold(false);
+  comm_.reset();
+  mesh_.reset();
+  MPI_Comm_free(&base_);
+}
+
+void TensorParallelStep::hold(bool sharded) {
+  if (sharded == sharded_) return;
+  const ShardCoord shard = comm_->coord();
+  // Between steps the gradients are spent: their memory goes before the new session takes its own.
+  release_pages(session_.model().grads(), sizeof(float) * session_.model().num_floats());
+  session_.repartition(session_.model().range(), [&](const NamedTensors& from, const NamedTensors& to) {
+    std::vector<float> parts;  // gathering: every rank's part of one tensor, in rank order
+    for (const ParamInfo& e : to.table().entries()) {
+      const ParamInfo& local = (sharded ? to : from).table().at(e.name);
+      for (auto get : {&NamedTensors::param, &NamedTensors::m, &NamedTensors::v}) {
+        const std::span<float> src = (from.*get)(e.name), dst = (to.*get)(e.name);
+        if (dst.empty()) continue;  // no moments yet
+        if (sharded) {
+          e.copy_local(src.data(), dst.data(), shard);
+        } else if (!is_split(e)) {
+          std::ranges::copy(src, dst.begin());
+        } else {
+          parts.resize(local.numel * shard.size);
+          comm_->all_gather(src.data(), local.numel, parts.data());
+          for (int r = 0; r < shard.size; ++r) e.copy_global(parts.data() + r * local.numel, dst.data(), {r, shard.size});
+        }
+        release_pages(src.data(), src.size_bytes());  // copied: the old session's memory goes as it is
+      }
+    }
+  }, sharded ? comm_.get() : nullptr);
+  sharded_ = sharded;
+}
+
+StepResult TensorParallelStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
+  hold(true);  // the first step, or back to the shard after a synchronize()
+  comm_->reset_counters();
+  return run_events(step, next_batch, record);
+}
+
+void TensorParallelStep::synchronize() { hold(false); }
+
+void TensorParallelStep::begin_context(TrainContext& ctx) {
+  if (replicas() == 1) return;
+  ctx.allgather_replicas = world_.allgather_over(mesh_->group(Dim::Data));
+  ctx.replicas = replicas();
+}
+
+void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
+                                           StepResult& r) {
+  const Timer timer;
+  const int A = settings_.train.grad_accum, D = replicas(), d = replica();
+  const int count = D * A;  // micro-batches in the step, over the replicas
+  // The global batch in one-process order: replica d's are d·A .. d·A + A − 1; the others' are
+  // drawn and dropped, so every rank's loader stays at the same position.
+  for (int skipped = 0; skipped < d * A; ++skipped) draw(next_batch);
+  std::vector<double> losses(A);  // the same bits on every rank of the tensor group
+  for (int micro = 0; micro < A; ++micro) {
+    draw(next_batch);
+    losses[micro] = run_micro_batch(ctx, micro, step, d * A + micro, count, r);
+  }
+  for (int skipped = (d + 1) * A; skipped < count; ++skipped) draw(next_batch);
+  compute_seconds_ = timer.seconds();
+  GPT& model = session_.model();
+  if (D > 1) {  // each shard's gradients summed over its replicas
+    const size_t begin = model.trainable_begin();
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, model.grads() + begin, static_cast<int>(model.num_floats() - begin), MPI_FLOAT,
+                   MPI_SUM, mesh_->group(Dim::Data), &request);
+    world_.wait(request, "the sum of the gradients over the tensor group's replicas");
+  }
+  // The loss: every micro-batch's, added in one-process order.
+  std::vector<double> all_losses(count);
+  MPI_Request request;
+  MPI_Iallgather(losses.data(), A, MPI_DOUBLE, all_losses.data(), A, MPI_DOUBLE, mesh_->group(Dim::Data), &request);
+  world_.wait(request, "the all-gather of the replicas' losses");
+  for (double loss : all_losses) r.loss += loss;
+  r.loss /= count;
+  // Each shard counted the FLOPs of its own heads, hidden units and vocabulary columns, each
+  // replica those of its micro-batches.
+  const std::vector<double> flops = world_.sum({r.executed.forward, r.executed.backward_input,
+                                                r.executed.backward_weight, r.executed.optimizer,
+                                                r.dense.forward, r.dense.backward_input,
+                                                r.dense.backward_weight, r.dense.optimizer});
+  r.executed = {flops[0], flops[1], flops[2], flops[3]};
+  r.dense = {flops[4], flops[5], flops[6], flops[7]};
+}
+
+float TensorParallelStep::clip_gradients() {
+  update_timer_.reset();
+  GPT& model = session_.model();
+  const size_t begin = model.trainable_begin();
+  // Σ g² of the split tensors on each rank, added over the group in rank order, and of the
+  // replicated ones (the same on every rank) once. Each tensor is fed with its alignment padding
+  // (zero), so every piece is whole groups of 8 as the stream needs.
+  constexpr size_t kAlignFloats = kAlign / sizeof(float);
+  kernels::SumSquaresStream split, replicated;
+  for (const ParamInfo& e : model.table().entries()) {
+    if (e.offset < begin) continue;  // frozen
+    const size_t n = (e.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+    kernels::sum_squares_feed(is_split(e) ? split : replicated, model.grads() + e.offset, n);
+  }
+  const double squares = comm_->sum(kernels::sum_squares_finish(split)) + kernels::sum_squares_finish(replicated);
+  const float norm = static_cast<float>(std::sqrt(squares));
+  session_.optim().clip_to(model.grads(), begin, norm);
+  return norm;
+}
+
+void TensorParallelStep::add_metrics(nlohmann::json& record) {
+  // Every collective of the step is waited for where it is called: all of its time is exposed.
+  record["comm"] = {{"wait_s", comm_->seconds()}, {"compute_s", compute_seconds_},
+                    {"update_s", update_timer_.seconds()}, {"buckets", comm_->calls()},
+                    {"bytes_reduced", comm_->bytes()}};
+}
+
+}  // namespace frugal::parallel

@@ -1,0 +1,100 @@
+// Megatron-style tensor parallelism as a step strategy (train/step.h), applied from outside the
+// model, optionally with data parallelism over D = ranks / T replicas of the tensor group (a mesh
+// of data D × tensor T, mesh.h). The T ranks of a tensor group each hold a shard of the model
+// — their placements' parts of every split tensor (ModelSpec: attention heads, MLP hidden units,
+// the vocabulary of the token embedding and the head), and the replicated ones whole — with its
+// gradients and AdamW moments, and run every micro-batch together, meeting inside each block and
+// in the vocabulary-parallel embedding and cross-entropy through MpiTensorCollectives. The
+// residual stream, and so every replicated tensor's gradient, is the same bits on every rank; the
+// global gradient norm adds the split tensors' sums of squares over the ranks and the replicated
+// ones' once, so clipping and AdamW on each rank's shard keep the replicas identical. With D > 1
+// replica d's tensor group runs micro-batches d·A .. d·A + A − 1 of the step (A = grad_accum) in
+// one process's order, and each shard's gradients are summed over its D replicas after the
+// backward (not overlapped), as a pipeline's replicas do.
+//
+// The session starts whole (initialised or loaded as in one process) and becomes this rank's
+// shard at the first step; synchronize() (before evaluation, checkpoints and samples) gathers the
+// whole model, weights and moments, on every rank, and the next step scatters it again: so
+// checkpoints, evaluation, sampling and export are one process's, and a run resumes at any
+// tensor degree. Pipeline × tensor and ZeRO are refused (not built yet).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "frugal/core/timer.h"
+#include "frugal/model/collectives.h"
+#include "frugal/parallel/mpi_mesh.h"
+#include "frugal/parallel/mpi_world.h"
+#include "frugal/train/step.h"
+
+namespace frugal::parallel {
+
+// The TensorCollectives of one rank of a tensor group over MPI. Deterministic: each reduction
+// all-gathers every rank's values and combines them in rank order, so every rank gets the same
+// bits (an MPI_Allreduce may add in a different order on different ranks). Counts the seconds and
+// bytes it spends.
+class MpiTensorCollectives final : public TensorCollectives {
+ public:
+  // `group`: the tensor group's communicator, its ranks ordered by their tensor coordinate.
+  MpiTensorCollectives(MpiWorld& world, MPI_Comm group);
+  ShardCoord coord() const override { return {rank_, size_}; }
+  void all_reduce_sum(float* x, size_t n) override;
+  void all_reduce_max(float* x, size_t n) override;
+  // Every rank's x, added in rank order (the same bits on every rank).
+  double sum(double x);
+  // Gathers every rank's `local` (n floats each) into `out` (size · n), in rank order.
+  void all_gather(const float* local, size_t n, float* out);
+
+  // Since the last reset: seconds inside the collectives, their calls and the bytes this rank sent.
+  void reset_counters() { seconds_ = 0, calls_ = 0, bytes_ = 0; }
+  double seconds() const { return seconds_; }
+  int calls() const { return calls_; }
+  double bytes() const { return bytes_; }
+
+ private:
+  template <class Op>
+  void reduce(float* x, size_t n, Op op);
+
+  MpiWorld& world_;
+  MPI_Comm group_;
+  int rank_ = 0, size_ = 1;
+  std::vector<float> gathered_;  // (size, n) of the reduction in progress
+  double seconds_ = 0, bytes_ = 0;
+  int calls_ = 0;
+};
+
+class TensorParallelStep final : public StepStrategy {
+ public:
+  TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);
+  ~TensorParallelStep() override;
+  const char* name() const override { return name_.c_str(); }
+  double tokens_per_step() const override { return StepStrategy::tokens_per_step() * replicas(); }
+  StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
+  void synchronize() override;
+
+ protected:
+  void begin_context(TrainContext& ctx) override;  // the replicas share their caches
+  // The replica's micro-batches on every rank of its tensor group; each shard's gradients summed
+  // over the replicas; losses added in one process's order; FLOPs summed over every rank.
+  void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
+  float clip_gradients() override;  // split tensors' squares summed over the group, replicated once
+  void add_metrics(nlohmann::json& record) override;  // "comm": seconds inside the collectives
+
+ private:
+  // Rebuilds the session around this rank's shard (sharded) or the whole model (gathered from
+  // every rank's shard); a no-op when it already is.
+  void hold(bool sharded);
+  int replicas() const { return mesh_->shape().size(Dim::Data); }
+  int replica() const { return mesh_->coordinate(Dim::Data); }
+
+  MpiWorld& world_;
+  std::string name_;
+  MPI_Comm base_;
+  std::unique_ptr<MpiMesh> mesh_;  // data D × tensor T over base_
+  std::unique_ptr<MpiTensorCollectives> comm_;
+  bool sharded_ = false;
+  double compute_seconds_ = 0;  // the step's micro-batches
+  Timer update_timer_;          // from clipping on
+};
+
+}  // namespace frugal::parallel
