@@ -71,8 +71,11 @@ class ParamTable {
   const ParamInfo& at(std::string_view name) const;  // throws Error when absent
   size_t offset_of(std::string_view name) const;      // kAbsent when absent
   size_t total() const { return total_; }             // floats, including alignment padding
-  // Parameters this table really holds (no alignment padding, no vocabulary padding rows).
+  // Parameters this table really holds (no alignment padding, no vocabulary padding rows, no
+  // buffers), and of those the ones a token runs through when each mixture of experts sends it to
+  // top_k of its experts.
   size_t num_parameters() const;
+  size_t num_active_parameters(int top_k) const;
   // [begin, end) float offsets covering block `layer`; layer == -1 gives the embeddings,
   // layer == n_layer the final LayerNorm and untied head.
   std::pair<size_t, size_t> layer_range(int layer) const;
