@@ -226,6 +226,7 @@ void Trainer::add_routing_metrics(nlohmann::json& record) {
   for (const auto& [name, sum] : routing.auxiliary) moe[name] = routing.forwards > 0 ? sum / routing.forwards : 0.0;
   const int E = routing.experts;
   nlohmann::json layers = nlohmann::json::array();
+  double worst = 0;
   for (size_t i = 0; i < routing.layers.size(); ++i) {
     const auto load = routing.load.begin() + i * E;
     const double total = std::accumulate(load, load + E, 0.0);
@@ -233,9 +234,11 @@ void Trainer::add_routing_metrics(nlohmann::json& record) {
     for (int e = 0; e < E; ++e) share[e] = total > 0 ? load[e] / total : 0.0;
     const double max_over_mean = total > 0 ? *std::max_element(load, load + E) * E / total : 0.0;
     layers.push_back({{"layer", routing.layers[i]}, {"max_over_mean_load", max_over_mean}, {"share", share}});
+    worst = std::max(worst, max_over_mean);
   }
   moe["layers"] = layers;
   record["moe"] = moe;
+  record["moe_max_over_mean_load"] = worst;  // a top-level number: what `frugal report` plots
 }
 
 void Trainer::log_metrics(const std::string& json_line) {
