@@ -128,6 +128,25 @@ TEST(Trainer, MixtureOfExpertsResumesBitExactly) {
   EXPECT_EQ(Trainer(tiny_config(data, dir.file("c"), with({"train.recompute=all"})), quiet).fit().losses, all.losses);
 }
 
+// Progressive freezing runs a mixture of experts: a frozen block's experts, router and balancing
+// bias stay as they were, while the trainable block's bias moves.
+TEST(Trainer, MixtureOfExpertsWithAFrozenPrefix) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  Trainer trainer(tiny_config(data, dir.file("a"), {"model.moe.experts=4", "model.moe.bias_rate=0.01",
+                                                    "methods.freeze.frozen_layers=1", "train.max_steps=3"}),
+                  {.quiet = true});
+  GPT& model = trainer.model();
+  const float* frozen = model.param("transformer.h.0.mlp.experts.c_fc.weight");
+  const std::vector<float> before(frozen, frozen + 16);
+  trainer.fit();
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), frozen));
+  const float* bias0 = model.param("transformer.h.0.mlp.router.balance_bias");
+  const float* bias1 = model.param("transformer.h.1.mlp.router.balance_bias");
+  EXPECT_TRUE(std::all_of(bias0, bias0 + 4, [](float b) { return b == 0.0f; }));
+  EXPECT_TRUE(std::any_of(bias1, bias1 + 4, [](float b) { return b != 0.0f; }));
+}
+
 // A mixture of experts trains (its metrics lines carry the balancing losses and the load), then
 // eval and sample run it from its checkpoint; export to Hugging Face GPT-2 and the layouts it does
 // not run with are refused in one line.
