@@ -159,7 +159,7 @@ TEST(TrainerCli, MixtureOfExpertsTrainsEvaluatesSamplesAndRefusesExport) {
                              " --set sample.count=0 --set train.eval_batches=2 --set train.out_dir=" + run;
   const CliResult train = run_frugal(config + " --set train.max_steps=4 --set train.log_interval=2");
   ASSERT_EQ(train.rc, 0) << train.output;
-  EXPECT_NE(train.output.find("active: 2 of 4 experts"), std::string::npos) << train.output;
+  EXPECT_NE(train.output.find("active per token (2 of 4 experts)"), std::string::npos) << train.output;
   std::ifstream metrics(run + "/metrics.jsonl");
   std::string line;
   ASSERT_TRUE(std::getline(metrics, line));

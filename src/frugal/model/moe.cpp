@@ -57,6 +57,16 @@ void add_auxiliary(std::vector<std::pair<std::string, double>>& into,
   }
 }
 
+// The places of the shared expert within a mixture's (from `first` on), and back.
+FeedForward::Acts places_from(const FeedForward::Acts& all, int first) {
+  FeedForward::Acts sub{};
+  std::copy(all.begin() + first, all.end(), sub.begin());
+  return sub;
+}
+void put_places(FeedForward::Acts& all, const FeedForward::Acts& sub, int first) {
+  std::copy(sub.begin(), sub.end() - first, all.begin() + first);
+}
+
 size_t find(const ParamTable& table, const std::string& name) { return table.offset_of(name); }
 
 }  // namespace
@@ -161,7 +171,7 @@ void MoeMlp::lay_out(double N, const Take& take, Acts& a) const {
   if (shared_) {
     Acts shared{};
     shared_->lay_out(N, take, shared);
-    std::copy(shared.begin(), shared.end() - Shared, a.begin() + Shared);
+    put_places(a, shared, Shared);
   }
 }
 
@@ -177,7 +187,7 @@ void MoeMlp::lay_out_scratch(double N, const Take& take, Scratch& s) const {
   if (shared_) {
     Scratch shared{};
     shared_->lay_out_scratch(N, take, shared);
-    std::copy(shared.begin(), shared.end() - DShared, s.begin() + DShared);
+    put_places(s, shared, DShared);
   }
 }
 
@@ -192,12 +202,7 @@ FeedForward::Acts MoeMlp::rows(const Acts& all, size_t row0) const {
   a[Xp] = all[Xp] + R0 * C;
   for (int p : {Fc, Gate, Act}) a[p] = at(all[p], R0 * H);
   a[Yp] = all[Yp] + R0 * C;
-  if (shared_) {
-    Acts shared{};
-    std::copy(all.begin() + Shared, all.end(), shared.begin());
-    shared = shared_->rows(shared, row0);
-    std::copy(shared.begin(), shared.end() - Shared, a.begin() + Shared);
-  }
+  if (shared_) put_places(a, shared_->rows(places_from(all, Shared), row0), Shared);
   return a;
 }
 
@@ -221,11 +226,7 @@ FeedForward::Report MoeMlp::forward(const float* params, const Acts& a, const fl
   if (gate_w_ != kAbsent) k::moe_grouped_forward(a[Gate], a[Xp], params + gate_w_, P(gate_b_), offsets.data(), E, C, H);
   mlp_activation_forward(kind_, a[Act], a[Gate], a[Fc], size_t(R) * H);
   k::moe_grouped_forward(a[Yp], a[Act], params + proj_w_, P(proj_b_), offsets.data(), E, H, C);
-  if (shared_) {
-    Acts shared{};
-    std::copy(a.begin() + Shared, a.end(), shared.begin());
-    shared_->forward(params, shared, in, out, N, lead, comm);
-  }
+  if (shared_) shared_->forward(params, places_from(a, Shared), in, out, N, lead, comm);
   k::moe_unpermute(out, a[Yp], ints(a[Pos]), a[Weight], N, k_, C, shared_ != nullptr);
 
   Report report;
@@ -263,13 +264,9 @@ void MoeMlp::backward(const float* params, float* grads, const Acts& a, const fl
   if (gate_w_ != kAbsent)
     k::moe_grouped_backward(s[DXp], grads + gate_w_, G(gate_b_), s[DGate], a[Xp], params + gate_w_,
                             offsets.data(), E, C, H, true);
-  if (shared_) {
-    Acts shared{};
-    Scratch shared_scratch{};
-    std::copy(a.begin() + Shared, a.end(), shared.begin());
-    std::copy(s.begin() + DShared, s.end(), shared_scratch.begin());
-    shared_->backward(params, grads, shared, in, dout, din, shared_scratch, N, aux_scale, comm);
-  }
+  if (shared_)
+    shared_->backward(params, grads, places_from(a, Shared), in, dout, din, places_from(s, DShared), N,
+                      aux_scale, comm);
   k::moe_unpermute(din, s[DXp], ints(a[Pos]), nullptr, N, k_, C, shared_ != nullptr);
   // the router: the combine weights' gradient and the balancing losses'
   std::vector<float> dprobs;  // the Switch loss: d/d p_ne = coef · E · f_e / N

@@ -275,7 +275,7 @@ FitResult Trainer::fit() {
     const ParamTable& table = session_->model().table();
     io::print("model: {:.2f}M parameters{} ({} layers, {} heads, n_embd {}, vocab {}), {} threads{}\n",
               table.num_parameters() / 1e6,
-              m.moe.experts > 0 ? fmt::format(" ({:.2f}M active: {} of {} experts)",
+              m.moe.experts > 0 ? fmt::format(", {:.2f}M active per token ({} of {} experts)",
                                               table.num_active_parameters(m.moe.top_k) / 1e6, m.moe.top_k,
                                               m.moe.experts) : "",
               m.n_layer, m.n_head, m.n_embd, m.vocab_size, num_threads(),
