@@ -83,7 +83,7 @@ struct RankBlock {
            int C) {
     block.forward(params.data(), acts, x.data(), scratch.branch, kB, kT, {}, comm);
     std::copy(dout.begin(), dout.end(), dres);
-    block.backward(params.data(), grads.data(), acts, x.data(), dres, scratch, kB, kT, {}, true, comm);
+    block.backward(params.data(), grads.data(), acts, x.data(), dres, scratch, kB, kT, {}, true, 1.0f, comm);
     output.assign(acts.res_out, acts.res_out + size_t(kB) * kT * C);
     input_grad.assign(dres, dres + size_t(kB) * kT * C);
   }

@@ -152,6 +152,20 @@ TEST_F(DataParallel, MethodsRunAsInOneProcess) {
   EXPECT_TRUE(contains(v.output, "methods.multilevel reshapes the model mid-run, which data parallelism")) << v.output;
 }
 
+// A mixture of experts with both balancing mechanisms: the ranks' expert load is summed before
+// the bias moves, so np = 2 is one process with twice the accumulation (to the dense tolerance),
+// and ZeRO-2 (the bias updated on every rank, the parameters gathered) is ZeRO-0 bit for bit.
+TEST_F(DataParallel, MixtureOfExpertsEqualsOneProcessAndZeroStages) {
+  const std::string moe = "--set model.moe.experts=4 --set model.moe.every=2 --set model.moe.bias_rate=0.001 "
+                          "--set model.moe.shared_expert=true";
+  const TrainedRun parallel = train("moe", 2, 8, moe);
+  const TrainedRun single = train("moe-ref", 0, 8, moe + " --set train.grad_accum=2");
+  const double diff = max_relative_difference(single.steps, parallel.steps);
+  std::printf("mixture of experts: np=2 vs 1 process: max relative difference %.3g\n", diff);
+  EXPECT_LE(diff, kTolerance);
+  expect_identical(parallel.steps, train("moe-zero2", 2, 8, moe + " --set parallel.zero=2").steps);
+}
+
 TEST_F(DataParallel, OtherCommandsRefuseToRunOnSeveralRanks) {
   const CliResult r = run_shell(mpirun(2) + " prepare --tokenizer char --input " + tmp_.file("text.txt") +
                                 " --out " + tmp_.file("prepared"));

@@ -197,6 +197,16 @@ TEST(Decoder, MatchesGptWithPostLnBlocks) {
   }
 }
 
+// Mixture-of-experts blocks (with a dense one between them: two sets of internals) route each
+// decoded row as the full forward routes it, with the balancing bias steering the choice.
+TEST(Decoder, MatchesGptWithMixtureOfExperts) {
+  ModelConfig c = small_config(MlpKind::Swiglu, true);
+  c.n_layer = 3, c.moe.experts = 4, c.moe.top_k = 2, c.moe.every = 2, c.moe.shared_expert = true;
+  expect_decoder_matches_gpt(random_model(c, 13).get());
+  c.moe.every = 1;
+  expect_decoder_matches_gpt(random_model(c, 14).get());
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, DecoderMatchesGpt,
                          ::testing::Values(Variant{MlpKind::Gelu, true}, Variant{MlpKind::Gelu, false},
                                            Variant{MlpKind::Swiglu, true},

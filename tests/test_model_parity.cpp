@@ -130,9 +130,11 @@ TEST_P(Parity, TenAdamWStepsMatchPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Parity,
                          ::testing::Values("gelu_tied", "gelu_untied", "geglu_tied", "swiglu_untied"));
 
-// The mean cross-entropy computed in double from the model's float logits. GPT::forward returns
-// the loss rounded to float, whose ulp (4.8e-7 at a loss of 4) quantises a central difference
-// to steps of ulp / 2ε (1.2e-4 at ε = 2e-3): too coarse for tensors with small gradients.
+// The mean cross-entropy computed in double from the model's float logits, plus the auxiliary
+// losses of that forward (a mixture of experts' balancing losses, small: their rounding does not
+// matter). GPT::forward returns the loss rounded to float, whose ulp (4.8e-7 at a loss of 4)
+// quantises a central difference to steps of ulp / 2ε (1.2e-4 at ε = 2e-3): too coarse for
+// tensors with small gradients.
 static double loss_fp64(GPT& model, const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) {
   const int B = model.batch(), T = model.seq_len(), V = model.config().vocab_size;
   std::vector<float> logits(size_t(B) * T * V);
@@ -148,7 +150,9 @@ static double loss_fp64(GPT& model, const std::vector<int32_t>& tokens, const st
     sum += mx + std::log(e) - z[targets[i]];
     ++valid;
   }
-  return sum / valid;
+  double auxiliary = 0;
+  for (const auto& [name, value] : model.loss_terms().auxiliary) auxiliary += value;
+  return sum / valid + auxiliary;
 }
 
 // Directional finite differences: for a pseudo-random direction d over params [begin, end),
@@ -240,6 +244,36 @@ TEST(ModelGradient, SparseAttentionPatternsDirectionalCheckPerTensor) {
   std::vector<int32_t> tokens(B * T), targets(B * T);
   for (int i = 0; i < B * T; ++i) tokens[i] = (i * 5) % 37, targets[i] = (i * 13 + 1) % 37;
   expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
+}
+
+// A mixture of experts on every other block (GELU experts, top 2 of 4, with a shared expert) and
+// on every block (SwiGLU experts without biases, each token to all 3: no choice can flip under the
+// finite differences, whatever the weights), with both balancing losses: the gradient of every
+// tensor, the router's included, is that of the cross-entropy plus the auxiliary losses. The
+// balancing bias (a buffer, zero) gets none.
+TEST(ModelGradient, MixtureOfExpertsDirectionalCheckPerTensor) {
+  for (MlpKind mlp : {MlpKind::Gelu, MlpKind::Swiglu}) {
+    SCOPED_TRACE(mlp_kind_name(mlp));
+    ModelConfig c;
+    c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16, c.init_std = 0.2f;
+    c.mlp = mlp, c.bias = mlp == MlpKind::Gelu;
+    const bool gelu = mlp == MlpKind::Gelu;
+    c.moe.experts = gelu ? 4 : 3, c.moe.top_k = gelu ? 2 : 3, c.moe.hidden = 24, c.moe.every = gelu ? 2 : 1;
+    c.moe.shared_expert = gelu;
+    c.moe.aux_loss_coef = 0.1f, c.moe.z_loss_coef = 0.01f;  // large enough to show in every gradient
+    GPT model(c);
+    model.init_weights(8);
+    ASSERT_NE(model.table().find("transformer.h.1.mlp.router.weight"), nullptr);
+    EXPECT_EQ(model.table().find("transformer.h.0.mlp.router.weight") == nullptr, gelu);
+    const int B = 2, T = 8;
+    model.plan(B, T);
+    std::vector<int32_t> tokens(B * T), targets(B * T);
+    for (int i = 0; i < B * T; ++i) tokens[i] = (i * 5) % 37, targets[i] = (i * 3 + 4) % 37;
+    expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
+    const std::vector<std::string> names = {"moe_balance", "moe_z"};
+    ASSERT_EQ(model.loss_terms().auxiliary.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(model.loss_terms().auxiliary[i].first, names[i]);
+  }
 }
 
 // The frozen prefix runs sample by sample (AutoCache serves its output in later micro-batches),

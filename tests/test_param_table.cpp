@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "frugal/core/error.h"
+#include "frugal/model/flops.h"
+#include "frugal/model/gpt.h"
 #include "frugal/model/param_table.h"
 
 using namespace frugal;
@@ -35,6 +37,34 @@ TEST(ParamTable, TensorsAreAlignedAndLayersContiguous) {
     prev_end = e.offset + e.numel;
   }
   for (int l = 0; l + 1 < c.n_layer; ++l) EXPECT_LE(t.layer_range(l).second, t.layer_range(l + 1).first);
+}
+
+// A mixture of experts on every other block (8 experts of 256 units, top 2) against the dense
+// model whose MLP has the 2 · 256 units a token runs through: the parameter table holds every
+// expert, the active count 2 of 8 of them, neither the balancing bias (a buffer); the FLOPs are
+// the dense model's plus the router's (2·N·E·C per product and block).
+TEST(ParamTable, MixtureOfExpertsCountsTotalAndActiveParametersAndFlops) {
+  ModelConfig dense;
+  dense.ffn_mult = 4;  // 512 hidden units at n_embd 128
+  ModelConfig moe = dense;
+  moe.moe.experts = 8, moe.moe.top_k = 2, moe.moe.hidden = 256, moe.moe.every = 2;
+  const ParamTable d = ParamTable::build(dense), m = ParamTable::build(moe);
+  EXPECT_EQ(m.at("transformer.h.1.mlp.experts.c_fc.weight").shape, (std::vector<int64_t>{8, 256, 128}));
+  EXPECT_EQ(m.at("transformer.h.3.mlp.experts.c_proj.bias").shape, (std::vector<int64_t>{8, 128}));
+  EXPECT_EQ(m.find("transformer.h.2.mlp.router.weight"), nullptr);
+  ASSERT_NE(m.find("transformer.h.3.mlp.router.balance_bias"), nullptr);
+  const size_t expert = 256 * 128 * 2 + 256 + 128, router = 8 * 128;
+  EXPECT_EQ(m.num_active_parameters(2), d.num_parameters() + 2 * (router + 128));  // + each expert's c_proj bias
+  EXPECT_EQ(m.num_parameters() - m.num_active_parameters(2), 2 * 6 * expert);
+  EXPECT_EQ(d.num_active_parameters(2), d.num_parameters());
+
+  const int B = 2, T = 32;
+  const PhaseFlops fd = count_step_flops(GPT(dense), B, T).executed_total();
+  const PhaseFlops fm = count_step_flops(GPT(moe), B, T).executed_total();
+  const double routers = 2 * (2.0 * B * T * 8 * 128);
+  EXPECT_DOUBLE_EQ(fm.forward, fd.forward + routers);
+  EXPECT_DOUBLE_EQ(fm.backward_input, fd.backward_input + routers);
+  EXPECT_DOUBLE_EQ(fm.backward_weight, fd.backward_weight + routers);
 }
 
 TEST(ParamTable, InvalidConfigSaysWhatToFix) {

@@ -233,9 +233,10 @@ TEST(Report, WritesPngAndSvgPlots) {
   const std::string base = make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12);
   const std::string sparse = make_run(tmp.path() / "sparse", {2.9, 2.4, 2.1}, 0.8, 0.5e12, [](int step) {
     return fmt::format(", \"flip_rate\": {}, \"level\": {}, \"sparsity\": {}, \"tokens_per_s\": {}, "
-                       "\"pipeline_stages\": {}, \"pipeline_replicas\": {}, \"pipeline_repartitions\": {}", 0.1 / step,
+                       "\"pipeline_stages\": {}, \"pipeline_replicas\": {}, \"pipeline_repartitions\": {}, "
+                       "\"moe_max_over_mean_load\": {}", 0.1 / step,
                        step > 100 ? 1 : 2, step > 100 ? 0.9 : 0.5, step > 100 ? 2000 : 1000, step > 100 ? 1 : 2,
-                       step > 100 ? 2 : 1, step > 100 ? 1 : 0);
+                       step > 100 ? 2 : 1, step > 100 ? 1 : 0, 1.0 + 1.0 / step);
   });
   options.names = {"dense baseline", "2:4 it's_sparse"};  // spaces, quote, underscore in legends
   write_report({base, sparse}, tmp.file("out"), options);
@@ -266,6 +267,7 @@ TEST(Report, WritesPngAndSvgPlots) {
   EXPECT_FALSE(fs::exists(tmp.path() / "out" / "flip_rate_vs_step.png"));
   EXPECT_FALSE(fs::exists(tmp.path() / "out" / "level_vs_step.png"));
   EXPECT_FALSE(fs::exists(tmp.path() / "out" / "sparsity_vs_step.png"));
+  EXPECT_FALSE(fs::exists(tmp.path() / "out" / "expert_load_vs_step.png"));
   EXPECT_FALSE(fs::exists(tmp.path() / "out" / "plot-data" / "run1_train.dat"));
 }
 

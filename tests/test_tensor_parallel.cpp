@@ -115,6 +115,7 @@ TEST_F(TensorParallel, UnsupportedLayoutsAndMethodsAreRefusedWithWhatToDo) {
            {mpirun(2), "--set parallel.tensor=4 --set model.n_head=4", "parallel.tensor = 4 does not divide the 2 ranks"},
            {mpirun(2), kTensor2 + " --set parallel.pipeline_stages=2", "pipeline × tensor parallelism is not built yet"},
            {mpirun(2), kTensor2 + " --set parallel.zero=1", "set parallel.zero = 0"},
+           {mpirun(2), kTensor2 + " --set model.moe.experts=4", "a mixture of experts under tensor parallelism"},
            {mpirun(2), kTensor2 + " --set methods.sparse24={}", "methods.sparse24 chooses sparsity masks"},
            {mpirun(2), kTensor2 + " --set methods.multilevel.shares=0.05,0.65,0.3", "methods.multilevel reshapes the model"},
            {mpirun(2), "--set parallel.tensor=3", "set parallel.tensor to a divisor of both"}}) {

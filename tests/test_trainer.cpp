@@ -14,6 +14,8 @@
 #include <fstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "error_of.h"
 #include "frugal/core/error.h"
 #include "frugal/data/text.h"
@@ -109,6 +111,97 @@ TEST(Trainer, Bf16ResumeIsBitExactAndTrainsCloseToFp32) {
   ASSERT_EQ(bf16.size(), fp32.size());
   EXPECT_NE(bf16, fp32);
   for (size_t i = 0; i < bf16.size(); ++i) EXPECT_NEAR(bf16[i], fp32[i], 0.02) << "step " << i;
+}
+
+// A mixture of experts (with gradient accumulation and the auxiliary-loss-free bias, which is
+// model state) resumes bit-exactly, and recomputation does not change its losses.
+TEST(Trainer, MixtureOfExpertsResumesBitExactly) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::vector<std::string> moe = {"model.moe.experts=4", "model.moe.hidden=48", "model.moe.every=2",
+                                        "model.moe.bias_rate=0.01", "train.grad_accum=2"};
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), moe.begin(), moe.end());
+    return extra;
+  };
+  TrainerOptions quiet{.quiet = true};
+  const FitResult all = Trainer(tiny_config(data, dir.file("a"), with({})), quiet).fit();
+  ASSERT_EQ(all.losses.size(), 8u);
+  const FitResult halves =
+      Trainer(tiny_config(data, dir.file("b"), with({"train.checkpoint_interval=3", "train.keep_checkpoints=5"})),
+              quiet).fit();
+  EXPECT_EQ(halves.losses, all.losses);
+  fs::remove_all(dir.file("b/checkpoints/step_00000008"));
+  fs::remove_all(dir.file("b/checkpoints/step_00000006"));
+  std::ofstream(dir.file("b/checkpoints/latest")) << "step_00000003\n";
+  TrainerOptions resume{.resume = dir.file("b"), .quiet = true};
+  Trainer resumed(tiny_config(data, dir.file("b"), with({})), resume);
+  // after an odd number of steps (on this tiny model the bias alternates around zero)
+  const float* bias = resumed.model().param("transformer.h.1.mlp.router.balance_bias");
+  EXPECT_TRUE(std::any_of(bias, bias + 4, [](float b) { return b != 0.0f; })) << "the checkpoint holds the bias";
+  const FitResult rest = resumed.fit();
+  ASSERT_EQ(rest.losses.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(rest.losses[i], all.losses[3 + i]) << "step " << 3 + i;
+  EXPECT_EQ(Trainer(tiny_config(data, dir.file("c"), with({"train.recompute=all"})), quiet).fit().losses, all.losses);
+}
+
+// Progressive freezing runs a mixture of experts: a frozen block's experts, router and balancing
+// bias stay as they were, while the trainable block's bias moves.
+TEST(Trainer, MixtureOfExpertsWithAFrozenPrefix) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  Trainer trainer(tiny_config(data, dir.file("a"), {"model.moe.experts=4", "model.moe.bias_rate=0.01",
+                                                    "methods.freeze.frozen_layers=1", "train.max_steps=3"}),
+                  {.quiet = true});
+  GPT& model = trainer.model();
+  const float* frozen = model.param("transformer.h.0.mlp.experts.c_fc.weight");
+  const std::vector<float> before(frozen, frozen + 16);
+  trainer.fit();
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), frozen));
+  const float* bias0 = model.param("transformer.h.0.mlp.router.balance_bias");
+  const float* bias1 = model.param("transformer.h.1.mlp.router.balance_bias");
+  EXPECT_TRUE(std::all_of(bias0, bias0 + 4, [](float b) { return b == 0.0f; }));
+  EXPECT_TRUE(std::any_of(bias1, bias1 + 4, [](float b) { return b != 0.0f; }));
+}
+
+// A mixture of experts trains (its metrics lines carry the balancing losses and the load), then
+// eval and sample run it from its checkpoint; export to Hugging Face GPT-2 and the layouts it does
+// not run with are refused in one line.
+TEST(TrainerCli, MixtureOfExpertsTrainsEvaluatesSamplesAndRefusesExport) {
+  TempDir dir;
+  const std::string data = make_data(dir), run = dir.file("run");
+  std::ofstream(dir.file("config.toml")) << "[model]\nn_layer = 2\nn_embd = 32\nn_head = 2\nblock_size = 32\n"
+                                            "[model.moe]\nexperts = 4\nshared_expert = true\n";
+  const std::string config = "train " + dir.file("config.toml") + " --set data.dir=" + data +
+                             " --set sample.count=0 --set train.eval_batches=2 --set train.out_dir=" + run;
+  const CliResult train = run_frugal(config + " --set train.max_steps=4 --set train.log_interval=2");
+  ASSERT_EQ(train.rc, 0) << train.output;
+  EXPECT_NE(train.output.find("active per token (2 of 4 experts)"), std::string::npos) << train.output;
+  std::ifstream metrics(run + "/metrics.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(metrics, line));
+  const nlohmann::json moe = nlohmann::json::parse(line).at("moe");
+  EXPECT_GT(moe.at("moe_balance").get<double>(), 0.0);
+  EXPECT_GT(moe.at("moe_z").get<double>(), 0.0);
+  ASSERT_EQ(moe.at("layers").size(), 2u);
+  EXPECT_GE(moe.at("layers")[1].at("max_over_mean_load").get<double>(), 1.0);
+  EXPECT_EQ(moe.at("layers")[1].at("share").size(), 4u);
+
+  const CliResult eval = run_frugal("eval " + run + " --json");
+  ASSERT_EQ(eval.rc, 0) << eval.output;
+  const CliResult sample = run_frugal("sample " + run + " --prompt 'the ' --max-tokens 20", "2>/dev/null");
+  ASSERT_EQ(sample.rc, 0) << sample.output;
+  EXPECT_NE(sample.output.find("\nthe "), std::string::npos) << sample.output;
+  const CliResult exported = run_frugal("export --format hf " + run + " " + dir.file("hf"));
+  EXPECT_EQ(exported.rc, 1);
+  EXPECT_NE(exported.output.find("no mixture-of-experts MLP"), std::string::npos) << exported.output;
+  for (const auto& [set, refusal] : {std::pair{"parallel.pipeline_stages=2", "does not run a mixture of experts"},
+                                     std::pair{"methods.sparse24={}", "methods.sparse24 does not run"},
+                                     std::pair{"model.moe.top_k=5", "model.moe.top_k = 5 must be in [2"}}) {
+    const CliResult r = run_frugal(config + " --set " + set);
+    EXPECT_EQ(r.rc, 1) << set;
+    EXPECT_NE(r.output.find(refusal), std::string::npos) << r.output;
+  }
 }
 
 TEST(Trainer, RecomputationGivesIdenticalLosses) {

@@ -152,6 +152,10 @@ void set_model_keys(Config& config, const ModelConfig& m) {
 }  // namespace
 
 void check_hf_gpt2_exportable(const ModelConfig& c) {
+  FRUGAL_CHECK(c.moe.experts == 0,
+               "model.moe.experts = {} cannot be exported in the Hugging Face GPT-2 format: "
+               "GPT2LMHeadModel has no mixture-of-experts MLP; only dense models can be exported",
+               c.moe.experts);
   FRUGAL_CHECK(!c.gated(),
                "model.mlp = \"{}\" cannot be exported in the Hugging Face GPT-2 format: "
                "GPT2LMHeadModel has no gated MLP; only models with model.mlp = \"gelu\" can be exported",

@@ -364,7 +364,9 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
       {"level", {kPlotLevelVsStep, "Multi-level: level trained vs step (1 = the configured model)", "step",
                  "level", false, "steps linewidth 2", {}, std::nullopt}},
       {"sparsity", {kPlotSparsityVsStep, "Sparsity of the block linears vs step (Mixed Sparsity Training)", "step",
-                    "sparsity", false, "steps linewidth 2", {}, std::nullopt}}};
+                    "sparsity", false, "steps linewidth 2", {}, std::nullopt}},
+      {"moe_max_over_mean_load", {kPlotLoadVsStep, "Mixture of experts: max/mean expert load vs step (worst block; 1 = balanced)",
+                                  "step", "max / mean load", false, points, {}, std::nullopt}}};
   // A pipeline's throughput over time, with a marker where its layout changed (a re-partition).
   Plot throughput{kPlotThroughputVsWall, "Training throughput vs wall-clock (large points: pipeline re-partitions)",
                   "wall-clock (s)", "tokens/s", false, "lines linewidth 1.5", {}, std::nullopt};

@@ -93,17 +93,19 @@ inline constexpr const char* kPlotTrainVsStep = "train_loss_vs_step";
 inline constexpr const char* kPlotFlipVsStep = "flip_rate_vs_step";
 inline constexpr const char* kPlotLevelVsStep = "level_vs_step";
 inline constexpr const char* kPlotSparsityVsStep = "sparsity_vs_step";
+inline constexpr const char* kPlotLoadVsStep = "expert_load_vs_step";
 inline constexpr const char* kPlotThroughputVsWall = "tokens_per_s_vs_wall_s";
-inline constexpr std::array<const char*, 7> kPlotNames = {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep,
+inline constexpr std::array<const char*, 8> kPlotNames = {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep,
                                                           kPlotFlipVsStep, kPlotLevelVsStep, kPlotSparsityVsStep,
-                                                          kPlotThroughputVsWall};
+                                                          kPlotLoadVsStep, kPlotThroughputVsWall};
 
 // Writes OUT_DIR/report.md (table + plots) and, with options.plots, OUT_DIR/<plot>.png/.svg plus
 // the gnuplot inputs (plots.gp, plot-data/run<i>_*.dat) and gnuplot's output (gnuplot.log). Plots:
 // validation loss vs seconds and vs FLOPs (log x) with the target as a dashed line, training
-// loss vs step, flip_rate, level and sparsity vs step when a run logs them, and a pipeline's
-// tokens/s vs seconds with its re-partitions marked (runs that log pipeline_repartitions). Throws Error (saying `apt-get install
-// gnuplot-nox`) before writing anything when gnuplot is not found. Returns the table.
+// loss vs step, flip_rate, level, sparsity and moe_max_over_mean_load vs step when a run logs
+// them, and a pipeline's tokens/s vs seconds with its re-partitions marked (runs that log
+// pipeline_repartitions). Throws Error (saying `apt-get install gnuplot-nox`) before writing
+// anything when gnuplot is not found. Returns the table.
 ReportTable write_report(const std::vector<RunMetrics>& runs, const std::string& out_dir,
                          const ReportOptions& options);
 ReportTable write_report(const std::vector<std::string>& run_dirs, const std::string& out_dir,

@@ -1,12 +1,14 @@
 // `frugal bench`: times training steps of a preset model (see bench/step.h), or with
-// `--kernel sparse24` the 2:4 kernels against dense GEMM per FFN product and per FFN block, or with
-// `--kernel sparse` the unstructured sparse linear kernels against the dense linear per product.
+// `--kernel sparse24` the 2:4 kernels against dense GEMM per FFN product and per FFN block, with
+// `--kernel sparse` the unstructured sparse linear kernels against the dense linear per product, or
+// with `--kernel moe` a mixture-of-experts MLP against the dense MLP of the same active FLOPs.
 #include <fmt/format.h>
 
 #include <memory>
 #include <optional>
 
 #include "frugal/bench/sparse24_ffn.h"
+#include "frugal/bench/moe_ffn.h"
 #include "frugal/bench/sparse24_kernel.h"
 #include "frugal/bench/sparse_linear_kernel.h"
 #include "frugal/bench/step.h"
@@ -56,6 +58,23 @@ void bench_sparse24_kernels(const BenchArgs& args) {
             kernels::format_sparse24_table(products), sparse24::format_ffn_table(blocks, f.mask_interval));
 }
 
+// `--kernel moe`: a mixture-of-experts MLP against the dense MLP of the same active FLOPs.
+void bench_moe_kernels(const BenchArgs& args) {
+  bench::MoeBenchOptions o;
+  o.repeats = args.repeats;
+  const auto rows = bench::run_moe_benchmark(o);
+  const char* gemm = kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend());
+  if (args.json) {
+    const nlohmann::json j = {{"kernel", "moe"}, {"isa", kernels::isa_name(kernels::moe_active_isa())},
+                              {"dense_gemm", gemm}, {"threads", num_threads()}, {"repeats", args.repeats},
+                              {"rows", bench::moe_rows_to_json(rows)}};
+    io::print("{}\n", j.dump());
+    return;
+  }
+  io::print("mixture of experts ({}) vs dense MLP ({}), {} threads, medians of {} interleaved runs\n{}",
+            kernels::kernel_backend_name(), gemm, num_threads(), args.repeats, bench::format_moe_table(rows));
+}
+
 // `--kernel sparse`: the three products of an unstructured sparse linear per shape and density.
 void bench_sparse_linear_kernels(const BenchArgs& args) {
   kernels::SparseLinearBenchOptions o;
@@ -98,8 +117,9 @@ void add_bench_command(CLI::App& app) {
               "methods.freeze.autocache=off times freezing alone.");
   CLI::Option* kernel = cmd->add_option("--kernel", args->kernel, "benchmark kernels instead of training steps: sparse24 "
                   "(2:4 vs dense GEMM on FFN shapes, and a whole FFN block) or sparse (unstructured "
-                  "sparse linear vs dense, three products, densities 0.5-0.05)")
-      ->check(CLI::IsMember({"sparse24", "sparse"}));
+                  "sparse linear vs dense, three products, densities 0.5-0.05) or moe (a mixture-of-experts "
+                  "MLP, 8 experts, top 2, vs the dense MLP of the same active FLOPs on presets S and M)")
+      ->check(CLI::IsMember({"sparse24", "sparse", "moe"}));
   CLI::Option* repeats = cmd->add_option("--repeats", args->repeats, "interleaved repetitions per kernel measurement (median taken)")
       ->check(CLI::Range(1, 1000));
   // The kernel benchmarks have fixed shapes and no training step: refuse what they would ignore.
@@ -110,6 +130,10 @@ void add_bench_command(CLI::App& app) {
     set_num_threads(args->threads);
     if (args->kernel == "sparse") {
       bench_sparse_linear_kernels(*args);
+      return;
+    }
+    if (args->kernel == "moe") {
+      bench_moe_kernels(*args);
       return;
     }
     if (!args->kernel.empty()) {

@@ -61,6 +61,7 @@ using Activations = Family<&KernelTables::activations>;
 using Elementwise = Family<&KernelTables::elementwise>;
 using LmHead = Family<&KernelTables::lm_head>;
 using Adamw = Family<&KernelTables::adamw>;
+using Moe = Family<&KernelTables::moe>;
 
 }  // namespace
 
@@ -77,6 +78,7 @@ Isa set_kernel_isa(Isa isa) {
   Activations::set(isa, "activations");
   Elementwise::set(isa, "elementwise");
   LmHead::set(isa, "lm_head");
+  Moe::set(isa, "moe");
   return Adamw::set(isa, "adamw");
 }
 
@@ -94,6 +96,8 @@ Isa sparse24_set_isa(Isa isa) { return Sparse24::set(isa, "2:4 kernel"); }
 Isa sparse24_active_isa() { return Sparse24::isa(); }
 Isa sparse_linear_set_isa(Isa isa) { return SparseLinear::set(isa, "sparse linear kernel"); }
 Isa sparse_linear_active_isa() { return SparseLinear::isa(); }
+Isa moe_set_isa(Isa isa) { return Moe::set(isa, "moe"); }
+Isa moe_active_isa() { return Moe::isa(); }
 
 // ---- the functions of kernels/ops.h, family by family ----
 
@@ -249,6 +253,36 @@ void lm_head_logits(float* logits, const float* inp, const float* weight, int N,
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay) {
   Adamw::table().update(p, g, m, v, n, s, decay);
+}
+
+void moe_router_forward(float* probs, float* lse, int32_t* expert, float* weight, const float* logits,
+                        const float* bias, int N, int E, int k) {
+  Moe::table().router_forward(probs, lse, expert, weight, logits, bias, N, E, k);
+}
+void moe_router_backward(float* dlogits, const float* dweight, const float* probs, const float* lse,
+                         const int32_t* expert, const float* weight, const float* dprobs, float dlse,
+                         int N, int E, int k) {
+  Moe::table().router_backward(dlogits, dweight, probs, lse, expert, weight, dprobs, dlse, N, E, k);
+}
+void moe_permute(float* out, const float* inp, const int32_t* src, int R, int C) {
+  Moe::table().permute(out, inp, src, R, C);
+}
+void moe_unpermute(float* out, const float* inp, const int32_t* pos, const float* weight, int N, int k,
+                   int C, bool accumulate) {
+  Moe::table().unpermute(out, inp, pos, weight, N, k, C, accumulate);
+}
+void moe_unpermute_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                            const int32_t* pos, const float* weight, int N, int k, int C) {
+  Moe::table().unpermute_backward(dinp, dweight, dout, inp, pos, weight, N, k, C);
+}
+void moe_grouped_forward(float* out, const float* inp, const float* weight, const float* bias,
+                         const int32_t* offsets, int E, int C, int OC) {
+  Moe::table().grouped_forward(out, inp, weight, bias, offsets, E, C, OC);
+}
+void moe_grouped_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const int32_t* offsets, int E, int C, int OC,
+                          bool accumulate_dinp) {
+  Moe::table().grouped_backward(dinp, dweight, dbias, dout, inp, weight, offsets, E, C, OC, accumulate_dinp);
 }
 
 }  // namespace frugal::kernels

@@ -85,6 +85,15 @@ struct LmHeadKernels {
   decltype(&kernels::lm_head_cross_entropy_split) cross_entropy_split;
   decltype(&kernels::lm_head_logits) logits;
 };
+struct MoeKernels {
+  decltype(&kernels::moe_router_forward) router_forward;
+  decltype(&kernels::moe_router_backward) router_backward;
+  decltype(&kernels::moe_permute) permute;
+  decltype(&kernels::moe_unpermute) unpermute;
+  decltype(&kernels::moe_unpermute_backward) unpermute_backward;
+  decltype(&kernels::moe_grouped_forward) grouped_forward;
+  decltype(&kernels::moe_grouped_backward) grouped_backward;
+};
 struct AdamwKernels {
   decltype(&kernels::adamw_update) update;
 };
@@ -106,6 +115,7 @@ struct KernelTables {
   const ElementwiseKernels* elementwise;
   const LmHeadKernels* lm_head;
   const AdamwKernels* adamw;
+  const MoeKernels* moe;
 };
 
 // The CPU backend's tables for `isa` (Ref, Avx2 or Avx512; kernels/cpu/cpu_backend.cpp).
@@ -128,5 +138,7 @@ Isa sparse24_set_isa(Isa isa);
 Isa sparse24_active_isa();
 Isa sparse_linear_set_isa(Isa isa);
 Isa sparse_linear_active_isa();
+Isa moe_set_isa(Isa isa);
+Isa moe_active_isa();
 
 }  // namespace frugal::kernels

@@ -238,6 +238,40 @@ void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, con
 // logits (N,V) = inp (N,C) · weight[:V]ᵀ (for sampling and export checks)
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V);
 
+// ---- moe: mixture-of-experts routing, permutation and grouped linear (model/moe.h) ----
+// R = N·k routed rows, grouped by expert; E experts, at most kMaxExperts.
+inline constexpr int kMaxExperts = 1024;
+// Token-choice top-k router: probs (N,E) = softmax(logits (N,E)), lse (N) = logsumexp(logits);
+// expert (N,k) = the k experts of largest probs + bias (bias (E) or null: it steers the choice
+// only), best first, ties to the lower expert index; weight (N,k) = their probs divided by the
+// sum of the k.
+void moe_router_forward(float* probs, float* lse, int32_t* expert, float* weight, const float* logits,
+                        const float* bias, int N, int E, int k);
+// dlogits (N,E) = d loss / d logits from dweight (N,k), d loss / d weight; dprobs (E) or null, added
+// to every row's d loss / d probs (the Switch loss's); dlse, d loss / d lse_n = dlse · lse_n (the
+// z-loss's). probs, lse, expert, weight: the forward's.
+void moe_router_backward(float* dlogits, const float* dweight, const float* probs, const float* lse,
+                         const int32_t* expert, const float* weight, const float* dprobs, float dlse,
+                         int N, int E, int k);
+// Gather: out (R,C) row i = inp (N,C) row src[i].
+void moe_permute(float* out, const float* inp, const int32_t* src, int R, int C);
+// Combine: out (N,C) = (or += when accumulate) Σ_j weight[n,j] · inp (R,C) row pos[n,j]; pos,
+// weight (N,k), weight null: 1 (the gather's backward).
+void moe_unpermute(float* out, const float* inp, const int32_t* pos, const float* weight, int N, int k,
+                   int C, bool accumulate);
+// The combine's backward: dinp (R,C) row pos[n,j] = weight[n,j] · dout[n]; dweight (N,k) =
+// <dout[n], inp row pos[n,j]>. dout (N,C).
+void moe_unpermute_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                            const int32_t* pos, const float* weight, int N, int k, int C);
+// Grouped linear: rows [offsets[e], offsets[e+1]) of inp (R,C) through expert e: out (R,OC) rows =
+// inp rows · weight[e] (OC,C)ᵀ + bias[e] (OC); weight (E,OC,C), bias (E,OC) or null, offsets (E+1).
+void moe_grouped_forward(float* out, const float* inp, const float* weight, const float* bias,
+                         const int32_t* offsets, int E, int C, int OC);
+// matmul_backward per expert: dinp (R,C) = (or +=), dweight (E,OC,C) +=, dbias (E,OC) +=.
+void moe_grouped_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const int32_t* offsets, int E, int C, int OC,
+                          bool accumulate_dinp);
+
 // ---- adamw ----
 struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay;

@@ -15,6 +15,7 @@ namespace k = kernels;
 namespace {
 
 std::string block_prefix(int layer) { return fmt::format("transformer.h.{}.", layer); }
+std::string mlp_prefix(int layer) { return block_prefix(layer) + "mlp."; }
 
 // The dropout mask's key of one residual branch (site 0: attention, 1: MLP) of one block.
 uint64_t site_key(uint64_t step_key, int layer, int site) {
@@ -28,7 +29,10 @@ void TransformerBlock::declare(ModelSpec& spec, int layer) {
   declare_norm(spec, p + "ln_1", layer);
   Attention::declare(spec, p, layer);
   declare_norm(spec, p + "ln_2", layer);
-  DenseMlp::declare(spec, p, layer);
+  if (spec.config().moe.on(layer))
+    MoeMlp::declare(spec, mlp_prefix(layer), layer);
+  else
+    DenseMlp::declare(spec, mlp_prefix(layer), layer, spec.config().ffn_hidden());
 }
 
 TransformerBlock::TransformerBlock(const ModelConfig& config, const ShardCoord& shard, int layer,
@@ -37,8 +41,14 @@ TransformerBlock::TransformerBlock(const ModelConfig& config, const ShardCoord& 
       sizes_(LocalSizes::of(config, shard)),
       layer_(layer),
       lead_(shard.rank == 0),
-      attention_(config, sizes_, block_prefix(layer), table, dense),
-      mlp_(std::make_unique<DenseMlp>(config, sizes_, block_prefix(layer), table, dense)) {
+      attention_(config, sizes_, block_prefix(layer), table, dense) {
+  if (config.moe.on(layer)) {
+    auto moe = std::make_unique<MoeMlp>(config, sizes_, mlp_prefix(layer), table, dense);
+    moe_ = moe.get();
+    mlp_ = std::move(moe);
+  } else {
+    mlp_ = std::make_unique<DenseMlp>(config, sizes_, mlp_prefix(layer), table, dense);
+  }
   const std::string p = block_prefix(layer);
   ln1_w_ = table.offset_of(p + "ln_1.weight");
   ln1_b_ = table.offset_of(p + "ln_1.bias");
@@ -100,9 +110,9 @@ bool TransformerBlock::reentrant_forward() const {
   return true;
 }
 
-void TransformerBlock::forward(const float* params, const BlockActs& a, const float* x, float* branch,
-                               int B, int T, const Dropout& dropout, TensorCollectives& comm,
-                               const KvCache* cache) const {
+FeedForward::Report TransformerBlock::forward(const float* params, const BlockActs& a, const float* x,
+                                              float* branch, int B, int T, const Dropout& dropout,
+                                              TensorCollectives& comm, const KvCache* cache) const {
   const int C = config_.n_embd, N = B * T;
   const size_t NC = size_t(N) * C;
   const float eps = config_.layernorm_eps;
@@ -122,7 +132,7 @@ void TransformerBlock::forward(const float* params, const BlockActs& a, const fl
   } else {
     k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res_mid, P(ln2_w_), P(ln2_b_), N, C, eps);
   }
-  mlp_->forward(params, a.mlp, mlp_in, branch, N, lead_, comm);
+  FeedForward::Report report = mlp_->forward(params, a.mlp, mlp_in, branch, N, lead_, comm);
   k::dropout_apply(branch, NC, dropout.p, site_key(dropout.step_key, layer_, 1), dropout.first);
   if (post) {
     k::residual_forward(a.ln2, h, branch, NC);
@@ -130,11 +140,13 @@ void TransformerBlock::forward(const float* params, const BlockActs& a, const fl
   } else {
     k::residual_forward(a.res_out, h, branch, NC);
   }
+  return report;
 }
 
 void TransformerBlock::backward(const float* params, float* grads, const BlockActs& a, const float* x,
                                 float* dres, const BlockScratch& s, int B, int T,
-                                const Dropout& dropout, bool need_dinp, TensorCollectives& comm) const {
+                                const Dropout& dropout, bool need_dinp, float aux_scale,
+                                TensorCollectives& comm) const {
   const int C = config_.n_embd, N = B * T;
   const size_t NC = size_t(N) * C;
   const bool post = config_.norm == NormPlacement::Post;
@@ -155,7 +167,8 @@ void TransformerBlock::backward(const float* params, float* grads, const BlockAc
     dout = s.dsum;
   }
   // MLP branch: d loss / d its input into dln
-  mlp_->backward(params, grads, a.mlp, post ? a.ln1 : a.ln2, branch_grad(dout, 1), s.dln, s.mlp, N, comm);
+  mlp_->backward(params, grads, a.mlp, post ? a.ln1 : a.ln2, branch_grad(dout, 1), s.dln, s.mlp, N,
+                 aux_scale, comm);
   if (post) {
     // d h = the branch's + the residual's; through ln_1 to d (x + attention branch), in dres
     k::residual_forward(s.dln, s.dln, s.dsum, NC);

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "frugal/model/branches.h"
+#include "frugal/model/moe.h"
 
 namespace frugal {
 
@@ -45,7 +46,8 @@ class TransformerBlock {
  public:
   static constexpr size_t kAbsent = LinearSlot::kAbsent;
 
-  // Declares block `layer`'s tensors: ln_1, the attention's, ln_2, the MLP's.
+  // Declares block `layer`'s tensors: ln_1, the attention's, ln_2, the MLP's (a mixture of
+  // experts' where ModelConfig::moe puts one).
   static void declare(ModelSpec& spec, int layer);
 
   // Block `layer` of a rank at `shard` of its tensor group, with its tensors' offsets in `table`
@@ -72,6 +74,8 @@ class TransformerBlock {
   // Whether the forward may run on several threads at once, on other rows (every format allows it).
   bool reentrant_forward() const;
   const kernels::AttentionPattern& attention_pattern() const { return attention_.pattern(); }
+  // The block's mixture of experts; null when its MLP is dense.
+  const MoeMlp* moe() const { return moe_; }
   void set_attention_pattern(const kernels::AttentionPattern& p) { attention_.set_pattern(p); }
 
   // The residual branches' dropout in a training forward: probability p (0: none), masks keyed by
@@ -82,15 +86,17 @@ class TransformerBlock {
     size_t first = 0;
   };
   // a.res_out (B·T, C) = the block applied to x (B·T, C), keeping a's internals; res_mid and res_out
-  // may be x itself (the decoder's in-place residual). `branch` (B·T, C) is scratch.
-  void forward(const float* params, const BlockActs& a, const float* x, float* branch, int B, int T,
+  // may be x itself (the decoder's in-place residual). `branch` (B·T, C) is scratch. Returns the
+  // MLP's report (auxiliary losses, expert load).
+  FeedForward::Report forward(const float* params, const BlockActs& a, const float* x, float* branch, int B, int T,
                const Dropout& dropout, TensorCollectives& comm, const KvCache* cache = nullptr) const;
   // Back-propagates d loss / d res_out, held in dres (B·T, C), through the forward kept in `a`
   // (from input x): accumulates the weight gradients into grads and leaves d loss / d x in dres
-  // (when need_dinp; otherwise dres is left undefined).
+  // (when need_dinp; otherwise dres is left undefined). aux_scale: the auxiliary losses' gradient
+  // scale (the forward's grad_scale).
   void backward(const float* params, float* grads, const BlockActs& a, const float* x, float* dres,
                 const BlockScratch& scratch, int B, int T, const Dropout& dropout, bool need_dinp,
-                TensorCollectives& comm) const;
+                float aux_scale, TensorCollectives& comm) const;
 
   // FLOPs of B sequences of T tokens: executed when `runs` (forward) and `trains` (backward), and
   // dense (every linear dense, causal attention).
@@ -107,6 +113,7 @@ class TransformerBlock {
   size_t ln1_w_, ln1_b_, ln2_w_, ln2_b_;
   Attention attention_;
   std::unique_ptr<FeedForward> mlp_;
+  const MoeMlp* moe_ = nullptr;  // mlp_ when it is a mixture of experts
 };
 
 }  // namespace frugal

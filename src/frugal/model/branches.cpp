@@ -64,9 +64,9 @@ namespace {
 // The branches' linears, under a block's prefix (Hugging Face GPT-2 names).
 constexpr const char* kQkv = "attn.c_attn";
 constexpr const char* kAttnProj = "attn.c_proj";
-constexpr const char* kFc = "mlp.c_fc";
-constexpr const char* kGate = "mlp.c_gate";
-constexpr const char* kMlpProj = "mlp.c_proj";
+constexpr const char* kFc = "c_fc";  // the MLP's, under its prefix
+constexpr const char* kGate = "c_gate";
+constexpr const char* kMlpProj = "c_proj";
 }  // namespace
 
 void Attention::declare(ModelSpec& spec, const std::string& prefix, int layer) {
@@ -149,16 +149,26 @@ void Attention::add_flops(int B, int T, bool runs, bool trains, ComponentFlops& 
 
 // ---- DenseMlp ----
 
-namespace {
-k::GateAct gate_act(MlpKind mlp) { return mlp == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu; }
-}  // namespace
+void mlp_activation_forward(MlpKind kind, float* act, const float* gate, const float* fc, size_t n) {
+  if (kind == MlpKind::Gelu)
+    k::gelu_forward(act, fc, n);
+  else
+    k::gated_forward(act, gate, fc, n, kind == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
+}
 
-void DenseMlp::declare(ModelSpec& spec, const std::string& prefix, int layer) {
-  const ModelConfig& c = spec.config();
-  const int64_t C = c.n_embd, H = c.ffn_hidden();
+void mlp_activation_backward(MlpKind kind, float* dgate, float* dfc, const float* dact, const float* gate,
+                             const float* fc, size_t n) {
+  if (kind == MlpKind::Gelu)
+    k::gelu_backward(dfc, dact, fc, n);
+  else
+    k::gated_backward(dgate, dfc, dact, gate, fc, n, kind == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
+}
+
+void DenseMlp::declare(ModelSpec& spec, const std::string& prefix, int layer, int64_t hidden) {
+  const int64_t C = spec.config().n_embd, H = hidden;
   using F = Features;
   declare_linear(spec, prefix + kFc, layer, H, C, Parallel::Column, {F::Hidden, F::Residual});
-  if (c.gated())
+  if (spec.config().gated())
     declare_linear(spec, prefix + kGate, layer, H, C, Parallel::Column, {F::Hidden, F::Residual});
   declare_linear(spec, prefix + kMlpProj, layer, C, H, Parallel::Row, {F::Residual, F::Hidden},
                  Init::ResidualNormal);
@@ -173,20 +183,18 @@ DenseMlp::DenseMlp(const ModelConfig& config, const LocalSizes& sizes, const std
       proj_(LinearSlot::find(table, prefix + kMlpProj, config.n_embd, sizes.ffn_hidden, dense)) {}
 
 void DenseMlp::lay_out(double N, const Take& take, Acts& a) const {
-  a.fc = take(N * hidden_);
-  a.gate = kind_ != MlpKind::Gelu ? take(N * hidden_) : nullptr;
-  a.act = take(N * hidden_);
+  a[Fc] = take(N * hidden_);
+  a[Gate] = kind_ != MlpKind::Gelu ? take(N * hidden_) : nullptr;
+  a[Act] = take(N * hidden_);
 }
 
-void DenseMlp::lay_out_scratch(double N, const Take& take, Scratch& s) const {
-  s.dfc = take(N * hidden_);
-  s.dgate = kind_ != MlpKind::Gelu ? take(N * hidden_) : nullptr;
-  s.dact = take(N * hidden_);
-}
+void DenseMlp::lay_out_scratch(double N, const Take& take, Scratch& s) const { lay_out(N, take, s); }
 
 FeedForward::Acts DenseMlp::rows(const Acts& all, size_t row0) const {
   const size_t off = row0 * hidden_;
-  return {all.fc + off, all.gate ? all.gate + off : nullptr, all.act + off};
+  Acts a{};
+  for (int p : {Fc, Gate, Act}) a[p] = all[p] ? all[p] + off : nullptr;
+  return a;
 }
 
 LinearSlot& DenseMlp::linear(BlockLinear which) {
@@ -197,33 +205,23 @@ const LinearSlot& DenseMlp::linear(BlockLinear which) const {
   return which == BlockLinear::Fc ? fc_ : which == BlockLinear::Gate ? gate_ : proj_;
 }
 
-void DenseMlp::forward(const float* params, const Acts& a, const float* in, float* out, int N,
-                       bool lead, TensorCollectives& comm) const {
-  const size_t NH = size_t(N) * hidden_;
-  fc_.forward(params, a.fc, in, N);
-  if (kind_ != MlpKind::Gelu) {
-    gate_.forward(params, a.gate, in, N);
-    k::gated_forward(a.act, a.gate, a.fc, NH, gate_act(kind_));
-  } else {
-    k::gelu_forward(a.act, a.fc, NH);
-  }
-  proj_.forward(params, out, a.act, N, lead);  // row-parallel, as the attention's projection
+FeedForward::Report DenseMlp::forward(const float* params, const Acts& a, const float* in, float* out,
+                                      int N, bool lead, TensorCollectives& comm) const {
+  fc_.forward(params, a[Fc], in, N);
+  if (gate_.present()) gate_.forward(params, a[Gate], in, N);
+  mlp_activation_forward(kind_, a[Act], a[Gate], a[Fc], size_t(N) * hidden_);
+  proj_.forward(params, out, a[Act], N, lead);  // row-parallel, as the attention's projection
   comm.all_reduce_sum(out, size_t(N) * proj_.OC);
+  return {};
 }
 
 void DenseMlp::backward(const float* params, float* grads, const Acts& a, const float* in,
-                        const float* dout, float* din, const Scratch& s, int N,
+                        const float* dout, float* din, const Scratch& s, int N, float /*aux_scale*/,
                         TensorCollectives& comm) const {
-  const size_t NH = size_t(N) * hidden_;
-  proj_.backward(params, grads, s.dact, dout, a.act, N, false);
-  if (kind_ != MlpKind::Gelu) {
-    k::gated_backward(s.dgate, s.dfc, s.dact, a.gate, a.fc, NH, gate_act(kind_));
-    fc_.backward(params, grads, din, s.dfc, in, N, false);
-    gate_.backward(params, grads, din, s.dgate, in, N, true);
-  } else {
-    k::gelu_backward(s.dfc, s.dact, a.fc, NH);
-    fc_.backward(params, grads, din, s.dfc, in, N, false);
-  }
+  proj_.backward(params, grads, s[Act], dout, a[Act], N, false);
+  mlp_activation_backward(kind_, s[Gate], s[Fc], s[Act], a[Gate], a[Fc], size_t(N) * hidden_);
+  fc_.backward(params, grads, din, s[Fc], in, N, false);
+  if (gate_.present()) gate_.backward(params, grads, din, s[Gate], in, N, true);
   comm.all_reduce_sum(din, size_t(N) * fc_.IC);
 }
 

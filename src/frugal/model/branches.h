@@ -3,9 +3,10 @@
 //   Attention: q|k|v projection (column-parallel), attention under the block's AttentionPattern
 //     over this rank's heads, output projection (row-parallel); in decoding, against a key/value
 //     cache.
-//   FeedForward: the MLP's interface, the place a mixture-of-experts MLP plugs in (its work may
-//     depend on the data; it returns its auxiliary losses through the block); DenseMlp, the GELU
-//     or gated (GEGLU, SwiGLU) MLP: fc (and gate) column-parallel, c_proj row-parallel.
+//   FeedForward: the MLP's interface, which a mixture of experts (model/moe.h) implements too
+//     (its work depends on the data; it reports its auxiliary losses and expert load through the
+//     block); DenseMlp, the GELU or gated (GEGLU, SwiGLU) MLP: fc (and gate) column-parallel,
+//     c_proj row-parallel.
 // A branch maps its input (N, C), the normalised residual stream, to its output (N, C) before
 // dropout; a row-parallel projection's partial sums meet at TensorCollectives::all_reduce_sum,
 // and so do the column-parallel input gradients in the backward.
@@ -15,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "frugal/core/memory.h"
 #include "frugal/kernels/attention_pattern.h"
@@ -105,11 +107,15 @@ class Attention {
 class FeedForward {
  public:
   virtual ~FeedForward() = default;
-  struct Acts {
-    float *fc, *gate, *act;  // (N, H) each; gate only when gated
-  };
-  struct Scratch {
-    float *dfc, *dgate, *dact;
+  // What a forward keeps for its backward, and what the backward works in: pointers into the
+  // arena at places each implementation names itself (lay_out, lay_out_scratch).
+  using Acts = std::array<float*, 16>;
+  using Scratch = std::array<float*, 16>;
+  // What one forward reports: its auxiliary losses, weighted by their coefficients (LossTerms),
+  // and the rows each expert received (empty without experts).
+  struct Report {
+    std::vector<std::pair<std::string, float>> auxiliary;
+    std::vector<int64_t> load;
   };
   virtual void lay_out(double N, const Take& take, Acts& a) const = 0;
   virtual void lay_out_scratch(double N, const Take& take, Scratch& s) const = 0;
@@ -117,18 +123,27 @@ class FeedForward {
   // The slot of an MLP linear (Fc, Gate, FcProj; not present when the MLP lacks it).
   virtual LinearSlot& linear(BlockLinear which) = 0;
   virtual const LinearSlot& linear(BlockLinear which) const = 0;
-  virtual void forward(const float* params, const Acts& a, const float* in, float* out, int N,
-                       bool lead, TensorCollectives& comm) const = 0;
+  virtual Report forward(const float* params, const Acts& a, const float* in, float* out, int N,
+                         bool lead, TensorCollectives& comm) const = 0;
+  // din (N, C) = d loss / d in (overwritten); weight gradients +=. aux_scale: the gradient scale
+  // of the auxiliary losses (the micro-batch's grad_scale).
   virtual void backward(const float* params, float* grads, const Acts& a, const float* in,
-                        const float* dout, float* din, const Scratch& s, int N,
+                        const float* dout, float* din, const Scratch& s, int N, float aux_scale,
                         TensorCollectives& comm) const = 0;
   virtual void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const = 0;
 };
 
+// The MLP's activation on n hidden values: act = gelu(fc), or act(gate) · fc when gated (GEGLU:
+// GELU, SwiGLU: SiLU); and its backward, dgate (gated only) and dfc overwritten.
+void mlp_activation_forward(MlpKind kind, float* act, const float* gate, const float* fc, size_t n);
+void mlp_activation_backward(MlpKind kind, float* dgate, float* dfc, const float* dact, const float* gate,
+                             const float* fc, size_t n);
+
 class DenseMlp final : public FeedForward {
  public:
-  // `prefix`mlp.c_fc, mlp.c_gate (gated MLPs) and mlp.c_proj of block `layer`.
-  static void declare(ModelSpec& spec, const std::string& prefix, int layer);
+  // `prefix`c_fc, c_gate (gated MLPs) and c_proj of block `layer` with `hidden` units (prefix:
+  // "transformer.h.L.mlp.", or a mixture's shared expert's).
+  static void declare(ModelSpec& spec, const std::string& prefix, int layer, int64_t hidden);
   DenseMlp(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
            const ParamTable& table, const std::shared_ptr<LinearFormat>& dense);
   void lay_out(double N, const Take& take, Acts& a) const override;
@@ -136,13 +151,14 @@ class DenseMlp final : public FeedForward {
   Acts rows(const Acts& all, size_t row0) const override;
   LinearSlot& linear(BlockLinear which) override;
   const LinearSlot& linear(BlockLinear which) const override;
-  void forward(const float* params, const Acts& a, const float* in, float* out, int N, bool lead,
-               TensorCollectives& comm) const override;
+  Report forward(const float* params, const Acts& a, const float* in, float* out, int N, bool lead,
+                 TensorCollectives& comm) const override;
   void backward(const float* params, float* grads, const Acts& a, const float* in, const float* dout,
-                float* din, const Scratch& s, int N, TensorCollectives& comm) const override;
+                float* din, const Scratch& s, int N, float aux_scale, TensorCollectives& comm) const override;
   void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const override;
 
  private:
+  enum Place { Fc, Gate, Act };  // (N, H) each, Gate only when gated; the scratch's: their gradients
   MlpKind kind_;
   int hidden_;  // this rank's hidden units
   LinearSlot fc_, gate_, proj_;

@@ -1,5 +1,5 @@
 // ModelConfig: the shape of a GPT model (GPT-2 family, optional gated MLP, pre- or post-LN blocks,
-// tied or untied head).
+// tied or untied head, optional mixture-of-experts MLPs).
 #pragma once
 #include <string>
 
@@ -16,6 +16,25 @@ enum class NormPlacement { Pre, Post };
 const char* norm_placement_name(NormPlacement norm);
 NormPlacement parse_norm_placement(const std::string& name);  // "pre" | "post"; throws otherwise
 
+// A mixture-of-experts MLP (model/moe.h) in place of the dense one on every `every`-th block:
+// `experts` MLPs of the model's kind (model.mlp) and `hidden` units each, of which a router sends
+// each token to its top_k (softmax over the experts, the combine weights renormalised over the
+// top k). Balancing: the Switch loss and the router z-loss, weighted by their coefficients, and
+// the auxiliary-loss-free bias (a per-expert bias on the router's choice, moved by bias_rate
+// against the load after every optimizer step; 0: off).
+struct MoeConfig {
+  int experts = 0;  // E; 0: every block has the dense MLP
+  int top_k = 2;
+  int every = 1;    // on blocks l with (l + 1) % every == 0
+  int hidden = 0;   // each expert's hidden units; 0: the dense MLP's (ffn_mult · n_embd)
+  bool shared_expert = false;  // a dense MLP of `hidden` units every token also passes through
+  float aux_loss_coef = 0.01f;
+  float z_loss_coef = 0.001f;
+  float bias_rate = 0.0f;
+  bool on(int layer) const { return experts > 0 && (layer + 1) % every == 0; }
+  bool operator==(const MoeConfig&) const = default;
+};
+
 struct ModelConfig {
   int vocab_size = 65;    // V: real vocabulary; the embedding is padded to padded_vocab() rows
   int block_size = 256;   // maximum sequence length T (rows of the position embedding)
@@ -30,11 +49,13 @@ struct ModelConfig {
   float dropout = 0.0f;   // on attention output and MLP output (residual branches)
   float layernorm_eps = 1e-5f;
   float init_std = 0.02f;
+  MoeConfig moe;
 
   int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
   int head_size() const { return n_embd / n_head; }
   int ffn_hidden() const { return ffn_mult * n_embd; }
   bool gated() const { return mlp != MlpKind::Gelu; }
+  int expert_hidden() const { return moe.hidden > 0 ? moe.hidden : ffn_hidden(); }
   // Throws frugal::Error naming the offending field and the accepted range.
   void validate() const;
   bool operator==(const ModelConfig&) const = default;

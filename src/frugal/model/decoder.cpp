@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "frugal/core/error.h"
 
 namespace frugal {
+
+int Decoder::kind(int layer) const { return model_.block(layer).moe() ? 1 : 0; }
 
 Decoder::Decoder(const GPT& model) : model_(model) {
   const ModelConfig& m = model.config();
@@ -20,11 +23,14 @@ Decoder::Decoder(const GPT& model) : model_(model) {
   branch_.resize(T * C);
   logits_.resize(m.vocab_size);
   head_scratch_.resize(C + 2);
-  // One set of internals for every block (they run one after the other), the residual in place.
+  // One set of internals for every block of a kind (they run one after the other), the residual
+  // in place.
   allocate_layout(internals_, [&](const Take& take) {
-    model.block(0).lay_out_internals(double(T), take, acts_);
+    std::array<bool, 2> laid_out{};
+    for (int l = 0; l < m.n_layer; ++l)
+      if (!std::exchange(laid_out[kind(l)], true)) model.block(l).lay_out_internals(double(T), take, acts_[kind(l)]);
   });
-  acts_.res_mid = acts_.res_out = x_.data();
+  for (BlockActs& a : acts_) a.res_mid = a.res_out = x_.data();
 }
 
 void Decoder::reset() { window_.clear(); }
@@ -62,7 +68,7 @@ void Decoder::forward_rows(const int32_t* tokens, int n, int pos0) {
   model_.embedding().forward(model_.params(), x_.data(), tokens, 1, n, solo_, pos0);
   for (int l = 0; l < m.n_layer; ++l) {
     const KvCache cache{k_cache_[l].data(), v_cache_[l].data(), pos0};
-    model_.block(l).forward(model_.params(), acts_, x_.data(), branch_.data(), 1, n, {}, solo_, &cache);
+    model_.block(l).forward(model_.params(), acts_[kind(l)], x_.data(), branch_.data(), 1, n, {}, solo_, &cache);
   }
   // Only the last row's logits are wanted.
   model_.objective().row_logits(model_.params(), x_.data() + size_t(n - 1) * m.n_embd, logits_.data(),

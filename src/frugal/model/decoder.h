@@ -12,6 +12,7 @@
 // patterns apply as in training. Inference only: no dropout, no gradients; the GPT must outlive
 // the decoder and its parameters must not change while the cache is in use (prefill again after).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -44,15 +45,18 @@ class Decoder {
   // within the rows) or n == 1 (a step, attention against the cache); both under each block's
   // attention pattern, with positions counted from the start of the window.
   void forward_rows(const int32_t* tokens, int n, int pos0);
+  // Which set of internals block `layer` uses: 0 (dense MLP) or 1 (mixture of experts).
+  int kind(int layer) const;
 
   const GPT& model_;
   std::vector<int32_t> window_;
   // key and value caches, per block: (block_size, C) each
   std::vector<Buffer<float>> k_cache_, v_cache_;
   // the residual stream and a block's internals for up to block_size rows (a prefill; a step uses
-  // the first row), laid out by TransformerBlock::lay_out_internals with the residual in place
+  // the first row), laid out by TransformerBlock::lay_out_internals with the residual in place:
+  // one set per block kind (a dense MLP, a mixture of experts)
   Buffer<float> x_, internals_, branch_, logits_, head_scratch_;
-  BlockActs acts_{};
+  std::array<BlockActs, 2> acts_{};
   SoloCollectives solo_;
 };
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "frugal/core/error.h"
 #include "frugal/core/rng.h"
@@ -68,13 +69,18 @@ void GPT::lay_out(const ModelConfig& c, const ShardCoord& shard, const Objective
                   const std::vector<bool>& recompute, const BlockRange& stage, int slots,
                   const Take& take_activation, const Take& take_scratch, Layout& out) {
   const auto recomputed = [&](int l) { return l < int(recompute.size()) && recompute[l]; };
-  // One shared set of internals for the recomputed blocks, rebuilt per block during backward.
-  // (Every block of a model lays out alike: a prototype without tensors does it.)
-  const TransformerBlock block(c, shard, 0, ParamTable{}, nullptr);
-  BlockActs shared{};
-  bool any_recomputed = false;
-  for (int l = stage.begin; l < stage.end; ++l) any_recomputed |= recomputed(l);
-  if (any_recomputed) block.lay_out_internals(N, take_scratch, shared);
+  // The blocks of one kind (a dense or a mixture-of-experts MLP) lay out alike: a prototype without
+  // tensors per kind present in the stage does it.
+  const auto kind = [&](int l) { return c.moe.on(l) ? 1 : 0; };
+  std::array<std::optional<TransformerBlock>, 2> prototype;
+  for (int l = stage.begin; l < stage.end; ++l)
+    if (!prototype[kind(l)]) prototype[kind(l)].emplace(c, shard, l, ParamTable{}, nullptr);
+  // One shared set of internals per kind for the recomputed blocks, rebuilt per block during backward.
+  std::array<BlockActs, 2> shared{};
+  std::array<bool, 2> any_recomputed{};
+  for (int l = stage.begin; l < stage.end; ++l) any_recomputed[kind(l)] |= recomputed(l);
+  for (int i : {0, 1})
+    if (any_recomputed[i]) prototype[i]->lay_out_internals(N, take_scratch, shared[i]);
   // Per slot: the stage's input, each block's internals (unless recomputed) and output; with the
   // head, what the objective keeps.
   out.slots.assign(slots, Slot{});
@@ -83,15 +89,20 @@ void GPT::lay_out(const ModelConfig& c, const ShardCoord& shard, const Objective
     s.acts.assign(c.n_layer, BlockActs{});
     for (int l = stage.begin; l < stage.end; ++l) {
       if (recomputed(l))
-        s.acts[l] = shared;
+        s.acts[l] = shared[kind(l)];
       else
-        block.lay_out_internals(N, take_activation, s.acts[l]);
+        prototype[kind(l)]->lay_out_internals(N, take_activation, s.acts[l]);
       s.acts[l].res_out = take_activation(N * c.n_embd);
     }
     if (stage.head) objective.lay_out(N, take_activation, s.objective);
   }
   out.dres = take_scratch(N * c.n_embd);
-  block.lay_out_scratch(N, take_scratch, out.scratch);
+  // The backward scratch: one set per kind, shared by the blocks of that kind.
+  std::array<BlockScratch, 2> scratch{};
+  for (int i : {0, 1})
+    if (prototype[i]) prototype[i]->lay_out_scratch(N, take_scratch, scratch[i]);
+  out.scratch.assign(c.n_layer, BlockScratch{});
+  for (int l = stage.begin; l < stage.end; ++l) out.scratch[l] = scratch[kind(l)];
 }
 
 GPT::GPT(const ModelConfig& config) : GPT(config, BlockRange::whole(config)) {}
@@ -104,6 +115,8 @@ GPT::GPT(const ModelConfig& config, const BlockRange& range, TensorCollectives* 
       embedding_(config, table_),
       objective_(std::make_unique<CausalLmHead>(config, table_)),
       comm_(tensor ? tensor : &solo_),
+      step_routing_(config, range),
+      window_routing_(config, range),
       stage_(range) {
   params_.resize(table_.total());
   grads_.resize(table_.total());
@@ -306,12 +319,12 @@ void GPT::write_effective_weights() {
   });
 }
 
-void GPT::block_forward(int l, uint64_t dropout_key, int b0, int nb) {
+FeedForward::Report GPT::block_forward(int l, uint64_t dropout_key, int b0, int nb) {
   const size_t row0 = size_t(b0) * T_;
   const BlockActs a = blocks_[l].rows(cur().acts[l], row0);
   const size_t first = row0 * config_.n_embd;  // of the dropout masks
-  blocks_[l].forward(params_.data(), a, block_input(l) + first, scratch_.branch + first, nb, T_,
-                     {cur().dropout_p, dropout_key, first}, *comm_);
+  return blocks_[l].forward(params_.data(), a, block_input(l) + first, scratch_[l].branch + first, nb, T_,
+                            {cur().dropout_p, dropout_key, first}, *comm_);
 }
 
 float GPT::forward_range(const RangeInput& in, const int32_t* targets, float grad_scale,
@@ -343,7 +356,13 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
     std::memcpy(s.tokens.data(), in.tokens, sizeof(int32_t) * N);
     if (!in.activations) embedding_.forward(params_.data(), s.input, s.tokens.data(), B, T, *comm_);
   }
+  const bool training = grad_scale != 0.0f;
+  s.grad_scale = grad_scale;
+  // The mixture-of-experts blocks' reports: their auxiliary losses, summed over the blocks, and
+  // (training) their load.
+  RoutingStats routing(config_, stage_);
   for (int l = first_block; l < stage_.end; ++l) {
+    FeedForward::Report report;
     if (l < frozen_) {
       // The frozen prefix runs sample by sample: a GEMM's bits for a row depend on the call's row
       // count and the row's place in it (oneDNN's and OpenBLAS's AVX2 kernels), and AutoCache
@@ -353,12 +372,26 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
       // faster on one thread than split over several); each sample then gets the same bits
       // whichever thread runs it. A tensor-parallel shard runs them one after the other: its
       // group's collectives must come in the same order on every rank.
+      // A mixture of experts reports each sample's load and auxiliary losses: their sum and mean.
       const bool parallel = blocks_[l].reentrant_forward() && table_.shard().size == 1;
+      std::vector<FeedForward::Report> samples(B);
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
-      for (int b = 0; b < B; ++b) block_forward(l, dropout_key, b, 1);
+      for (int b = 0; b < B; ++b) samples[b] = block_forward(l, dropout_key, b, 1);
+      report = std::move(samples[0]);
+      for (int b = 1; b < B; ++b) {
+        for (size_t e = 0; e < report.load.size(); ++e) report.load[e] += samples[b].load[e];
+        for (size_t i = 0; i < report.auxiliary.size(); ++i) report.auxiliary[i].second += samples[b].auxiliary[i].second;
+      }
+      for (auto& a : report.auxiliary) a.second /= B;
     } else {
-      block_forward(l, dropout_key, 0, B);
+      report = block_forward(l, dropout_key, 0, B);
     }
+    if (blocks_[l].moe()) routing.add(l, report);
+  }
+  if (training) {
+    routing.forwards = 1;
+    step_routing_.add(routing);
+    window_routing_.add(routing);
   }
   if (!stage_.head) return 0.0f;
 
@@ -370,7 +403,8 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
   float* grads = s.backward_ready && head_trainable ? grads_.data() : nullptr;
   loss_terms_ = objective_->forward(params_.data(), grads, s.objective, output(), s.targets.data(), N,
                                     grad_scale, *comm_);
-  return loss_terms_.total();
+  for (const auto& [name, value] : routing.auxiliary) loss_terms_.auxiliary.emplace_back(name, float(value));
+  return loss_terms_.loss;
 }
 
 float GPT::forward(const int32_t* inputs, const int32_t* targets, float grad_scale,
@@ -406,8 +440,8 @@ void GPT::backward_range(const float* doutput) {
     if (recompute_[l]) block_forward(l, s.dropout_key, 0, B_);
     // The bottom trainable block need not pass a gradient further down unless embeddings train.
     const bool need_dinp = l > frozen_ || frozen_ == 0;  // (a later stage's l > frozen_ too)
-    blocks_[l].backward(params_.data(), grads_.data(), s.acts[l], block_input(l), dres_, scratch_, B, T,
-                        {config_.dropout, s.dropout_key, 0}, need_dinp, *comm_);
+    blocks_[l].backward(params_.data(), grads_.data(), s.acts[l], block_input(l), dres_, scratch_[l], B, T,
+                        {config_.dropout, s.dropout_key, 0}, need_dinp, s.grad_scale, *comm_);
     if (grad_ready_) grad_ready_(table_.layer_range(l).first);
   }
   if (stage_.embeddings && frozen_ == 0) {
@@ -419,6 +453,23 @@ void GPT::backward_range(const float* doutput) {
 const float* GPT::input_grad() const {
   FRUGAL_CHECK(!stage_.embeddings, "internal: the range with the embeddings has no input gradient");
   return frozen_ < stage_.begin || frozen_ == 0 ? dres_ : nullptr;
+}
+
+void GPT::balance_experts() {
+  if (config_.moe.bias_rate > 0)
+    for (size_t i = 0; i < step_routing_.layers.size(); ++i) {
+      const int l = step_routing_.layers[i];
+      if (l < frozen_) continue;
+      const auto load = step_routing_.load.begin() + i * step_routing_.experts;
+      blocks_[l].moe()->balance(params_.data(), {load, load + step_routing_.experts});
+    }
+  step_routing_.clear();
+}
+
+RoutingStats GPT::take_routing() {
+  RoutingStats window = window_routing_;
+  window_routing_.clear();
+  return window;
 }
 
 void GPT::zero_grad() {

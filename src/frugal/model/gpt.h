@@ -111,8 +111,19 @@ class GPT {
   const TokenEmbedding& embedding() const { return embedding_; }
   const TransformerBlock& block(int l) const { return blocks_.at(l); }
   const Objective& objective() const { return *objective_; }
-  // The losses of the last forward_range with the head: the objective's and the auxiliary ones.
+  // The losses of the last forward_range with the head: the objective's and the auxiliary ones
+  // (the mixture-of-experts blocks' balancing losses).
   const LossTerms& loss_terms() const { return loss_terms_; }
+
+  // The routing of the range's mixture-of-experts blocks (none: no layers) over the training
+  // forwards since the last balance_experts(): what the balancing bias moves by. A data-parallel
+  // strategy replaces it by the sum over its ranks before the update.
+  RoutingStats& step_routing() { return step_routing_; }
+  // After an optimizer step: moves the balancing bias of every trainable mixture-of-experts block
+  // by its step_routing() load (when model.moe.bias_rate > 0), then clears it.
+  void balance_experts();
+  // The routing since the last call (of training forwards), then cleared: the metrics' window.
+  RoutingStats take_routing();
 
   // The linears of a block, in execution order.
   using Linear = BlockLinear;
@@ -163,7 +174,8 @@ class GPT {
   };
   // Runs the range forward. grad_scale != 0 is a training step: dropout applies (its masks vary
   // with dropout_key) and backward_range() may follow; grad_scale == 0 is evaluation. A range with
-  // the head returns the mean loss over targets (B,T) != -1 and, when training, already starts the
+  // the head returns the objective's mean loss over targets (B,T) != -1 (the auxiliary losses,
+  // which training adds to it, are in loss_terms()) and, when training, already starts the
   // backward pass at the head (d loss/d logits scaled by grad_scale); other ranges return 0 and
   // leave their result in output().
   float forward_range(const RangeInput& in, const int32_t* targets, float grad_scale,
@@ -229,14 +241,15 @@ class GPT {
     std::vector<int32_t> tokens, targets;
     uint64_t dropout_key = 0;
     float dropout_p = 0.0f;  // config dropout while training, 0 in evaluation
+    float grad_scale = 0.0f;  // of the forward: the auxiliary losses' gradient scale
     bool backward_ready = false;
     // block l's output (l < stage_begin: the stage's input)
     float* output(int l, int stage_begin) const { return l < stage_begin ? input : acts[l].res_out; }
   };
   Slot& cur() { return slots_[slot_]; }
   const float* block_input(int l) const { return block_output(l - 1); }
-  // Block l's forward of samples [b0, b0 + nb) of the micro-batch.
-  void block_forward(int l, uint64_t dropout_key, int b0, int nb);
+  // Block l's forward of samples [b0, b0 + nb) of the micro-batch; returns its MLP's report.
+  FeedForward::Report block_forward(int l, uint64_t dropout_key, int b0, int nb);
   // Calls f(format, weight, OC, IC) for every block linear of the range.
   void for_each_linear(const std::function<void(LinearFormat&, float*, int, int)>& f);
   std::shared_ptr<LinearFormat> default_format() const;
@@ -246,7 +259,7 @@ class GPT {
   struct Layout {
     std::vector<Slot> slots;
     float* dres = nullptr;  // d loss / d the residual stream
-    BlockScratch scratch{};
+    std::vector<BlockScratch> scratch;  // per block (one set per block kind)
   };
   static void lay_out(const ModelConfig& config, const ShardCoord& shard, const Objective& objective,
                       double N, const std::vector<bool>& recompute, const BlockRange& stage,
@@ -267,6 +280,7 @@ class GPT {
   std::vector<uint64_t> format_changed_at_;  // per block: the format_changes_ of its last change
   uint64_t format_changes_ = 0;
   LossTerms loss_terms_;
+  RoutingStats step_routing_, window_routing_;
 
   int B_ = 0, T_ = 0, frozen_ = 0;
   BlockRange stage_;  // the executed part of range_
@@ -274,9 +288,9 @@ class GPT {
   Buffer<float> arena_;
   std::vector<Slot> slots_;
   int slot_ = 0;
-  // backward scratch, shared by the slots: d loss / d the residual stream and the blocks' scratch
+  // backward scratch, shared by the slots: d loss / d the residual stream and each block's scratch
   float* dres_ = nullptr;
-  BlockScratch scratch_{};
+  std::vector<BlockScratch> scratch_;
   GradReadyHook grad_ready_;
   bool defer_wte_grad_ = false;
   MemoryPlan plan_;

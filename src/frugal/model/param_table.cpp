@@ -5,6 +5,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/core/memory.h"
+#include "frugal/kernels/ops.h"
 
 namespace frugal {
 
@@ -46,6 +47,18 @@ void ModelConfig::validate() const {
   FRUGAL_CHECK(dropout >= 0.0f && dropout < 1.0f, "model.dropout = {} must be in [0, 1)", dropout);
   FRUGAL_CHECK(layernorm_eps > 0.0f, "model.layernorm_eps = {} must be positive", layernorm_eps);
   FRUGAL_CHECK(init_std > 0.0f, "model.init_std = {} must be positive", init_std);
+  if (moe.experts == 0) return;
+  FRUGAL_CHECK(moe.experts >= 2 && moe.experts <= kernels::kMaxExperts, "model.moe.experts = {} must be 0 "
+               "(no mixture of experts) or in [2, {}]", moe.experts, kernels::kMaxExperts);
+  FRUGAL_CHECK(moe.top_k >= 2 && moe.top_k <= moe.experts, "model.moe.top_k = {} must be in [2, "
+               "model.moe.experts = {}] (with one expert per token the renormalised combine weight is "
+               "always 1 and the router would learn nothing)", moe.top_k, moe.experts);
+  FRUGAL_CHECK(moe.every >= 1 && moe.every <= n_layer, "model.moe.every = {} must be in [1, model.n_layer "
+               "= {}]: the mixture of experts replaces the MLP of every n-th block", moe.every, n_layer);
+  FRUGAL_CHECK(moe.hidden >= 0, "model.moe.hidden = {} must be 0 (the dense MLP's width) or positive",
+               moe.hidden);
+  FRUGAL_CHECK(moe.aux_loss_coef >= 0 && moe.z_loss_coef >= 0 && moe.bias_rate >= 0,
+               "model.moe.aux_loss_coef, z_loss_coef and bias_rate must not be negative");
 }
 
 void BlockRange::validate(const ModelConfig& c) const {
@@ -110,7 +123,16 @@ size_t ParamInfo::used_numel(const ShardCoord& shard) const {
 
 size_t ParamTable::num_parameters() const {
   size_t n = 0;
-  for (const auto& e : entries_) n += e.used_numel(shard_);
+  for (const auto& e : entries_)
+    if (e.role != ParamRole::Buffer) n += e.used_numel(shard_);
+  return n;
+}
+
+size_t ParamTable::num_active_parameters(int top_k) const {
+  size_t n = 0;
+  for (const auto& e : entries_)
+    if (e.role != ParamRole::Buffer)
+      n += e.experts > 0 ? e.used_numel(shard_) / size_t(e.experts) * size_t(top_k) : e.used_numel(shard_);
   return n;
 }
 

@@ -75,8 +75,11 @@ class ParamTable {
   // without the embeddings (the first stage owns and updates it), else 0. The optimizer's moments
   // cover [owned_begin(), total()).
   size_t owned_begin() const { return owned_begin_; }
-  // Parameters this table really holds (no alignment padding, no vocabulary padding rows).
+  // Parameters this table really holds (no alignment padding, no vocabulary padding rows, no
+  // buffers), and of those the ones a token runs through when each mixture of experts sends it to
+  // top_k of its experts.
   size_t num_parameters() const;
+  size_t num_active_parameters(int top_k) const;
   // [begin, end) float offsets covering block `layer`; layer == -1 gives the embeddings,
   // layer == n_layer the final LayerNorm and untied head.
   std::pair<size_t, size_t> layer_range(int layer) const;

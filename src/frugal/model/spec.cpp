@@ -95,6 +95,15 @@ void declare_linear(ModelSpec& spec, const std::string& prefix, int layer, int64
               .features = {features[0], Features::None}});
 }
 
+void declare_expert_linear(ModelSpec& spec, const std::string& prefix, int layer, int64_t experts,
+                           int64_t oc, int64_t ic, Init init) {
+  spec.add({.name = prefix + ".weight", .shape = {experts, oc, ic}, .role = ParamRole::Weight,
+            .layer = layer, .init = init, .experts = experts});
+  if (spec.config().bias)
+    spec.add({.name = prefix + ".bias", .shape = {experts, oc}, .role = ParamRole::Bias, .layer = layer,
+              .init = Init::Zeros, .experts = experts});
+}
+
 void declare_norm(ModelSpec& spec, const std::string& prefix, int layer) {
   const int64_t C = spec.config().n_embd;
   spec.add({.name = prefix + ".weight", .shape = {C}, .role = ParamRole::NormWeight, .layer = layer,

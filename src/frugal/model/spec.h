@@ -26,7 +26,9 @@ namespace frugal {
 // Element type of a tensor (the kernels' DType: fp32 today).
 using kernels::DType;
 
-enum class ParamRole { Embedding, Weight, Bias, NormWeight, NormBias };
+// Buffer: state the model reads but training does not differentiate (a router's balancing bias):
+// its gradient stays zero, so AdamW leaves it unchanged; it is not counted as a parameter.
+enum class ParamRole { Embedding, Weight, Bias, NormWeight, NormBias, Buffer };
 
 // How a tensor is laid over the ranks of its group: whole on every rank, or split along one axis.
 // A split axis is `parts` equal blocks (the q, k and v rows of the attention's input projection are
@@ -76,6 +78,7 @@ struct TensorSpec {
   Init init = Init::Normal;
   int64_t used_rows = -1;      // rows holding real values (the vocabulary's, not its padding); -1: all
   bool hf_conv1d = false;      // Hugging Face GPT-2 stores it as a Conv1D: (IC, OC)
+  int64_t experts = 0;         // axis 0 indexes a mixture's experts, of which top_k run per token
   std::array<Features, 2> features{};  // of axes 0 and 1 (None past the rank)
 
   // The shape this rank holds; throws Error when the split axis does not divide by the group.
@@ -112,6 +115,10 @@ enum class Parallel { Column, Row };
 void declare_linear(ModelSpec& spec, const std::string& prefix, int layer, int64_t oc, int64_t ic,
                     Parallel parallel, std::array<Features, 2> features, Init init = Init::Normal,
                     int parts = 1);
+// Declares the linears `prefix`.weight (E, OC, IC) and, with config.bias, `prefix`.bias (E, OC) of
+// E experts of block `layer`, replicated.
+void declare_expert_linear(ModelSpec& spec, const std::string& prefix, int layer, int64_t experts,
+                           int64_t oc, int64_t ic, Init init = Init::Normal);
 // Declares a LayerNorm `prefix`.weight (C) and, with config.bias, `prefix`.bias (C), replicated.
 void declare_norm(ModelSpec& spec, const std::string& prefix, int layer);
 

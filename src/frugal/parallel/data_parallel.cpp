@@ -130,6 +130,9 @@ void DataParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const 
                                                 r.dense.backward_weight, r.dense.optimizer});
   r.executed = {flops[0], flops[1], flops[2], flops[3]};
   r.dense = {flops[4], flops[5], flops[6], flops[7]};
+  // The experts' load over every rank's micro-batches: each rank moves the balancing bias alike.
+  RoutingStats& routing = model.step_routing();
+  if (!routing.layers.empty()) routing.set_values(world_.sum(routing.values()));
 }
 
 float DataParallelStep::clip_gradients() {

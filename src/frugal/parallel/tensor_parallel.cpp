@@ -88,6 +88,9 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
                settings.parallel.pipeline_stages, T);
   FRUGAL_CHECK(settings.parallel.zero == 0, "parallel.zero = {} with parallel.tensor = {}: ZeRO with tensor "
                "parallelism is not built yet; set parallel.zero = 0", settings.parallel.zero, T);
+  FRUGAL_CHECK(settings.model.moe.experts == 0, "model.moe.experts = {} with parallel.tensor = {}: a mixture "
+               "of experts under tensor parallelism is not built yet; set one of them to its default (0, 1)",
+               settings.model.moe.experts, T);
   for (const auto& method : methods.methods()) {
     const Capabilities c = method->capabilities();
     FRUGAL_CHECK(!c.changes_shapes && !c.owns_masks && !c.reads_all_gradients, "methods.{} {}, which "

@@ -115,11 +115,17 @@ void check_finite(const std::string& checkpoint_dir, const std::string& path,
 // The model's current shape, stored next to the run's config: a method may have reshaped the
 // model mid-run (Session::reshape), so the config's model.* keys give only its starting shape.
 nlohmann::json model_config_json(const ModelConfig& c) {
-  return {{"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer},
+  nlohmann::json j = {{"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer},
           {"n_head", c.n_head}, {"n_embd", c.n_embd}, {"ffn_mult", c.ffn_mult},
           {"mlp", mlp_kind_name(c.mlp)}, {"norm", norm_placement_name(c.norm)},
           {"tied_head", c.tied_head}, {"bias", c.bias},
           {"dropout", c.dropout}, {"layernorm_eps", c.layernorm_eps}, {"init_std", c.init_std}};
+  if (c.moe.experts > 0)
+    j["moe"] = {{"experts", c.moe.experts}, {"top_k", c.moe.top_k}, {"every", c.moe.every},
+                {"hidden", c.moe.hidden}, {"shared_expert", c.moe.shared_expert},
+                {"aux_loss_coef", c.moe.aux_loss_coef}, {"z_loss_coef", c.moe.z_loss_coef},
+                {"bias_rate", c.moe.bias_rate}};
+  return j;
 }
 
 ModelConfig model_config_from_json(const nlohmann::json& j) {
@@ -137,6 +143,17 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
   c.dropout = j.at("dropout");
   c.layernorm_eps = j.at("layernorm_eps");
   c.init_std = j.at("init_std");
+  if (j.contains("moe")) {  // written for a mixture of experts only
+    const nlohmann::json& moe = j.at("moe");
+    c.moe.experts = moe.at("experts");
+    c.moe.top_k = moe.at("top_k");
+    c.moe.every = moe.at("every");
+    c.moe.hidden = moe.at("hidden");
+    c.moe.shared_expert = moe.at("shared_expert");
+    c.moe.aux_loss_coef = moe.at("aux_loss_coef");
+    c.moe.z_loss_coef = moe.at("z_loss_coef");
+    c.moe.bias_rate = moe.at("bias_rate");
+  }
   c.validate();
   return c;
 }

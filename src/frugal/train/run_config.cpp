@@ -31,7 +31,15 @@ io::ConfigSchema run_schema() {
       .add_bool("model.bias", m.bias, "biases in linears and LayerNorms")
       .add_float("model.dropout", io::decimal_value(m.dropout), "dropout on the residual branches", Range::half_open(0, 1))
       .add_float("model.layernorm_eps", io::decimal_value(m.layernorm_eps), "LayerNorm epsilon", Range::above(0))
-      .add_float("model.init_std", io::decimal_value(m.init_std), "std of the normal weight initialisation", Range::above(0));
+      .add_float("model.init_std", io::decimal_value(m.init_std), "std of the normal weight initialisation", Range::above(0))
+      .add_int("model.moe.experts", m.moe.experts, "experts of a mixture-of-experts MLP (model/moe.h); 0: dense MLPs", Range::at_least(0))
+      .add_int("model.moe.top_k", m.moe.top_k, "experts each token is routed to (combine weights renormalised over them)", Range::at_least(2))
+      .add_int("model.moe.every", m.moe.every, "the mixture of experts replaces the MLP of blocks l with (l + 1) % every == 0", Range::at_least(1))
+      .add_int("model.moe.hidden", m.moe.hidden, "hidden units of each expert; 0: ffn_mult * n_embd", Range::at_least(0))
+      .add_bool("model.moe.shared_expert", m.moe.shared_expert, "add a dense MLP of model.moe.hidden units every token passes through")
+      .add_float("model.moe.aux_loss_coef", io::decimal_value(m.moe.aux_loss_coef), "coefficient of the Switch load-balancing loss", Range::at_least(0))
+      .add_float("model.moe.z_loss_coef", io::decimal_value(m.moe.z_loss_coef), "coefficient of the router z-loss", Range::at_least(0))
+      .add_float("model.moe.bias_rate", io::decimal_value(m.moe.bias_rate), "auxiliary-loss-free balancing: the per-expert bias step after each optimizer step; 0: off", Range::at_least(0));
   AdamWConfig o;
   s.add_float("optim.lr", io::decimal_value(o.lr), "peak learning rate", Range::above(0))
       .add_float("optim.min_lr", io::decimal_value(o.min_lr), "learning rate at the end of the cosine decay", Range::at_least(0))
@@ -170,6 +178,14 @@ RunSettings run_settings(const io::Config& c) {
   m.dropout = static_cast<float>(c.get_float("model.dropout"));
   m.layernorm_eps = static_cast<float>(c.get_float("model.layernorm_eps"));
   m.init_std = static_cast<float>(c.get_float("model.init_std"));
+  m.moe.experts = c.get_int32("model.moe.experts");
+  m.moe.top_k = c.get_int32("model.moe.top_k");
+  m.moe.every = c.get_int32("model.moe.every");
+  m.moe.hidden = c.get_int32("model.moe.hidden");
+  m.moe.shared_expert = c.get_bool("model.moe.shared_expert");
+  m.moe.aux_loss_coef = static_cast<float>(c.get_float("model.moe.aux_loss_coef"));
+  m.moe.z_loss_coef = static_cast<float>(c.get_float("model.moe.z_loss_coef"));
+  m.moe.bias_rate = static_cast<float>(c.get_float("model.moe.bias_rate"));
   AdamWConfig& o = r.optim;
   o.lr = static_cast<float>(c.get_float("optim.lr"));
   o.min_lr = static_cast<float>(c.get_float("optim.min_lr"));
@@ -222,7 +238,16 @@ RunSettings run_settings(const io::Config& c) {
                t.seq_len, m.block_size);
   LocalSizes::of(shape, {0, par.tensor});    // throws when the heads or hidden units do not divide
   recompute_blocks(t.recompute, m.n_layer);  // throws for a bad block list
-  MethodSet::from_config(c);                 // each method checks its keys
+  const MethodSet methods = MethodSet::from_config(c);  // each method checks its keys
+  if (m.moe.experts > 0) {
+    FRUGAL_CHECK(par.pipeline_stages == 1, "parallel.pipeline_stages = {} does not run a mixture of experts "
+                 "yet (a stage's auxiliary losses would not reach the head); use data parallelism "
+                 "(parallel.pipeline_stages = 1) or model.moe.experts = 0", par.pipeline_stages);
+    for (const auto& method : methods.methods())
+      FRUGAL_CHECK(method->name() == "freeze", "methods.{} does not run with a mixture of experts yet (it "
+                   "acts on the dense MLP's linears or reshapes them); remove it or set model.moe.experts = 0",
+                   method->name());
+  }
   return r;
 }
 

@@ -144,6 +144,7 @@ float StepStrategy::clip_gradients() {
 void StepStrategy::update(float lr) {
   GPT& model = session_.model();
   session_.optim().update(model.params(), model.grads(), model.trainable_begin(), lr);
+  model.balance_experts();
 }
 
 void SingleProcessStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,

@@ -100,8 +100,8 @@ class StepStrategy {
   // After AfterGradReduce: clips the gradients to the optimizer's limit (BeforeOptimStep's
   // methods see them clipped) and returns their global norm before clipping.
   virtual float clip_gradients();
-  // After BeforeOptimStep: the AdamW update with learning rate lr, and whatever makes the updated
-  // parameters whole where they are read.
+  // After BeforeOptimStep: the AdamW update with learning rate lr and the experts' balancing bias
+  // (GPT::balance_experts), and whatever makes the updated parameters whole where they are read.
   virtual void update(float lr);
   // Adds the strategy's own fields to a logged step's metrics line.
   virtual void add_metrics(nlohmann::json& /*record*/) {}

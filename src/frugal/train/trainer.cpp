@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/error.h"
@@ -221,6 +223,29 @@ std::string Trainer::save(int64_t step) {
 
 Trainer::~Trainer() = default;
 
+void Trainer::add_routing_metrics(nlohmann::json& record) {
+  RoutingStats routing = session_->model().take_routing();
+  if (routing.layers.empty()) return;
+  if (group_.size() > 1) routing.set_values(group_.sum(routing.values()));
+  nlohmann::json moe;
+  for (const auto& [name, sum] : routing.auxiliary) moe[name] = routing.forwards > 0 ? sum / routing.forwards : 0.0;
+  const int E = routing.experts;
+  nlohmann::json layers = nlohmann::json::array();
+  double worst = 0;
+  for (size_t i = 0; i < routing.layers.size(); ++i) {
+    const auto load = routing.load.begin() + i * E;
+    const double total = std::accumulate(load, load + E, 0.0);
+    std::vector<double> share(E);
+    for (int e = 0; e < E; ++e) share[e] = total > 0 ? load[e] / total : 0.0;
+    const double max_over_mean = total > 0 ? *std::max_element(load, load + E) * E / total : 0.0;
+    layers.push_back({{"layer", routing.layers[i]}, {"max_over_mean_load", max_over_mean}, {"share", share}});
+    worst = std::max(worst, max_over_mean);
+  }
+  moe["layers"] = layers;
+  record["moe"] = moe;
+  record["moe_max_over_mean_load"] = worst;  // a top-level number: what `frugal report` plots
+}
+
 void Trainer::log_metrics(const std::string& json_line) {
   if (group_.is_writer()) io::append_to_file(metrics_path_, json_line + "\n");
 }
@@ -252,9 +277,13 @@ FitResult Trainer::fit() {
   if (!stop_signals_) stop_signals_.emplace();  // fit() again on this Trainer
 
   if (print) {
-    io::print("model: {:.2f}M parameters ({} layers, {} heads, n_embd {}, vocab {}), {} threads{}\n",
-              session_->model().table().num_parameters() / 1e6, m.n_layer, m.n_head, m.n_embd,
-              m.vocab_size, num_threads(),
+    const ParamTable& table = session_->model().table();
+    io::print("model: {:.2f}M parameters{} ({} layers, {} heads, n_embd {}, vocab {}), {} threads{}\n",
+              table.num_parameters() / 1e6,
+              m.moe.experts > 0 ? fmt::format(", {:.2f}M active per token ({} of {} experts)",
+                                              table.num_active_parameters(m.moe.top_k) / 1e6, m.moe.top_k,
+                                              m.moe.experts) : "",
+              m.n_layer, m.n_head, m.n_embd, m.vocab_size, num_threads(),
               group_.size() > 1 ? fmt::format(" per rank, {} ranks ({})", group_.size(), step_->name()) : "");
     io::print("kernels: {} (FRUGAL_ISA), dense GEMM {}, precision {}\n", kernels::kernel_backend_name(),
               kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()), describe_precision(settings_.train));
@@ -341,6 +370,7 @@ FitResult Trainer::fit() {
                      {"step_flops", {{"forward", executed.forward}, {"backward_input", executed.backward_input},
                                      {"backward_weight", executed.backward_weight}, {"optimizer", executed.optimizer}}}});
       if (eval_now) record["val_loss"] = val_loss;
+      add_routing_metrics(record);
       const std::string warning = record.value("warning", "");
       // A run whose log or progress cannot be written stops, with a checkpoint if the disk allows.
       try {

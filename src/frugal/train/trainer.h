@@ -67,6 +67,11 @@ class Trainer {
 
  private:
   void log_metrics(const std::string& json_line);
+  // The mixture-of-experts routing since the last log line (over every rank) as record["moe"]:
+  // each auxiliary loss's mean, and per block the max/mean expert load and each expert's share
+  // of the routed rows; and the worst block's max/mean load as "moe_max_over_mean_load". Nothing
+  // for a dense model.
+  void add_routing_metrics(nlohmann::json& record);
   std::string save(int64_t step);
   // After a failed write of metrics.jsonl or of the progress output: saves a checkpoint if it can,
   // then throws Error with the cause and how the run ended.

@@ -19,5 +19,6 @@ extern const ActivationsKernels activations_avx2, activations_ref;
 extern const ElementwiseKernels elementwise_avx2, elementwise_ref;
 extern const LmHeadKernels lm_head_avx2, lm_head_ref;
 extern const AdamwKernels adamw_avx2, adamw_ref;
+extern const MoeKernels moe_avx2, moe_ref;
 
 }  // namespace frugal::kernels::cpu

@@ -16,6 +16,7 @@
 #include "frugal/kernels/ref/lm_head_ref.h"
 #include "frugal/kernels/ref/bf16_ref.h"
 #include "frugal/kernels/ref/matmul_ref.h"
+#include "frugal/kernels/ref/moe_ref.h"
 #include "frugal/kernels/ref/sparse24_ref.h"
 #include "frugal/kernels/ref/sparse_linear_ref.h"
 
@@ -142,5 +143,9 @@ const ElementwiseKernels elementwise_ref{&ref::residual_forward<float>,
 const LmHeadKernels lm_head_ref{&ref::lm_head_cross_entropy<float>,
                                  &ref::lm_head_cross_entropy_split<float>, &lm_head_logits};
 const AdamwKernels adamw_ref{&adamw_update};
+const MoeKernels moe_ref{&ref::moe_router_forward<float>, &ref::moe_router_backward<float>,
+                         &ref::moe_permute<float>, &ref::moe_unpermute<float>,
+                         &ref::moe_unpermute_backward<float>, &ref::moe_grouped_forward<float>,
+                         &ref::moe_grouped_backward<float>};
 
 }  // namespace frugal::kernels::cpu

@@ -1,0 +1,104 @@
+// MoeMlp: the mixture-of-experts feed-forward branch (ModelConfig::moe), a FeedForward in place of
+// the dense MLP. A router (E, C) in fp32 gives each token a softmax over the E experts; the token
+// goes to the top_k experts of largest probability (plus the balancing bias, which steers the
+// choice only; ties to the lower expert index, so routing is deterministic) and its output is the
+// sum of their outputs weighted by their probabilities renormalised over the top k (GShard,
+// Mixtral). Dropless: every token reaches its k experts, no capacity factor. Each forward groups
+// the N·k routed rows by expert (a stable counting sort: token order within an expert), gathers
+// the inputs, runs each expert's MLP as one GEMM per expert on its rows (kernels' moe family), and
+// combines; the backward runs the same steps in reverse and through the router. With
+// shared_expert, a dense MLP every token passes through is added.
+//
+// Balancing, each reported as an auxiliary loss of the forward (weighted by its coefficient):
+// the Switch loss aux_loss_coef · E · Σ_e f_e · P_e (f_e: the share of the N·k routed rows that
+// expert e received, P_e: its mean probability; Megatron's top-k form, = aux_loss_coef when
+// balanced), and the router z-loss z_loss_coef · mean_n logsumexp(logits_n)². The
+// auxiliary-loss-free balancing (DeepSeek-V3) moves a per-expert bias, a buffer of the model
+// (ParamRole::Buffer, so it is checkpointed), by bias_rate · sign(mean load − load) after each
+// optimizer step (balance()).
+//
+// Tensors of block L (prefix transformer.h.L.mlp.): router.weight (E, C), router.balance_bias
+// (E), experts.c_fc.weight (E, H, C) (and .bias (E, H)), experts.c_gate (gated MLPs), experts.c_proj
+// (E, C, H) (and .bias (E, C)), and the shared expert's shared_expert.c_fc, ... All replicated: no
+// tensor or expert parallelism yet.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "frugal/model/branches.h"
+
+namespace frugal {
+
+// The routing of a model's mixture-of-experts blocks over some training forwards: per block (in
+// layer order) the rows each expert received, and each auxiliary loss (summed over the blocks of
+// a forward) summed over the forwards.
+struct RoutingStats {
+  std::vector<int> layers;  // the blocks with a mixture of experts
+  int experts = 0;
+  std::vector<double> load;  // (layers, experts)
+  std::vector<std::pair<std::string, double>> auxiliary;
+  double forwards = 0;
+  RoutingStats() = default;
+  RoutingStats(const ModelConfig& config, const BlockRange& range);
+  // Adds block `layer`'s report of one forward; adds other's counts (its layers among these).
+  void add(int layer, const FeedForward::Report& report);
+  void add(const RoutingStats& other);
+  void clear();
+  // Every number in one vector, and back (what a sum over ranks exchanges).
+  std::vector<double> values() const;
+  void set_values(const std::vector<double>& values);
+};
+
+class MoeMlp final : public FeedForward {
+ public:
+  static void declare(ModelSpec& spec, const std::string& prefix, int layer);
+  MoeMlp(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
+         const ParamTable& table, const std::shared_ptr<LinearFormat>& dense);
+
+  void lay_out(double N, const Take& take, Acts& a) const override;
+  void lay_out_scratch(double N, const Take& take, Scratch& s) const override;
+  Acts rows(const Acts& all, size_t row0) const override;
+  // The experts' linears run through no LinearFormat: every BlockLinear is absent.
+  LinearSlot& linear(BlockLinear) override { return absent_; }
+  const LinearSlot& linear(BlockLinear) const override { return absent_; }
+  Report forward(const float* params, const Acts& a, const float* in, float* out, int N, bool lead,
+                 TensorCollectives& comm) const override;
+  void backward(const float* params, float* grads, const Acts& a, const float* in, const float* dout,
+                float* din, const Scratch& s, int N, float aux_scale, TensorCollectives& comm) const override;
+  // The router and the top_k active experts (and the shared one).
+  void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const override;
+
+  // The auxiliary-loss-free update of the balancing bias in params from the rows each expert
+  // received over a step, load (E): bias_e += bias_rate · sign(mean load − load_e).
+  void balance(float* params, const std::vector<double>& load) const;
+
+ private:
+  static constexpr size_t kAbsent = ParamTable::kAbsent;
+  // Acts places, per N rows (R = N·k routed rows); int32 places hold indices.
+  enum Place {
+    Logits,  // (N, E) the router's
+    Probs,   // (N, E)
+    Lse,     // (N) logsumexp of the logits
+    Expert,  // int32 (N, k) the chosen experts, best first
+    Weight,  // (N, k) their combine weights
+    Pos,     // int32 (N, k) the routed row of each choice
+    Src,     // int32 (R) the token of each routed row
+    Xp,      // (R, C) the gathered inputs
+    Fc,      // (R, H), and Gate (gated MLPs), Act
+    Gate,
+    Act,
+    Yp,      // (R, C) the experts' outputs
+    Shared,  // the shared expert's places from here
+  };
+  // Scratch places: the gradients of Logits, Weight, Yp, Fc, Gate, Act, Xp, then the shared expert's.
+  int k_, experts_, hidden_, C_;
+  MlpKind kind_;
+  MoeConfig moe_;
+  size_t router_, bias_;  // router.weight (E, C), router.balance_bias (E)
+  size_t fc_w_, fc_b_, gate_w_, gate_b_, proj_w_, proj_b_;  // kAbsent when missing
+  std::unique_ptr<DenseMlp> shared_;
+  LinearSlot absent_;
+};
+
+}  // namespace frugal
