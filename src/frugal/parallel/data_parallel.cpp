@@ -124,12 +124,7 @@ void DataParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const 
   world_.allgather(losses.data(), A, all_losses.data());
   for (double loss : all_losses) r.loss += loss;
   r.loss /= count;
-  const std::vector<double> flops = world_.sum({r.executed.forward, r.executed.backward_input,
-                                                r.executed.backward_weight, r.executed.optimizer,
-                                                r.dense.forward, r.dense.backward_input,
-                                                r.dense.backward_weight, r.dense.optimizer});
-  r.executed = {flops[0], flops[1], flops[2], flops[3]};
-  r.dense = {flops[4], flops[5], flops[6], flops[7]};
+  r.sum_flops(world_);
   // The experts' load over every rank's micro-batches: each rank moves the balancing bias alike.
   RoutingStats& routing = model.step_routing();
   if (!routing.layers.empty()) routing.set_values(world_.sum(routing.values()));

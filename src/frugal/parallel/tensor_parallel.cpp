@@ -191,12 +191,7 @@ void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, cons
   r.loss /= count;
   // Each shard counted the FLOPs of its own heads, hidden units and vocabulary columns, each
   // replica those of its micro-batches.
-  const std::vector<double> flops = world_.sum({r.executed.forward, r.executed.backward_input,
-                                                r.executed.backward_weight, r.executed.optimizer,
-                                                r.dense.forward, r.dense.backward_input,
-                                                r.dense.backward_weight, r.dense.optimizer});
-  r.executed = {flops[0], flops[1], flops[2], flops[3]};
-  r.dense = {flops[4], flops[5], flops[6], flops[7]};
+  r.sum_flops(world_);
 }
 
 float TensorParallelStep::clip_gradients() {

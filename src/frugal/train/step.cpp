@@ -94,6 +94,14 @@ uint64_t StepStrategy::dropout_key(int64_t step, int count, int index) const {
   return mix64(settings_.train.seed ^ mix64(static_cast<uint64_t>(step * count + index)));
 }
 
+void StepResult::sum_flops(ProcessGroup& group) {
+  const std::vector<double> flops = group.sum({executed.forward, executed.backward_input, executed.backward_weight,
+                                               executed.optimizer, dense.forward, dense.backward_input,
+                                               dense.backward_weight, dense.optimizer});
+  executed = {flops[0], flops[1], flops[2], flops[3]};
+  dense = {flops[4], flops[5], flops[6], flops[7]};
+}
+
 void StepStrategy::check_finite(const char* what, double value, int64_t step) const {
   // Numbered as the log and the checkpoints number the steps done: 0-based step s is "step s + 1".
   FRUGAL_CHECK(std::isfinite(value), "the training {} became {} at step {}/{}, before its update: the "

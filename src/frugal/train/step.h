@@ -18,6 +18,7 @@
 #include "frugal/methods/method_set.h"
 #include "frugal/session/session.h"
 #include "frugal/model/flops.h"
+#include "frugal/train/process_group.h"
 #include "frugal/train/run_config.h"
 
 namespace frugal {
@@ -30,6 +31,8 @@ struct StepResult {
   float grad_norm = 0;
   float lr = 0;     // the learning rate of the update
   PhaseFlops executed, dense;  // model FLOPs of the whole step
+  // executed and dense summed over the group's ranks, each of which counted its own part.
+  void sum_flops(ProcessGroup& group);
 };
 
 // Throws Error, before anything is allocated, when a training step of these settings (the model
