@@ -265,13 +265,14 @@ uint64_t GPT::prefix_format_version(int blocks) const {
   return version;
 }
 
-void GPT::for_each_linear(const std::function<void(LinearFormat&, float*, int, int)>& f) {
+void GPT::for_each_linear(const std::function<void(int, Linear, LinearFormat&, size_t, int, int)>& f) const {
   for (int l = range_.begin; l < range_.end; ++l)
     for (int i = 0; i < kLinears; ++i) {
       const auto which = static_cast<Linear>(i);
-      if (linear_weight_offset(l, which) == kAbsent) continue;
+      const size_t offset = linear_weight_offset(l, which);
+      if (offset == kAbsent) continue;
       const auto [oc, ic] = linear_shape(which);
-      f(blocks_[l].format(which), params_.data() + linear_weight_offset(l, which), oc, ic);
+      f(l, which, blocks_[l].format(which), offset, oc, ic);
     }
 }
 
@@ -286,12 +287,9 @@ bool GPT::is_default_format(const LinearFormat& format) const {
 void GPT::set_linear_dtype(kernels::DType dtype) {
   if (dtype == linear_dtype_) return;
   linear_dtype_ = dtype;
-  for (int l = range_.begin; l < range_.end; ++l)
-    for (int i = 0; i < kLinears; ++i) {
-      const auto which = static_cast<Linear>(i);
-      if (linear_weight_offset(l, which) != kAbsent && is_default_format(linear_format(l, which)))
-        set_linear_format(l, which, nullptr);
-    }
+  for_each_linear([&](int layer, Linear which, LinearFormat& format, size_t, int, int) {
+    if (is_default_format(format)) set_linear_format(layer, which, nullptr);
+  });
 }
 
 void GPT::refresh_formats() {
@@ -301,21 +299,16 @@ void GPT::refresh_formats() {
 
 void GPT::prepare_formats() const {
   if (!formats_stale_) return;
-  for (int l = range_.begin; l < range_.end; ++l)
-    for (int i = 0; i < kLinears; ++i) {
-      const auto which = static_cast<Linear>(i);
-      const size_t offset = linear_weight_offset(l, which);
-      if (offset == kAbsent) continue;
-      const auto [oc, ic] = linear_shape(which);
-      linear_format(l, which).refresh(params_.data() + offset, oc, ic);
-    }
+  for_each_linear([&](int, Linear, LinearFormat& format, size_t offset, int oc, int ic) {
+    format.refresh(params_.data() + offset, oc, ic);
+  });
   formats_stale_ = false;
 }
 
 void GPT::write_effective_weights() {
-  for_each_linear([](LinearFormat& format, float* weight, int oc, int ic) {
-    format.write_effective_weight(weight, oc, ic);
-    format.refresh(weight, oc, ic);
+  for_each_linear([&](int, Linear, LinearFormat& format, size_t offset, int oc, int ic) {
+    format.write_effective_weight(params_.data() + offset, oc, ic);
+    format.refresh(params_.data() + offset, oc, ic);
   });
 }
 

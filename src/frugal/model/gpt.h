@@ -251,7 +251,8 @@ class GPT {
   // Block l's forward of samples [b0, b0 + nb) of the micro-batch; returns its MLP's report.
   FeedForward::Report block_forward(int l, uint64_t dropout_key, int b0, int nb);
   // Calls f(format, weight, OC, IC) for every block linear of the range.
-  void for_each_linear(const std::function<void(LinearFormat&, float*, int, int)>& f);
+  // f(layer, which, its format, its weight's offset, OC, IC) for every block linear this range holds.
+  void for_each_linear(const std::function<void(int, Linear, LinearFormat&, size_t, int, int)>& f) const;
   std::shared_ptr<LinearFormat> default_format() const;
   bool is_default_format(const LinearFormat& format) const;
   // Lays out the activations and backward scratch of plan(B, T, recompute, stage, slots) through
