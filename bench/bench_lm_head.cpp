@@ -6,6 +6,7 @@
 //   logits                 = inp · weight[:V]ᵀ                  = 2·N·C·V
 //   forward (loss only)    = the logits                        = 2·N·C·V
 //   forward + backward     = logits, dinp = g · W, dW += gᵀ · inp = 6·N·C·V
+//   bf16 forward + backward: the same on the bf16 working copy of the weight (ops.h)
 // Each rate is the best wall-clock time of `reps` calls (bench/kernel_bench.h).
 // Usage: bench_lm_head [threads=2] [reps=5]
 #include <cstdint>
@@ -44,6 +45,12 @@ void bench_lm_head(int N, int C, int V, int reps) {
   print(" loss+backward:", best_seconds([&] {
     k::lm_head_cross_entropy(losses.data(), dinp.data(), dweight.data(), inp.data(), weight.data(), targets.data(),
                              N, C, V, 1.0f / N);
+  }, reps), 3 * flops);
+  std::vector<k::bf16> weight_bf16(weight.size());
+  k::f32_to_bf16(weight_bf16.data(), weight.data(), weight.size());
+  print(" bf16 loss+backward:", best_seconds([&] {
+    k::lm_head_cross_entropy_bf16(losses.data(), dinp.data(), dweight.data(), inp.data(), weight_bf16.data(),
+                                  targets.data(), N, C, V, 1.0f / N);
   }, reps), 3 * flops);
   std::printf("\n");
   frugal::bench::bench_sgemm(N, V, C, reps);

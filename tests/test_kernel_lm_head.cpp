@@ -1,6 +1,9 @@
 // The lm_head kernel family (fused LM head + softmax cross-entropy): the CPU kernel against the
 // fp64 reference, the reference backward against fp64 finite differences; the vocabulary-split
-// version over two ranks (threads) against the whole vocabulary's.
+// version over two ranks (threads) against the whole vocabulary's; the bf16 head against its
+// reference (1e-5 on the loss, 1e-4 on the gradients: besides the order of the sums, a gradient
+// entry within a float's rounding of a bf16 tie may round the other way) and against the fp32
+// head (1e-2: the operands' rounding), whole and split.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "frugal/kernels/ref/bf16_ref.h"
 #include "frugal/kernels/ref/lm_head_ref.h"
 #include "kernel_test.h"
 
@@ -73,13 +77,14 @@ namespace {
 // The vocabulary of Vp rows split over two ranks (threads meeting at a barrier, reducing in rank
 // order) with `split_kernel`: every rank's losses equal, the input-gradient parts summed, and the
 // weight-gradient rows of each rank, against the whole vocabulary's kernel.
+using WholeKernel = decltype(&k::lm_head_cross_entropy);
 using SplitKernel = decltype(&k::lm_head_cross_entropy_split);
-void expect_split_matches_whole(SplitKernel split_kernel, int N, int C, int V, int Vp) {
+void expect_split_matches_whole(WholeKernel whole_kernel, SplitKernel split_kernel, int N, int C, int V, int Vp) {
   const auto x = to_f(random_vector(size_t(N) * C, 31, 2.0)), w = to_f(random_vector(size_t(Vp) * C, 32));
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = i % 5 == 2 ? -1 : static_cast<int32_t>((i * 7919) % V);
   std::vector<float> losses(N), dx(size_t(N) * C), dw(size_t(Vp) * C, 0.0f);
-  k::lm_head_cross_entropy(losses.data(), dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.5f);
+  whole_kernel(losses.data(), dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.5f);
 
   constexpr int kRanks = 2;
   const int rows = Vp / kRanks;
@@ -118,12 +123,79 @@ void expect_split_matches_whole(SplitKernel split_kernel, int N, int C, int V, i
   EXPECT_LT(max_error_rel_to_max(dw_all.data(), dw.data(), dw.size()), 1e-5);
 }
 
+void ref_split(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
+               const int32_t* targets, int N, int C, int V, float dloss, const k::VocabSplit& split) {
+  ref::lm_head_cross_entropy_split<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split);
+}
+
+// The bf16 heads, on the first V rows of an fp32 weight rounded to bf16 first (so that they take the
+// fp32 kernels' arguments).
+std::vector<k::bf16> rounded(const float* w, size_t n) {
+  std::vector<k::bf16> out(n);
+  k::f32_to_bf16(out.data(), w, n);
+  return out;
+}
+void whole_bf16(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
+                const int32_t* targets, int N, int C, int V, float dloss) {
+  k::lm_head_cross_entropy_bf16(losses, dinp, dweight, inp, rounded(weight, size_t(V) * C).data(), targets, N, C,
+                                V, dloss);
+}
+void split_bf16(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
+                const int32_t* targets, int N, int C, int V, float dloss, const k::VocabSplit& split) {
+  k::lm_head_cross_entropy_split_bf16(losses, dinp, dweight, inp, rounded(weight, size_t(V) * C).data(), targets,
+                                      N, C, V, dloss, split);
+}
+void ref_split_bf16(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
+                    const int32_t* targets, int N, int C, int V, float dloss, const k::VocabSplit& split) {
+  ref::lm_head_cross_entropy_split_bf16(losses, dinp, dweight, inp, rounded(weight, size_t(V) * C).data(),
+                                        targets, N, C, V, dloss, split);
+}
+
+// The bf16 head against its reference and the fp32 head; weight gradients accumulate onto 0.5
+// and leave the padding rows alone.
+void expect_bf16_head_matches(int N, int C, int V, int Vp) {
+  const auto x = to_f(random_vector(size_t(N) * C, 41, 2.0)), w = to_f(random_vector(size_t(Vp) * C, 42));
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[i] = i % 7 == 3 ? -1 : static_cast<int32_t>((i * 7919) % V);
+  const auto wb = rounded(w.data(), w.size());
+  struct Out {
+    std::vector<float> losses, dx, dw;
+  };
+  const auto run = [&](auto kernel, const auto* weight) {
+    Out o{std::vector<float>(N), std::vector<float>(size_t(N) * C), std::vector<float>(size_t(Vp) * C, 0.5f)};
+    kernel(o.losses.data(), o.dx.data(), o.dw.data(), x.data(), weight, tgt.data(), N, C, V, 0.5f);
+    for (size_t i = size_t(V) * C; i < o.dw.size(); ++i) EXPECT_EQ(o.dw[i], 0.5f) << "padding row " << i / C;
+    for (float& g : o.dw) g -= 0.5f;
+    return o;
+  };
+  const Out bf = run(k::lm_head_cross_entropy_bf16, wb.data());
+  const Out reference = run(ref::lm_head_cross_entropy_bf16, wb.data());
+  const Out fp32 = run(k::lm_head_cross_entropy, w.data());
+  EXPECT_LT(max_error_rel_to_max(bf.losses.data(), reference.losses.data(), N), 1e-5);
+  EXPECT_LT(max_error_rel_to_max(bf.dx.data(), reference.dx.data(), bf.dx.size()), 1e-4);
+  EXPECT_LT(max_error_rel_to_max(bf.dw.data(), reference.dw.data(), bf.dw.size()), 1e-4);
+  EXPECT_LT(max_error_rel_to_max(bf.losses.data(), fp32.losses.data(), N), 1e-2);
+  EXPECT_LT(max_error_rel_to_max(bf.dx.data(), fp32.dx.data(), bf.dx.size()), 1e-2);
+  EXPECT_LT(max_error_rel_to_max(bf.dw.data(), fp32.dw.data(), bf.dw.size()), 1e-2);
+  EXPECT_GT(max_error_rel_to_max(bf.dx.data(), fp32.dx.data(), bf.dx.size()), 0.0) << "the operands were not rounded";
+}
+
 }  // namespace
 
 // Two ranks, one holding most of the vocabulary and the other a few real columns and padding;
-// then over several chunks (V = 65537: chunks of 127 rows); and the reference's own split version.
+// then over several chunks (V = 65537: chunks of 127 rows); the reference's own split version; and
+// the bf16 head's, optimised and reference.
 TEST(Kernels, LmHeadCrossEntropySplitOverTheVocabularyEqualsTheWhole) {
-  expect_split_matches_whole(&k::lm_head_cross_entropy_split, 6, 16, 70, 128);
-  expect_split_matches_whole(&k::lm_head_cross_entropy_split, 257, 8, 65537, 65600);
-  expect_split_matches_whole(&ref::lm_head_cross_entropy_split<float>, 6, 16, 70, 128);
+  expect_split_matches_whole(&k::lm_head_cross_entropy, &k::lm_head_cross_entropy_split, 6, 16, 70, 128);
+  expect_split_matches_whole(&k::lm_head_cross_entropy, &k::lm_head_cross_entropy_split, 257, 8, 65537, 65600);
+  expect_split_matches_whole(&k::lm_head_cross_entropy, &ref_split, 6, 16, 70, 128);
+  expect_split_matches_whole(&whole_bf16, &split_bf16, 6, 16, 70, 128);
+  expect_split_matches_whole(&whole_bf16, &split_bf16, 257, 8, 65537, 65600);
+  expect_split_matches_whole(&whole_bf16, &ref_split_bf16, 6, 16, 70, 128);
+}
+
+// One chunk, and several (V = 65537: chunks of 127 rows).
+TEST(Kernels, LmHeadCrossEntropyBf16MatchesItsReferenceAndTheFp32Head) {
+  expect_bf16_head_matches(6, 16, 70, 128);
+  expect_bf16_head_matches(257, 8, 65537, 65600);
 }

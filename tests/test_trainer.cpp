@@ -104,13 +104,15 @@ std::vector<float> expect_resume_is_bit_exact(const std::vector<std::string>& ex
 TEST(Trainer, ResumeIsBitExact) { expect_resume_is_bit_exact({}); }
 
 // bf16 GEMMs (fp32 masters): resume is bit-exact too (the formats' bf16 weights are re-rounded
-// from the loaded masters), and the losses follow fp32's closely without being fp32's.
+// from the loaded masters), and the losses follow fp32's closely without being fp32's: within 2e-3
+// over 8 steps (measured: at most 1e-4). A bf16 copy left stale anywhere — the first step's
+// copies rounded before the weights were initialised once gave 0.0175 at step 0 — fails it.
 TEST(Trainer, Bf16ResumeIsBitExactAndTrainsCloseToFp32) {
   const std::vector<float> bf16 = expect_resume_is_bit_exact({"train.precision=bf16"});
   const std::vector<float> fp32 = expect_resume_is_bit_exact({});
   ASSERT_EQ(bf16.size(), fp32.size());
   EXPECT_NE(bf16, fp32);
-  for (size_t i = 0; i < bf16.size(); ++i) EXPECT_NEAR(bf16[i], fp32[i], 0.02) << "step " << i;
+  for (size_t i = 0; i < bf16.size(); ++i) EXPECT_NEAR(bf16[i], fp32[i], 2e-3) << "step " << i;
 }
 
 // A mixture of experts (with gradient accumulation and the auxiliary-loss-free bias, which is

@@ -249,6 +249,16 @@ void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, con
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
   LmHead::table().logits(logits, inp, weight, N, C, V);
 }
+void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dweight, const float* inp,
+                                const bf16* weight, const int32_t* targets, int N, int C, int V,
+                                float dloss) {
+  LmHead::table().cross_entropy_bf16(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss);
+}
+void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight, const float* inp,
+                                      const bf16* weight, const int32_t* targets, int N, int C, int V,
+                                      float dloss, const VocabSplit& split) {
+  LmHead::table().cross_entropy_split_bf16(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split);
+}
 
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay) {

@@ -84,6 +84,8 @@ struct LmHeadKernels {
   decltype(&kernels::lm_head_cross_entropy) cross_entropy;
   decltype(&kernels::lm_head_cross_entropy_split) cross_entropy_split;
   decltype(&kernels::lm_head_logits) logits;
+  decltype(&kernels::lm_head_cross_entropy_bf16) cross_entropy_bf16;
+  decltype(&kernels::lm_head_cross_entropy_split_bf16) cross_entropy_split_bf16;
 };
 struct MoeKernels {
   decltype(&kernels::moe_router_forward) router_forward;

@@ -237,6 +237,16 @@ void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, con
                                  float dloss, const VocabSplit& split);
 // logits (N,V) = inp (N,C) · weight[:V]ᵀ (for sampling and export checks)
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V);
+// The two above with the head's bf16 working copy (ops.h section bf16): the three GEMMs take bf16
+// operands — the rows of inp rounded to bf16, weight, and d loss / d logits rounded to bf16 after
+// the fp32 softmax — and sum in fp32 (the matmul_bf16 contract); the logits, their maxima, sums,
+// log-sum-exp and the loss stay fp32. dinp and dweight as above (fp32).
+void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dweight, const float* inp,
+                                const bf16* weight, const int32_t* targets, int N, int C, int V,
+                                float dloss);
+void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight, const float* inp,
+                                      const bf16* weight, const int32_t* targets, int N, int C, int V,
+                                      float dloss, const VocabSplit& split);
 
 // ---- moe: mixture-of-experts routing, permutation and grouped linear (model/moe.h) ----
 // R = N·k routed rows, grouped by expert; E experts, at most kMaxExperts.

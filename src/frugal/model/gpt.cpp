@@ -147,6 +147,7 @@ void GPT::init_weights(uint64_t seed) {
     }
     std::fill(p + n, p + e.numel, 0.0f);
   }
+  formats_stale_ = true;  // the formats' working copies (bf16 weights) derive from the new weights
 }
 
 void GPT::plan(int B, int T, std::vector<bool> recompute) {
@@ -290,6 +291,8 @@ void GPT::set_linear_dtype(kernels::DType dtype) {
   for_each_linear([&](int layer, Linear which, LinearFormat& format, size_t, int, int) {
     if (is_default_format(format)) set_linear_format(layer, which, nullptr);
   });
+  objective_->set_dtype(dtype);
+  refresh_formats();
 }
 
 void GPT::refresh_formats() {
@@ -302,6 +305,7 @@ void GPT::prepare_formats() const {
   for_each_linear([&](int, Linear, LinearFormat& format, size_t offset, int oc, int ic) {
     format.refresh(params_.data() + offset, oc, ic);
   });
+  objective_->refresh(params_.data());
   formats_stale_ = false;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "frugal/core/error.h"
+#include "frugal/core/profile.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal {
@@ -55,13 +56,22 @@ LossTerms CausalLmHead::forward(const float* params, float* grads, const Objecti
   const bool training = grad_scale != 0.0f;
   float* dnorm = training ? acts[DNorm] : nullptr;
   float* dhead = grads ? grads + head_ : nullptr;
+  const bool bf16 = dtype_ == kernels::DType::BF16;
   if (!split_) {
-    k::lm_head_cross_entropy(acts[Losses], dnorm, dhead, acts[Norm], params + head_, targets, N, C, V, dloss);
+    if (bf16)
+      k::lm_head_cross_entropy_bf16(acts[Losses], dnorm, dhead, acts[Norm], head_bf16_.data(), targets, N, C, V,
+                                    dloss);
+    else
+      k::lm_head_cross_entropy(acts[Losses], dnorm, dhead, acts[Norm], params + head_, targets, N, C, V, dloss);
   } else {
     const k::VocabSplit split{first_, V, [&comm](float* p, size_t n) { comm.all_reduce_max(p, n); },
                               [&comm](float* p, size_t n) { comm.all_reduce_sum(p, n); }};
-    k::lm_head_cross_entropy_split(acts[Losses], dnorm, dhead, acts[Norm], params + head_, targets, N, C,
-                                   columns_, dloss, split);
+    if (bf16)
+      k::lm_head_cross_entropy_split_bf16(acts[Losses], dnorm, dhead, acts[Norm], head_bf16_.data(), targets, N,
+                                          C, columns_, dloss, split);
+    else
+      k::lm_head_cross_entropy_split(acts[Losses], dnorm, dhead, acts[Norm], params + head_, targets, N, C,
+                                     columns_, dloss, split);
     if (dnorm) comm.all_reduce_sum(dnorm, size_t(N) * C);  // the ranks' columns' parts
   }
   double sum = 0.0;
@@ -77,9 +87,17 @@ void CausalLmHead::backward(const float* params, float* grads, const ObjectiveAc
   k::layernorm_backward(dres, dw, db, acts[DNorm], x, params + norm_w_, acts[Mean], acts[Rstd], N, C);
 }
 
-void CausalLmHead::logits(const float* params, const ObjectiveActs& acts, float* out, int N) const {
+void CausalLmHead::head_logits(const float* params, const float* x, float* out, int N) const {
   FRUGAL_CHECK(!split_, "internal: the logits of a vocabulary-split head are asked for; gather the model first");
-  k::lm_head_logits(out, acts[Norm], params + head_, N, config_.n_embd, config_.vocab_size);
+  const int C = config_.n_embd, V = config_.vocab_size;
+  if (dtype_ != kernels::DType::BF16) return k::lm_head_logits(out, x, params + head_, N, C, V);
+  std::vector<kernels::bf16> rounded(size_t(N) * C);
+  k::f32_to_bf16(rounded.data(), x, rounded.size());
+  k::matmul_bf16_forward(out, rounded.data(), head_bf16_.data(), nullptr, N, C, V);
+}
+
+void CausalLmHead::logits(const float* params, const ObjectiveActs& acts, float* out, int N) const {
+  head_logits(params, acts[Norm], out, N);
 }
 
 void CausalLmHead::row_logits(const float* params, const float* x, float* out, float* scratch) const {
@@ -88,7 +106,19 @@ void CausalLmHead::row_logits(const float* params, const float* x, float* out, f
   const float* bias = norm_b_ == kAbsent ? nullptr : params + norm_b_;
   k::layernorm_forward(scratch, scratch + C, scratch + C + 1, x, params + norm_w_, bias, 1, C,
                        config_.layernorm_eps);
-  k::lm_head_logits(out, scratch, params + head_, 1, C, config_.vocab_size);
+  head_logits(params, scratch, out, 1);
+}
+
+void CausalLmHead::set_dtype(kernels::DType dtype) {
+  dtype_ = dtype;
+  if (dtype != kernels::DType::BF16) head_bf16_ = {};
+}
+
+void CausalLmHead::refresh(const float* params) {
+  if (dtype_ != kernels::DType::BF16 || head_ == kAbsent) return;
+  FRUGAL_PROFILE("bf16 weight rounding");
+  head_bf16_.resize(size_t(columns_) * config_.n_embd);
+  k::f32_to_bf16(head_bf16_.data(), params + head_, head_bf16_.size());
 }
 
 ComponentFlops CausalLmHead::flops(double N, bool head_trains) const {

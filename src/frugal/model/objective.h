@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "frugal/kernels/dtype.h"
 #include "frugal/model/block.h"
 #include "frugal/model/collectives.h"
 #include "frugal/model/flop_count.h"
@@ -65,6 +66,11 @@ class Objective {
   virtual void row_logits(const float* params, const float* x, float* out, float* scratch) const = 0;
   // FLOPs of N rows: dense, and executed (`head_trains`: its weight-gradient product runs).
   virtual ComponentFlops flops(double N, bool head_trains) const = 0;
+  // The dtype its GEMMs take (kernels/dtype.h): with BF16 they run on a bf16 working copy of its
+  // weight, which refresh(params) rounds from the fp32 weights (the model calls it whenever its
+  // weights may have changed, as it refreshes the linears' formats).
+  virtual void set_dtype(kernels::DType dtype) = 0;
+  virtual void refresh(const float* params) = 0;
 };
 
 class CausalLmHead final : public Objective {
@@ -86,8 +92,13 @@ class CausalLmHead final : public Objective {
   void logits(const float* params, const ObjectiveActs& acts, float* out, int N) const override;
   void row_logits(const float* params, const float* x, float* out, float* scratch) const override;
   ComponentFlops flops(double N, bool head_trains) const override;
+  void set_dtype(kernels::DType dtype) override;
+  void refresh(const float* params) override;
 
  private:
+  // logits (N, V) of the normalised rows x (N, C), in the head's dtype
+  void head_logits(const float* params, const float* x, float* out, int N) const;
+
   // ObjectiveActs places: ln_f's output, mean and rstd, the per-row losses, and d loss / d ln_f's output
   enum Place { Norm, Mean, Rstd, Losses, DNorm };
   ModelConfig config_;
@@ -96,6 +107,8 @@ class CausalLmHead final : public Objective {
   // split_: not the whole vocabulary.
   bool split_;
   int first_, columns_;
+  kernels::DType dtype_ = kernels::DType::F32;
+  std::vector<kernels::bf16> head_bf16_;  // (columns_, C), the working copy when dtype_ is BF16
 };
 
 }  // namespace frugal

@@ -128,7 +128,11 @@ SessionOptions session_options(const RunSettings& s) {
   return {.model = s.model, .optim = s.optim, .batch = t.batch_size, .seq_len = t.seq_len,
           .recompute = [spec = t.recompute](int n_layer) { return recompute_blocks(spec, n_layer); },
           .max_steps = t.max_steps,
-          .linear_dtype = t.precision == "bf16" ? kernels::DType::BF16 : kernels::DType::F32};
+          .linear_dtype = linear_dtype(t)};
+}
+
+kernels::DType linear_dtype(const TrainSettings& t) {
+  return t.precision == "bf16" ? kernels::DType::BF16 : kernels::DType::F32;
 }
 
 std::string describe_precision(const TrainSettings& t) {

@@ -60,6 +60,9 @@ std::string config_reference_markdown();
 // train.precision for logs: "fp32", or "bf16 (GEMMs native (oneDNN, avx512_core_bf16))", or, on a
 // CPU without bf16 dot products, "bf16 (GEMMs converted to fp32: ...)", which says what it costs.
 std::string describe_precision(const TrainSettings& t);
+// The dtype of the model's GEMMs that train.precision names (every command that builds the run's
+// model uses it, so a checkpoint is evaluated and sampled with the GEMMs it was trained with).
+kernels::DType linear_dtype(const TrainSettings& t);
 
 // Blocks whose activations are recomputed in backward, from train.recompute; throws for a bad spec.
 std::vector<bool> recompute_blocks(const std::string& spec, int n_layer);

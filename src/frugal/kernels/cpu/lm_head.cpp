@@ -2,6 +2,8 @@
 // logits stay within a fixed scratch budget; no (N,V) logits buffer is ever allocated. Per chunk:
 // logits = x · W[:V]ᵀ (GEMM), a vectorised stable softmax per row turning logits into
 // dlogits = (p - onehot) * dloss in place, then dx = dlogits · W[:V] and dW[:V] += dlogitsᵀ · x.
+// With the bf16 working copy of the weight the three GEMMs take bf16 operands (the chunk's rows and
+// its logits' gradient rounded as they enter them); everything between them is the same fp32 code.
 // The vocabulary-split version runs the softmax's three row passes (max, exponentials, scale) over
 // the whole chunk each, with the group's reductions of the rows' statistics between them.
 
@@ -9,10 +11,12 @@
 #include <cmath>
 #include <vector>
 
+#include "frugal/kernels/cpu/bf16.h"
 #include "frugal/kernels/cpu/gemm.h"
 #include "frugal/kernels/cpu/simd_math.h"
 #include "frugal/core/profile.h"
 #include "frugal/kernels/cpu/cpu_backend.h"
+#include "frugal/kernels/ops.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -20,7 +24,9 @@ namespace {
 constexpr size_t kLogitsBudget = size_t(8) << 20;  // floats of logits scratch (32 MiB)
 
 int chunk_rows(int N, int V) {
-  return static_cast<int>(std::clamp<size_t>(kLogitsBudget / static_cast<size_t>(V), 1, static_cast<size_t>(N)));
+  const int most = static_cast<int>(std::clamp<size_t>(kLogitsBudget / static_cast<size_t>(V), 1, static_cast<size_t>(N)));
+  const int chunks = (N + most - 1) / most;
+  return (N + chunks - 1) / chunks;  // as many chunks as the budget needs, of equal rows
 }
 
 // The row's largest logit.
@@ -77,9 +83,49 @@ float softmax_xent_row(float* z, int V, int target, float dloss, bool want_grad)
   return loss;
 }
 
-void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
-                           const float* weight, const int32_t* targets, int N, int C, int V,
-                           float dloss) {
+// The head's three GEMMs on a chunk of rows, on fp32 operands.
+class F32Gemms {
+ public:
+  F32Gemms(const float* weight, int C, int V) : w_(weight), C_(C), V_(V) {}
+  // z (rows,V) = x (rows,C) · W[:V]ᵀ
+  void logits(const float* x, int rows, float* z) { cpu::sgemm(false, true, rows, V_, C_, 1.0f, x, C_, w_, C_, 0.0f, z, V_); }
+  // dx (rows,C) = dz · W[:V] (dx may be null); dW[:V] += dzᵀ · x (dw may be null); x: this chunk's,
+  // as given to logits().
+  void backward(const float* dz, const float* x, int rows, float* dx, float* dw) {
+    if (dx) cpu::sgemm(false, false, rows, C_, V_, 1.0f, dz, V_, w_, C_, 0.0f, dx, C_);
+    if (dw) cpu::sgemm(true, false, V_, C_, rows, 1.0f, dz, V_, x, C_, 1.0f, dw, C_);
+  }
+
+ private:
+  const float* w_;
+  int C_, V_;
+};
+
+// The same on bf16 operands: x rounded in logits(), dz rounded in backward(), sums in fp32.
+class Bf16Gemms {
+ public:
+  Bf16Gemms(const bf16* weight, int C, int V) : w_(weight), C_(C), V_(V) {}
+  void logits(const float* x, int rows, float* z) {
+    x_.resize(size_t(rows) * C_);
+    kernels::f32_to_bf16(x_.data(), x, x_.size());
+    cpu::matmul_bf16_forward(z, x_.data(), w_, nullptr, rows, C_, V_);
+  }
+  void backward(const float* dz, const float* /*x: rounded in logits()*/, int rows, float* dx, float* dw) {
+    if (!dx && !dw) return;
+    dz_.resize(size_t(rows) * V_);
+    kernels::f32_to_bf16(dz_.data(), dz, dz_.size());
+    cpu::matmul_bf16_backward(dx, dw, dz_.data(), x_.data(), w_, rows, C_, V_, false);
+  }
+
+ private:
+  const bf16* w_;
+  int C_, V_;
+  std::vector<bf16> x_, dz_;
+};
+
+template <class Gemms>
+void cross_entropy_chunks(Gemms gemms, float* losses, float* dinp, float* dweight, const float* inp,
+                          const int32_t* targets, int N, int C, int V, float dloss) {
   FRUGAL_PROFILE("lm head + loss");
   const bool want_grad = dinp || dweight;
   const int R = chunk_rows(N, V);
@@ -87,7 +133,7 @@ void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const flo
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
     const float* x = inp + static_cast<size_t>(r0) * C;
-    cpu::sgemm(false, true, rows, V, C, 1.0f, x, C, weight, C, 0.0f, logits.data(), V);
+    gemms.logits(x, rows, logits.data());
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; ++i) {
       float* z = logits.data() + static_cast<size_t>(i) * V;
@@ -99,16 +145,13 @@ void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const flo
       }
       losses[r0 + i] = softmax_xent_row(z, V, target, dloss, want_grad);
     }
-    if (dinp)
-      cpu::sgemm(false, false, rows, C, V, 1.0f, logits.data(), V, weight, C, 0.0f, dinp + static_cast<size_t>(r0) * C, C);
-    if (dweight)
-      cpu::sgemm(true, false, V, C, rows, 1.0f, logits.data(), V, x, C, 1.0f, dweight, C);
+    if (want_grad) gemms.backward(logits.data(), x, rows, dinp ? dinp + static_cast<size_t>(r0) * C : nullptr, dweight);
   }
 }
 
-void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
-                                 const float* weight, const int32_t* targets, int N, int C, int V,
-                                 float dloss, const VocabSplit& split) {
+template <class Gemms>
+void cross_entropy_split_chunks(Gemms gemms, float* losses, float* dinp, float* dweight, const float* inp,
+                                const int32_t* targets, int N, int C, int V, float dloss, const VocabSplit& split) {
   FRUGAL_PROFILE("lm head + loss");
   const bool want_grad = dinp || dweight;
   const int R = chunk_rows(N, split.whole);  // the same on every rank: the reductions pair up
@@ -118,7 +161,7 @@ void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, con
     const float* x = inp + static_cast<size_t>(r0) * C;
     float* sum = stats.data();            // (rows) Σ exp(z - max) over the whole vocabulary
     float* target_logit = sum + rows;     // (rows) held by the rank owning the target, else 0
-    if (V > 0) cpu::sgemm(false, true, rows, V, C, 1.0f, x, C, weight, C, 0.0f, logits.data(), V);
+    if (V > 0) gemms.logits(x, rows, logits.data());
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; ++i) {
       const float* z = logits.data() + static_cast<size_t>(i) * V;
@@ -147,10 +190,33 @@ void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, con
     }
     float* dx = dinp ? dinp + static_cast<size_t>(r0) * C : nullptr;
     if (dx && V == 0) std::fill(dx, dx + static_cast<size_t>(rows) * C, 0.0f);
-    if (dx && V > 0) cpu::sgemm(false, false, rows, C, V, 1.0f, logits.data(), V, weight, C, 0.0f, dx, C);
-    if (dweight && V > 0)
-      cpu::sgemm(true, false, V, C, rows, 1.0f, logits.data(), V, x, C, 1.0f, dweight, C);
+    if (want_grad && V > 0) gemms.backward(logits.data(), x, rows, dx, dweight);
   }
+}
+
+void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
+                           const float* weight, const int32_t* targets, int N, int C, int V,
+                           float dloss) {
+  cross_entropy_chunks(F32Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss);
+}
+
+void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
+                                 const float* weight, const int32_t* targets, int N, int C, int V,
+                                 float dloss, const VocabSplit& split) {
+  cross_entropy_split_chunks(F32Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss, split);
+}
+
+void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dweight, const float* inp,
+                                const bf16* weight, const int32_t* targets, int N, int C, int V,
+                                float dloss) {
+  cross_entropy_chunks(Bf16Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss);
+}
+
+void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight, const float* inp,
+                                      const bf16* weight, const int32_t* targets, int N, int C, int V,
+                                      float dloss, const VocabSplit& split) {
+  cross_entropy_split_chunks(Bf16Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss,
+                             split);
 }
 
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
@@ -159,6 +225,7 @@ void lm_head_logits(float* logits, const float* inp, const float* weight, int N,
 
 }  // namespace
 
-const LmHeadKernels lm_head_avx2{&lm_head_cross_entropy, &lm_head_cross_entropy_split, &lm_head_logits};
+const LmHeadKernels lm_head_avx2{&lm_head_cross_entropy, &lm_head_cross_entropy_split, &lm_head_logits,
+                                  &lm_head_cross_entropy_bf16, &lm_head_cross_entropy_split_bf16};
 
 }  // namespace frugal::kernels::cpu

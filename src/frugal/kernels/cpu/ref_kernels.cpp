@@ -48,7 +48,17 @@ void sum_squares_feed(SumSquaresStream& stream, const float* x, size_t n) {
 }
 double sum_squares_finish(const SumSquaresStream& stream) { return stream.total; }
 
-// ---- lm_head: the logits are the dense linear's forward over the first V rows ----
+// ---- lm_head: the templates with d loss / d logit kept; the logits are the dense linear's forward
+// over the first V rows ----
+void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
+                           const int32_t* targets, int N, int C, int V, float dloss) {
+  ref::lm_head_cross_entropy<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss);
+}
+void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
+                                 const float* weight, const int32_t* targets, int N, int C, int V, float dloss,
+                                 const VocabSplit& split) {
+  ref::lm_head_cross_entropy_split<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split);
+}
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
   ref::matmul_forward(logits, inp, weight, static_cast<const float*>(nullptr), N, C, V);
 }
@@ -140,8 +150,8 @@ const ActivationsKernels activations_ref{&ref::gelu_forward<float>, &ref::gelu_b
 const ElementwiseKernels elementwise_ref{&ref::residual_forward<float>,
                                          &ref::dropout_apply<float>, &sum_squares_feed,
                                          &sum_squares_finish, &ref::scale_inplace<float>};
-const LmHeadKernels lm_head_ref{&ref::lm_head_cross_entropy<float>,
-                                 &ref::lm_head_cross_entropy_split<float>, &lm_head_logits};
+const LmHeadKernels lm_head_ref{&lm_head_cross_entropy, &lm_head_cross_entropy_split, &lm_head_logits,
+                                 &ref::lm_head_cross_entropy_bf16, &ref::lm_head_cross_entropy_split_bf16};
 const AdamwKernels adamw_ref{&adamw_update};
 const MoeKernels moe_ref{&ref::moe_router_forward<float>, &ref::moe_router_backward<float>,
                          &ref::moe_permute<float>, &ref::moe_unpermute<float>,

@@ -33,6 +33,13 @@ inline std::vector<float> widened(const bf16* x, size_t n) {
   return out;
 }
 
+// x (n floats) rounded to bf16 and widened back.
+inline std::vector<float> rounded(const float* x, size_t n) {
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = to_f32(to_bf16(x[i]));
+  return out;
+}
+
 inline void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
                                 int C, int OC) {
   const std::vector<float> x = widened(inp, size_t(N) * C), w = widened(weight, size_t(OC) * C);

@@ -11,13 +11,25 @@
 
 #include "frugal/kernels/ops.h"
 #include "frugal/kernels/ref/accumulator.h"
+#include "frugal/kernels/ref/bf16_ref.h"
 
 namespace frugal::kernels::ref {
 
+// d loss / d logit as it enters the backward products: kept (fp32 and fp64 heads), or rounded to
+// bf16 (the bf16 head).
+struct KeepGrad {
+  template <class A>
+  A operator()(A g) const { return g; }
+};
+struct Bf16Grad {
+  template <class A>
+  A operator()(A g) const { return A(to_f32(to_bf16(float(g)))); }
+};
+
 // Per-row cross-entropy of logits = inp · weight[:V]ᵀ; mirrors ops.h lm_head_cross_entropy.
-template <class T>
+template <class T, class Grad = KeepGrad>
 void lm_head_cross_entropy(T* losses, T* dinp, T* dw, const T* inp, const T* w,
-                           const int32_t* targets, int N, int C, int V, T dloss) {
+                           const int32_t* targets, int N, int C, int V, T dloss, Grad grad = {}) {
   using A = Accum<T>;
   std::vector<A> logits(V), dx(C), dw_sum(dw ? static_cast<size_t>(V) * C : 0, A(0));
   for (int i = 0; i < N; ++i) {
@@ -40,7 +52,7 @@ void lm_head_cross_entropy(T* losses, T* dinp, T* dw, const T* inp, const T* w,
     const A lse = mx + std::log(sum);
     losses[i] = T(lse - logits[targets[i]]);
     for (int v = 0; v < V; ++v) {
-      const A g = (std::exp(logits[v] - lse) - (v == targets[i] ? A(1) : A(0))) * dloss;
+      const A g = grad((std::exp(logits[v] - lse) - (v == targets[i] ? A(1) : A(0))) * dloss);
       for (int c = 0; c < C; ++c) {
         dx[c] += g * w[static_cast<size_t>(v) * C + c];
         if (dw) dw_sum[static_cast<size_t>(v) * C + c] += g * x[c];
@@ -55,10 +67,10 @@ void lm_head_cross_entropy(T* losses, T* dinp, T* dw, const T* inp, const T* w,
 // The vocabulary-split cross-entropy over this rank's V columns; mirrors ops.h
 // lm_head_cross_entropy_split (the rows' statistics reduced over the group in float, once for
 // all N rows: the maxima, then the sums of exponentials with the target logits).
-template <class T>
+template <class T, class Grad = KeepGrad>
 void lm_head_cross_entropy_split(T* losses, T* dinp, T* dw, const T* inp, const T* w,
                                  const int32_t* targets, int N, int C, int V, T dloss,
-                                 const VocabSplit& split) {
+                                 const VocabSplit& split, Grad grad = {}) {
   using A = Accum<T>;
   std::vector<A> logits(static_cast<size_t>(N) * V);
   std::vector<float> mx(N, -INFINITY), stats(2 * static_cast<size_t>(N), 0.0f);  // sums | target logits
@@ -84,8 +96,8 @@ void lm_head_cross_entropy_split(T* losses, T* dinp, T* dw, const T* inp, const 
       const A lse = A(mx[i]) + std::log(A(stats[i]));
       losses[i] = T(lse - A(stats[N + i]));
       for (int v = 0; v < V; ++v) {
-        const A g = (std::exp(logits[static_cast<size_t>(i) * V + v] - lse) -
-                     (v == targets[i] - split.first ? A(1) : A(0))) * dloss;
+        const A g = grad((std::exp(logits[static_cast<size_t>(i) * V + v] - lse) -
+                          (v == targets[i] - split.first ? A(1) : A(0))) * dloss);
         for (int c = 0; c < C; ++c) {
           dx[c] += g * w[static_cast<size_t>(v) * C + c];
           if (dw) dw_sum[static_cast<size_t>(v) * C + c] += g * inp[static_cast<size_t>(i) * C + c];
@@ -98,6 +110,22 @@ void lm_head_cross_entropy_split(T* losses, T* dinp, T* dw, const T* inp, const 
       for (int c = 0; c < C; ++c) dinp[static_cast<size_t>(i) * C + c] = T(dx[c]);
   }
   for (size_t k = 0; k < dw_sum.size(); ++k) dw[k] += T(dw_sum[k]);
+}
+
+// The bf16 head (ops.h lm_head_cross_entropy_bf16 and _split_bf16): the fp32 reference on the rows
+// of inp rounded to bf16, the bf16 weight widened, and d loss / d logit rounded to bf16.
+inline void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dw, const float* inp,
+                                       const bf16* w, const int32_t* targets, int N, int C, int V,
+                                       float dloss) {
+  const std::vector<float> x = rounded(inp, size_t(N) * C), wf = widened(w, size_t(V) * C);
+  lm_head_cross_entropy<float>(losses, dinp, dw, x.data(), wf.data(), targets, N, C, V, dloss, Bf16Grad{});
+}
+inline void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dw, const float* inp,
+                                             const bf16* w, const int32_t* targets, int N, int C, int V,
+                                             float dloss, const VocabSplit& split) {
+  const std::vector<float> x = rounded(inp, size_t(N) * C), wf = widened(w, size_t(V) * C);
+  lm_head_cross_entropy_split<float>(losses, dinp, dw, x.data(), wf.data(), targets, N, C, V, dloss, split,
+                                     Bf16Grad{});
 }
 
 }  // namespace frugal::kernels::ref

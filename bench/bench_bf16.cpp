@@ -1,0 +1,97 @@
+// Benchmark of the bf16 kernel family (ops.h section bf16): the conversions' bandwidth, and on every
+// GEMM shape of a `frugal bench` preset's training step (bench/step_shapes.h: each linear's forward,
+// input gradient and weight gradient, and the LM head's three) the bf16 GEMM (oneDNN's bf16 matmul
+// where the CPU has a JIT kernel for it, else fp32 GEMMs on widened operands: the path
+// kernels::bf16_matmul_path() names) against frugal's fp32 GEMM of the same shape. The weight
+// gradient's shapes also run with A = doutᵀ laid out plainly (transposed while it is rounded),
+// to show what oneDNN's transposed-A bf16 path costs. Calls are interleaved so all see the same
+// load; prints median GFLOP/s (2·M·N·K / time) and per preset the GEMM milliseconds of one step.
+// Usage: bench_bf16 [threads=2] [repetitions=9]
+#include <array>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "frugal/kernels/ops.h"
+#include "kernel_bench.h"
+
+namespace {
+
+namespace k = frugal::kernels;
+namespace cpu = frugal::kernels::cpu;
+
+std::vector<k::bf16> rounded(const std::vector<float>& x) {
+  std::vector<k::bf16> out(x.size());
+  k::f32_to_bf16(out.data(), x.data(), x.size());
+  return out;
+}
+
+void bench_conversions(int reps) {
+  const size_t n = size_t(16) << 20;
+  const auto x = frugal::bench::random_floats(n, 3);
+  std::vector<k::bf16> b(n);
+  std::vector<float> y(n);
+  std::printf("conversions of %zu values:", n);
+  frugal::bench::print_bandwidth("f32_to_bf16", frugal::bench::best_seconds([&] { k::f32_to_bf16(b.data(), x.data(), n); }, reps),
+                                 6.0 * n);
+  frugal::bench::print_bandwidth(" bf16_to_f32", frugal::bench::best_seconds([&] { k::bf16_to_f32(y.data(), b.data(), n); }, reps),
+                                 6.0 * n);
+  std::printf("\n");
+}
+
+// C (M,N) (+)= op(A) · op(B) on bf16 operands, row-major with the leading dimensions of the layouts.
+void bf16_gemm(bool trans_a, bool trans_b, int M, int N, int K, const k::bf16* A, const k::bf16* B, bool accumulate,
+               float* C) {
+  const int lda = trans_a ? M : K, ldb = trans_b ? K : N;
+  if (!cpu::onednn_bf16_matmul_isa().empty()) {
+    cpu::onednn_matmul_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, nullptr, accumulate, C, N);
+    return;
+  }
+  std::vector<float> a(size_t(M) * K), b(size_t(K) * N);
+  k::bf16_to_f32(a.data(), A, a.size());
+  k::bf16_to_f32(b.data(), B, b.size());
+  cpu::sgemm(trans_a, trans_b, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, accumulate ? 1.0f : 0.0f, C, N);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = frugal::bench::start(argc, argv, 9);
+  std::printf("bf16 GEMMs: %s\n", k::bf16_matmul_path().c_str());
+  bench_conversions(reps);
+  const char* paths[] = {"fp32 sgemm", "bf16", "bf16 A plain"};
+  std::printf("%-21s %5s %5s %5s %11s %11s %13s  (GFLOP/s)\n", "shape", "M", "N", "K", paths[0], paths[1], paths[2]);
+  for (const auto& preset : frugal::bench::kPresets) {
+    std::array<double, 3> step_ms{};
+    for (const frugal::bench::GemmShape& s : frugal::bench::step_gemm_shapes(preset)) {
+      const auto a = frugal::bench::random_floats(size_t(s.M) * s.K, 1), b = frugal::bench::random_floats(size_t(s.K) * s.N, 2);
+      const auto ab = rounded(a), bb = rounded(b);
+      std::vector<float> c(size_t(s.M) * s.N, 0.0f);
+      const int lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
+      std::vector<std::function<void()>> calls = {
+          [&] { cpu::sgemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, s.beta, c.data(), s.N); },
+          [&] { bf16_gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, ab.data(), bb.data(), s.beta != 0, c.data()); },
+      };
+      if (s.trans_a) calls.push_back([&] { bf16_gemm(false, s.trans_b, s.M, s.N, s.K, ab.data(), bb.data(), s.beta != 0, c.data()); });
+      for (const auto& call : calls) call();  // shapes' first calls create their primitives
+      std::vector<std::vector<double>> seconds(calls.size());
+      for (int r = 0; r < reps; ++r)
+        for (size_t i = 0; i < calls.size(); ++i) {
+          frugal::Timer t;
+          calls[i]();
+          seconds[i].push_back(t.seconds());
+        }
+      std::printf("%s %-9s %-9s %5d %5d %5d", preset.name, s.layer, s.pass, s.M, s.N, s.K);
+      for (size_t i = 0; i < calls.size(); ++i) {
+        const double m = frugal::median(seconds[i]);
+        std::printf(" %11.1f", s.flops() / m * 1e-9);
+        step_ms[i] += m * 1e3 * s.per_step;
+      }
+      std::printf("\n");
+    }
+    std::printf("%s: GEMM ms per training step  %s %.1f  %s %.1f\n", preset.name, paths[0], step_ms[0], paths[1],
+                step_ms[1]);
+  }
+  return 0;
+}
