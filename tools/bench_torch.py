@@ -1,4 +1,5 @@
-"""PyTorch speed baseline: training steps of tools/torch_gpt.py in float32 on CPU.
+"""PyTorch speed baseline: training steps of tools/torch_gpt.py on CPU, in float32 or (--autocast
+bf16) under torch.autocast("cpu", dtype=torch.bfloat16), float32 master weights and AdamW.
 
 One step = forward, backward, gradient-norm clipping (to 1.0, as frugal's step), AdamW step,
 zero_grad(set_to_none=True) on a fixed random batch.
@@ -13,7 +14,9 @@ or Debian's torch 1.13 (OpenBLAS, OpenMP variant):
 By default each torch runs its fastest eager setup: F.scaled_dot_product_attention(is_causal=True)
 from torch 2.0 on (written-out attention before) and AdamW(fused=True) from torch 2.4 on (the
 default foreach AdamW before); --attention and --adamw choose otherwise. --compile wraps the model
-in torch.compile (its compilation happens in the warm-up steps, which are not timed).
+in torch.compile (its compilation happens in the warm-up steps, which are not timed). --autocast
+bf16 runs the forward (and so the backward's matching products) under CPU autocast: the linears
+and attention in bf16 (oneDNN's bf16 kernels where the CPU has them), the loss in float32.
 
 tools/bench_ddp.py (data-parallel) reuses the presets and the step, timing and counting functions.
 torch_gpt (beside this file, on sys.path when run as a script) imports torch, so it is imported
@@ -52,6 +55,8 @@ def make_parser(doc, default_threads=os.cpu_count()):
     ap.add_argument("--adamw", choices=["auto", "foreach", "fused"], default="auto",
                     help="auto: fused from torch 2.4 on, else torch's default (foreach)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (torch >= 2.0)")
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help='bf16: the forward under torch.autocast("cpu", dtype=torch.bfloat16)')
     return ap
 
 
@@ -101,12 +106,13 @@ def random_batch(cfg, B, T, generator):
 GRAD_CLIP = 1.0
 
 
-def train_step(model, opt, inputs, targets):
-    """Forward, backward, gradient-norm clipping to GRAD_CLIP, AdamW step,
-    zero_grad(set_to_none=True); returns the loss."""
+def train_step(model, opt, inputs, targets, autocast="none"):
+    """Forward (under CPU bf16 autocast when autocast == "bf16"), backward, gradient-norm clipping
+    to GRAD_CLIP, AdamW step, zero_grad(set_to_none=True); returns the loss."""
     import torch
 
-    _, loss = model(inputs, targets)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast == "bf16"):
+        _, loss = model(inputs, targets)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
     opt.step()
@@ -163,7 +169,8 @@ def main():
         model = torch.compile(model)
 
     load_before = os.getloadavg()[0]  # the machine may be shared: record how busy it was
-    times, loss = time_steps(lambda: train_step(model, opt, inputs, targets), args.warmup, args.steps)
+    times, loss = time_steps(lambda: train_step(model, opt, inputs, targets, args.autocast), args.warmup,
+                             args.steps)
 
     # The median step time, as frugal bench reports it: robust to steps slowed by other load.
     ms_per_step = 1000.0 * statistics.median(times)
@@ -188,6 +195,7 @@ def main():
         attention=attention,
         adamw=adamw,
         compiled=args.compile,
+        autocast=args.autocast,
         blas=blas_library(),
         omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "default"),
         load_avg_1m=[load_before, os.getloadavg()[0]],  # before warmup, after the timed steps

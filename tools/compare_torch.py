@@ -5,12 +5,16 @@ alternately, --repeats times each (alternating spreads the load of a shared mach
 then prints medians:
 
     /usr/bin/python3 tools/compare_torch.py --preset S M L --threads 2 [--repeats 3] [--json]
+        [--precision bf16]
 
 The PyTorch sides: the current PyPI wheel (torch 2.x in .venv-torch, made by
 tools/setup_torch_venv.sh; --torch-python chooses another interpreter), run eager and under
 torch.compile, both with F.scaled_dot_product_attention and AdamW(fused=True); the ratio is frugal
 against the faster of the two in each round. Debian's torch 1.13 (/usr/bin/python3, OpenBLAS) is
 the history column, when installed; --no-debian-torch leaves it out.
+--precision bf16 compares mixed precision on both sides: frugal with train.precision = "bf16",
+every torch with its forward under torch.autocast("cpu", dtype=torch.bfloat16) (bench_torch.py
+--autocast bf16).
 
 Each command must print one JSON object (its last JSON line is used) with at least tokens_per_s
 and ms_per_step (both from the median step time on both sides), peak_rss_bytes, and the run's
@@ -164,20 +168,24 @@ def main():
     ap.add_argument("--torch-python", default=os.path.join(REPO, ".venv-torch", "bin", "python"),
                     help="the interpreter with PyPI's torch 2.x (default: .venv-torch, tools/setup_torch_venv.sh)")
     ap.add_argument("--no-debian-torch", action="store_true", help="leave out Debian's torch 1.13 column")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: frugal's train.precision = bf16 against torch's CPU bf16 autocast")
     args = parse_args(ap)
     set_omp_wait_policy()
     frugal = (shlex.split(args.frugal_cmd) if args.frugal_cmd else [args.frugal]) + ["bench"]
     bench_torch = os.path.join(TOOLS, "bench_torch.py")
     torch2 = shlex.split(args.torch_cmd) if args.torch_cmd else [args.torch_python, bench_torch]
     options = ["--threads", str(args.threads), "--json"]
+    frugal_options = options + (["--set", "train.precision=bf16"] if args.precision == "bf16" else [])
+    torch_options = options + ["--autocast", "bf16" if args.precision == "bf16" else "none"]
     commands = {
-        "frugal": lambda preset: frugal + ["--preset", preset] + options,
-        "torch2": lambda preset: torch2 + ["--preset", preset] + options,
-        "torch2-compiled": lambda preset: torch2 + ["--preset", preset, "--compile"] + options,
+        "frugal": lambda preset: frugal + ["--preset", preset] + frugal_options,
+        "torch2": lambda preset: torch2 + ["--preset", preset] + torch_options,
+        "torch2-compiled": lambda preset: torch2 + ["--preset", preset, "--compile"] + torch_options,
     }
     if not args.no_debian_torch:
         if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode == 0:
-            commands["torch1.13"] = lambda preset: ["/usr/bin/python3", bench_torch, "--preset", preset] + options
+            commands["torch1.13"] = lambda preset: ["/usr/bin/python3", bench_torch, "--preset", preset] + torch_options
         else:
             print("note: Debian's torch 1.13 is not installed (apt-get install python3-torch): its column is "
                   "left out", file=sys.stderr)
@@ -199,7 +207,7 @@ def main():
         print(json.dumps(rows))
         return
     for r in rows:
-        print(f"preset {r['preset']}, {r['threads']} threads, {r['repeats']} rounds: frugal "
+        print(f"preset {r['preset']}, {args.precision}, {r['threads']} threads, {r['repeats']} rounds: frugal "
               f"{r['frugal_tokens_per_s_median']:.0f} tok/s (MFU {100 * r.get('frugal_mfu_median', 0):.1f}% of the GEMM "
               f"peak, {100 * r.get('frugal_mfu_fma_median', 0):.1f}% of the FMA peak), peak RSS "
               f"{r['frugal_peak_rss_bytes_median'] / 2**20:.0f} MiB")

@@ -45,7 +45,7 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
   // again in the next backward: in huge pages, that costs 512 times fewer page faults.
   if (zero_ == 2) prefer_huge_pages(session.model().grads(), sizeof(float) * session.model().num_floats());
   const size_t bucket_floats = static_cast<size_t>(settings.parallel.bucket_mb * 1024 * 1024 / sizeof(float));
-  reducer_ = std::make_unique<GradientReducer>(world, bucket_floats);
+  reducer_ = std::make_unique<GradientReducer>(world, bucket_floats, comm_dtype(settings.parallel));
 }
 
 DataParallelStep::~DataParallelStep() {

@@ -9,12 +9,13 @@
 #include "frugal/core/error.h"
 #include "frugal/core/memory.h"
 #include "frugal/core/timer.h"
+#include "frugal/kernels/ops.h"
+#include "frugal/parallel/wire.h"
 
 namespace frugal::parallel {
-
-GradientReducer::GradientReducer(MpiWorld& world, size_t bucket_floats)
+GradientReducer::GradientReducer(MpiWorld& world, size_t bucket_floats, kernels::DType wire)
     : world_(world), comm_(world.new_communicator()), bucket_floats_(std::max<size_t>(bucket_floats, 1)),
-      thread_([this] { communicate(); }) {}
+      wire_(wire), thread_([this] { communicate(); }) {}
 
 GradientReducer::~GradientReducer() {
   {
@@ -62,7 +63,7 @@ void GradientReducer::enqueue(size_t b, size_t e) {
     std::lock_guard lock(mutex_);
     queue_.push_back({b, e});
     ++unfinished_;
-    bytes_ += (e - b) * sizeof(float);
+    bytes_ += (e - b) * (wire_ == kernels::DType::BF16 ? sizeof(kernels::bf16) : sizeof(float));
     ++buckets_;
   }
   changed_.notify_all();
@@ -97,26 +98,29 @@ void GradientReducer::communicate() {
 
 void GradientReducer::reduce(const Bucket& b) {
   const std::string what = fmt::format("the reduction of gradients [{}, {})", b.begin, b.end);
-  MPI_Request request;
-  if (mode_ == Mode::AllReduce) {
-    MPI_Iallreduce(MPI_IN_PLACE, grads_ + b.begin, static_cast<int>(b.end - b.begin), MPI_FLOAT,
-                   MPI_SUM, comm_, &request);
-    world_.wait(request, what);
-    return;
-  }
+  if (mode_ == Mode::AllReduce) return all_reduce_sum(world_, comm_, grads_ + b.begin, b.end - b.begin, wire_, staged_, what);
   // Reduce-scatter, in place: rank r's sum of the bucket's part inside its shard lands at the
-  // bucket's start and moves to where it belongs; the rest of the bucket is no longer needed.
+  // bucket's start (of the bf16 payload staged on a bf16 wire) and moves to where it belongs; the
+  // rest of the bucket is no longer needed.
+  const bool bf16 = wire_ == kernels::DType::BF16;
+  if (bf16) {
+    staged_.resize(b.end - b.begin);
+    kernels::f32_to_bf16(staged_.data(), grads_ + b.begin, b.end - b.begin);
+  }
+  void* payload = bf16 ? static_cast<void*>(staged_.data()) : static_cast<void*>(grads_ + b.begin);
+  MPI_Request request;
   const int n = world_.size(), me = world_.rank();
   counts_.assign(n, 0);
   for (int r = 0; r < n; ++r) {
     const size_t lo = std::max(b.begin, shards_[r]), hi = std::min(b.end, shards_[r + 1]);
     counts_[r] = lo < hi ? static_cast<int>(hi - lo) : 0;
   }
-  MPI_Ireduce_scatter(MPI_IN_PLACE, grads_ + b.begin, counts_.data(), MPI_FLOAT, MPI_SUM, comm_, &request);
+  MPI_Ireduce_scatter(MPI_IN_PLACE, payload, counts_.data(), wire_type(wire_), wire_sum(wire_), comm_, &request);
   world_.wait(request, what);
   const size_t own = std::max(b.begin, shards_[me]);
   const size_t own_end = own + counts_[me];
-  if (counts_[me] > 0) std::memmove(grads_ + own, grads_ + b.begin, sizeof(float) * counts_[me]);
+  if (counts_[me] > 0 && bf16) kernels::bf16_to_f32(grads_ + own, staged_.data(), counts_[me]);
+  if (counts_[me] > 0 && !bf16) std::memmove(grads_ + own, grads_ + b.begin, sizeof(float) * counts_[me]);
   const size_t keep_begin = counts_[me] > 0 ? own : b.end, keep_end = counts_[me] > 0 ? own_end : b.end;
   release_pages(grads_ + b.begin, sizeof(float) * (keep_begin - b.begin));
   release_pages(grads_ + keep_end, sizeof(float) * (b.end - keep_end));

@@ -6,7 +6,7 @@
 // flat buffer made of whole layer groups, at least parallel.bucket_mb each (the last may be
 // smaller), launched top down; frozen parameters (below the range given to begin()) never move.
 // Two modes: all-reduce (every rank gets the whole sum) and reduce-scatter (each rank gets the
-// sum over its own ZeRO shard only).
+// sum over its own ZeRO shard only). The buckets travel as fp32 or bf16 (parallel/wire.h).
 #pragma once
 #include <condition_variable>
 #include <cstddef>
@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "frugal/kernels/dtype.h"
 #include "frugal/parallel/mpi_world.h"
 
 namespace frugal::parallel {
@@ -22,7 +23,8 @@ namespace frugal::parallel {
 class GradientReducer {
  public:
   enum class Mode { AllReduce, ReduceScatter };
-  GradientReducer(MpiWorld& world, size_t bucket_floats);
+  // wire: the dtype of the collectives' payload (F32 or BF16).
+  GradientReducer(MpiWorld& world, size_t bucket_floats, kernels::DType wire = kernels::DType::F32);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -40,7 +42,7 @@ class GradientReducer {
   // Launches what is left and waits until every bucket is reduced. Returns the seconds the
   // caller waited: the communication the backward pass did not hide.
   double finish();
-  // Bytes of gradients this rank handed to the collectives in the last step, and buckets.
+  // Bytes this rank handed to the collectives in the last step (in the wire dtype), and buckets.
   size_t bytes_reduced() const { return bytes_; }
   int buckets() const { return buckets_; }
 
@@ -56,6 +58,8 @@ class GradientReducer {
   MpiWorld& world_;
   MPI_Comm comm_;
   size_t bucket_floats_;
+  kernels::DType wire_;
+  std::vector<kernels::bf16> staged_;  // the bucket on a bf16 wire (parallel/wire.h)
   // The step being reduced (set by begin(), read by the thread).
   float* grads_ = nullptr;
   size_t begin_ = 0, end_ = 0, launched_ = 0;  // buckets cover [launched_, end_)

@@ -13,6 +13,7 @@
 #include "frugal/core/timer.h"
 #include "frugal/io/stdout.h"
 #include "frugal/parallel/grad_norm.h"
+#include "frugal/parallel/wire.h"
 
 namespace frugal::parallel {
 namespace {
@@ -428,11 +429,9 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
   const auto [slice_begin, hi] = slice();
   lo_ = std::max(model.trainable_begin(), slice_begin);
   hi_ = hi;
-  if (layout_.replicas > 1 && lo_ < hi_) {  // the stage's replicas sum their gradients
-    MPI_Request request;
-    MPI_Iallreduce(MPI_IN_PLACE, model.grads() + lo_, static_cast<int>(hi_ - lo_), MPI_FLOAT, MPI_SUM, replicas(), &request);
-    world_.wait(request, "the all-reduce of a stage's gradients over its replicas");
-  }
+  if (layout_.replicas > 1 && lo_ < hi_)  // the stage's replicas sum their gradients
+    all_reduce_sum(world_, replicas(), model.grads() + lo_, hi_ - lo_, comm_dtype(settings_.parallel), staged_,
+                   "the all-reduce of a stage's gradients over its replicas");
 
   // Every micro-batch's loss (from the last stages), in one-process order, the FLOPs (counted by
   // the first stages), each rank's busy and schedule seconds and the floats its session holds:

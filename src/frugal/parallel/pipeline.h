@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "frugal/kernels/dtype.h"
 #include "frugal/parallel/data_parallel.h"
 #include "frugal/parallel/mpi_mesh.h"
 #include "frugal/parallel/mpi_world.h"
@@ -122,6 +123,7 @@ class PipelineStep final : public StepStrategy {
   std::vector<double> losses_;            // the last stage's, per micro-batch
   std::vector<float> act_in_, grad_in_;   // received (B,T,C)
   std::vector<float> head_grad_;          // first stage: a piece of a tied head's token-embedding gradient
+  std::vector<kernels::bf16> staged_;     // the replicas' gradient sum on a bf16 wire (parallel/wire.h)
   std::vector<std::vector<float>> act_out_, grad_out_;  // per slot: being sent
   std::vector<MPI_Request> act_sends_, grad_sends_;
   double busy_ = 0;  // seconds of compute in the step's schedule

@@ -11,6 +11,7 @@
 #include "frugal/core/error.h"
 #include "frugal/core/memory.h"
 #include "frugal/kernels/ops.h"
+#include "frugal/parallel/wire.h"
 
 namespace frugal::parallel {
 
@@ -177,10 +178,8 @@ void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, cons
   GPT& model = session_.model();
   if (D > 1) {  // each shard's gradients summed over its replicas
     const size_t begin = model.trainable_begin();
-    MPI_Request request;
-    MPI_Iallreduce(MPI_IN_PLACE, model.grads() + begin, static_cast<int>(model.num_floats() - begin), MPI_FLOAT,
-                   MPI_SUM, mesh_->group(Dim::Data), &request);
-    world_.wait(request, "the sum of the gradients over the tensor group's replicas");
+    all_reduce_sum(world_, mesh_->group(Dim::Data), model.grads() + begin, model.num_floats() - begin,
+                   comm_dtype(settings_.parallel), staged_, "the sum of the gradients over the tensor group's replicas");
   }
   // The loss: every micro-batch's, added in one-process order.
   std::vector<double> all_losses(count);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "frugal/core/timer.h"
+#include "frugal/kernels/dtype.h"
 #include "frugal/model/collectives.h"
 #include "frugal/parallel/mpi_mesh.h"
 #include "frugal/parallel/mpi_world.h"
@@ -95,6 +96,7 @@ class TensorParallelStep final : public StepStrategy {
   bool sharded_ = false;
   double compute_seconds_ = 0;  // the step's micro-batches
   Timer update_timer_;          // from clipping on
+  std::vector<kernels::bf16> staged_;  // the replicas' gradient sum on a bf16 wire (parallel/wire.h)
 };
 
 }  // namespace frugal::parallel

@@ -93,7 +93,11 @@ io::ConfigSchema run_schema() {
       .add_int("parallel.tensor", par.tensor, "under mpirun: tensor-parallel ranks T (Megatron-style: "
                "attention heads, MLP hidden units and the vocabulary split over T ranks, which run "
                "every micro-batch together); model.n_head and the MLP's hidden units must divide by T; "
-               "1: none", Range::at_least(1));
+               "1: none", Range::at_least(1))
+      .add_string("parallel.comm_dtype", par.comm_dtype, "under mpirun: the dtype data parallelism's "
+                  "gradient reductions send (all-reduce, ZeRO-2's reduce-scatter, a pipeline's replicas): "
+                  "bf16 rounds each bucket to bf16 and sums in fp32 rounding every partial sum to bf16, "
+                  "half the bytes of fp32", {"fp32", "bf16"});
   SampleSettings p;
   s.add_int("sample.count", p.count, "samples printed at the end of training", Range::at_least(0))
       .add_int("sample.max_tokens", p.max_tokens, "tokens per sample", Range::at_least(1))
@@ -133,6 +137,10 @@ SessionOptions session_options(const RunSettings& s) {
 
 kernels::DType linear_dtype(const TrainSettings& t) {
   return t.precision == "bf16" ? kernels::DType::BF16 : kernels::DType::F32;
+}
+
+kernels::DType comm_dtype(const ParallelSettings& p) {
+  return p.comm_dtype == "bf16" ? kernels::DType::BF16 : kernels::DType::F32;
 }
 
 std::string describe_precision(const TrainSettings& t) {
@@ -220,6 +228,7 @@ RunSettings run_settings(const io::Config& c) {
   ParallelSettings& par = r.parallel;
   par.zero = c.get_int32("parallel.zero");
   par.bucket_mb = c.get_float("parallel.bucket_mb");
+  par.comm_dtype = c.get_string("parallel.comm_dtype");
   par.timeout = c.get_float("parallel.timeout");
   par.pipeline_stages = c.get_int32("parallel.pipeline_stages");
   par.schedule = c.get_string("parallel.schedule");

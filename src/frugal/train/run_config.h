@@ -44,6 +44,7 @@ struct ParallelSettings {
   bool elastic = true;      // AutoPipe shortens the pipeline as layers freeze; AutoDP uses the freed ranks
   std::string autopipe_cost = "time";  // what AutoPipe balances: "time" or "parameters" (bytes held)
   int tensor = 1;           // T: the ranks of a tensor-parallel group, each holding 1/T of every split tensor
+  std::string comm_dtype = "fp32";  // the data-parallel gradient reductions' payload: "fp32" or "bf16"
 };
 
 struct RunSettings {
@@ -63,6 +64,8 @@ std::string describe_precision(const TrainSettings& t);
 // The dtype of the model's GEMMs that train.precision names (every command that builds the run's
 // model uses it, so a checkpoint is evaluated and sampled with the GEMMs it was trained with).
 kernels::DType linear_dtype(const TrainSettings& t);
+// The payload dtype of data parallelism's gradient reductions (parallel.comm_dtype).
+kernels::DType comm_dtype(const ParallelSettings& p);
 
 // Blocks whose activations are recomputed in backward, from train.recompute; throws for a bad spec.
 std::vector<bool> recompute_blocks(const std::string& spec, int n_layer);

@@ -1,0 +1,27 @@
+// The dtype gradients travel in between ranks (parallel.comm_dtype): fp32 as they are, or bf16 —
+// rounded to nearest (ties to even) before the collective, summed in fp32 with every partial sum
+// rounded to bf16 (a user-defined MPI sum on MPI_UINT16_T, exactly commutative, so every rank's
+// copy of a sum is the same), widened back to fp32 after it: half the bytes on the wire.
+#pragma once
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "frugal/kernels/dtype.h"
+#include "frugal/parallel/mpi_world.h"
+
+namespace frugal::parallel {
+
+// The MPI datatype and sum of a wire dtype (F32: MPI_FLOAT, MPI_SUM; BF16: MPI_UINT16_T and the
+// bf16 sum, created on first use).
+MPI_Datatype wire_type(kernels::DType wire);
+MPI_Op wire_sum(kernels::DType wire);
+
+// x (n floats) = its sum over the ranks of comm, sent as `wire`; `staged` holds the bf16 payload
+// between calls. Waits through world.wait, which names a silent rank in `what`.
+void all_reduce_sum(MpiWorld& world, MPI_Comm comm, float* x, size_t n, kernels::DType wire,
+                    std::vector<kernels::bf16>& staged, const std::string& what);
+
+}  // namespace frugal::parallel
