@@ -19,6 +19,7 @@
 #include "frugal/data/text.h"
 #include "frugal/io/dir_lock.h"
 #include "frugal/io/safetensors.h"
+#include "frugal/kernels/ref/bf16_ref.h"
 #include "frugal/train/checkpoint.h"
 #include "temp_dir.h"
 
@@ -114,6 +115,26 @@ TEST_P(HfRoundTrip, ExportThenImportIsBitIdentical) {
   const auto back = io::read_hf_gpt2(dir.file("hf"));
   expect_same_config(model->config(), back->config());
   expect_same_params(*model, *back);
+}
+
+// A bf16 export holds each weight rounded to nearest even (what import reads back, widened) and
+// says so in config.json.
+TEST_P(HfRoundTrip, Bf16ExportHoldsTheRoundedWeights) {
+  TempDir dir;
+  const auto model = random_model(small_config(GetParam()));
+  io::export_hf_gpt2(*model, dir.file("hf"), -1, false, io::DType::BF16);
+  EXPECT_EQ(read_json(dir.file("hf/config.json"))["torch_dtype"], "bfloat16");
+  const auto back = io::read_hf_gpt2(dir.file("hf"));
+  size_t changed = 0;
+  for (const ParamInfo& p : model->table().entries()) {
+    const float* a = model->params() + p.offset;
+    const float* b = back->params() + back->table().at(p.name).offset;
+    for (size_t i = 0; i < p.numel; ++i) {
+      ASSERT_EQ(b[i], kernels::ref::to_f32(kernels::ref::to_bf16(a[i]))) << p.name << "[" << i << "]";
+      changed += a[i] != b[i];
+    }
+  }
+  EXPECT_GT(changed, 0u);
 }
 
 TEST_P(HfRoundTrip, ImportWritesALoadableCheckpoint) {

@@ -13,6 +13,7 @@
 #include "frugal/data/text.h"
 #include "frugal/io/atomic_file.h"
 #include "frugal/io/dir_lock.h"
+#include "frugal/kernels/ops.h"
 #include "frugal/io/safetensors.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/run_config.h"
@@ -189,7 +190,8 @@ std::string hf_gpt2_inexpressible(const GPT& model) {
 }
 
 void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_id,
-                    bool allow_causal_attention) {
+                    bool allow_causal_attention, DType dtype) {
+  FRUGAL_CHECK(dtype == DType::F32 || dtype == DType::BF16, "internal: an export in {}", dtype_name(dtype));
   const ModelConfig& c = model.config();
   check_hf_gpt2_exportable(c);
   const std::string inexpressible = hf_gpt2_inexpressible(model);
@@ -220,7 +222,7 @@ void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_
       {"reorder_and_upcast_attn", false},
       {"tie_word_embeddings", c.tied_head},
       {"use_cache", true},
-      {"torch_dtype", "float32"},
+      {"torch_dtype", dtype == DType::BF16 ? "bfloat16" : "float32"},
   };
   if (eos_token_id >= 0) cfg["bos_token_id"] = cfg["eos_token_id"] = eos_token_id;
   write_file_atomic(out_dir + "/config.json", cfg.dump(2) + "\n");
@@ -228,6 +230,7 @@ void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_
   SafeTensors st;
   st.metadata["format"] = "pt";  // transformers refuses safetensors files without it
   std::vector<float> scratch;
+  std::vector<kernels::bf16> rounded;
   for (const HfTensor& t : hf_layout(model)) {
     const float* src = model.params() + t.param->offset;
     if (t.conv1d) {
@@ -235,7 +238,16 @@ void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_
       transpose(src, t.param->shape[0], t.param->shape[1], scratch.data());
       src = scratch.data();
     }
-    st.put_f32(t.param->name, t.shape, src);  // vocabulary tensors: the first V rows
+    // vocabulary tensors: the first V rows
+    if (dtype == DType::F32) {
+      st.put_f32(t.param->name, t.shape, src);
+      continue;
+    }
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    rounded.resize(static_cast<size_t>(numel));
+    kernels::f32_to_bf16(rounded.data(), src, rounded.size());
+    st.put(t.param->name, DType::BF16, t.shape, rounded.data());
   }
   write_safetensors(out_dir + "/model.safetensors", st);
 }

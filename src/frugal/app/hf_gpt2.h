@@ -17,6 +17,7 @@
 #include <string>
 
 #include "frugal/data/tokenizer.h"
+#include "frugal/io/safetensors.h"
 #include "frugal/model/config.h"
 #include "frugal/model/gpt.h"
 
@@ -32,12 +33,14 @@ void check_hf_gpt2_exportable(const ModelConfig& config);
 // written there first (GPT::write_effective_weights, which load_checkpoint_model does).
 std::string hf_gpt2_inexpressible(const GPT& model);
 
-// Writes out_dir/config.json (a transformers GPT2Config) and out_dir/model.safetensors (F32,
-// metadata format "pt"); creates out_dir. eos_token_id < 0 leaves bos/eos_token_id unset. Throws
-// Error naming hf_gpt2_inexpressible(model) when it is not empty, unless allow_causal_attention:
-// the export then attends causally to every earlier position.
+// Writes out_dir/config.json (a transformers GPT2Config) and out_dir/model.safetensors (metadata
+// format "pt"); creates out_dir. eos_token_id < 0 leaves bos/eos_token_id unset. Throws Error
+// naming hf_gpt2_inexpressible(model) when it is not empty, unless allow_causal_attention: the
+// export then attends causally to every earlier position. dtype: F32 (the weights as trained), or
+// BF16 (each rounded to nearest, ties to even; config.json's torch_dtype says "bfloat16"), half
+// the bytes.
 void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_id = -1,
-                    bool allow_causal_attention = false);
+                    bool allow_causal_attention = false, DType dtype = DType::F32);
 
 // Writes the tokenizer files next to an export: frugal_tokenizer.json (the tokenizer itself, which
 // `frugal import` picks up) and, for GPT-2 BPE, vocab.json + merges.txt + tokenizer_config.json so

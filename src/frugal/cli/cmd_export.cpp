@@ -1,7 +1,7 @@
-// `frugal export --format hf CHECKPOINT_OR_RUN_DIR OUT_DIR [--allow-lossy]`: a checkpoint as a
-// directory that transformers' GPT2LMHeadModel / AutoTokenizer load (see app/hf_gpt2.h), with the
-// weights the model computes with (masks applied); what the format cannot express is refused, or
-// with --allow-lossy dropped and named.
+// `frugal export --format hf CHECKPOINT_OR_RUN_DIR OUT_DIR [--allow-lossy] [--dtype bf16]`: a
+// checkpoint as a directory that transformers' GPT2LMHeadModel / AutoTokenizer load (see
+// app/hf_gpt2.h), with the weights the model computes with (masks applied), in fp32 or rounded to
+// bf16; what the format cannot express is refused, or with --allow-lossy dropped and named.
 #include <fmt/format.h>
 
 #include <memory>
@@ -19,6 +19,7 @@ struct ExportArgs {
   std::string format = "hf";
   std::string source, out_dir;
   bool allow_lossy = false;
+  std::string dtype = "fp32";
 };
 }  // namespace
 
@@ -34,16 +35,21 @@ void add_export_command(CLI::App& app) {
   cmd->add_flag("--allow-lossy", args->allow_lossy,
                 "export even what the format cannot express (a sparse attention pattern becomes "
                 "dense causal attention), saying what is dropped");
+  cmd->add_option("--dtype", args->dtype, "weights' dtype: fp32 (the trained masters) or bf16 (rounded to "
+                  "nearest even; torch_dtype bfloat16; half the bytes)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   cmd->callback([args] {
     const PinnedCheckpoint pinned = pin_checkpoint(args->source);  // no run prunes it while we read
     const std::string& checkpoint = pinned.dir;
     const CheckpointModel loaded = load_checkpoint_model(checkpoint);
     const GPT& model = loaded.model();
     const auto tokenizer = load_checkpoint_tokenizer(checkpoint);
-    io::export_hf_gpt2(model, args->out_dir, tokenizer->eot_token(), args->allow_lossy);
+    io::export_hf_gpt2(model, args->out_dir, tokenizer->eot_token(), args->allow_lossy,
+                       args->dtype == "bf16" ? io::DType::BF16 : io::DType::F32);
     const bool hf_tokenizer = io::export_hf_tokenizer(*tokenizer, model.config().block_size, args->out_dir);
-    io::print("exported {} ({} parameters) to {}: config.json, model.safetensors\n", checkpoint,
-              model.table().num_parameters(), args->out_dir);
+    io::print("exported {} ({} parameters) to {}: config.json, model.safetensors ({})\n", checkpoint,
+              model.table().num_parameters(), args->out_dir, args->dtype);
     for (const std::string& note : loaded.notes) io::print("{}\n", note);
     const std::string dropped = io::hf_gpt2_inexpressible(model);
     if (!dropped.empty())
