@@ -19,9 +19,20 @@ std::string MemoryPlan::describe(size_t optimizer_state_bytes) const {
   auto mib = [](double b) { return b / (1024.0 * 1024.0); };
   return fmt::format(
       "memory plan: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB, "
-      "activations {:.1f} MiB, backward scratch {:.1f} MiB, total {:.1f} MiB",
+      "activations {:.1f} MiB, backward scratch {:.1f} MiB{}, total {:.1f} MiB",
       mib(parameters), mib(gradients), mib(optimizer_state_bytes), mib(activations), mib(scratch),
-      mib(double(parameters) + gradients + optimizer_state_bytes + activations + scratch));
+      working_copies > 0 ? fmt::format(", bf16 weight copies {:.1f} MiB", mib(working_copies)) : "",
+      mib(double(parameters) + gradients + optimizer_state_bytes + activations + scratch + working_copies));
+}
+
+MemoryPlan GPT::memory_plan() const {
+  MemoryPlan plan = plan_;
+  size_t floats = 0;
+  for_each_linear([&](int, Linear, LinearFormat& format, size_t, int oc, int ic) {
+    if (dynamic_cast<const Bf16Format*>(&format)) floats += size_t(oc) * ic;
+  });
+  plan.working_copies = floats * sizeof(kernels::bf16) + objective_->working_copy_bytes();
+  return plan;
 }
 
 MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute) {

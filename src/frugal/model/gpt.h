@@ -35,6 +35,7 @@ namespace frugal {
 // Bytes held by each part of a training step, for the memory plan print-out.
 struct MemoryPlan {
   size_t parameters = 0, gradients = 0, activations = 0, scratch = 0;
+  size_t working_copies = 0;  // the weights' bf16 working copies (train.precision = "bf16")
   std::string describe(size_t optimizer_state_bytes) const;
 };
 
@@ -85,7 +86,8 @@ class GPT {
   bool planned_whole(int B, int T) const;
   int batch() const { return B_; }
   int seq_len() const { return T_; }
-  MemoryPlan memory_plan() const { return plan_; }
+  // The plan of the last plan(), with the bf16 working copies the linears and the head hold now.
+  MemoryPlan memory_plan() const;
   // The memory plan a model of `config` would have after plan(B, T, recompute), computed without
   // building or allocating anything (absurd sizes give huge byte counts, saturated at 2^63, never
   // an overflow): to refuse a run before allocating. `range`: the part of the model allocated

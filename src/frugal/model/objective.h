@@ -71,6 +71,7 @@ class Objective {
   // weights may have changed, as it refreshes the linears' formats).
   virtual void set_dtype(kernels::DType dtype) = 0;
   virtual void refresh(const float* params) = 0;
+  virtual size_t working_copy_bytes() const = 0;  // what refresh() keeps
 };
 
 class CausalLmHead final : public Objective {
@@ -94,6 +95,7 @@ class CausalLmHead final : public Objective {
   ComponentFlops flops(double N, bool head_trains) const override;
   void set_dtype(kernels::DType dtype) override;
   void refresh(const float* params) override;
+  size_t working_copy_bytes() const override { return head_bf16_.size() * sizeof(kernels::bf16); }
 
  private:
   // logits (N, V) of the normalised rows x (N, C), in the head's dtype

@@ -16,7 +16,9 @@ void check_memory_available(const RunSettings& settings) {
   const MemoryPlan plan =
       GPT::estimate_memory(m, t.batch_size, t.seq_len, recompute_blocks(t.recompute, m.n_layer));
   const double optimizer = 2.0 * plan.parameters;  // AdamW's m and v
-  const double needed = optimizer + plan.parameters + plan.gradients + plan.activations + plan.scratch;
+  // bf16: at most every weight again in bf16 (the linears' and the head's working copies)
+  const double copies = linear_dtype(t) == kernels::DType::BF16 ? plan.parameters / 2.0 : 0.0;
+  const double needed = optimizer + plan.parameters + plan.gradients + plan.activations + plan.scratch + copies;
   const double available = static_cast<double>(available_memory_bytes());
   FRUGAL_CHECK(needed <= available, "this run needs more memory than the machine has: {} (model.n_layer "
                "= {}, model.n_embd = {}, model.vocab_size = {}, model.block_size = {}, train.batch_size "
