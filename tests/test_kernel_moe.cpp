@@ -1,6 +1,7 @@
 // The moe kernel family (router top-k, permute / unpermute, grouped linear): the reference
 // backwards against fp64 finite differences, the CPU kernels against the reference, and the
-// router's choice rule (largest probability plus bias, ties to the lower expert index).
+// router's choice rule (largest probability plus bias, ties to the lower expert index); the
+// grouped linear on bf16 weights against its reference and the fp32 one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -174,5 +175,38 @@ TEST(Kernels, MoeGroupedLinearMatchesReferenceAndGradients) {
     EXPECT_LT(max_error_rel_to_max(x1.data(), x2.data(), x1.size()), 1e-5);
     EXPECT_LT(max_error_rel_to_max(W1.data(), W2.data(), W1.size()), 1e-5);
     EXPECT_LT(max_error_rel_to_max(b1.data(), b2.data(), b1.size()), 1e-5);
+  }
+}
+
+// The grouped linear on the experts' bf16 working copy: against its reference (the fp32 one on
+// rounded rows and widened weights: 1e-5) and against the fp32 grouped linear (1e-2: the operands'
+// rounding); the bias gradient is the fp32 one's.
+TEST(Kernels, MoeGroupedLinearBf16MatchesItsReferenceAndTheFp32One) {
+  const Routing r = sample_routing();
+  const auto x = to_f(random_vector(size_t(R) * C, 51)), W = to_f(random_vector(size_t(E) * OC * C, 52)),
+             b = to_f(random_vector(size_t(E) * OC, 53)), dout = to_f(random_vector(size_t(R) * OC, 54));
+  std::vector<k::bf16> Wb(W.size());
+  k::f32_to_bf16(Wb.data(), W.data(), W.size());
+  std::vector<float> o1(size_t(R) * OC), o2(o1.size()), o3(o1.size());
+  k::moe_grouped_forward_bf16(o1.data(), x.data(), Wb.data(), b.data(), r.offsets.data(), E, C, OC);
+  ref::moe_grouped_forward_bf16(o2.data(), x.data(), Wb.data(), b.data(), r.offsets.data(), E, C, OC);
+  k::moe_grouped_forward(o3.data(), x.data(), W.data(), b.data(), r.offsets.data(), E, C, OC);
+  EXPECT_LT(max_error_rel_to_max(o1.data(), o2.data(), o1.size()), 1e-5);
+  EXPECT_LT(max_error_rel_to_max(o1.data(), o3.data(), o1.size()), 1e-2);
+  EXPECT_GT(max_error_rel_to_max(o1.data(), o3.data(), o1.size()), 0.0) << "the operands were not rounded";
+  for (bool accumulate : {false, true}) {
+    std::vector<float> x1(x), x2(x), x3(x), W1(W), W2(W), W3(W), b1(b), b2(b), b3(b);
+    k::moe_grouped_backward_bf16(x1.data(), W1.data(), b1.data(), dout.data(), x.data(), Wb.data(),
+                                 r.offsets.data(), E, C, OC, accumulate);
+    ref::moe_grouped_backward_bf16(x2.data(), W2.data(), b2.data(), dout.data(), x.data(), Wb.data(),
+                                   r.offsets.data(), E, C, OC, accumulate);
+    k::moe_grouped_backward(x3.data(), W3.data(), b3.data(), dout.data(), x.data(), W.data(), r.offsets.data(), E,
+                            C, OC, accumulate);
+    EXPECT_LT(max_error_rel_to_max(x1.data(), x2.data(), x1.size()), 1e-5);
+    EXPECT_LT(max_error_rel_to_max(W1.data(), W2.data(), W1.size()), 1e-5);
+    EXPECT_LT(max_error_rel_to_max(b1.data(), b2.data(), b1.size()), 1e-5);
+    EXPECT_LT(max_error_rel_to_max(x1.data(), x3.data(), x1.size()), 1e-2);
+    EXPECT_LT(max_error_rel_to_max(W1.data(), W3.data(), W1.size()), 1e-2);
+    EXPECT_LT(max_error_rel_to_max(b1.data(), b3.data(), b1.size()), 1e-5);
   }
 }

@@ -294,5 +294,14 @@ void moe_grouped_backward(float* dinp, float* dweight, float* dbias, const float
                           bool accumulate_dinp) {
   Moe::table().grouped_backward(dinp, dweight, dbias, dout, inp, weight, offsets, E, C, OC, accumulate_dinp);
 }
+void moe_grouped_forward_bf16(float* out, const float* inp, const bf16* weight, const float* bias,
+                              const int32_t* offsets, int E, int C, int OC) {
+  Moe::table().grouped_forward_bf16(out, inp, weight, bias, offsets, E, C, OC);
+}
+void moe_grouped_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const bf16* weight, const int32_t* offsets, int E, int C, int OC,
+                               bool accumulate_dinp) {
+  Moe::table().grouped_backward_bf16(dinp, dweight, dbias, dout, inp, weight, offsets, E, C, OC, accumulate_dinp);
+}
 
 }  // namespace frugal::kernels

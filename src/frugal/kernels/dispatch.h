@@ -95,6 +95,8 @@ struct MoeKernels {
   decltype(&kernels::moe_unpermute_backward) unpermute_backward;
   decltype(&kernels::moe_grouped_forward) grouped_forward;
   decltype(&kernels::moe_grouped_backward) grouped_backward;
+  decltype(&kernels::moe_grouped_forward_bf16) grouped_forward_bf16;
+  decltype(&kernels::moe_grouped_backward_bf16) grouped_backward_bf16;
 };
 struct AdamwKernels {
   decltype(&kernels::adamw_update) update;

@@ -281,6 +281,14 @@ void moe_grouped_forward(float* out, const float* inp, const float* weight, cons
 void moe_grouped_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, const int32_t* offsets, int E, int C, int OC,
                           bool accumulate_dinp);
+// The two above on the experts' bf16 working copy (weight (E,OC,C) bf16): the rows of inp and of
+// dout rounded to bf16 as they enter the GEMMs (the matmul_bf16 contract: sums in fp32); dbias from
+// the fp32 dout.
+void moe_grouped_forward_bf16(float* out, const float* inp, const bf16* weight, const float* bias,
+                              const int32_t* offsets, int E, int C, int OC);
+void moe_grouped_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const bf16* weight, const int32_t* offsets, int E, int C, int OC,
+                               bool accumulate_dinp);
 
 // ---- adamw ----
 struct AdamWStep {

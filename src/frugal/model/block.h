@@ -77,6 +77,10 @@ class TransformerBlock {
   // The block's mixture of experts; null when its MLP is dense.
   const MoeMlp* moe() const { return moe_; }
   void set_attention_pattern(const kernels::AttentionPattern& p) { attention_.set_pattern(p); }
+  // The MLP's own working copies (FeedForward::set_dtype, refresh; a mixture's experts).
+  void set_mlp_dtype(kernels::DType dtype) { mlp_->set_dtype(dtype); }
+  void refresh_mlp(const float* params) const { mlp_->refresh(params); }
+  size_t mlp_working_copy_bytes() const { return mlp_->working_copy_bytes(); }
 
   // The residual branches' dropout in a training forward: probability p (0: none), masks keyed by
   // the step's key, the block and the branch, indexed from element `first` of the micro-batch.

@@ -20,6 +20,7 @@
 
 #include "frugal/core/memory.h"
 #include "frugal/kernels/attention_pattern.h"
+#include "frugal/kernels/dtype.h"
 #include "frugal/model/collectives.h"
 #include "frugal/model/flop_count.h"
 #include "frugal/model/linear_format.h"
@@ -131,6 +132,12 @@ class FeedForward {
                         const float* dout, float* din, const Scratch& s, int N, float aux_scale,
                         TensorCollectives& comm) const = 0;
   virtual void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const = 0;
+  // The dtype of the GEMMs whose weights are no LinearSlot's (a mixture's experts): with BF16 they
+  // run on bf16 working copies that refresh(params) rounds from the fp32 weights (the model calls
+  // it whenever it refreshes its linears' formats). An MLP of LinearSlots has none.
+  virtual void set_dtype(kernels::DType /*dtype*/) {}
+  virtual void refresh(const float* /*params*/) {}
+  virtual size_t working_copy_bytes() const { return 0; }
 };
 
 // The MLP's activation on n hidden values: act = gelu(fc), or act(gate) · fc when gated (GEGLU:

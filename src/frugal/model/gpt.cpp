@@ -32,6 +32,7 @@ MemoryPlan GPT::memory_plan() const {
     if (dynamic_cast<const Bf16Format*>(&format)) floats += size_t(oc) * ic;
   });
   plan.working_copies = floats * sizeof(kernels::bf16) + objective_->working_copy_bytes();
+  for (int l = range_.begin; l < range_.end; ++l) plan.working_copies += blocks_[l].mlp_working_copy_bytes();
   return plan;
 }
 
@@ -302,6 +303,7 @@ void GPT::set_linear_dtype(kernels::DType dtype) {
   for_each_linear([&](int layer, Linear which, LinearFormat& format, size_t, int, int) {
     if (is_default_format(format)) set_linear_format(layer, which, nullptr);
   });
+  for (int l = range_.begin; l < range_.end; ++l) blocks_[l].set_mlp_dtype(dtype);
   objective_->set_dtype(dtype);
   refresh_formats();
 }
@@ -316,6 +318,7 @@ void GPT::prepare_formats() const {
   for_each_linear([&](int, Linear, LinearFormat& format, size_t offset, int oc, int ic) {
     format.refresh(params_.data() + offset, oc, ic);
   });
+  for (int l = range_.begin; l < range_.end; ++l) blocks_[l].refresh_mlp(params_.data());
   objective_->refresh(params_.data());
   formats_stale_ = false;
 }

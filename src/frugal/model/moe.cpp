@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "frugal/core/error.h"
+#include "frugal/core/profile.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal {
@@ -222,10 +223,18 @@ FeedForward::Report MoeMlp::forward(const float* params, const Acts& a, const fl
   }
   // the experts on their rows, then the weighted combine (onto the shared expert's output)
   k::moe_permute(a[Xp], in, ints(a[Src]), R, C);
-  k::moe_grouped_forward(a[Fc], a[Xp], params + fc_w_, P(fc_b_), offsets.data(), E, C, H);
-  if (gate_w_ != kAbsent) k::moe_grouped_forward(a[Gate], a[Xp], params + gate_w_, P(gate_b_), offsets.data(), E, C, H);
+  // one grouped linear: out (R, OC) = the experts' weight w (E, OC, IC) on their rows of x (R, IC)
+  const auto grouped = [&](float* out, const float* x, size_t w, const std::vector<kernels::bf16>& w_bf16,
+                           size_t b, int IC, int OC) {
+    if (dtype_ == kernels::DType::BF16)
+      k::moe_grouped_forward_bf16(out, x, w_bf16.data(), P(b), offsets.data(), E, IC, OC);
+    else
+      k::moe_grouped_forward(out, x, params + w, P(b), offsets.data(), E, IC, OC);
+  };
+  grouped(a[Fc], a[Xp], fc_w_, fc_bf16_, fc_b_, C, H);
+  if (gate_w_ != kAbsent) grouped(a[Gate], a[Xp], gate_w_, gate_bf16_, gate_b_, C, H);
   mlp_activation_forward(kind_, a[Act], a[Gate], a[Fc], size_t(R) * H);
-  k::moe_grouped_forward(a[Yp], a[Act], params + proj_w_, P(proj_b_), offsets.data(), E, H, C);
+  grouped(a[Yp], a[Act], proj_w_, proj_bf16_, proj_b_, H, C);
   if (shared_) shared_->forward(params, places_from(a, Shared), in, out, N, lead, comm);
   k::moe_unpermute(out, a[Yp], ints(a[Pos]), a[Weight], N, k_, C, shared_ != nullptr);
 
@@ -256,14 +265,18 @@ void MoeMlp::backward(const float* params, float* grads, const Acts& a, const fl
   const std::vector<int32_t> offsets = expert_offsets(ints(a[Expert]), R, E);
   // the combine, the experts, the gather
   k::moe_unpermute_backward(s[DYp], s[DWeight], dout, a[Yp], ints(a[Pos]), a[Weight], N, k_, C);
-  k::moe_grouped_backward(s[DAct], grads + proj_w_, G(proj_b_), s[DYp], a[Act], params + proj_w_,
-                          offsets.data(), E, H, C, false);
+  // one grouped linear's backward: dx (R, IC) = (or +=) dy · w, dw, db += (the forward's grouped)
+  const auto grouped = [&](float* dx, const float* dy, const float* x, size_t w,
+                           const std::vector<kernels::bf16>& w_bf16, size_t b, int IC, int OC, bool accumulate) {
+    if (dtype_ == kernels::DType::BF16)
+      k::moe_grouped_backward_bf16(dx, grads + w, G(b), dy, x, w_bf16.data(), offsets.data(), E, IC, OC, accumulate);
+    else
+      k::moe_grouped_backward(dx, grads + w, G(b), dy, x, params + w, offsets.data(), E, IC, OC, accumulate);
+  };
+  grouped(s[DAct], s[DYp], a[Act], proj_w_, proj_bf16_, proj_b_, H, C, false);
   mlp_activation_backward(kind_, s[DGate], s[DFc], s[DAct], a[Gate], a[Fc], size_t(R) * H);
-  k::moe_grouped_backward(s[DXp], grads + fc_w_, G(fc_b_), s[DFc], a[Xp], params + fc_w_, offsets.data(),
-                          E, C, H, false);
-  if (gate_w_ != kAbsent)
-    k::moe_grouped_backward(s[DXp], grads + gate_w_, G(gate_b_), s[DGate], a[Xp], params + gate_w_,
-                            offsets.data(), E, C, H, true);
+  grouped(s[DXp], s[DFc], a[Xp], fc_w_, fc_bf16_, fc_b_, C, H, false);
+  if (gate_w_ != kAbsent) grouped(s[DXp], s[DGate], a[Xp], gate_w_, gate_bf16_, gate_b_, C, H, true);
   if (shared_)
     shared_->backward(params, grads, places_from(a, Shared), in, dout, din, places_from(s, DShared), N,
                       aux_scale, comm);
@@ -285,6 +298,28 @@ void MoeMlp::add_flops(double N, bool runs, bool trains, ComponentFlops& f) cons
   add_product_flops(2 * N * experts_ * C, runs, trains, f);
   add_product_flops(per_row * 2 * R * H * C, runs, trains, f);
   if (shared_) shared_->add_flops(N, runs, trains, f);
+}
+
+void MoeMlp::set_dtype(kernels::DType dtype) {
+  dtype_ = dtype;
+  if (dtype != kernels::DType::BF16) fc_bf16_ = gate_bf16_ = proj_bf16_ = {};
+}
+
+void MoeMlp::refresh(const float* params) {
+  if (dtype_ != kernels::DType::BF16) return;
+  FRUGAL_PROFILE("bf16 weight rounding");
+  const size_t n = size_t(experts_) * hidden_ * C_;  // each of c_fc, c_gate, c_proj
+  const auto round = [&](std::vector<kernels::bf16>& copy, size_t w) {
+    copy.resize(w == kAbsent ? 0 : n);
+    if (w != kAbsent) k::f32_to_bf16(copy.data(), params + w, n);
+  };
+  round(fc_bf16_, fc_w_);
+  round(gate_bf16_, gate_w_);
+  round(proj_bf16_, proj_w_);
+}
+
+size_t MoeMlp::working_copy_bytes() const {
+  return (fc_bf16_.size() + gate_bf16_.size() + proj_bf16_.size()) * sizeof(kernels::bf16);
 }
 
 void MoeMlp::balance(float* params, const std::vector<double>& load) const {

@@ -20,7 +20,8 @@
 // Tensors of block L (prefix transformer.h.L.mlp.): router.weight (E, C), router.balance_bias
 // (E), experts.c_fc.weight (E, H, C) (and .bias (E, H)), experts.c_gate (gated MLPs), experts.c_proj
 // (E, C, H) (and .bias (E, C)), and the shared expert's shared_expert.c_fc, ... All replicated: no
-// tensor or expert parallelism yet.
+// tensor or expert parallelism yet. Under train.precision = "bf16" the experts' GEMMs run on bf16
+// working copies of their weights (the router and the shared expert stay fp32).
 #pragma once
 #include <memory>
 #include <string>
@@ -69,6 +70,11 @@ class MoeMlp final : public FeedForward {
   // The router and the top_k active experts (and the shared one).
   void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const override;
 
+  // The experts' GEMMs in bf16 (FeedForward::set_dtype): their weights rounded by refresh().
+  void set_dtype(kernels::DType dtype) override;
+  void refresh(const float* params) override;
+  size_t working_copy_bytes() const override;
+
   // The auxiliary-loss-free update of the balancing bias in params from the rows each expert
   // received over a step, load (E): bias_e += bias_rate · sign(mean load − load_e).
   void balance(float* params, const std::vector<double>& load) const;
@@ -99,6 +105,9 @@ class MoeMlp final : public FeedForward {
   size_t fc_w_, fc_b_, gate_w_, gate_b_, proj_w_, proj_b_;  // kAbsent when missing
   std::unique_ptr<DenseMlp> shared_;
   LinearSlot absent_;
+  // With dtype_ BF16: the experts' c_fc, c_gate (gated MLPs) and c_proj weights rounded to bf16.
+  kernels::DType dtype_ = kernels::DType::F32;
+  std::vector<kernels::bf16> fc_bf16_, gate_bf16_, proj_bf16_;
 };
 
 }  // namespace frugal

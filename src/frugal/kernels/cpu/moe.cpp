@@ -12,7 +12,9 @@
 #include <omp.h>
 
 #include "frugal/core/profile.h"
+#include "frugal/kernels/cpu/bf16.h"
 #include "frugal/kernels/cpu/cpu_backend.h"
+#include "frugal/kernels/ops.h"
 #include "frugal/kernels/ref/moe_ref.h"
 
 namespace frugal::kernels::cpu {
@@ -156,9 +158,42 @@ void grouped_backward(float* dinp, float* dweight, float* dbias, const float* do
   });
 }
 
+// rows (n floats) rounded into this thread's buffer `which` (0: inputs, 1: output gradients)
+const bf16* rounded_rows(const float* x, size_t n, int which) {
+  thread_local std::vector<bf16> buffers[2];
+  std::vector<bf16>& b = buffers[which];
+  b.resize(n);
+  kernels::f32_to_bf16(b.data(), x, n);
+  return b.data();
+}
+
+void grouped_forward_bf16(float* out, const float* inp, const bf16* weight, const float* bias,
+                          const int32_t* offsets, int E, int C, int OC) {
+  FRUGAL_PROFILE("moe grouped fwd");
+  run_expert_groups(offsets, E, [&](int e, size_t r0, int rows) {
+    cpu::matmul_bf16_forward(out + r0 * OC, rounded_rows(inp + r0 * C, size_t(rows) * C, 0),
+                             weight + size_t(e) * OC * C, bias ? bias + size_t(e) * OC : nullptr, rows, C, OC);
+  });
+}
+
+void grouped_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                           const bf16* weight, const int32_t* offsets, int E, int C, int OC, bool accumulate_dinp) {
+  FRUGAL_PROFILE("moe grouped bwd");
+  run_expert_groups(offsets, E, [&](int e, size_t r0, int rows) {
+    cpu::matmul_bf16_backward(dinp ? dinp + r0 * C : nullptr, dweight ? dweight + size_t(e) * OC * C : nullptr,
+                              rounded_rows(dout + r0 * OC, size_t(rows) * OC, 1),
+                              dweight ? rounded_rows(inp + r0 * C, size_t(rows) * C, 0) : nullptr,
+                              weight + size_t(e) * OC * C, rows, C, OC, accumulate_dinp);
+    if (dbias)
+      matmul_avx2.backward(nullptr, nullptr, dbias + size_t(e) * OC, dout + r0 * OC, nullptr, nullptr, rows, C, OC,
+                           false);
+  });
+}
+
 }  // namespace
 
 const MoeKernels moe_avx2{&router_forward, &router_backward, &permute, &unpermute,
-                          &unpermute_backward, &grouped_forward, &grouped_backward};
+                          &unpermute_backward, &grouped_forward, &grouped_backward,
+                          &grouped_forward_bf16, &grouped_backward_bf16};
 
 }  // namespace frugal::kernels::cpu

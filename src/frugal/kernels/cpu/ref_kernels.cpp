@@ -156,6 +156,7 @@ const AdamwKernels adamw_ref{&adamw_update};
 const MoeKernels moe_ref{&ref::moe_router_forward<float>, &ref::moe_router_backward<float>,
                          &ref::moe_permute<float>, &ref::moe_unpermute<float>,
                          &ref::moe_unpermute_backward<float>, &ref::moe_grouped_forward<float>,
-                         &ref::moe_grouped_backward<float>};
+                         &ref::moe_grouped_backward<float>, &ref::moe_grouped_forward_bf16,
+                         &ref::moe_grouped_backward_bf16};
 
 }  // namespace frugal::kernels::cpu

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "frugal/kernels/ref/accumulator.h"
+#include "frugal/kernels/ref/bf16_ref.h"
 #include "frugal/kernels/ref/matmul_ref.h"
 
 namespace frugal::kernels::ref {
@@ -127,6 +128,29 @@ void moe_grouped_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T*
                     dbias ? dbias + size_t(e) * OC : nullptr, dout + r0 * OC, inp + r0 * C,
                     weight + size_t(e) * OC * C, rows, C, OC, accumulate_dinp);
   });
+}
+
+// The bf16 grouped linear: the fp32 reference on the rows rounded to bf16 and the bf16 weights
+// widened; the bias gradient from the fp32 dout.
+inline void moe_grouped_forward_bf16(float* out, const float* inp, const bf16* weight, const float* bias,
+                                     const int32_t* offsets, int E, int C, int OC) {
+  const std::vector<float> x = rounded(inp, size_t(offsets[E]) * C), w = widened(weight, size_t(E) * OC * C);
+  moe_grouped_forward<float>(out, x.data(), w.data(), bias, offsets, E, C, OC);
+}
+inline void moe_grouped_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                      const bf16* weight, const int32_t* offsets, int E, int C, int OC,
+                                      bool accumulate_dinp) {
+  const size_t R = size_t(offsets[E]);
+  const std::vector<float> dy = rounded(dout, R * OC), x = rounded(inp, R * C), w = widened(weight, size_t(E) * OC * C);
+  moe_grouped_backward<float>(dinp, dweight, nullptr, dy.data(), x.data(), w.data(), offsets, E, C, OC, accumulate_dinp);
+  if (dbias)
+    for_each_expert_group(offsets, E, [&](int e, size_t r0, int rows) {
+      for (int o = 0; o < OC; ++o) {
+        double sum = 0;
+        for (int r = 0; r < rows; ++r) sum += dout[(r0 + r) * OC + o];
+        dbias[size_t(e) * OC + o] += float(sum);
+      }
+    });
 }
 
 }  // namespace frugal::kernels::ref
