@@ -179,6 +179,24 @@ TEST_F(InferCli, EvalMatchesFullSequenceLoss) {
   EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(expected), 1e-3 * std::exp(expected));
 }
 
+// A checkpoint of a train.precision = "bf16" run is evaluated with bf16 GEMMs, as it was trained:
+// eval's loss is the bf16 model's full-sequence loss, measurably not the fp32 one's.
+TEST_F(InferCli, EvalComputesABf16RunsFunction) {
+  auto config = frugal::checkpoint_config(checkpoint_, frugal::run_schema());
+  config.set("train.precision", "bf16");
+  const auto model = frugal::load_checkpoint_model(checkpoint_);
+  const fs::path run = tmp_.path() / "bf16";
+  const std::string tokenizer = frugal::data::read_text_file(frugal::data::tokenizer_file(checkpoint_));
+  const std::string checkpoint = frugal::save_checkpoint(run.string(), config, *model, nullptr, {}, tokenizer, 1);
+  int64_t sequences = 0;
+  const double bf16 = expected_val_loss(checkpoint, data_, &sequences);
+  const double fp32 = expected_val_loss(checkpoint_, data_, &sequences);
+  EXPECT_GT(std::abs(bf16 - fp32), 1e-4 * fp32) << "the bf16 checkpoint was evaluated in fp32";
+  const CliResult r = run_frugal("eval " + run.string() + " --batch-size 3 --json");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NEAR(nlohmann::json::parse(r.output)["loss"].get<double>(), bf16, 1e-5 * bf16);
+}
+
 TEST_F(InferCli, EvalOptions) {
   CliResult r = run_frugal("eval " + checkpoint_ + " --batch-size 2 --max-batches 1 --json");
   ASSERT_EQ(r.rc, 0) << r.output;
