@@ -7,7 +7,6 @@
 // to show what oneDNN's transposed-A bf16 path costs. Calls are interleaved so all see the same
 // load; prints median GFLOP/s (2·M·N·K / time) and per preset the GEMM milliseconds of one step.
 // Usage: bench_bf16 [threads=2] [repetitions=9]
-#include <array>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -63,7 +62,7 @@ int main(int argc, char** argv) {
   const char* paths[] = {"fp32 sgemm", "bf16", "bf16 A plain"};
   std::printf("%-21s %5s %5s %5s %11s %11s %13s  (GFLOP/s)\n", "shape", "M", "N", "K", paths[0], paths[1], paths[2]);
   for (const auto& preset : frugal::bench::kPresets) {
-    std::array<double, 3> step_ms{};
+    std::vector<double> step_ms(3, 0.0);
     for (const frugal::bench::GemmShape& s : frugal::bench::step_gemm_shapes(preset)) {
       const auto a = frugal::bench::random_floats(size_t(s.M) * s.K, 1), b = frugal::bench::random_floats(size_t(s.K) * s.N, 2);
       const auto ab = rounded(a), bb = rounded(b);
@@ -74,21 +73,7 @@ int main(int argc, char** argv) {
           [&] { bf16_gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, ab.data(), bb.data(), s.beta != 0, c.data()); },
       };
       if (s.trans_a) calls.push_back([&] { bf16_gemm(false, s.trans_b, s.M, s.N, s.K, ab.data(), bb.data(), s.beta != 0, c.data()); });
-      for (const auto& call : calls) call();  // shapes' first calls create their primitives
-      std::vector<std::vector<double>> seconds(calls.size());
-      for (int r = 0; r < reps; ++r)
-        for (size_t i = 0; i < calls.size(); ++i) {
-          frugal::Timer t;
-          calls[i]();
-          seconds[i].push_back(t.seconds());
-        }
-      std::printf("%s %-9s %-9s %5d %5d %5d", preset.name, s.layer, s.pass, s.M, s.N, s.K);
-      for (size_t i = 0; i < calls.size(); ++i) {
-        const double m = frugal::median(seconds[i]);
-        std::printf(" %11.1f", s.flops() / m * 1e-9);
-        step_ms[i] += m * 1e3 * s.per_step;
-      }
-      std::printf("\n");
+      frugal::bench::print_gemm_row(preset.name, s, frugal::bench::interleaved_median_seconds(calls, reps), step_ms);
     }
     std::printf("%s: GEMM ms per training step  %s %.1f  %s %.1f\n", preset.name, paths[0], step_ms[0], paths[1],
                 step_ms[1]);

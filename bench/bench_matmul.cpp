@@ -10,7 +10,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <functional>
 #include <vector>
@@ -29,12 +28,12 @@ int main(int argc, char** argv) {
   std::printf("%-21s %5s %5s %5s %11s %11s %11s %11s  (GFLOP/s)\n", "shape", "M", "N", "K", paths[0], paths[1],
               paths[2], paths[3]);
   for (const auto& preset : frugal::bench::kPresets) {
-    std::array<double, 4> step_ms{};
+    std::vector<double> step_ms(4, 0.0);
     for (const frugal::bench::GemmShape& s : frugal::bench::step_gemm_shapes(preset)) {
       auto a = frugal::bench::random_floats(size_t(s.M) * s.K, 1), b = frugal::bench::random_floats(size_t(s.K) * s.N, 2);
       std::vector<float> c(size_t(s.M) * s.N, 0.0f);
       const int lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
-      const std::array<std::function<void()>, 4> calls = {
+      const std::vector<std::function<void()>> calls = {
           [&] {
             cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans, s.M, s.N,
                         s.K, 1.0f, a.data(), lda, b.data(), ldb, s.beta, c.data(), s.N);
@@ -43,23 +42,7 @@ int main(int argc, char** argv) {
           [&] { cpu::onednn_matmul(s.trans_a, s.trans_b, s.M, s.N, s.K, a.data(), lda, b.data(), ldb, nullptr, s.beta != 0, c.data(), s.N); },
           [&] { cpu::sgemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, s.beta, c.data(), s.N); },
       };
-      // One untimed call of each: the first call of a shape pays packing buffers and, for
-      // oneDNN, kernel generation (the matmul primitive's creation).
-      for (const auto& call : calls) call();
-      std::array<std::vector<double>, 4> seconds;
-      for (int r = 0; r < reps; ++r)
-        for (size_t i = 0; i < calls.size(); ++i) {
-          frugal::Timer t;
-          calls[i]();
-          seconds[i].push_back(t.seconds());
-        }
-      std::printf("%s %-9s %-9s %5d %5d %5d", preset.name, s.layer, s.pass, s.M, s.N, s.K);
-      for (size_t i = 0; i < calls.size(); ++i) {
-        const double m = frugal::median(seconds[i]);
-        std::printf(" %11.1f", s.flops() / m * 1e-9);
-        step_ms[i] += m * 1e3 * s.per_step;
-      }
-      std::printf("\n");
+      frugal::bench::print_gemm_row(preset.name, s, frugal::bench::interleaved_median_seconds(calls, reps), step_ms);
     }
     std::printf("%s: GEMM ms per training step", preset.name);
     for (size_t i = 0; i < step_ms.size(); ++i) std::printf("  %s %.1f", paths[i], step_ms[i]);

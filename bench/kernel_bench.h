@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include "frugal/core/rng.h"
@@ -40,6 +41,36 @@ double best_seconds(F&& call, int reps) {
     best = std::min(best, t.seconds());
   }
   return best;
+}
+
+// Each call's median wall-clock seconds over `reps` rounds that run every call in turn (so all see
+// the same machine load), after one untimed call of each (a shape's first call pays packing
+// buffers and, for oneDNN, the primitive's creation).
+inline std::vector<double> interleaved_median_seconds(const std::vector<std::function<void()>>& calls, int reps) {
+  for (const auto& call : calls) call();
+  std::vector<std::vector<double>> seconds(calls.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < calls.size(); ++i) {
+      Timer t;
+      calls[i]();
+      seconds[i].push_back(t.seconds());
+    }
+  std::vector<double> medians;
+  for (const auto& s : seconds) medians.push_back(median(s));
+  return medians;
+}
+
+// A row of a per-shape GEMM table: the preset, the shape, and each path's GFLOP/s from its median
+// seconds; adds each path's milliseconds per training step (the shape's time × its runs per step)
+// to step_ms.
+inline void print_gemm_row(const char* preset, const GemmShape& s, const std::vector<double>& medians,
+                           std::vector<double>& step_ms) {
+  std::printf("%s %-9s %-9s %5d %5d %5d", preset, s.layer, s.pass, s.M, s.N, s.K);
+  for (size_t i = 0; i < medians.size(); ++i) {
+    std::printf(" %11.1f", s.flops() / medians[i] * 1e-9);
+    step_ms[i] += medians[i] * 1e3 * s.per_step;
+  }
+  std::printf("\n");
 }
 
 // "  <what> <ms> ms = <rate> GFLOP/s" for `flops` floating-point operations in `seconds`.
