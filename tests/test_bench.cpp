@@ -2,8 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "frugal/bench/step.h"
 #include "frugal/core/threading.h"
@@ -54,17 +55,25 @@ TEST(Bench, AutoCacheServesTheFrozenPrefixAsInALaterEpoch) {
 // passes; a loop that counted the wrong lanes or chains would land far outside it. The benchmark
 // reports the MFU against both. Other load (a test beside this one under ctest -j2, other
 // processes) cannot lower the FMA peak, which counts each thread's own CPU time, but slows the
-// GEMM: it is measured three times, interleaved, and the best compared.
+// GEMM: it is measured at least three times, interleaved, and the best compared. The floor (the
+// GEMM at least a fifth of the peak) is checked unless the machine is so loaded (a 1-minute load
+// average above its cores: the GEMM, timed by the wall clock, gets a fraction of them) that it
+// stays below it over ten rounds; the ceiling is always checked.
 TEST(Bench, FmaPeakIsTheCeilingOfTheGemmRate) {
   double gemm = 0, fma = 0;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 10 && (round < 3 || gemm < 0.2 * fma); ++round) {
     gemm = std::max(gemm, kernels::cpu::measure_gemm_peak_flops());
     fma = std::max(fma, kernels::cpu::measure_fma_peak_flops());
   }
   std::printf("%s FMA peak %.1f GFLOP/s, GEMM %.1f GFLOP/s (%.0f%%), %d threads\n",
               kernels::cpu::fma_peak_isa(), fma / 1e9, gemm / 1e9, 100 * gemm / fma, num_threads());
   EXPECT_LE(gemm, 1.25 * fma);
-  EXPECT_GE(gemm, 0.2 * fma);
+  double load = 0;
+  const bool loaded = getloadavg(&load, 1) == 1 && load > std::thread::hardware_concurrency();
+  if (loaded && gemm < 0.2 * fma)
+    std::printf("the floor is not checked: load average %.1f on %u cores\n", load, std::thread::hardware_concurrency());
+  else
+    EXPECT_GE(gemm, 0.2 * fma);
   const std::vector<std::string> tiny = {"model.n_layer=1", "model.n_embd=32", "model.n_head=2",
                                          "model.block_size=16", "train.seq_len=16"};
   const BenchResult r = run_train_bench(bench_preset("S", tiny, 1, 2));

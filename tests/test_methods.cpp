@@ -128,9 +128,9 @@ TEST(Methods, AResumeStartsOnlyTheAddedMethodsThatCanStartMidRun) {
       {"mst", "methods.mst={}"}, {"multilevel", "methods.multilevel.shares=0.25,0.5,0.25"}};
   for (const auto& [name, setting] : added) {
     const std::string msg = error_of([&] { Trainer(config(data, run, {setting}), {.resume = run, .quiet = true}); });
-    for (const std::string part : {"was trained without methods." + name + ", which cannot start mid-run: ",
-                                   "remove the [methods." + name + "] table to resume",
-                                   "--init-from " + run + "/checkpoints/step_00000004"})
+    for (const std::string& part : {"was trained without methods." + name + ", which cannot start mid-run: ",
+                                    "remove the [methods." + name + "] table to resume",
+                                    "--init-from " + run + "/checkpoints/step_00000004"})
       EXPECT_NE(msg.find(part), std::string::npos) << msg;
   }
   Trainer resumed(config(data, run, {"methods.freeze.frozen_layers=2"}), {.resume = run, .quiet = true});
@@ -147,8 +147,8 @@ TEST(Methods, AResumeStartsOnlyTheAddedMethodsThatCanStartMidRun) {
 TEST(Methods, FreezingEveryBlockWithATiedHeadIsRefused) {
   for (const std::string key : {"frozen_layers", "max_frozen"}) {
     const std::string msg = error_of([&] { run_settings(config("", "x", {"methods.freeze." + key + "=4"})); });
-    for (const std::string part : {"methods.freeze." + key + " = 4 would freeze every block (model.n_layer = 4)",
-                                   std::string("only ln_f would train; freeze at most 3 blocks, or set model.tied_head = false")})
+    for (const std::string& part : {"methods.freeze." + key + " = 4 would freeze every block (model.n_layer = 4)",
+                                    std::string("only ln_f would train; freeze at most 3 blocks, or set model.tied_head = false")})
       EXPECT_NE(msg.find(part), std::string::npos) << msg;
   }
   EXPECT_NO_THROW(run_settings(config("", "x", {"methods.freeze.frozen_layers=4", "model.tied_head=false"})));

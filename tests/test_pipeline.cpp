@@ -142,8 +142,9 @@ TEST_F(Pipeline, AutoCacheIsSharedByTheReplicas) {
     const TrainedRun cached = train(fmt::format("cache{}", ++run), np, steps, args + " --set methods.freeze.autocache=on");
     const TrainedRun plain = train(fmt::format("plain{}", run), np, steps, args + " --set methods.freeze.autocache=off");
     expect_identical(plain.steps, cached.steps);
-    if (std::string(layout).find("cache_memory_mb=0") != std::string::npos)
+    if (std::string(layout).find("cache_memory_mb=0") != std::string::npos) {
       EXPECT_GT(cached.steps.back()["autocache_on_disk"].get<int>(), 0);
+    }
     const int samples = cached.steps.back()["autocache_samples"].get<int>();
     const int served = cached.steps.back()["autocache_hits"].get<int>();
     // Rank 0's micro-batches after the first epoch (8 sequences per step), all served.
