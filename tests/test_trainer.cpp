@@ -243,8 +243,8 @@ TEST(Trainer, BadInputGivesClearErrors) {
             std::string::npos);
   EXPECT_NE(error_of([&] { Trainer t(tiny_config(dir.file("nowhere"), dir.file("x")), {.quiet = true}); }).find("frugal prepare"),
             std::string::npos);
-  fs::remove(dir.file("data/val.bin"));
-  EXPECT_NE(error_of([&] { Trainer t(tiny_config(data, dir.file("x")), {.quiet = true}); }).find("val.bin not found"),
+  fs::remove(dir.file("data/shards/train_000000.bin"));
+  EXPECT_NE(error_of([&] { Trainer t(tiny_config(data, dir.file("x")), {.quiet = true}); }).find("train_000000.bin of " + data + "/manifest.json not found"),
             std::string::npos);
 }
 
@@ -321,10 +321,10 @@ TEST(Trainer, TokenizerFileIsNotHuggingFacesNameAndTheOldNameIsStillRead) {
 TEST(Trainer, DataWhoseShardsAndTokenizerDisagreeIsRefused) {
   TempDir dir;
   const std::string data = make_data(dir);
-  const int chars = data::TokenShard::open(data + "/train.bin").vocab_size();
+  const int chars = data::load_prepared_tokenizer(data)->vocab_size();
   std::ofstream(data + "/frugal_tokenizer.json") << data::load_tokenizer("gpt2")->to_json();
   const std::string msg = error_of([&] { Trainer t(tiny_config(data, dir.file("a")), {.quiet = true}); });
-  EXPECT_NE(msg.find(fmt::format("train.bin holds ids of a {}-token vocabulary but {}/frugal_tokenizer.json has 50257 tokens",
+  EXPECT_NE(msg.find(fmt::format("train_000000.bin holds ids of a {}-token vocabulary but {}/frugal_tokenizer.json has 50257 tokens",
                                  chars, data)), std::string::npos) << msg;
 }
 

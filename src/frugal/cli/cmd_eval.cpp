@@ -42,7 +42,7 @@ void run_eval(const EvalArgs& a) {
   const std::string data_dir = a.data_dir.empty() ? settings.train.data_dir : a.data_dir;
   FRUGAL_CHECK(!data_dir.empty(), "the checkpoint's config has no data.dir; pass --data DIR (a "
                "directory made by `frugal prepare`)");
-  const auto tokenizer = data::load_prepared_tokenizer(data_dir);
+  const auto tokenizer = data::load_prepared_tokenizer(data_dir, settings.train.data_tokenizer);
   check_data_tokenizer(dir, *tokenizer, data_dir);
   const auto shard = data::open_prepared_split(data_dir, a.split, *tokenizer);
 
@@ -60,7 +60,7 @@ void run_eval(const EvalArgs& a) {
 
   const EvalResult r = evaluate_loss(model, loader, a.batch_size, a.max_batches);
   if (a.json) {
-    const nlohmann::json j{{"checkpoint", dir},        {"data", shard->path()},
+    const nlohmann::json j{{"checkpoint", dir},        {"data", shard->name()},
                            {"split", a.split},         {"seq_len", T},
                            {"batch_size", a.batch_size}, {"sequences", r.sequences},
                            {"tokens", r.tokens},       {"loss", r.loss},
@@ -71,7 +71,7 @@ void run_eval(const EvalArgs& a) {
   }
   io::print("checkpoint: {}\n", dir);
   for (const std::string& note : loaded.notes) io::print("{}\n", note);
-  io::print("data: {}, {} of {} sequences of {} tokens\n", shard->path(), r.sequences,
+  io::print("data: {}, {} of {} sequences of {} tokens\n", shard->name(), r.sequences,
             loader.num_samples(), T);
   io::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} "
             "threads)\n",

@@ -50,7 +50,8 @@ io::ConfigSchema run_schema() {
       .add_float("optim.grad_clip", io::decimal_value(o.grad_clip), "global gradient-norm clip; 0 disables", Range::at_least(0))
       .add_int("optim.warmup_steps", o.warmup_steps, "linear warm-up steps", Range::at_least(0));
   TrainSettings t;
-  s.add_string("data.dir", "", "directory written by `frugal prepare` (train.bin, val.bin, frugal_tokenizer.json)")
+  s.add_string("data.dir", "", "data directory: written by `frugal prepare` (manifest.json, shards/, frugal_tokenizer.json; or an earlier version's train.bin, val.bin), or of nanoGPT/llm.c token files (*train*.bin, *val*.bin; set data.tokenizer)")
+      .add_string("data.tokenizer", "", "tokenizer of data.dir when it has no frugal_tokenizer.json (nanoGPT, llm.c files): gpt2, gpt2:DIR, char:VOCAB.json or a tokenizer file; empty: the directory's")
       .add_string("train.out_dir", "runs/default", "run directory: config, metrics, checkpoints")
       .add_int("train.batch_size", t.batch_size, "sequences per micro-batch (B)", Range::at_least(1))
       .add_int("train.seq_len", t.seq_len, "tokens per sequence (T); 0 uses model.block_size", Range::at_least(0))
@@ -197,6 +198,7 @@ RunSettings run_settings(const io::Config& c) {
   o.warmup_steps = c.get_int32("optim.warmup_steps");
   TrainSettings& t = r.train;
   t.data_dir = c.get_string("data.dir");
+  t.data_tokenizer = c.get_string("data.tokenizer");
   t.out_dir = c.get_string("train.out_dir");
   t.batch_size = c.get_int32("train.batch_size");
   t.seq_len = c.get_int32("train.seq_len");

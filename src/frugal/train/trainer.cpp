@@ -108,7 +108,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                                              "wait for that run to end or set another train.out_dir"));
   set_num_threads(t.threads);
   FRUGAL_CHECK(!t.data_dir.empty(), "data.dir is not set; point it at a directory made by `frugal prepare`");
-  tokenizer_ = data::load_prepared_tokenizer(t.data_dir);
+  tokenizer_ = data::load_prepared_tokenizer(t.data_dir, t.data_tokenizer);
   ModelConfig& m = settings_.model;
   if (m.vocab_size == 0) m.vocab_size = tokenizer_->vocab_size();
   FRUGAL_CHECK(m.vocab_size >= tokenizer_->vocab_size(),
