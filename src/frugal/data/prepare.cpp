@@ -436,6 +436,8 @@ std::shared_ptr<const TokenSet> open_prepared_split(const std::string& dir, cons
     for (const json& sh : stream["shards"]) shards.push_back({sh["file"].get<std::string>(), sh["tokens"].get<int64_t>()});
     return open_range(dir, shards, sp["begin"].get<int64_t>(), sp["end"].get<int64_t>(), dir + ": " + split, tokenizer);
   }
+  FRUGAL_CHECK(!fs::exists(fs::path(dir) / kShardDir), "{} holds the shards of an interrupted `frugal "
+               "prepare` (no {}); run it again with --overwrite", dir, kManifestFile);
   const std::string legacy = (fs::path(dir) / (split + ".bin")).string();
   if (fs::exists(tokenizer_file(dir))) {  // prepared by an earlier frugal: DIR/train.bin, DIR/val.bin
     FRUGAL_CHECK(fs::exists(legacy), "data file {} not found; create it with `frugal prepare --out "
