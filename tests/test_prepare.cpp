@@ -114,10 +114,13 @@ TEST(Prepare, StreamingShardsReadLikeAnInMemoryPreparation) {
     EXPECT_GT(r.shards, 20);
     const auto tok = data::load_prepared_tokenizer(streamed);
     prepare_in_memory(*tok, text, memory, 0.1);
+    const auto manifest = nlohmann::json::parse(read_file(streamed + "/manifest.json"));
     for (const std::string split : {"train", "val"}) {
       const auto a = data::open_prepared_split(streamed, split, *tok), b = data::open_prepared_split(memory, split, *tok);
       ASSERT_EQ(a->size(), b->size()) << split;
       EXPECT_EQ(all_tokens(*a), all_tokens(*b)) << split;
+      // The split's text bytes, recorded while streaming, are those its tokens decode to.
+      EXPECT_EQ(manifest["splits"][split]["bytes"].get<int64_t>(), data::text_bytes(*b, *tok)) << split;
       const data::LoaderOrder order = split == "train" ? data::LoaderOrder::Shuffled : data::LoaderOrder::Sequential;
       data::BatchLoader la(a, 64, order, 5), lb(b, 64, order, 5);
       std::vector<int32_t> ia(8 * 64), ta(8 * 64), ib(8 * 64), tb(8 * 64);

@@ -7,8 +7,10 @@
 
 #include <condition_variable>
 #include <deque>
+#include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -74,6 +76,8 @@ void clear_output(const PrepareOptions& o) {
   }
 }
 
+constexpr int64_t kBytesBlock = 1 << 16;  // tokens per entry of StreamInfo::block_bytes
+
 struct ShardInfo {
   std::string file;  // relative to the output directory
   int64_t tokens = 0;
@@ -83,6 +87,7 @@ struct StreamInfo {
   std::vector<ShardInfo> shards;
   std::vector<SourceStats> sources;
   int64_t tokens = 0, documents = 0, input_bytes = 0, text_bytes = 0;
+  std::vector<int64_t> block_bytes;  // text bytes before token k * kBytesBlock, for each block started
 };
 
 // Writes one stream's tokens into shards/<name>_NNNNNN.bin of at most shard_tokens tokens each.
@@ -217,14 +222,18 @@ StreamInfo encode_stream(const PrepareOptions& o, const std::vector<std::string>
       if (errors[i]) std::rethrow_exception(errors[i]);
       if (batch[i].starts_document) {
         if (info.documents > 0 && eot >= 0) {
+          if (info.tokens % kBytesBlock == 0) info.block_bytes.push_back(info.text_bytes);
           out.append({&eot, 1}, info);
           ++info.tokens;
         }
         ++info.documents;
       }
-      for (const int32_t t : encoded[i]) info.text_bytes += piece_len[static_cast<size_t>(t)];
+      for (const int32_t t : encoded[i]) {
+        if (info.tokens % kBytesBlock == 0) info.block_bytes.push_back(info.text_bytes);
+        info.text_bytes += piece_len[static_cast<size_t>(t)];
+        ++info.tokens;
+      }
       out.append(encoded[i], info);
-      info.tokens += static_cast<int64_t>(encoded[i].size());
     }
   }
   out.close(info);
@@ -269,6 +278,34 @@ std::shared_ptr<const TokenSet> open_range(const std::string& dir, const std::ve
   }
   FRUGAL_CHECK(first >= 0, "{} is empty; prepare the directory again", name);
   return std::make_shared<const TokenSet>(std::move(opened), name, begin - first, end - first);
+}
+
+// Text bytes of the stream's tokens [0, pos): the sum recorded at pos's block plus the block's
+// tokens before pos, read back from the shard files (at most kBytesBlock of them, so that no
+// more of the corpus than that is read again or mapped).
+int64_t bytes_before(const std::string& dir, const StreamInfo& s, int64_t pos, int token_bytes,
+                     const std::vector<int32_t>& piece_len) {
+  const auto block = static_cast<size_t>(pos / kBytesBlock);
+  if (block == s.block_bytes.size()) return s.text_bytes;  // pos == tokens, at a block start
+  int64_t bytes = s.block_bytes[block], offset = 0;
+  for (int64_t p = static_cast<int64_t>(block) * kBytesBlock; const ShardInfo& sh : s.shards) {
+    if (p < pos && p < offset + sh.tokens) {
+      const int64_t n = std::min(pos, offset + sh.tokens) - p;
+      std::vector<uint8_t> raw(static_cast<size_t>(n * token_bytes));
+      std::ifstream in(fs::path(dir) / sh.file, std::ios::binary);
+      in.seekg(static_cast<std::streamoff>(kShardHeaderBytes + (p - offset) * token_bytes));
+      in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
+      FRUGAL_CHECK(in.good(), "cannot read back {} just written; check the disk", (fs::path(dir) / sh.file).string());
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t id = 0;
+        std::memcpy(&id, raw.data() + i * token_bytes, static_cast<size_t>(token_bytes));
+        bytes += piece_len[id];
+      }
+      p += n;
+    }
+    offset += sh.tokens;
+  }
+  return bytes;
 }
 
 json stream_json(const StreamInfo& s) {
@@ -375,7 +412,8 @@ PrepareResult prepare(const PrepareOptions& o) {
     io::write_file_atomic((fs::path(o.out_dir) / kTokenizerFile).string(), tok->to_json() + "\n");
     json splits;
     if (val_files.empty()) {
-      const int64_t val_bytes = text_bytes(*open_range(o.out_dir, train.shards, r.train_tokens, train.tokens, "the val split", *tok), *tok);
+      const int64_t val_bytes = train.text_bytes - bytes_before(o.out_dir, train, r.train_tokens,
+                                                                shard_token_bytes(tok->vocab_size()), piece_len);
       splits["train"] = {{"stream", "train"}, {"begin", 0}, {"end", r.train_tokens}, {"bytes", train.text_bytes - val_bytes}};
       splits["val"] = {{"stream", "train"}, {"begin", r.train_tokens}, {"end", train.tokens}, {"bytes", val_bytes}};
     } else {
