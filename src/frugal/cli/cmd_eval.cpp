@@ -58,13 +58,15 @@ void run_eval(const EvalArgs& a) {
                "{:.1f} MiB are available; lower --batch-size (or --seq-len)", a.batch_size, T,
                needed / (1 << 20), available / (1 << 20));
 
-  const EvalResult r = evaluate_loss(model, loader, a.batch_size, a.max_batches);
+  const std::vector<int32_t> token_bytes = data::token_text_bytes(*tokenizer);
+  const EvalResult r = evaluate_loss(model, loader, a.batch_size, a.max_batches, single_process(), &token_bytes);
   if (a.json) {
     const nlohmann::json j{{"checkpoint", dir},        {"data", shard->name()},
                            {"split", a.split},         {"seq_len", T},
                            {"batch_size", a.batch_size}, {"sequences", r.sequences},
                            {"tokens", r.tokens},       {"loss", r.loss},
-                           {"perplexity", r.perplexity}, {"seconds", r.seconds},
+                           {"perplexity", r.perplexity}, {"bytes", r.bytes},
+                           {"bits_per_byte", r.bits_per_byte}, {"seconds", r.seconds},
                            {"methods", loaded.notes}};
     io::print("{}\n", j.dump());
     return;
@@ -73,9 +75,9 @@ void run_eval(const EvalArgs& a) {
   for (const std::string& note : loaded.notes) io::print("{}\n", note);
   io::print("data: {}, {} of {} sequences of {} tokens\n", shard->name(), r.sequences,
             loader.num_samples(), T);
-  io::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} "
-            "threads)\n",
-            a.split, r.loss, r.perplexity, r.tokens, r.seconds, r.tokens / r.seconds, num_threads());
+  io::print("{} loss {:.4f}, perplexity {:.3f}, {:.4f} bits per byte ({} tokens, {} bytes, in {:.2f} s, "
+            "{:.0f} tokens/s, {} threads)\n", a.split, r.loss, r.perplexity, r.bits_per_byte, r.tokens,
+            r.bytes, r.seconds, r.tokens / r.seconds, num_threads());
 }
 
 }  // namespace

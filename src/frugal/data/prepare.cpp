@@ -44,14 +44,6 @@ void check_vocabulary(const TokenShard& s, const std::string& dir, const Tokeniz
                tokenizer.vocab_size());
 }
 
-// Per token id: the bytes of text it stands for (the end-of-text token: none).
-std::vector<int32_t> piece_lengths(const Tokenizer& tok) {
-  std::vector<int32_t> len(static_cast<size_t>(tok.vocab_size()));
-  for (int id = 0; id < tok.vocab_size(); ++id)
-    len[static_cast<size_t>(id)] = id == tok.eot_token() ? 0 : static_cast<int32_t>(tok.piece(id).size());
-  return len;
-}
-
 // Refuses, or with --overwrite clears, what an earlier run left in the output directory: a
 // finished preparation (manifest.json; removed first, so the directory never looks finished while
 // its shards are going), an interrupted one (shards/ without a manifest) or one of an earlier
@@ -382,7 +374,7 @@ PrepareResult prepare(const PrepareOptions& o) {
   } else {
     tok = load_tokenizer(o.tokenizer, {.allow_special = o.special_eot, .threads = 1});
   }
-  const std::vector<int32_t> piece_len = piece_lengths(*tok);
+  const std::vector<int32_t> piece_len = token_text_bytes(*tok);
 
   PrepareResult r;
   std::vector<std::string> created;  // shard files of this run, removed if it fails
@@ -494,8 +486,15 @@ std::shared_ptr<const TokenSet> open_prepared_split(const std::string& dir, cons
   return std::make_shared<const TokenSet>(std::move(shards), dir + ": " + split);
 }
 
+std::vector<int32_t> token_text_bytes(const Tokenizer& tok) {
+  std::vector<int32_t> len(static_cast<size_t>(tok.vocab_size()));
+  for (int id = 0; id < tok.vocab_size(); ++id)
+    len[static_cast<size_t>(id)] = id == tok.eot_token() ? 0 : static_cast<int32_t>(tok.piece(id).size());
+  return len;
+}
+
 int64_t text_bytes(const TokenSet& tokens, const Tokenizer& tokenizer) {
-  const std::vector<int32_t> len = piece_lengths(tokenizer);
+  const std::vector<int32_t> len = token_text_bytes(tokenizer);
   std::vector<int32_t> block(1 << 16);
   int64_t bytes = 0;
   for (int64_t start = 0; start < tokens.size(); start += static_cast<int64_t>(block.size())) {

@@ -65,6 +65,8 @@ std::unique_ptr<Tokenizer> load_prepared_tokenizer(const std::string& dir, const
 std::shared_ptr<const TokenSet> open_prepared_split(const std::string& dir, const std::string& split,
                                                     const Tokenizer& tokenizer);
 
+// Per token id, the UTF-8 bytes of text it stands for (its piece; the end-of-text token: none).
+std::vector<int32_t> token_text_bytes(const Tokenizer& tokenizer);
 // UTF-8 bytes of the text the tokens decode to, the end-of-text token counting none: the byte
 // count behind bits per byte.
 int64_t text_bytes(const TokenSet& tokens, const Tokenizer& tokenizer);
