@@ -266,6 +266,9 @@ TEST(Prepare, BadInputsGiveOneLineErrors) {
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << file << ": " << r.output;
     EXPECT_FALSE(fs::exists(dir.file("out-" + file + "/shards"))) << file;
   }
+  const auto from_stdin = run_shell("echo hello | " + std::string(FRUGAL_BINARY) + " prepare --tokenizer char --input - --out " + dir.file("s"));
+  EXPECT_EQ(from_stdin.rc, 1);
+  EXPECT_TRUE(contains(from_stdin.output, "standard input (-) can be read once")) << from_stdin.output;
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {"--shard-tokens 1", "--shard-tokens 1 must be at least 2"},
            {"--text-field ''", "--text-field is empty"},

@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <cstring>
@@ -304,7 +305,7 @@ json stream_json(const StreamInfo& s) {
   json shards = json::array(), sources = json::array();
   for (const ShardInfo& sh : s.shards) shards.push_back({{"file", sh.file}, {"tokens", sh.tokens}});
   for (const SourceStats& src : s.sources)
-    sources.push_back({{"path", fs::absolute(src.path).lexically_normal().string()},
+    sources.push_back({{"path", src.path == "-" ? src.path : fs::absolute(src.path).lexically_normal().string()},
                        {"documents", src.documents}, {"bytes", src.bytes}});
   return {{"tokens", s.tokens}, {"documents", s.documents}, {"bytes", s.text_bytes},
           {"input_bytes", s.input_bytes}, {"shards", shards}, {"sources", sources}};
@@ -368,6 +369,10 @@ PrepareResult prepare(const PrepareOptions& o) {
 
   std::unique_ptr<Tokenizer> tok;
   if (o.tokenizer == "char") {
+    FRUGAL_CHECK(std::find(files.begin(), files.end(), "-") == files.end() &&
+                     std::find(val_files.begin(), val_files.end(), "-") == val_files.end(),
+                 "--tokenizer char reads the inputs twice (its vocabulary first) but standard input "
+                 "(-) can be read once; save it to a file, or give an existing vocabulary (char:VOCAB.json)");
     std::vector<std::string> all = files;
     all.insert(all.end(), val_files.begin(), val_files.end());
     tok = std::make_unique<CharTokenizer>(char_vocabulary(o, all));
