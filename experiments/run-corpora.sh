@@ -9,10 +9,10 @@ NAME=$1
 FRUGAL=${2:-build/frugal}
 OUT=${3:-runs/$NAME}
 ONLY=${4:-}
-if [ ! -f runs/data/shakespeare-char/train.bin ]; then
+if [ ! -f runs/data/shakespeare-char/manifest.json ] && [ ! -f runs/data/shakespeare-char/train.bin ]; then
   "$FRUGAL" prepare --tokenizer char --input data/tinyshakespeare/input.txt --out runs/data/shakespeare-char
 fi
-if [ ! -f runs/data/wikitext2-gpt2bpe/train.bin ]; then
+if [ ! -f runs/data/wikitext2-gpt2bpe/manifest.json ] && [ ! -f runs/data/wikitext2-gpt2bpe/train.bin ]; then
   "$FRUGAL" prepare --tokenizer gpt2 --input data/wikitext-2/train.txt.xz \
     --val-input data/wikitext-2/valid.txt --out runs/data/wikitext2-gpt2bpe
 fi

@@ -43,7 +43,7 @@ def main():
     data_dir = spec["base"]["data"]["dir"]
     if not os.path.isabs(data_dir):
         data_dir = os.path.join(ROOT, data_dir)
-    if not os.path.exists(os.path.join(data_dir, "train.bin")):
+    if not any(os.path.exists(os.path.join(data_dir, f)) for f in ("manifest.json", "train.bin")):
         subprocess.run([args.frugal, "prepare", "--tokenizer", "char", "--input",
                         os.path.join(ROOT, "data", "tinyshakespeare", "input.txt"), "--out", data_dir],
                        check=True)

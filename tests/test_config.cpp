@@ -70,6 +70,9 @@ TEST(Config, DefaultsFileAndOverridesInThatOrder) {
   EXPECT_EQ(c.get_string("run.name"), "quoted");
   EXPECT_EQ(c.get_strings("data.files"), (std::vector<std::string>{"x.bin", "y.bin"}));
   EXPECT_TRUE(c.has("model.n_layer"));
+  // A list of strings may be written as one string in a file: a list of one (data.val = "DIR").
+  const Config one = Config::load(schema(), write_file(dir, "one.toml", "[data]\nfiles = \"z.bin\"\n"));
+  EXPECT_EQ(one.get_strings("data.files"), (std::vector<std::string>{"z.bin"}));
   EXPECT_FALSE(c.has("model.n_layers"));
 }
 

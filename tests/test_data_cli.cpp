@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "frugal/data/prepare.h"
 #include "frugal/data/shard.h"
 #include "frugal/data/text.h"
 #include "frugal/data/tokenizer.h"
@@ -75,14 +76,14 @@ TEST(DataCli, PrepareGpt2WritesShardsAndTokenizer) {
   all.push_back(50256);  // files are separated by <|endoftext|>
   const auto ids_b = tok->encode(b);
   all.insert(all.end(), ids_b.begin(), ids_b.end());
-  const auto train = frugal::data::TokenShard::open((out / "train.bin").string());
-  const auto val = frugal::data::TokenShard::open((out / "val.bin").string());
-  EXPECT_EQ(train.vocab_size(), 50257);
-  ASSERT_EQ(train.size() + val.size(), static_cast<int64_t>(all.size()));
-  EXPECT_EQ(val.size(), static_cast<int64_t>(all.size() / 4));
+  const auto train = frugal::data::open_prepared_split(out.string(), "train", *tok);
+  const auto val = frugal::data::open_prepared_split(out.string(), "val", *tok);
+  EXPECT_EQ(train->vocab_size(), 50257);
+  ASSERT_EQ(train->size() + val->size(), static_cast<int64_t>(all.size()));
+  EXPECT_EQ(val->size(), static_cast<int64_t>(all.size() / 4));
   std::vector<int32_t> got(all.size());
-  train.read(0, train.size(), got.data());
-  val.read(0, val.size(), got.data() + train.size());
+  train->read(0, train->size(), got.data());
+  val->read(0, val->size(), got.data() + train->size());
   EXPECT_EQ(got, all);
   EXPECT_EQ(std::count(all.begin(), all.end(), 50256), 2);
 }
@@ -92,9 +93,10 @@ TEST(DataCli, PrepareCharReadsXzAndRejectsBadInput) {
   const std::string xz = frugal::data::data_dir() + "/wikitext-2/train.txt.xz";
   CliResult r = run_frugal("prepare --tokenizer char --input " + xz + " --out " + (dir / "out").string());
   ASSERT_EQ(r.rc, 0) << r.output;
-  const auto train = frugal::data::TokenShard::open((dir / "out" / "train.bin").string());
-  const auto val = frugal::data::TokenShard::open((dir / "out" / "val.bin").string());
-  EXPECT_EQ(train.size() + val.size(), 10780437);  // characters of train.txt (data/wikitext-2/SOURCE.md)
+  const auto tok = frugal::data::load_prepared_tokenizer((dir / "out").string());
+  const auto train = frugal::data::open_prepared_split((dir / "out").string(), "train", *tok);
+  const auto val = frugal::data::open_prepared_split((dir / "out").string(), "val", *tok);
+  EXPECT_EQ(train->size() + val->size(), 10780437);  // characters of train.txt (data/wikitext-2/SOURCE.md)
 
   write_file(dir / "bad.txt", "good text\nthen \xC3\x28 bad");
   r = run_frugal("prepare --input " + (dir / "bad.txt").string() + " --out " + (dir / "bad").string());
@@ -102,11 +104,12 @@ TEST(DataCli, PrepareCharReadsXzAndRejectsBadInput) {
   EXPECT_TRUE(contains(r.output, "not valid UTF-8")) << r.output;
   EXPECT_TRUE(contains(r.output, "byte offset 15")) << r.output;
   EXPECT_TRUE(contains(r.output, "iconv")) << r.output;
-  EXPECT_FALSE(fs::exists(dir / "bad" / "train.bin"));
+  EXPECT_FALSE(fs::exists(dir / "bad" / "manifest.json"));
+  EXPECT_FALSE(fs::exists(dir / "bad" / "shards"));
 
   r = run_frugal("prepare --input " + (dir / "missing.txt").string() + " --out " + (dir / "m").string());
   EXPECT_EQ(r.rc, 1);
-  EXPECT_TRUE(contains(r.output, "cannot open")) << r.output;
+  EXPECT_TRUE(contains(r.output, "missing.txt' does not exist")) << r.output;
 
   write_file(dir / "v.txt", "abc\nbca\ncab\nabc\nbca\n");
   r = run_frugal("prepare --tokenizer char --input " + (dir / "v.txt").string() + " --out " + (dir / "v").string());
@@ -141,10 +144,10 @@ TEST(DataCli, PrepareRefusesInputTooShortForAShard) {
   const std::pair<std::string, std::string> cases[] = {
       {"--input " + (dir / "empty.txt").string(), "the --input files are empty; give text to tokenize"},
       {"--tokenizer char --input " + (dir / "empty.txt").string(), "the --input files are empty"},
-      {"--tokenizer char --input " + (dir / "one.txt").string(), "train.bin would hold 1 token(s), but a "
-                                                                "shard needs at least 2"},
+      {"--tokenizer char --input " + (dir / "one.txt").string(), "the train split would hold 1 token(s), but "
+                                                                "it needs at least 2"},
       {"--tokenizer char --input " + (dir / "one.txt").string() + " --input " + (dir / "one.txt").string(),
-       "val.bin would hold 0 token(s), but a shard needs at least 2 (a token and the next one to predict); "
+       "the val split would hold 0 token(s), but it needs at least 2 (a token and the next one to predict); "
        "give more --input text or a larger --val-fraction"},
   };
   for (const auto& [args, message] : cases) {
@@ -152,6 +155,7 @@ TEST(DataCli, PrepareRefusesInputTooShortForAShard) {
     EXPECT_EQ(r.rc, 1) << args << ": " << r.output;
     EXPECT_TRUE(contains(r.output, message)) << args << ": " << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
-    EXPECT_FALSE(fs::exists(dir / "out" / "train.bin")) << args;
+    EXPECT_FALSE(fs::exists(dir / "out" / "manifest.json")) << args;
+    EXPECT_FALSE(fs::exists(dir / "out" / "shards")) << args;
   }
 }

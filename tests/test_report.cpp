@@ -236,7 +236,10 @@ TEST(Report, WritesPngAndSvgPlots) {
                        "\"pipeline_stages\": {}, \"pipeline_replicas\": {}, \"pipeline_repartitions\": {}, "
                        "\"moe_max_over_mean_load\": {}", 0.1 / step,
                        step > 100 ? 1 : 2, step > 100 ? 0.9 : 0.5, step > 100 ? 2000 : 1000, step > 100 ? 1 : 2,
-                       step > 100 ? 2 : 1, step > 100 ? 1 : 0, 1.0 + 1.0 / step);
+                       step > 100 ? 2 : 1, step > 100 ? 1 : 0, 1.0 + 1.0 / step) +
+           // a second validation set (data.val) and bits per byte, at the evaluations
+           (step % 100 == 0 ? fmt::format(R"(, "val_bpb": {}, "val_loss/wiki": {}, "val_bpb/wiki": {})",
+                                          3.0 - step / 300.0, 3.5 - step / 200.0, 4.0 - step / 200.0) : "");
   });
   options.names = {"dense baseline", "2:4 it's_sparse"};  // spaces, quote, underscore in legends
   write_report({base, sparse}, tmp.file("out"), options);
@@ -257,9 +260,17 @@ TEST(Report, WritesPngAndSvgPlots) {
     EXPECT_TRUE(contains(svg_text, "<svg")) << plot;
     EXPECT_TRUE(contains(svg_text, "it's_sparse")) << plot;  // legend text, unmangled
   }
+  // Each validation set of the run is a line of its own, loss and bits per byte.
+  for (const char* file : {"run1_val_loss.dat", "run1_val_loss_wiki.dat", "run1_val_bpb.dat", "run1_val_bpb_wiki.dat"})
+    EXPECT_TRUE(fs::exists(tmp.path() / "out" / "plot-data" / file)) << file;
+  EXPECT_FALSE(fs::exists(tmp.path() / "out" / "plot-data" / "run0_val_bpb.dat"));  // the base logs none
+  std::ifstream gp_in(tmp.path() / "out" / "plots.gp");
+  const std::string gp((std::istreambuf_iterator<char>(gp_in)), {});
+  EXPECT_TRUE(contains(gp, "2:4 it''s_sparse: wiki")) << gp;
   std::ifstream md_in(tmp.path() / "out" / "report.md");
   const std::string md((std::istreambuf_iterator<char>(md_in)), {});
-  EXPECT_TRUE(contains(md, "| dense baseline | 300 |")) << md;
+  EXPECT_TRUE(contains(md, "| dense baseline | 300 | 2.0000 | — |")) << md;
+  EXPECT_TRUE(contains(md, "| 2:4 it's_sparse | 300 | 2.1000 | 2.0000 |")) << md;  // final val bits/byte
   EXPECT_TRUE(contains(md, "](flip_rate_vs_step.png)")) << md;
   // Without flip_rate there is no flip-rate plot, also none left from the report before.
   write_report({base}, tmp.file("out"), {});

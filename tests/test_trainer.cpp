@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -263,8 +264,8 @@ TEST(Trainer, BadInputGivesClearErrors) {
             std::string::npos);
   EXPECT_NE(error_of([&] { Trainer t(tiny_config(dir.file("nowhere"), dir.file("x")), {.quiet = true}); }).find("frugal prepare"),
             std::string::npos);
-  fs::remove(dir.file("data/val.bin"));
-  EXPECT_NE(error_of([&] { Trainer t(tiny_config(data, dir.file("x")), {.quiet = true}); }).find("val.bin not found"),
+  fs::remove(dir.file("data/shards/train_000000.bin"));
+  EXPECT_NE(error_of([&] { Trainer t(tiny_config(data, dir.file("x")), {.quiet = true}); }).find("train_000000.bin of " + data + "/manifest.json not found"),
             std::string::npos);
 }
 
@@ -341,11 +342,60 @@ TEST(Trainer, TokenizerFileIsNotHuggingFacesNameAndTheOldNameIsStillRead) {
 TEST(Trainer, DataWhoseShardsAndTokenizerDisagreeIsRefused) {
   TempDir dir;
   const std::string data = make_data(dir);
-  const int chars = data::TokenShard::open(data + "/train.bin").vocab_size();
+  const int chars = data::load_prepared_tokenizer(data)->vocab_size();
   std::ofstream(data + "/frugal_tokenizer.json") << data::load_tokenizer("gpt2")->to_json();
   const std::string msg = error_of([&] { Trainer t(tiny_config(data, dir.file("a")), {.quiet = true}); });
-  EXPECT_NE(msg.find(fmt::format("train.bin holds ids of a {}-token vocabulary but {}/frugal_tokenizer.json has 50257 tokens",
+  EXPECT_NE(msg.find(fmt::format("train_000000.bin holds ids of a {}-token vocabulary but {}/frugal_tokenizer.json has 50257 tokens",
                                  chars, data)), std::string::npos) << msg;
+}
+
+// data.val: more validation sets, each evaluated at every eval and logged under its name with its
+// bits per byte; data.dir's own set and the training are the same as without them.
+TEST(Trainer, SeveralValidationSetsAreLoggedWithBitsPerByte) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  std::ofstream(dir.file("other.txt")) << "To be, or not to be, that is the question:\n"
+                                          "Whether 'tis nobler in the mind to suffer\n" << std::string(3000, 'a');
+  data::PrepareOptions o;
+  o.tokenizer = data + "/frugal_tokenizer.json";
+  o.inputs = {dir.file("other.txt")};
+  o.out_dir = dir.file("other");
+  data::prepare(o);
+  const auto last_metrics = [](const std::string& run) {
+    std::ifstream in(run + "/metrics.jsonl");
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    return nlohmann::json::parse(last);
+  };
+  const FitResult plain = Trainer(tiny_config(data, dir.file("a")), {.quiet = true}).fit();
+  const FitResult more = Trainer(tiny_config(data, dir.file("b"), {"data.val=" + dir.file("other") + ",same=" + data}),
+                                 {.quiet = true}).fit();
+  EXPECT_EQ(more.losses, plain.losses);
+  EXPECT_EQ(more.final_val_loss, plain.final_val_loss);
+  const nlohmann::json a = last_metrics(dir.file("a")), b = last_metrics(dir.file("b"));
+  EXPECT_EQ(b["val_loss"], a["val_loss"]);
+  EXPECT_EQ(b["val_loss/same"], a["val_loss"]);  // the same directory under another name
+  EXPECT_EQ(b["val_bpb/same"], a["val_bpb"]);
+  ASSERT_TRUE(b.contains("val_loss/other") && b.contains("val_bpb/other")) << b.dump();
+  EXPECT_NE(b["val_loss/other"], b["val_loss"]);
+  // Tiny Shakespeare is ASCII: one byte per character token, so bits per byte = nats / ln 2.
+  EXPECT_NEAR(a["val_bpb"].get<double>(), a["val_loss"].get<double>() / std::log(2.0), 1e-5);
+
+  // A set of another vocabulary, and bad entries, are refused with one line.
+  o.tokenizer = "gpt2";
+  o.out_dir = dir.file("gpt2");
+  data::prepare(o);
+  EXPECT_NE(error_of([&] { Trainer t(tiny_config(data, dir.file("c"), {"data.val=" + dir.file("gpt2")}), {.quiet = true}); })
+                .find("data.val set gpt2 (" + dir.file("gpt2") + ") was prepared with another tokenizer than data.dir"),
+            std::string::npos);
+  for (const auto& [entry, message] : std::vector<std::pair<std::string, std::string>>{
+           {"val=" + dir.file("other"), "the name \"val\" is taken (data.dir's validation set is \"val\")"},
+           {"x=" + dir.file("other") + ",x=" + data, "the name \"x\" is taken by another entry"},
+           {"a b=" + dir.file("other"), "the name \"a b\" must be letters, digits"},
+           {"x=", "names no directory"}}) {
+    EXPECT_NE(error_of([&] { Trainer t(tiny_config(data, dir.file("c"), {"data.val=" + entry}), {.quiet = true}); }).find(message),
+              std::string::npos) << entry;
+  }
 }
 
 // Far more memory than any machine has: refused with the estimate and the keys before anything

@@ -1,5 +1,5 @@
 // A small prepared character-level data directory (the start of Tiny Shakespeare) for tests that
-// train: train.bin, val.bin and tokenizer.json under <dir>/data.
+// train: shards, manifest.json and frugal_tokenizer.json under <dir>/data.
 #pragma once
 #include <fstream>
 #include <string>
@@ -18,6 +18,7 @@ inline std::string make_shakespeare_data(const TempDir& dir, size_t bytes) {
   o.tokenizer = "char";
   o.inputs = {dir.file("text.txt")};
   o.out_dir = dir.file("data");
+  o.overwrite = true;  // a test may make it again in the same directory
   data::prepare(o);
   return o.out_dir;
 }

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git xz-utils
-  libopenblas-openmp-dev libdnnl-dev libpcre2-dev liblzma-dev
+  libopenblas-openmp-dev libdnnl-dev libpcre2-dev liblzma-dev libzstd-dev zlib1g-dev zstd
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev

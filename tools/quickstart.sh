@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 bash tools/build.sh frugal
 data=runs/data/shakespeare-char
-if [ ! -f "$data/train.bin" ]; then
+if [ ! -f "$data/manifest.json" ] && [ ! -f "$data/train.bin" ]; then
   ./build/frugal prepare --tokenizer char --input data/tinyshakespeare/input.txt --out "$data"
 fi
 ./build/frugal train configs/shakespeare-char.toml --overwrite "$@"

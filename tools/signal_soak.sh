@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 runs=${1:-300}
 frugal=${2:-build/frugal}
 data=runs/data/shakespeare-char
-[ -f "$data/train.bin" ] || "$frugal" prepare --tokenizer char --input data/tinyshakespeare/input.txt --out "$data" > /dev/null
+[ -f "$data/manifest.json" ] || [ -f "$data/train.bin" ] || "$frugal" prepare --tokenizer char --input data/tinyshakespeare/input.txt --out "$data" > /dev/null
 work=$(mktemp -d "${TMPDIR:-/tmp}/frugal-signal-soak.XXXXXX")
 # Job control: background jobs get their own process group and keep SIGINT (a shell without it
 # starts them with SIGINT ignored, as if no user could interrupt them).

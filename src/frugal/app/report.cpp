@@ -17,6 +17,7 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "frugal/core/error.h"
@@ -161,7 +162,10 @@ ReportTable compare_runs(const std::vector<RunMetrics>& runs, std::optional<doub
     row.dense_flops = last.get("dense_flops");
     if (row.dense_flops && *row.dense_flops > 0) row.saved_vs_dense = 1 - row.flops / *row.dense_flops;
     const auto evals = r.evals();
-    if (!evals.empty()) row.final_val_loss = evals.back()->val_loss;
+    if (!evals.empty()) {
+      row.final_val_loss = evals.back()->val_loss;
+      row.final_val_bpb = evals.back()->get("val_bpb");
+    }
     row.to_target = first_crossing(r, table.target);
     table.rows.push_back(std::move(row));
   }
@@ -205,20 +209,24 @@ std::string or_dash(const std::optional<double>& v, F format) {
 std::string markdown(const ReportTable& table) {
   const bool dense = std::any_of(table.rows.begin(), table.rows.end(),
                                  [](const ReportRow& r) { return r.dense_flops.has_value(); });
+  const bool bpb = std::any_of(table.rows.begin(), table.rows.end(),
+                               [](const ReportRow& r) { return r.final_val_bpb.has_value(); });
   std::string out = fmt::format(
       "Target validation loss: **{:.4f}** ({}). Baseline: `{}`.\n\n", table.target,
       table.target_given ? "given" : "the baseline's final validation loss", table.rows[0].name);
-  out += "| run | steps | final val loss | gap vs baseline | wall-clock | training FLOPs |";
+  out += fmt::format("| run | steps | final val loss |{} gap vs baseline | wall-clock | training FLOPs |",
+                     bpb ? " final val bits/byte |" : "");
   if (dense) out += " saved vs dense |";
   out += " step at target | time to target | speed-up | FLOPs to target | FLOPs reduction |\n";
-  out += "| --- | ---: | ---: | ---: | ---: | ---: |";
+  out += bpb ? "| --- | ---: | ---: | ---: | ---: | ---: | ---: |" : "| --- | ---: | ---: | ---: | ---: | ---: |";
   if (dense) out += " ---: |";
   out += " ---: | ---: | ---: | ---: | ---: |\n";
   auto seconds = [](double s) { return fmt::format("{:.1f} s", s); };
   auto percent = [](double v) { return fmt::format("{:.1f}%", 100 * v); };
   for (const ReportRow& r : table.rows) {
-    out += fmt::format("| {} | {} | {} | {} | {} | {} |", markdown_cell(r.name), r.steps,
+    out += fmt::format("| {} | {} | {} |{} {} | {} | {} |", markdown_cell(r.name), r.steps,
                        or_dash(r.final_val_loss, [](double v) { return fmt::format("{:.4f}", v); }),
+                       bpb ? fmt::format(" {} |", or_dash(r.final_val_bpb, [](double v) { return fmt::format("{:.4f}", v); })) : "",
                        or_dash(r.loss_gap, [](double v) { return fmt::format("{:+.4f}", v); }),
                        seconds(r.wall_s), format_flops(r.flops));
     if (dense) {
@@ -368,6 +376,11 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
       {"moe_max_over_mean_load", {kPlotLoadVsStep, "Mixture of experts: max/mean expert load vs step (worst block; 1 = balanced)",
                                   "step", "max / mean load", false, points, {}, std::nullopt}}};
   // A pipeline's throughput over time, with a marker where its layout changed (a re-partition).
+  // Every validation set of every run, one line each: its loss, and its bits per byte.
+  Plot val_sets{kPlotValSetsVsStep, "Validation loss of each validation set vs step", "step", "validation loss",
+                false, points, {}, std::nullopt};
+  Plot bpb{kPlotBpbVsStep, "Validation bits per byte vs step (comparable across tokenizers)", "step",
+           "bits per byte", false, points, {}, std::nullopt};
   Plot throughput{kPlotThroughputVsWall, "Training throughput vs wall-clock (large points: pipeline re-partitions)",
                   "wall-clock (s)", "tokens/s", false, "lines linewidth 1.5", {}, std::nullopt};
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -407,6 +420,24 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
       throughput.series.back().title = run.name + ": re-partition";
       throughput.series.back().style = "points pointtype 7 pointsize 2";
     }
+    // val_loss and val_loss/NAME (data.val), likewise val_bpb: the keys this run logged.
+    for (const auto& [prefix, plot] : {std::pair<std::string, Plot*>{"val_loss", &val_sets}, {"val_bpb", &bpb}}) {
+      std::set<std::string> keys;
+      for (const MetricPoint& p : run.points)
+        for (const auto& [key, value] : p.values)
+          if (key == prefix || key.starts_with(prefix + "/")) keys.insert(key);
+      if (keys.size() < (prefix == "val_loss" ? 2u : 1u)) continue;  // one set's loss is val_wall's already
+      int dash = 0;  // each set of a run its dash pattern, in the run's colour
+      for (const std::string& key : keys) {
+        const std::string set = key == prefix ? "val" : key.substr(prefix.size() + 1);
+        std::string text = fmt::format("# step {}\n", key);
+        for (const MetricPoint& p : run.points)
+          if (auto v = p.get(key)) text += fmt::format("{} {}\n", p.step, gp_number(*v));
+        const std::string file = fmt::format("{}/run{}_{}.dat", kPlotDataDir, i, key == prefix ? prefix : prefix + "_" + set);
+        write_text(out_dir / file, text);
+        plot->series.push_back({file, "1:2", run.name + ": " + set, i, fmt::format("{} dashtype {}", points, ++dash)});
+      }
+    }
     for (StepMetric& m : step_metrics) {
       if (!run.has(m.key)) continue;
       std::string text = fmt::format("# step {}\n", m.key);
@@ -416,7 +447,7 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
     }
   }
   std::vector<Plot> plots;
-  for (Plot* p : {&val_wall, &val_flops, &train, &throughput})
+  for (Plot* p : {&val_wall, &val_flops, &train, &throughput, &val_sets, &bpb})
     if (!p->series.empty()) plots.push_back(std::move(*p));
   for (StepMetric& m : step_metrics)
     if (!m.plot.series.empty()) plots.push_back(std::move(m.plot));

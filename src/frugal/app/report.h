@@ -53,6 +53,7 @@ struct ReportRow {
   std::string name, dir;
   int64_t steps = 0;                      // last logged step
   std::optional<double> final_val_loss;   // last evaluation
+  std::optional<double> final_val_bpb;    // its bits per byte (val_bpb), when logged
   double wall_s = 0, flops = 0;           // at the last logged line
   std::optional<double> dense_flops;      // when the run logs dense_flops (sparse / frozen methods)
   std::optional<double> saved_vs_dense;   // 1 - flops / dense_flops
@@ -95,9 +96,13 @@ inline constexpr const char* kPlotLevelVsStep = "level_vs_step";
 inline constexpr const char* kPlotSparsityVsStep = "sparsity_vs_step";
 inline constexpr const char* kPlotLoadVsStep = "expert_load_vs_step";
 inline constexpr const char* kPlotThroughputVsWall = "tokens_per_s_vs_wall_s";
-inline constexpr std::array<const char*, 8> kPlotNames = {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep,
-                                                          kPlotFlipVsStep, kPlotLevelVsStep, kPlotSparsityVsStep,
-                                                          kPlotLoadVsStep, kPlotThroughputVsWall};
+// Every validation set's loss (val_loss, val_loss/NAME), and bits per byte, against the step.
+inline constexpr const char* kPlotValSetsVsStep = "val_sets_loss_vs_step";
+inline constexpr const char* kPlotBpbVsStep = "val_bpb_vs_step";
+inline constexpr std::array<const char*, 10> kPlotNames = {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep,
+                                                           kPlotFlipVsStep, kPlotLevelVsStep, kPlotSparsityVsStep,
+                                                           kPlotLoadVsStep, kPlotThroughputVsWall,
+                                                           kPlotValSetsVsStep, kPlotBpbVsStep};
 
 // Writes OUT_DIR/report.md (table + plots) and, with options.plots, OUT_DIR/<plot>.png/.svg plus
 // the gnuplot inputs (plots.gp, plot-data/run<i>_*.dat) and gnuplot's output (gnuplot.log). Plots:

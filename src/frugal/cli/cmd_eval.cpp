@@ -42,7 +42,7 @@ void run_eval(const EvalArgs& a) {
   const std::string data_dir = a.data_dir.empty() ? settings.train.data_dir : a.data_dir;
   FRUGAL_CHECK(!data_dir.empty(), "the checkpoint's config has no data.dir; pass --data DIR (a "
                "directory made by `frugal prepare`)");
-  const auto tokenizer = data::load_prepared_tokenizer(data_dir);
+  const auto tokenizer = data::load_prepared_tokenizer(data_dir, settings.train.data_tokenizer);
   check_data_tokenizer(dir, *tokenizer, data_dir);
   const auto shard = data::open_prepared_split(data_dir, a.split, *tokenizer);
 
@@ -58,24 +58,26 @@ void run_eval(const EvalArgs& a) {
                "{:.1f} MiB are available; lower --batch-size (or --seq-len)", a.batch_size, T,
                needed / (1 << 20), available / (1 << 20));
 
-  const EvalResult r = evaluate_loss(model, loader, a.batch_size, a.max_batches);
+  const std::vector<int32_t> token_bytes = data::token_text_bytes(*tokenizer);
+  const EvalResult r = evaluate_loss(model, loader, a.batch_size, a.max_batches, single_process(), &token_bytes);
   if (a.json) {
-    const nlohmann::json j{{"checkpoint", dir},        {"data", shard->path()},
+    const nlohmann::json j{{"checkpoint", dir},        {"data", shard->name()},
                            {"split", a.split},         {"seq_len", T},
                            {"batch_size", a.batch_size}, {"sequences", r.sequences},
                            {"tokens", r.tokens},       {"loss", r.loss},
-                           {"perplexity", r.perplexity}, {"seconds", r.seconds},
+                           {"perplexity", r.perplexity}, {"bytes", r.bytes},
+                           {"bits_per_byte", r.bits_per_byte}, {"seconds", r.seconds},
                            {"methods", loaded.notes}};
     io::print("{}\n", j.dump());
     return;
   }
   io::print("checkpoint: {}\n", dir);
   for (const std::string& note : loaded.notes) io::print("{}\n", note);
-  io::print("data: {}, {} of {} sequences of {} tokens\n", shard->path(), r.sequences,
+  io::print("data: {}, {} of {} sequences of {} tokens\n", shard->name(), r.sequences,
             loader.num_samples(), T);
-  io::print("{} loss {:.4f}, perplexity {:.3f} ({} tokens in {:.2f} s, {:.0f} tokens/s, {} "
-            "threads)\n",
-            a.split, r.loss, r.perplexity, r.tokens, r.seconds, r.tokens / r.seconds, num_threads());
+  io::print("{} loss {:.4f}, perplexity {:.3f}, {:.4f} bits per byte ({} tokens, {} bytes, in {:.2f} s, "
+            "{:.0f} tokens/s, {} threads)\n", a.split, r.loss, r.perplexity, r.bits_per_byte, r.tokens,
+            r.bytes, r.seconds, r.tokens / r.seconds, num_threads());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <cstring>
 #include <filesystem>
@@ -137,9 +138,7 @@ class Gpt2Tokenizer final : public Tokenizer {
       const size_t chunks = std::min(text.size() / kMinChunkBytes, static_cast<size_t>(threads) * 8);
       for (size_t c = 1; c < chunks; ++c) {
         size_t p = std::max(bounds.back() + 1, text.size() * c / chunks);
-        while (p < text.size() && !(text[p - 1] > 0x20 && text[p - 1] < 0x7F &&
-                                    (text[p] == ' ' || text[p] == '\n')))
-          ++p;
+        while (p < text.size() && !is_encode_boundary(text, p)) ++p;
         if (p >= text.size()) break;
         bounds.push_back(p);
       }
@@ -148,14 +147,13 @@ class Gpt2Tokenizer final : public Tokenizer {
     const int nchunks = static_cast<int>(bounds.size()) - 1;
     if (nchunks == 1) {
       std::vector<int32_t> out;
-      EncodeScratch scratch;
-      encode_range(text, 0, text.size(), scratch, out);
+      encode_range(text, 0, text.size(), thread_scratch(), out);
       return out;
     }
     std::vector<std::vector<int32_t>> parts(nchunks);
 #pragma omp parallel num_threads(std::min(threads, nchunks))
     {
-      EncodeScratch scratch;
+      EncodeScratch& scratch = thread_scratch();
 #pragma omp for schedule(dynamic, 1)
       for (int c = 0; c < nchunks; ++c) encode_range(text, bounds[c], bounds[c + 1], scratch, parts[c]);
     }
@@ -312,6 +310,19 @@ class Gpt2Tokenizer final : public Tokenizer {
     }
   }
 
+  // The calling thread's scratch for this tokenizer, kept between calls so that encoding many
+  // short texts (the documents of a corpus) keeps its piece cache warm; made anew for another
+  // tokenizer (told apart by an id, never by an address that may be reused).
+  EncodeScratch& thread_scratch() const {
+    thread_local uint64_t owner = 0;
+    thread_local std::unique_ptr<EncodeScratch> scratch;
+    if (owner != instance_id_) {
+      scratch = std::make_unique<EncodeScratch>();
+      owner = instance_id_;
+    }
+    return *scratch;
+  }
+
   void encode_piece(std::string_view piece, EncodeScratch& scratch, std::vector<int32_t>& out) const {
     if (const uint64_t* id = vocab_.find(piece)) {
       out.push_back(static_cast<int32_t>(*id));
@@ -386,6 +397,12 @@ class Gpt2Tokenizer final : public Tokenizer {
   ByteStringMap pairs_;              // (left id, right id) as 8 bytes -> merged id
   std::array<int32_t, 256> byte_token_{};
   int32_t eot_ = -1;
+  const uint64_t instance_id_ = next_instance_id();
+
+  static uint64_t next_instance_id() {
+    static std::atomic<uint64_t> next{1};
+    return next++;
+  }
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// BatchLoader: fixed T+1 samples, per-epoch permutations from a counter-based RNG.
+// BatchLoader: fixed T+1 samples of a token set, per-epoch permutations from a counter-based RNG.
 #include "frugal/data/loader.h"
 
 #include <numeric>
@@ -21,14 +21,14 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, uint64_t epoch)
 
 }  // namespace
 
-BatchLoader::BatchLoader(std::shared_ptr<const TokenShard> shard, int seq_len, LoaderOrder order, uint64_t seed)
-    : shard_(std::move(shard)), seq_len_(seq_len), order_(order), seed_(seed) {
-  FRUGAL_CHECK(shard_, "BatchLoader needs a token shard");
+BatchLoader::BatchLoader(std::shared_ptr<const TokenSet> tokens, int seq_len, LoaderOrder order, uint64_t seed)
+    : tokens_(std::move(tokens)), seq_len_(seq_len), order_(order), seed_(seed) {
+  FRUGAL_CHECK(tokens_, "BatchLoader needs a token set");
   FRUGAL_CHECK(seq_len_ > 0, "sequence length must be positive, got {}", seq_len_);
-  num_samples_ = shard_->size() > 0 ? (shard_->size() - 1) / seq_len_ : 0;
+  num_samples_ = tokens_->size() > 0 ? (tokens_->size() - 1) / seq_len_ : 0;
   FRUGAL_CHECK(num_samples_ > 0, "token shard '{}' has {} tokens, too few for one sample of {} "
-               "tokens; use a shorter sequence length or more data", shard_->path(),
-               shard_->size(), seq_len_ + 1);
+               "tokens; use a shorter sequence length or more data", tokens_->name(),
+               tokens_->size(), seq_len_ + 1);
 }
 
 void BatchLoader::make_permutation(uint64_t epoch) {
@@ -48,8 +48,8 @@ int64_t BatchLoader::sample_at(uint64_t epoch, int64_t position) const {
 void BatchLoader::sample(int64_t id, int32_t* inputs, int32_t* targets) const {
   FRUGAL_CHECK(id >= 0 && id < num_samples_, "sample id {} is outside [0, {})", id, num_samples_);
   const int64_t start = id * seq_len_;
-  shard_->read(start, seq_len_, inputs);
-  shard_->read(start + 1, seq_len_, targets);
+  tokens_->read(start, seq_len_, inputs);
+  tokens_->read(start + 1, seq_len_, targets);
 }
 
 int BatchLoader::next(int B, int32_t* inputs, int32_t* targets, int64_t* sample_ids) {

@@ -1,6 +1,6 @@
-// BatchLoader: (input, target) batches from a token shard.
+// BatchLoader: (input, target) batches from a token set (one shard or many read as one sequence).
 //
-// The shard is cut into fixed samples of T+1 tokens: sample i = tokens[i*T, i*T + T + 1), so
+// The set is cut into fixed samples of T+1 tokens: sample i = tokens[i*T, i*T + T + 1), so
 // inputs are its first T tokens and targets its last T. A sample's contents depend only on its
 // id. Shuffled order visits every sample once per epoch, in a permutation that is a pure function
 // of (seed, epoch) (counter-based RNG), so (epoch, position) is the whole loader state and resume
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "frugal/data/shard.h"
+#include "frugal/data/token_set.h"
 
 namespace frugal::data {
 
@@ -24,7 +25,9 @@ struct LoaderState {
 
 class BatchLoader {
  public:
-  BatchLoader(std::shared_ptr<const TokenShard> shard, int seq_len, LoaderOrder order, uint64_t seed = 0);
+  BatchLoader(std::shared_ptr<const TokenSet> tokens, int seq_len, LoaderOrder order, uint64_t seed = 0);
+  BatchLoader(std::shared_ptr<const TokenShard> shard, int seq_len, LoaderOrder order, uint64_t seed = 0)
+      : BatchLoader(std::make_shared<const TokenSet>(std::move(shard)), seq_len, order, seed) {}
 
   int64_t num_samples() const { return num_samples_; }
   int seq_len() const { return seq_len_; }
@@ -47,7 +50,7 @@ class BatchLoader {
  private:
   void make_permutation(uint64_t epoch);
 
-  std::shared_ptr<const TokenShard> shard_;
+  std::shared_ptr<const TokenSet> tokens_;
   int seq_len_;
   LoaderOrder order_;
   uint64_t seed_;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -30,44 +31,57 @@ static_assert(sizeof(Header) == kShardHeaderBytes);
 
 constexpr const char* kRedo = "re-run `frugal prepare` to write it again";
 
-template <class T>
-void write_tokens(io::AtomicFileWriter& out, std::span<const int32_t> tokens) {
-  constexpr size_t kBlock = 1 << 16;
-  std::vector<T> block;
-  for (size_t start = 0; start < tokens.size(); start += kBlock) {
-    const size_t n = std::min(kBlock, tokens.size() - start);
-    block.assign(tokens.begin() + start, tokens.begin() + start + n);
-    out.write(block.data(), n * sizeof(T));
-  }
-}
-
 }  // namespace
 
 int shard_token_bytes(int vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
 
 void write_shard(const std::string& path, std::span<const int32_t> tokens, int vocab_size) {
-  FRUGAL_CHECK(vocab_size > 0, "cannot write shard '{}': vocabulary size {} must be positive", path, vocab_size);
-  for (size_t i = 0; i < tokens.size(); ++i)
-    FRUGAL_CHECK(tokens[i] >= 0 && tokens[i] < vocab_size, "cannot write shard '{}': token {} at "
-                 "position {} is outside the vocabulary [0, {}); the tokenizer and vocabulary "
-                 "size disagree", path, tokens[i], i, vocab_size);
-  Header h{};
-  std::memcpy(h.magic, kShardMagic, sizeof(kShardMagic));
-  h.version = kShardVersion;
-  h.token_bytes = static_cast<uint32_t>(shard_token_bytes(vocab_size));
-  h.count = tokens.size();
-  h.vocab_size = static_cast<uint32_t>(vocab_size);
-
-  io::AtomicFileWriter out(path);
-  out.write(&h, sizeof(h));
-  if (h.token_bytes == 2)
-    write_tokens<uint16_t>(out, tokens);
-  else
-    write_tokens<uint32_t>(out, tokens);
+  ShardWriter out(path, vocab_size);
+  out.append(tokens);
   out.commit();
 }
 
-TokenShard TokenShard::open(const std::string& path) {
+ShardWriter::ShardWriter(const std::string& path, int vocab_size)
+    : vocab_size_(vocab_size), token_bytes_(shard_token_bytes(vocab_size)) {
+  FRUGAL_CHECK(vocab_size > 0, "cannot write shard '{}': vocabulary size {} must be positive", path, vocab_size);
+  out_ = std::make_unique<io::AtomicFileWriter>(path);
+  const Header placeholder{};  // completed by commit(), when the count is known
+  out_->write(&placeholder, sizeof(placeholder));
+}
+
+ShardWriter::~ShardWriter() = default;
+
+void ShardWriter::append(std::span<const int32_t> tokens) {
+  block_.resize(tokens.size() * static_cast<size_t>(token_bytes_));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t t = tokens[i];
+    FRUGAL_CHECK(t >= 0 && t < vocab_size_, "cannot write shard '{}': token {} at position {} is "
+                 "outside the vocabulary [0, {}); the tokenizer and vocabulary size disagree",
+                 out_->path(), t, count_ + static_cast<int64_t>(i), vocab_size_);
+    if (token_bytes_ == 2) {
+      const auto v = static_cast<uint16_t>(t);
+      std::memcpy(block_.data() + 2 * i, &v, 2);
+    } else {
+      const auto v = static_cast<uint32_t>(t);
+      std::memcpy(block_.data() + 4 * i, &v, 4);
+    }
+  }
+  out_->write(block_.data(), block_.size());
+  count_ += static_cast<int64_t>(tokens.size());
+}
+
+void ShardWriter::commit() {
+  Header h{};
+  std::memcpy(h.magic, kShardMagic, sizeof(kShardMagic));
+  h.version = kShardVersion;
+  h.token_bytes = static_cast<uint32_t>(token_bytes_);
+  h.count = static_cast<uint64_t>(count_);
+  h.vocab_size = static_cast<uint32_t>(vocab_size_);
+  out_->write_at(0, &h, sizeof(h));
+  out_->commit();
+}
+
+TokenShard TokenShard::map(const std::string& path) {
   TokenShard s;
   s.path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -81,9 +95,24 @@ TokenShard TokenShard::open(const std::string& path) {
     if (s.map_ == MAP_FAILED) s.map_ = nullptr;
   }
   ::close(fd);
+  FRUGAL_CHECK(s.map_ || s.map_bytes_ == 0, "cannot map token shard '{}' into memory: {}", path,
+               std::strerror(errno));
+  return s;
+}
+
+void TokenShard::check_tokens() const {
+  for (int64_t i = 0; i < count_; ++i) {
+    const int32_t t = (*this)[i];
+    FRUGAL_CHECK(t >= 0 && t < vocab_size_, "token shard '{}': token {} at position {} is not "
+                 "below the vocabulary size {}; the file is damaged or belongs to another "
+                 "tokenizer, {}", path_, t, i, vocab_size_, kRedo);
+  }
+}
+
+TokenShard TokenShard::open(const std::string& path) {
+  TokenShard s = map(path);
   FRUGAL_CHECK(s.map_bytes_ >= kShardHeaderBytes, "token shard '{}' is {} bytes, shorter than its "
                "{}-byte header (truncated or not a shard); {}", path, s.map_bytes_, kShardHeaderBytes, kRedo);
-  FRUGAL_CHECK(s.map_, "cannot map token shard '{}' into memory: {}", path, std::strerror(errno));
   Header h;
   std::memcpy(&h, s.map_, sizeof(h));
   FRUGAL_CHECK(std::memcmp(h.magic, kShardMagic, sizeof(kShardMagic)) == 0, "'{}' is not a frugal "
@@ -103,11 +132,36 @@ TokenShard TokenShard::open(const std::string& path) {
   s.count_ = static_cast<int64_t>(h.count);
   s.vocab_size_ = static_cast<int>(h.vocab_size);
   s.token_bytes_ = static_cast<int>(h.token_bytes);
-  for (int64_t i = 0; i < s.count_; ++i) {
-    const int32_t t = s[i];
-    FRUGAL_CHECK(t >= 0 && t < s.vocab_size_, "token shard '{}': token {} at position {} is not "
-                 "below the vocabulary size {}; the file is damaged, {}", path, t, i, s.vocab_size_, kRedo);
+  s.check_tokens();
+  return s;
+}
+
+TokenShard TokenShard::open_foreign(const std::string& path, int vocab_size) {
+  FRUGAL_CHECK(vocab_size > 0, "reading '{}' needs the tokenizer's vocabulary size, got {}", path, vocab_size);
+  TokenShard s = map(path);
+  int32_t head[3] = {0, 0, 0};
+  if (s.map_bytes_ >= sizeof(head)) std::memcpy(head, s.map_, sizeof(head));
+  size_t header = 0;
+  s.token_bytes_ = 2;
+  if (head[0] == kLlmcGpt2Magic || head[0] == kLlmcLlama3Magic) {  // llm.c
+    const int32_t version = head[0] == kLlmcGpt2Magic ? 1 : 7;
+    FRUGAL_CHECK(head[1] == version, "'{}' has llm.c's magic {} but version {} (expected {}); the "
+                 "file is damaged or of a newer llm.c", path, head[0], head[1], version);
+    header = kLlmcHeaderBytes;
+    s.token_bytes_ = head[0] == kLlmcGpt2Magic ? 2 : 4;
+    FRUGAL_CHECK(head[2] >= 0 && s.map_bytes_ == header + static_cast<size_t>(head[2]) * s.token_bytes_,
+                 "llm.c shard '{}' is {} bytes but its header promises {} tokens ({} bytes); the "
+                 "file is truncated or damaged, write it again", path, s.map_bytes_, head[2],
+                 header + static_cast<size_t>(std::max(head[2], 0)) * s.token_bytes_);
+  } else {  // nanoGPT: np.uint16 tokens, nothing else
+    FRUGAL_CHECK(s.map_bytes_ % 2 == 0, "'{}' is {} bytes, an odd size, so it is not raw uint16 "
+                 "tokens (nanoGPT's .bin) nor llm.c's shard (no magic 20240520); write it again",
+                 path, s.map_bytes_);
   }
+  s.tokens_ = static_cast<const char*>(s.map_) + header;
+  s.count_ = static_cast<int64_t>((s.map_bytes_ - header) / s.token_bytes_);
+  s.vocab_size_ = vocab_size;
+  s.check_tokens();
   return s;
 }
 

@@ -138,10 +138,11 @@ std::optional<size_t> find_invalid_utf8(std::string_view text) {
   return std::nullopt;
 }
 
-void check_utf8(std::string_view text, std::string_view what) {
+void check_utf8(std::string_view text, std::string_view what, int64_t base) {
   if (auto bad = find_invalid_utf8(text)) {
     fail("{} is not valid UTF-8: bad byte 0x{:02X} at byte offset {}; convert it to UTF-8 first "
-         "(e.g. `iconv -f latin1 -t utf-8`)", what, static_cast<unsigned char>(text[*bad]), *bad);
+         "(e.g. `iconv -f latin1 -t utf-8`)", what, static_cast<unsigned char>(text[*bad]),
+         base + static_cast<int64_t>(*bad));
   }
 }
 

@@ -22,8 +22,9 @@ std::string read_text_file(const std::string& path);
 // points above U+10FFFF are invalid), or nullopt when the whole text is valid.
 std::optional<size_t> find_invalid_utf8(std::string_view text);
 
-// Throws frugal::Error naming `what` (e.g. the file) and the byte offset when text is not UTF-8.
-void check_utf8(std::string_view text, std::string_view what);
+// Throws frugal::Error naming `what` (e.g. the file) and the byte offset when text is not UTF-8;
+// offsets count from `base` (where text starts in the file).
+void check_utf8(std::string_view text, std::string_view what, int64_t base = 0);
 
 // Decodes one code point of valid UTF-8 starting at text[pos]; advances pos past it.
 inline uint32_t next_code_point(std::string_view text, size_t& pos) {

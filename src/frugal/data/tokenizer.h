@@ -67,6 +67,14 @@ std::string quote_piece(const std::string& bytes);
 std::string vocabulary_difference(const Tokenizer& a, std::string_view a_name, const Tokenizer& b,
                                   std::string_view b_name);
 
+// True when position p of text (0 < p < size) is one where every tokenizer's input may be cut,
+// the tokens of text[0, p) followed by those of text[p, end) being those of the whole: a printable
+// ASCII character other than space followed by a space or a newline (no GPT-2 pre-tokenizer match
+// spans it, and it is a character boundary).
+inline bool is_encode_boundary(std::string_view text, size_t p) {
+  return text[p - 1] > 0x20 && text[p - 1] < 0x7F && (text[p] == ' ' || text[p] == '\n');
+}
+
 // Character-level tokenizer: token ids are the ranks of the code points in sorted order.
 class CharTokenizer final : public Tokenizer {
  public:

@@ -107,6 +107,20 @@ void AtomicFileWriter::write(const void* data, size_t size) {
   write(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size));
 }
 
+void AtomicFileWriter::write_at(uint64_t offset, const void* data, size_t size) {
+  FRUGAL_CHECK(fd_ >= 0 && !committed_ && offset + size <= bytes_written_, "write_at [{}, {}) of "
+               "'{}', which holds {} bytes or was committed; this is a bug in the caller", offset,
+               offset + size, path_, bytes_written_);
+  flush_buffer();
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) abandon(n < 0 ? errno : EIO, "write");
+    p += n, offset += static_cast<uint64_t>(n), size -= static_cast<size_t>(n);
+  }
+}
+
 void AtomicFileWriter::commit() {
   FRUGAL_CHECK(fd_ >= 0 && !committed_, "commit of '{}' twice or after a failure; "
                "create a new AtomicFileWriter", path_);

@@ -24,6 +24,9 @@ class AtomicFileWriter {
 
   void write(std::span<const uint8_t> bytes);  // buffered; throws Error (e.g. disk full)
   void write(const void* data, size_t size);
+  // Overwrites bytes already written at `offset` (e.g. a header whose counts are known only at
+  // the end); offset + size must not pass bytes_written(). Throws Error like write().
+  void write_at(uint64_t offset, const void* data, size_t size);
   // Flushes, fsyncs, renames over the target and fsyncs the directory. Throws Error on failure
   // (the temporary file is removed, the target untouched).
   void commit();

@@ -140,6 +140,7 @@ ConfigValue from_toml(const ConfigKey& key, const toml::node& node, const std::s
       if (auto s = node.as_string()) return s->get();
       break;
     case ConfigType::Strings:
+      if (auto s = node.as_string()) return std::vector<std::string>{s->get()};  // a list of one
       if (auto array = node.as_array()) {
         std::vector<std::string> list;
         for (const toml::node& element : *array) {

@@ -11,7 +11,7 @@
 namespace frugal {
 
 EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, int64_t max_batches,
-                         ProcessGroup& group) {
+                         ProcessGroup& group, const std::vector<int32_t>* token_bytes) {
   const int B = batch_size, T = loader.seq_len();
   FRUGAL_CHECK(B >= 1, "batch size = {} must be at least 1", B);
   FRUGAL_CHECK(max_batches >= 0, "max batches = {} must be 0 (all) or positive", max_batches);
@@ -21,36 +21,42 @@ EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, 
   const size_t N = size_t(B) * T;
   std::vector<int32_t> inputs(N), targets(N);
   std::vector<int64_t> ids(B);
-  // Per batch: Σ per-token loss, target tokens, rows; zero for the other ranks' batches.
+  // Per batch: Σ per-token loss, target tokens, rows, target bytes; zero for the other ranks' batches.
+  constexpr size_t kSums = 4;
   std::vector<double> per_batch;
   int64_t batches_run = 0;
   for (int64_t batch = 0; max_batches == 0 || batch < max_batches; ++batch) {
     const int rows = loader.next(B, inputs.data(), targets.data(), ids.data());
     if (rows == 0) break;
-    per_batch.insert(per_batch.end(), {0.0, 0.0, 0.0});
+    per_batch.insert(per_batch.end(), kSums, 0.0);
     if (batch % group.size() != group.rank()) continue;
     ++batches_run;
     std::fill(targets.begin() + size_t(rows) * T, targets.end(), -1);  // short last batch
     std::fill(inputs.begin() + size_t(rows) * T, inputs.end(), 0);
     const int64_t counted =
         std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
-    double* sums = per_batch.data() + per_batch.size() - 3;
+    double* sums = per_batch.data() + per_batch.size() - kSums;
     sums[0] = double(model.forward(inputs.data(), targets.data(), 0.0f)) * counted;
     sums[1] = double(counted);
     sums[2] = rows;
+    if (token_bytes)
+      for (const int32_t t : targets)
+        if (t >= 0) sums[3] += (*token_bytes)[static_cast<size_t>(t)];
   }
   if (group.size() > 1) per_batch = group.sum(per_batch);  // x + 0 + ... = x: exact
   EvalResult r;
   double loss_sum = 0;  // Σ per-token loss, in batch order
-  for (size_t i = 0; i < per_batch.size(); i += 3) {
+  for (size_t i = 0; i < per_batch.size(); i += kSums) {
     loss_sum += per_batch[i];
     r.tokens += static_cast<int64_t>(per_batch[i + 1]);
     r.sequences += static_cast<int64_t>(per_batch[i + 2]);
+    r.bytes += static_cast<int64_t>(per_batch[i + 3]);
   }
-  r.batches = static_cast<int64_t>(per_batch.size() / 3);
+  r.batches = static_cast<int64_t>(per_batch.size() / kSums);
   r.batches_run = batches_run;
   r.loss = r.tokens > 0 ? loss_sum / r.tokens : 0.0;
   r.perplexity = std::exp(r.loss);
+  if (token_bytes && r.bytes > 0) r.bits_per_byte = loss_sum / double(r.bytes) / std::log(2.0);
   r.seconds = timer.seconds();
   return r;
 }

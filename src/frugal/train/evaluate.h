@@ -1,7 +1,9 @@
 // Evaluation: the mean cross-entropy loss of a model over a token shard's sequences, in order.
 // Shared by the trainer's periodic validation and `frugal eval`.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "frugal/data/loader.h"
 #include "frugal/model/gpt.h"
@@ -14,6 +16,8 @@ struct EvalResult {
   int64_t tokens = 0;     // predicted target tokens
   double loss = 0;        // mean over those tokens (nats)
   double perplexity = 0;  // exp(loss)
+  int64_t bytes = 0;            // UTF-8 bytes the target tokens stand for (with token_bytes)
+  double bits_per_byte = NAN;   // Σ loss / bytes / ln 2 (with token_bytes and bytes > 0)
   double seconds = 0;
   int64_t batches = 0;      // evaluated, by all ranks
   int64_t batches_run = 0;  // of them, by this rank
@@ -25,9 +29,12 @@ struct EvalResult {
 // whole range and one slot, keeping its recompute policy, when it is planned otherwise (a
 // pipeline stage's plan, say, which its strategy then restores). No dropout (evaluation). Over the ranks of `group` (each with the same
 // model): rank r runs batches r, r + N, ...; every rank gets the result, which is the one
-// process's to the bit (the per-batch sums are added in batch order).
+// process's to the bit (the per-batch sums are added in batch order). With token_bytes (per token
+// id, the text bytes it stands for: data::token_text_bytes), also the bytes of the evaluated target
+// tokens and bits per byte, the loss in nats per token × tokens per byte / ln 2 over them.
 EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, int64_t max_batches,
-                         ProcessGroup& group = single_process());
+                         ProcessGroup& group = single_process(),
+                         const std::vector<int32_t>* token_bytes = nullptr);
 
 // The bytes evaluate_loss allocates for batches of batch_size sequences of T tokens on the whole
 // `model` (its activation plan and the token buffers), computed without allocating, in double so

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 
 #include "frugal/core/error.h"
@@ -50,7 +51,9 @@ io::ConfigSchema run_schema() {
       .add_float("optim.grad_clip", io::decimal_value(o.grad_clip), "global gradient-norm clip; 0 disables", Range::at_least(0))
       .add_int("optim.warmup_steps", o.warmup_steps, "linear warm-up steps", Range::at_least(0));
   TrainSettings t;
-  s.add_string("data.dir", "", "directory written by `frugal prepare` (train.bin, val.bin, frugal_tokenizer.json)")
+  s.add_string("data.dir", "", "data directory: written by `frugal prepare` (manifest.json, shards/, frugal_tokenizer.json; or an earlier version's train.bin, val.bin), or of nanoGPT/llm.c token files (*train*.bin, *val*.bin; set data.tokenizer)")
+      .add_strings("data.val", {}, "more validation sets, each evaluated at every eval and logged as val_loss/NAME and val_bpb/NAME: \"NAME=DIR\" or \"DIR\" (NAME: its last path component), DIR a data directory whose val split is read (same vocabulary as data.dir); data.dir's own is always evaluated, as val_loss")
+      .add_string("data.tokenizer", "", "tokenizer of data.dir when it has no frugal_tokenizer.json (nanoGPT, llm.c files): gpt2, gpt2:DIR, char:VOCAB.json or a tokenizer file; empty: the directory's")
       .add_string("train.out_dir", "runs/default", "run directory: config, metrics, checkpoints")
       .add_int("train.batch_size", t.batch_size, "sequences per micro-batch (B)", Range::at_least(1))
       .add_int("train.seq_len", t.seq_len, "tokens per sequence (T); 0 uses model.block_size", Range::at_least(0))
@@ -209,6 +212,22 @@ RunSettings run_settings(const io::Config& c) {
   o.warmup_steps = c.get_int32("optim.warmup_steps");
   TrainSettings& t = r.train;
   t.data_dir = c.get_string("data.dir");
+  t.data_tokenizer = c.get_string("data.tokenizer");
+  t.val_sets = {{"val", t.data_dir}};
+  for (const std::string& entry : c.get_strings("data.val")) {
+    const size_t eq = entry.find('=');
+    std::string name = eq == std::string::npos ? "" : entry.substr(0, eq);
+    const std::string dir = eq == std::string::npos ? entry : entry.substr(eq + 1);
+    FRUGAL_CHECK(!dir.empty(), "data.val entry \"{}\" names no directory; write \"NAME=DIR\" or \"DIR\"", entry);
+    if (name.empty()) name = std::filesystem::path(dir).lexically_normal().filename().string();
+    if (name.empty() || name == ".") name = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
+    FRUGAL_CHECK(!name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == std::string::npos,
+                 "data.val entry \"{}\": the name \"{}\" must be letters, digits, '_', '.' or '-'; write \"NAME=DIR\"", entry, name);
+    for (const auto& [other, other_dir] : t.val_sets)
+      FRUGAL_CHECK(name != other, "data.val entry \"{}\": the name \"{}\" is taken{}; give it another with \"NAME=DIR\"",
+                   entry, name, other == "val" ? " (data.dir's validation set is \"val\")" : " by another entry");
+    t.val_sets.emplace_back(name, dir);
+  }
   t.out_dir = c.get_string("train.out_dir");
   t.batch_size = c.get_int32("train.batch_size");
   t.seq_len = c.get_int32("train.seq_len");

@@ -13,7 +13,10 @@
 namespace frugal {
 
 struct TrainSettings {
-  std::string data_dir;  // from `frugal prepare`: train.bin, val.bin, frugal_tokenizer.json
+  std::string data_dir;        // from `frugal prepare` (see data/prepare.h), or nanoGPT/llm.c files
+  std::string data_tokenizer;  // "": data_dir's tokenizer file
+  // The validation sets, (name, directory): ("val", data_dir) first, then data.val's entries.
+  std::vector<std::pair<std::string, std::string>> val_sets;
   std::string out_dir;
   int batch_size = 12, seq_len = 0, grad_accum = 1;
   int64_t max_steps = 2000;

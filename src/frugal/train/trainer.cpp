@@ -108,7 +108,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                                              "wait for that run to end or set another train.out_dir"));
   set_num_threads(t.threads);
   FRUGAL_CHECK(!t.data_dir.empty(), "data.dir is not set; point it at a directory made by `frugal prepare`");
-  tokenizer_ = data::load_prepared_tokenizer(t.data_dir);
+  tokenizer_ = data::load_prepared_tokenizer(t.data_dir, t.data_tokenizer);
   ModelConfig& m = settings_.model;
   if (m.vocab_size == 0) m.vocab_size = tokenizer_->vocab_size();
   FRUGAL_CHECK(m.vocab_size >= tokenizer_->vocab_size(),
@@ -116,9 +116,20 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                "to take the tokenizer's", m.vocab_size, tokenizer_->vocab_size());
   check_memory_available(settings_);
   auto train = data::open_prepared_split(t.data_dir, "train", *tokenizer_);
-  auto val = data::open_prepared_split(t.data_dir, "val", *tokenizer_);
   train_loader_ = std::make_unique<data::BatchLoader>(train, t.seq_len, data::LoaderOrder::Shuffled, t.seed);
-  val_loader_ = std::make_unique<data::BatchLoader>(val, t.seq_len, data::LoaderOrder::Sequential);
+  for (const auto& [name, dir] : t.val_sets) {
+    // A directory with its own tokenizer must have the training data's vocabulary.
+    if (dir != t.data_dir && std::filesystem::exists(data::tokenizer_file(dir))) {
+      const std::string diff = data::vocabulary_difference(*tokenizer_, "the training data's tokenizer",
+                                                           *data::load_prepared_tokenizer(dir), data::tokenizer_file(dir));
+      FRUGAL_CHECK(diff.empty(), "data.val set {} ({}) was prepared with another tokenizer than "
+                   "data.dir: {}; prepare it with `frugal prepare --tokenizer {}/{}`", name, dir, diff,
+                   t.data_dir, data::kTokenizerFile);
+    }
+    val_sets_.push_back({name, std::make_unique<data::BatchLoader>(data::open_prepared_split(dir, "val", *tokenizer_),
+                                                                   t.seq_len, data::LoaderOrder::Sequential)});
+  }
+  token_bytes_ = data::token_text_bytes(*tokenizer_);
 
   // Resuming: the model has the checkpoint's shape, which a method may have changed mid-run.
   std::optional<PinnedCheckpoint> resume;
@@ -264,7 +275,17 @@ void Trainer::stop_after_failed_output(int64_t steps_done, const std::exception&
 float Trainer::evaluate() {
   const TrainSettings& t = settings_.train;
   return static_cast<float>(
-      evaluate_loss(session_->model(), *val_loader_, t.batch_size, t.eval_batches, group_).loss);
+      evaluate_loss(session_->model(), *val_sets_.front().loader, t.batch_size, t.eval_batches, group_).loss);
+}
+
+std::vector<Trainer::ValScore> Trainer::evaluate_all() {
+  const TrainSettings& t = settings_.train;
+  std::vector<ValScore> scores;
+  for (const ValSet& set : val_sets_) {
+    const EvalResult r = evaluate_loss(session_->model(), *set.loader, t.batch_size, t.eval_batches, group_, &token_bytes_);
+    scores.push_back({set.name, r.loss, r.bits_per_byte});
+  }
+  return scores;
 }
 
 FitResult Trainer::fit() {
@@ -296,7 +317,10 @@ FitResult Trainer::fit() {
                                                                   optimizer) / session_->model().num_floats())
                   : "");
     io::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
-              train_loader_->num_samples(), val_loader_->num_samples(), t.seq_len, t.out_dir);
+              train_loader_->num_samples(), val_sets_.front().loader->num_samples(), t.seq_len, t.out_dir);
+    for (size_t i = 1; i < val_sets_.size(); ++i)
+      io::print("data: validation set {}: {} sequences ({})\n", val_sets_[i].name, val_sets_[i].loader->num_samples(),
+                t.val_sets[i].second);
     for (const auto& method : methods_.methods()) io::print("method: {}\n", method->name());
   }
   // MFU's denominator: the FMA peak, timed in each thread's CPU time so that other load cannot
@@ -325,6 +349,7 @@ FitResult Trainer::fit() {
   double window_seconds = 0, window_flops = 0;
   int64_t window_steps = 0;
   float val_loss = NAN;
+  std::vector<ValScore> scores;
   int64_t step = start_step_;
   // Rank 0's log or progress output failed at a logged step (other ranks learn it at the next
   // step's agreement, and all stop together with a checkpoint).
@@ -357,7 +382,8 @@ FitResult Trainer::fit() {
       step_->synchronize();
       TrainContext ctx = step_->context(step, &record);
       methods_.fire(Event::Eval, ctx);
-      val_loss = evaluate();
+      scores = evaluate_all();
+      val_loss = static_cast<float>(scores.front().loss);
     }
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
     if ((step + 1) % t.log_interval == 0 || eval_now || record.contains("event")) {
@@ -369,7 +395,14 @@ FitResult Trainer::fit() {
                      {"dense_flops", flops_dense_}, {"wall_s", wall_offset_ + wall.seconds()},
                      {"step_flops", {{"forward", executed.forward}, {"backward_input", executed.backward_input},
                                      {"backward_weight", executed.backward_weight}, {"optimizer", executed.optimizer}}}});
-      if (eval_now) record["val_loss"] = val_loss;
+      if (eval_now) {
+        // data.dir's set as val_loss and val_bpb, as before; the others under their names.
+        for (const ValScore& s : scores) {
+          const std::string suffix = s.name == "val" ? "" : "/" + s.name;
+          record["val_loss" + suffix] = static_cast<float>(s.loss);
+          record["val_bpb" + suffix] = static_cast<float>(s.bits_per_byte);
+        }
+      }
       add_routing_metrics(record);
       const std::string warning = record.value("warning", "");
       // A run whose log or progress cannot be written stops, with a checkpoint if the disk allows.
@@ -378,7 +411,9 @@ FitResult Trainer::fit() {
         if (print && !warning.empty()) io::print("{}warning: {}\n", tty ? "\r\033[K" : "", warning);
         if (print) {
           const double eta = dt * double(t.max_steps - step - 1);
-          const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
+          std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
+          for (const ValScore& s : scores)
+            val += s.name == "val" ? fmt::format(" bpb {:.3f}", s.bits_per_byte) : fmt::format(" {} {:.4f}", s.name, s.loss);
           if (tty) {
             const int width = 24, filled = static_cast<int>(width * double(step + 1) / t.max_steps);
             io::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",

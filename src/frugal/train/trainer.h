@@ -55,8 +55,16 @@ class Trainer {
   ~Trainer();
 
   FitResult fit();
-  // Mean validation loss over up to train.eval_batches batches, in order from the start.
+  // Mean validation loss over up to train.eval_batches batches, in order from the start, of
+  // data.dir's validation split.
   float evaluate();
+  // Every validation set (data.dir's "val", then data.val's, by name): its loss and bits per
+  // byte, the same way.
+  struct ValScore {
+    std::string name;
+    double loss = 0, bits_per_byte = 0;
+  };
+  std::vector<ValScore> evaluate_all();
   // Prints sample.count samples (streamed as they are generated) to stdout.
   void print_samples();
 
@@ -89,7 +97,13 @@ class Trainer {
   std::optional<io::DirLock> run_lock_;
   int64_t start_step_ = 0;
   std::unique_ptr<data::Tokenizer> tokenizer_;
-  std::unique_ptr<data::BatchLoader> train_loader_, val_loader_;
+  std::unique_ptr<data::BatchLoader> train_loader_;
+  struct ValSet {
+    std::string name;  // "val": data.dir's; else data.val's NAME
+    std::unique_ptr<data::BatchLoader> loader;
+  };
+  std::vector<ValSet> val_sets_;
+  std::vector<int32_t> token_bytes_;  // per token id, its text bytes (bits per byte)
   std::unique_ptr<Session> session_;
   MethodSet methods_;
   std::unique_ptr<StepStrategy> step_;
