@@ -103,6 +103,15 @@ std::vector<float> expect_resume_is_bit_exact(const std::vector<std::string>& ex
 
 TEST(Trainer, ResumeIsBitExact) { expect_resume_is_bit_exact({}); }
 
+// Muon's momentum lives in the first-moment buffer the checkpoint keeps: resume is bit-exact, and
+// the run is not AdamW's.
+TEST(Trainer, MuonResumeIsBitExact) {
+  const std::vector<float> muon = expect_resume_is_bit_exact({"optim.name=muon"});
+  TempDir dir;
+  const FitResult adamw = Trainer(tiny_config(make_data(dir), dir.file("a")), {.quiet = true}).fit();
+  EXPECT_NE(muon, adamw.losses);
+}
+
 // bf16 GEMMs (fp32 masters): resume is bit-exact too (the formats' bf16 weights are re-rounded
 // from the loaded masters), and the losses follow fp32's closely without being fp32's.
 TEST(Trainer, Bf16ResumeIsBitExactAndTrainsCloseToFp32) {

@@ -62,6 +62,7 @@ using Elementwise = Family<&KernelTables::elementwise>;
 using LmHead = Family<&KernelTables::lm_head>;
 using Adamw = Family<&KernelTables::adamw>;
 using Moe = Family<&KernelTables::moe>;
+using NewtonSchulz = Family<&KernelTables::newton_schulz>;
 
 }  // namespace
 
@@ -79,6 +80,7 @@ Isa set_kernel_isa(Isa isa) {
   Elementwise::set(isa, "elementwise");
   LmHead::set(isa, "lm_head");
   Moe::set(isa, "moe");
+  NewtonSchulz::set(isa, "newton_schulz");
   return Adamw::set(isa, "adamw");
 }
 
@@ -254,6 +256,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
                   bool decay) {
   Adamw::table().update(p, g, m, v, n, s, decay);
 }
+
+void newton_schulz(float* x, int R, int C, int steps) { NewtonSchulz::table().orthogonalise(x, R, C, steps); }
 
 void moe_router_forward(float* probs, float* lse, int32_t* expert, float* weight, const float* logits,
                         const float* bias, int N, int E, int k) {

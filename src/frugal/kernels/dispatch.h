@@ -97,6 +97,9 @@ struct MoeKernels {
 struct AdamwKernels {
   decltype(&kernels::adamw_update) update;
 };
+struct NewtonSchulzKernels {
+  decltype(&kernels::newton_schulz) orthogonalise;
+};
 
 // Every family's table for one (device, instruction set, element type). The members point to
 // tables with static storage, so a KernelTables is constant-initialised.
@@ -116,6 +119,7 @@ struct KernelTables {
   const LmHeadKernels* lm_head;
   const AdamwKernels* adamw;
   const MoeKernels* moe;
+  const NewtonSchulzKernels* newton_schulz;
 };
 
 // The CPU backend's tables for `isa` (Ref, Avx2 or Avx512; kernels/cpu/cpu_backend.cpp).

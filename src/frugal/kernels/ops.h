@@ -282,4 +282,14 @@ struct AdamWStep {
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay);
 
+// ---- newton_schulz: Muon's orthogonalisation of an update matrix (optim/muon.h) ----
+// The quintic Newton–Schulz iteration's coefficients (Keller Jordan's Muon): chosen for the
+// steepest slope at zero, so singular values end near 1 (about 0.7 to 1.2), not exactly at 1.
+inline constexpr float kNewtonSchulzA = 3.4445f, kNewtonSchulzB = -4.7750f, kNewtonSchulzC = 2.0315f;
+// x (R,C) ← an approximation of U·Vᵀ where x = U·S·Vᵀ (its orthogonal polar factor):
+// x /= ‖x‖_F + 1e-7, then `steps` times x = a·x + (b·A + c·A²)·x with A = x·xᵀ (R ≤ C), or for
+// R > C the same on xᵀ, i.e. x = a·x + x·(b·A + c·A²) with A = xᵀ·x (the Gram matrix is always
+// min(R,C)²). ‖x‖_F is summed in double; everything else in fp32.
+void newton_schulz(float* x, int R, int C, int steps);
+
 }  // namespace frugal::kernels

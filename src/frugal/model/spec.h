@@ -80,6 +80,9 @@ struct TensorSpec {
   bool hf_conv1d = false;      // Hugging Face GPT-2 stores it as a Conv1D: (IC, OC)
   int64_t experts = 0;         // axis 0 indexes a mixture's experts, of which top_k run per token
   std::array<Features, 2> features{};  // of axes 0 and 1 (None past the rank)
+  // A hidden weight matrix: a block linear's (OC, IC), or each expert's of an (E, OC, IC) tensor —
+  // what Muon orthogonalises (optim/muon.h); embeddings, the head, routers, norms and biases are not.
+  bool hidden_matrix = false;
 
   // The shape this rank holds; throws Error when the split axis does not divide by the group.
   std::vector<int64_t> local_shape(const ShardCoord& shard) const;

@@ -71,6 +71,13 @@ void AdamW::update(float* params, const float* grads, size_t begin, float lr, si
     const size_t b = std::max(e.offset, lo), e_end = std::min(e.offset + e.numel, hi);
     if (b >= e_end) continue;
     const size_t o = b - shard_begin_;
+    if (const MuonMatrices muon = config_.muon.enabled ? muon_matrices(e) : MuonMatrices{}; muon.count > 0) {
+      FRUGAL_CHECK(b == e.offset && e_end == e.offset + e.numel, "internal: the optimizer shard [{}, {}) cuts "
+                   "the Muon matrix {}", shard_begin_, shard_end_, e.name);
+      muon_update(params + b, grads + b, m_.data() + o, muon, config_.muon, lr * config_.muon.lr / config_.lr,
+                  muon_scratch_);
+      continue;
+    }
     kernels::adamw_update(params + b, grads + b, m_.data() + o, v_.data() + o, e_end - b, s, e.decays());
   }
 }

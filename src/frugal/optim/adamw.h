@@ -1,12 +1,17 @@
 // AdamW over the flat parameter buffer (PyTorch semantics, decoupled weight decay on 2-D tensors
-// only), global gradient-norm clipping, and the warm-up + cosine learning-rate schedule.
+// only), global gradient-norm clipping, and the warm-up + cosine learning-rate schedule. With
+// config.muon.enabled the same object is the session's two-group optimizer: Muon (optim/muon.h) for
+// the hidden weight matrices, AdamW for every other tensor, the Muon momentum kept in m at the
+// matrices' offsets (their v stays zero).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "frugal/core/memory.h"
 #include "frugal/kernels/ops.h"
 #include "frugal/model/param_table.h"
+#include "frugal/optim/muon.h"
 
 namespace frugal {
 
@@ -19,6 +24,7 @@ struct AdamWConfig {
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // global L2 norm; <= 0 disables clipping
   int warmup_steps = 100;
+  MuonConfig muon;  // enabled: Muon for the hidden matrices; its lr follows the schedule's lr / this lr
 };
 
 // Linear warm-up from lr/warmup to lr over `warmup_steps`, then cosine decay to min_lr at
@@ -51,7 +57,8 @@ class AdamW {
   // clip_to(grad_norm of grads[begin, total)); returns that norm, the one before clipping.
   float clip(float* grads, size_t begin) const;
   // One AdamW step with learning rate lr on the parameters in [begin, end) (end 0: the total)
-  // within the shard: a pipeline stage updates its own slice of the buffer.
+  // within the shard: a pipeline stage updates its own slice of the buffer. With Muon, its matrices
+  // take a Muon step at lr · muon.lr / config.lr; a shard must hold each of them whole or not at all.
   void update(float* params, const float* grads, size_t begin, float lr, size_t end = 0);
 
   const AdamWConfig& config() const { return config_; }
@@ -76,6 +83,7 @@ class AdamW {
   AdamWConfig config_;
   size_t shard_begin_, shard_end_;
   Buffer<float> m_, v_;
+  std::vector<float> muon_scratch_;
   int64_t t_ = 0;
 };
 

@@ -41,14 +41,27 @@ io::ConfigSchema run_schema() {
       .add_float("model.moe.z_loss_coef", io::decimal_value(m.moe.z_loss_coef), "coefficient of the router z-loss", Range::at_least(0))
       .add_float("model.moe.bias_rate", io::decimal_value(m.moe.bias_rate), "auxiliary-loss-free balancing: the per-expert bias step after each optimizer step; 0: off", Range::at_least(0));
   AdamWConfig o;
-  s.add_float("optim.lr", io::decimal_value(o.lr), "peak learning rate", Range::above(0))
+  s.add_string("optim.name", "adamw", "optimizer: \"adamw\" for every tensor, or \"muon\": Muon (momentum + "
+               "Newton–Schulz orthogonalised updates, docs/optim.md) for the blocks' hidden weight matrices and "
+               "AdamW (the optim.* keys below) for embeddings, head, routers, LayerNorm gains and biases",
+               {"adamw", "muon"})
+      .add_float("optim.lr", io::decimal_value(o.lr), "peak learning rate", Range::above(0))
       .add_float("optim.min_lr", io::decimal_value(o.min_lr), "learning rate at the end of the cosine decay", Range::at_least(0))
       .add_float("optim.beta1", io::decimal_value(o.beta1), "AdamW beta1", Range::half_open(0, 1))
       .add_float("optim.beta2", io::decimal_value(o.beta2), "AdamW beta2", Range::half_open(0, 1))
       .add_float("optim.eps", io::decimal_value(o.eps), "AdamW epsilon", Range::above(0))
       .add_float("optim.weight_decay", io::decimal_value(o.weight_decay), "decoupled weight decay on 2-D tensors", Range::at_least(0))
       .add_float("optim.grad_clip", io::decimal_value(o.grad_clip), "global gradient-norm clip; 0 disables", Range::at_least(0))
-      .add_int("optim.warmup_steps", o.warmup_steps, "linear warm-up steps", Range::at_least(0));
+      .add_int("optim.warmup_steps", o.warmup_steps, "linear warm-up steps", Range::at_least(0))
+      .add_float("optim.muon.lr", io::decimal_value(o.muon.lr), "Muon's peak learning rate (optim.name = \"muon\"); "
+                 "the schedule scales it by the same factor as optim.lr", Range::above(0))
+      .add_float("optim.muon.momentum", io::decimal_value(o.muon.momentum), "Muon's momentum β: buffer = β·buffer + (1 − β)·gradient",
+                 Range::half_open(0, 1))
+      .add_bool("optim.muon.nesterov", o.muon.nesterov, "orthogonalise (1 − β)·gradient + β·buffer (Nesterov) "
+                "instead of the buffer")
+      .add_int("optim.muon.ns_steps", o.muon.ns_steps, "Newton–Schulz iterations per update", Range::closed(1, 20))
+      .add_float("optim.muon.weight_decay", io::decimal_value(o.muon.weight_decay), "Muon's decoupled weight "
+                 "decay: W ← (1 − lr·wd)·W", Range::at_least(0));
   TrainSettings t;
   s.add_string("data.dir", "", "directory written by `frugal prepare` (train.bin, val.bin, frugal_tokenizer.json)")
       .add_string("train.out_dir", "runs/default", "run directory: config, metrics, checkpoints")
@@ -195,6 +208,12 @@ RunSettings run_settings(const io::Config& c) {
   o.weight_decay = static_cast<float>(c.get_float("optim.weight_decay"));
   o.grad_clip = static_cast<float>(c.get_float("optim.grad_clip"));
   o.warmup_steps = c.get_int32("optim.warmup_steps");
+  o.muon.enabled = c.get_string("optim.name") == "muon";
+  o.muon.lr = static_cast<float>(c.get_float("optim.muon.lr"));
+  o.muon.momentum = static_cast<float>(c.get_float("optim.muon.momentum"));
+  o.muon.nesterov = c.get_bool("optim.muon.nesterov");
+  o.muon.ns_steps = c.get_int32("optim.muon.ns_steps");
+  o.muon.weight_decay = static_cast<float>(c.get_float("optim.muon.weight_decay"));
   TrainSettings& t = r.train;
   t.data_dir = c.get_string("data.dir");
   t.out_dir = c.get_string("train.out_dir");
@@ -239,6 +258,17 @@ RunSettings run_settings(const io::Config& c) {
   LocalSizes::of(shape, {0, par.tensor});    // throws when the heads or hidden units do not divide
   recompute_blocks(t.recompute, m.n_layer);  // throws for a bad block list
   const MethodSet methods = MethodSet::from_config(c);  // each method checks its keys
+  if (o.muon.enabled) {
+    FRUGAL_CHECK(par.tensor == 1, "optim.name = \"muon\" does not run with parallel.tensor = {}: each rank "
+                 "holds a slice of every matrix and Muon orthogonalises whole ones; use data parallelism or "
+                 "optim.name = \"adamw\"", par.tensor);
+    for (const auto& method : methods.methods())
+      FRUGAL_CHECK(method->name() != "sparse24" && method->name() != "mst" && method->name() != "multilevel",
+                   "methods.{} does not run with optim.name = \"muon\" yet ({}); remove it or use "
+                   "optim.name = \"adamw\"", method->name(),
+                   method->name() == "multilevel" ? "it maps AdamW's moments between widths, not Muon's momentum"
+                                                  : "an orthogonalised update is dense: it would not keep the masked weights zero");
+  }
   if (m.moe.experts > 0) {
     FRUGAL_CHECK(par.pipeline_stages == 1, "parallel.pipeline_stages = {} does not run a mixture of experts "
                  "yet (a stage's auxiliary losses would not reach the head); use data parallelism "

@@ -9,6 +9,7 @@
 #include "frugal/kernels/cpu/sparse_linear.h"
 #include "frugal/kernels/ref/activations_ref.h"
 #include "frugal/kernels/ref/adamw_ref.h"
+#include "frugal/kernels/ref/newton_schulz_ref.h"
 #include "frugal/kernels/ref/attention_ref.h"
 #include "frugal/kernels/ref/elementwise_ref.h"
 #include "frugal/kernels/ref/encoder_ref.h"
@@ -143,6 +144,7 @@ const ElementwiseKernels elementwise_ref{&ref::residual_forward<float>,
 const LmHeadKernels lm_head_ref{&ref::lm_head_cross_entropy<float>,
                                  &ref::lm_head_cross_entropy_split<float>, &lm_head_logits};
 const AdamwKernels adamw_ref{&adamw_update};
+const NewtonSchulzKernels newton_schulz_ref{&ref::newton_schulz<float>};
 const MoeKernels moe_ref{&ref::moe_router_forward<float>, &ref::moe_router_backward<float>,
                          &ref::moe_permute<float>, &ref::moe_unpermute<float>,
                          &ref::moe_unpermute_backward<float>, &ref::moe_grouped_forward<float>,
