@@ -115,3 +115,35 @@ TEST(LrSchedule, LinearWarmupThenCosineToMinLr) {
   EXPECT_FLOAT_EQ(lr_at(c, 0, 100), 1.0f);
   EXPECT_FLOAT_EQ(lr_at(c, 50, 100), 0.55f);
 }
+
+// Warm-up–stable–decay: lr 1, min_lr 0.1, 10 warm-up steps, 100 steps, decay_fraction 0.2: the
+// warm-up as above, lr through step 79, then the decay over steps 80..99 with progress
+// (step − 80) / 20 in each shape, then min_lr.
+TEST(LrSchedule, WarmupStableDecayInEachShape) {
+  AdamWConfig c;
+  c.lr = 1.0f, c.min_lr = 0.1f, c.warmup_steps = 10, c.schedule = ScheduleKind::Wsd, c.decay_fraction = 0.2f;
+  EXPECT_FLOAT_EQ(lr_at(c, 4, 100), 0.5f);
+  for (DecayShape shape : {DecayShape::Linear, DecayShape::Cosine, DecayShape::Sqrt}) {
+    c.decay_shape = shape;
+    EXPECT_FLOAT_EQ(lr_at(c, 10, 100), 1.0f);
+    EXPECT_FLOAT_EQ(lr_at(c, 79, 100), 1.0f);
+    EXPECT_FLOAT_EQ(lr_at(c, 80, 100), 1.0f);  // progress 0
+    EXPECT_FLOAT_EQ(lr_at(c, 100, 100), 0.1f);
+  }
+  c.decay_shape = DecayShape::Linear;
+  EXPECT_FLOAT_EQ(lr_at(c, 85, 100), 0.1f + 0.9f * 0.75f);
+  EXPECT_FLOAT_EQ(lr_at(c, 99, 100), 0.1f + 0.9f * 0.05f);
+  c.decay_shape = DecayShape::Cosine;
+  EXPECT_FLOAT_EQ(lr_at(c, 90, 100), 0.55f);  // half way
+  EXPECT_FLOAT_EQ(lr_at(c, 85, 100), 0.1f + 0.9f * 0.85355339f);  // (1 + cos(π/4)) / 2
+  c.decay_shape = DecayShape::Sqrt;
+  EXPECT_FLOAT_EQ(lr_at(c, 85, 100), 0.1f + 0.9f * 0.5f);  // 1 − √(1/4)
+  // A decay longer than what follows the warm-up starts at the warm-up's end.
+  c.decay_fraction = 0.95f, c.decay_shape = DecayShape::Linear;
+  EXPECT_FLOAT_EQ(lr_at(c, 10, 100), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 55, 100), 0.55f);
+  // decay_fraction 0: lr up to the last step, min_lr after it.
+  c.decay_fraction = 0.0f;
+  EXPECT_FLOAT_EQ(lr_at(c, 99, 100), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 100, 100), 0.1f);
+}

@@ -13,6 +13,16 @@ namespace frugal {
 float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps) {
   if (step < c.warmup_steps) return c.lr * static_cast<float>(step + 1) / static_cast<float>(c.warmup_steps);
   if (step >= max_steps) return c.min_lr;
+  if (c.schedule == ScheduleKind::Wsd) {
+    const int64_t decay_steps = std::llround(double(c.decay_fraction) * double(max_steps));
+    const int64_t decay_begin = std::max<int64_t>(c.warmup_steps, max_steps - decay_steps);
+    if (step < decay_begin) return c.lr;
+    const double progress = double(step - decay_begin) / double(max_steps - decay_begin);  // [0, 1)
+    const double left = c.decay_shape == DecayShape::Linear   ? 1.0 - progress
+                        : c.decay_shape == DecayShape::Cosine ? 0.5 * (1.0 + std::cos(M_PI * progress))
+                                                              : 1.0 - std::sqrt(progress);
+    return static_cast<float>(c.min_lr + left * (c.lr - c.min_lr));
+  }
   const double progress = static_cast<double>(step - c.warmup_steps) /
                           static_cast<double>(std::max<int64_t>(1, max_steps - c.warmup_steps));
   const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));

@@ -15,6 +15,12 @@
 
 namespace frugal {
 
+// The learning rate's shape after the warm-up: a cosine from lr to min_lr over the remaining
+// steps, or warm-up–stable–decay (a trapezoid: lr until the last decay_fraction of the steps, then
+// down to min_lr along decay_shape).
+enum class ScheduleKind { Cosine, Wsd };
+enum class DecayShape { Linear, Cosine, Sqrt };  // Sqrt: 1 − √progress
+
 struct AdamWConfig {
   float lr = 6e-4f;
   float min_lr = 6e-5f;
@@ -24,11 +30,16 @@ struct AdamWConfig {
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // global L2 norm; <= 0 disables clipping
   int warmup_steps = 100;
+  ScheduleKind schedule = ScheduleKind::Cosine;
+  float decay_fraction = 0.2f;  // Wsd: the share of max_steps the decay takes
+  DecayShape decay_shape = DecayShape::Linear;
   MuonConfig muon;  // enabled: Muon for the hidden matrices; its lr follows the schedule's lr / this lr
 };
 
-// Linear warm-up from lr/warmup to lr over `warmup_steps`, then cosine decay to min_lr at
-// `max_steps` (step is 0-based; constant min_lr after max_steps).
+// Linear warm-up from lr/warmup to lr over `warmup_steps`, then the schedule's decay to min_lr at
+// `max_steps` (step is 0-based; constant min_lr after max_steps): cosine over the steps after the
+// warm-up, or (Wsd) constant lr until max(warmup_steps, max_steps − round(decay_fraction ·
+// max_steps)), then decay_shape down to min_lr.
 float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps);
 
 class AdamW {

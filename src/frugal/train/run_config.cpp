@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "frugal/core/error.h"
@@ -53,6 +54,13 @@ io::ConfigSchema run_schema() {
       .add_float("optim.weight_decay", io::decimal_value(o.weight_decay), "decoupled weight decay on 2-D tensors", Range::at_least(0))
       .add_float("optim.grad_clip", io::decimal_value(o.grad_clip), "global gradient-norm clip; 0 disables", Range::at_least(0))
       .add_int("optim.warmup_steps", o.warmup_steps, "linear warm-up steps", Range::at_least(0))
+      .add_string("optim.schedule", "cosine", "the learning rate after the warm-up: \"cosine\" down to optim.min_lr "
+                  "at the end, or \"wsd\" (warm-up–stable–decay: optim.lr until the last optim.decay_fraction of "
+                  "the steps, then optim.decay_shape down to optim.min_lr)", {"cosine", "wsd"})
+      .add_float("optim.decay_fraction", io::decimal_value(o.decay_fraction), "wsd: the share of the steps the "
+                 "final decay takes", Range::closed(0, 1))
+      .add_string("optim.decay_shape", "linear", "wsd: the decay's shape over its progress p: \"linear\" (1 − p), "
+                  "\"cosine\" ((1 + cos πp) / 2) or \"sqrt\" (1 − √p)", {"linear", "cosine", "sqrt"})
       .add_float("optim.muon.lr", io::decimal_value(o.muon.lr), "Muon's peak learning rate (optim.name = \"muon\"); "
                  "the schedule scales it by the same factor as optim.lr", Range::above(0))
       .add_float("optim.muon.momentum", io::decimal_value(o.muon.momentum), "Muon's momentum β: buffer = β·buffer + (1 − β)·gradient",
@@ -70,6 +78,12 @@ io::ConfigSchema run_schema() {
       .add_int("train.grad_accum", t.grad_accum, "micro-batches per optimizer step", Range::at_least(1))
       .add_int("train.max_steps", t.max_steps, "optimizer steps (the cosine schedule ends here)", Range::at_least(1))
       .add_float("train.max_seconds", t.max_seconds, "stop after this much wall-clock time; 0: no limit", Range::at_least(0))
+      .add_string("train.budget", t.budget, "what the LR schedule spans: \"steps\" (train.max_steps) or \"seconds\" "
+                  "(train.max_seconds of training: after train.budget_probe_steps steps the run fixes its number of "
+                  "steps from their mean time, at most train.max_steps, saves it with its checkpoints and trains "
+                  "exactly that many, decay included; docs/optim.md)", {"steps", "seconds"})
+      .add_int("train.budget_probe_steps", t.budget_probe_steps, "train.budget = \"seconds\": steps timed (after "
+               "the first) to estimate the budget's number of steps", Range::at_least(1))
       .add_int("train.seed", static_cast<int64_t>(t.seed), "seed of initialisation, data order and dropout", Range::at_least(0))
       .add_int("train.threads", t.threads, "threads; 0 uses all cores", Range::at_least(0))
       .add_string("train.recompute", t.recompute,
@@ -140,7 +154,8 @@ SessionOptions session_options(const RunSettings& s) {
   const TrainSettings& t = s.train;
   return {.model = s.model, .optim = s.optim, .batch = t.batch_size, .seq_len = t.seq_len,
           .recompute = [spec = t.recompute](int n_layer) { return recompute_blocks(spec, n_layer); },
-          .max_steps = t.max_steps,
+          // A time budget's steps are unknown until its probe: warm-up, then the schedule at its start.
+          .max_steps = t.budget == "seconds" ? std::numeric_limits<int64_t>::max() / 4 : t.max_steps,
           .linear_dtype = t.precision == "bf16" ? kernels::DType::BF16 : kernels::DType::F32};
 }
 
@@ -208,6 +223,10 @@ RunSettings run_settings(const io::Config& c) {
   o.weight_decay = static_cast<float>(c.get_float("optim.weight_decay"));
   o.grad_clip = static_cast<float>(c.get_float("optim.grad_clip"));
   o.warmup_steps = c.get_int32("optim.warmup_steps");
+  o.schedule = c.get_string("optim.schedule") == "wsd" ? ScheduleKind::Wsd : ScheduleKind::Cosine;
+  o.decay_fraction = static_cast<float>(c.get_float("optim.decay_fraction"));
+  const std::string decay = c.get_string("optim.decay_shape");
+  o.decay_shape = decay == "cosine" ? DecayShape::Cosine : decay == "sqrt" ? DecayShape::Sqrt : DecayShape::Linear;
   o.muon.enabled = c.get_string("optim.name") == "muon";
   o.muon.lr = static_cast<float>(c.get_float("optim.muon.lr"));
   o.muon.momentum = static_cast<float>(c.get_float("optim.muon.momentum"));
@@ -223,6 +242,8 @@ RunSettings run_settings(const io::Config& c) {
   t.grad_accum = c.get_int32("train.grad_accum");
   t.max_steps = c.get_int("train.max_steps");
   t.max_seconds = c.get_float("train.max_seconds");
+  t.budget = c.get_string("train.budget");
+  t.budget_probe_steps = c.get_int32("train.budget_probe_steps");
   t.seed = static_cast<uint64_t>(c.get_int("train.seed"));
   t.threads = c.get_int32("train.threads");
   t.recompute = c.get_string("train.recompute");
@@ -258,6 +279,13 @@ RunSettings run_settings(const io::Config& c) {
   LocalSizes::of(shape, {0, par.tensor});    // throws when the heads or hidden units do not divide
   recompute_blocks(t.recompute, m.n_layer);  // throws for a bad block list
   const MethodSet methods = MethodSet::from_config(c);  // each method checks its keys
+  if (t.budget == "seconds") {
+    FRUGAL_CHECK(t.max_seconds > 0, "train.budget = \"seconds\" needs the budget: set train.max_seconds (> 0)");
+    for (const auto& method : methods.methods())
+      FRUGAL_CHECK(method->name() == "freeze", "methods.{} schedules itself over train.max_steps, which "
+                   "train.budget = \"seconds\" does not know in advance; use train.budget = \"steps\"",
+                   method->name());
+  }
   if (o.muon.enabled) {
     FRUGAL_CHECK(par.tensor == 1, "optim.name = \"muon\" does not run with parallel.tensor = {}: each rank "
                  "holds a slice of every matrix and Muon orthogonalises whole ones; use data parallelism or "

@@ -18,6 +18,10 @@ struct TrainSettings {
   int batch_size = 12, seq_len = 0, grad_accum = 1;
   int64_t max_steps = 2000;
   double max_seconds = 0;  // 0: no wall-clock limit
+  // "steps": the LR schedule spans max_steps; "seconds": it spans the steps max_seconds allows,
+  // estimated once from the mean time of budget_probe_steps steps (after the first) and fixed.
+  std::string budget = "steps";
+  int budget_probe_steps = 10;
   uint64_t seed = 1337;
   int threads = 0;
   std::string recompute = "none";  // "none" | "all" | block indices "0,1,2"
