@@ -182,6 +182,18 @@ TEST_F(DataParallel, MuonEqualsOneProcessAndZeroStages) {
   expect_identical(train("muon-np4", 4, 4, muon).steps, train("muon-np4-zero2", 4, 4, muon + " --set parallel.zero=2").steps);
 }
 
+// Batch-size warm-up: each rank ramps its micro-batches, 1, 2, then 3; one process ramping 2, 4,
+// then 6 computes the same steps (to the dense tolerance, over 4 steps: at step 5 of this run a
+// gradient-norm spike amplifies the 1e-7 differences to 4e-6).
+TEST_F(DataParallel, BatchWarmupEqualsOneProcessWithTwiceTheRamp) {
+  const TrainedRun parallel = train("ramp", 2, 4, "--set train.grad_accum=3 --set train.batch_warmup_steps=2");
+  const TrainedRun single = train("ramp-ref", 0, 4, "--set train.grad_accum=6 --set train.batch_warmup_steps=2 "
+                                  "--set train.batch_warmup_start=2");
+  const double diff = max_relative_difference(single.steps, parallel.steps);
+  std::printf("batch warm-up: np=2 vs 1 process: max relative difference %.3g\n", diff);
+  EXPECT_LE(diff, kTolerance);
+}
+
 TEST_F(DataParallel, OtherCommandsRefuseToRunOnSeveralRanks) {
   const CliResult r = run_shell(mpirun(2) + " prepare --tokenizer char --input " + tmp_.file("text.txt") +
                                 " --out " + tmp_.file("prepared"));

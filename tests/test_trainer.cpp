@@ -168,6 +168,32 @@ TEST(Trainer, WarmupStableDecayScheduleIsLogged) {
   EXPECT_LT(lrs[7], lrs[4]);
 }
 
+// Batch-size warm-up: step s runs start + ⌊(grad_accum − start)·s / steps⌋ micro-batches. The
+// ramp's first step is a grad_accum = 1 run's first step bit for bit (and not a grad_accum = 3
+// run's), and a checkpoint in the middle of the ramp resumes bit-exactly.
+TEST(Trainer, BatchWarmupRampsTheAccumulationAndResumesBitExactly) {
+  TrainSettings t;
+  t.grad_accum = 4, t.batch_warmup_steps = 3, t.batch_warmup_start = 1;
+  EXPECT_EQ((std::vector<int>{t.accum_at(0), t.accum_at(1), t.accum_at(2), t.accum_at(3), t.accum_at(100)}),
+            (std::vector<int>{1, 2, 3, 4, 4}));
+  t.batch_warmup_steps = 4, t.batch_warmup_start = 2;
+  EXPECT_EQ((std::vector<int>{t.accum_at(0), t.accum_at(1), t.accum_at(2), t.accum_at(3), t.accum_at(4)}),
+            (std::vector<int>{2, 2, 3, 3, 4}));
+
+  const std::vector<float> ramp = expect_resume_is_bit_exact({"train.grad_accum=3", "train.batch_warmup_steps=5"});
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const FitResult one = Trainer(tiny_config(data, dir.file("one"), {"train.max_steps=1"}), {.quiet = true}).fit();
+  const FitResult three =
+      Trainer(tiny_config(data, dir.file("three"), {"train.max_steps=1", "train.grad_accum=3"}), {.quiet = true}).fit();
+  ASSERT_FALSE(ramp.empty());
+  EXPECT_EQ(one.losses.at(0), ramp[0]);
+  EXPECT_NE(three.losses.at(0), ramp[0]);
+  EXPECT_NE(error_of([&] { run_settings(tiny_config(data, dir.file("x"), {"train.batch_warmup_steps=2",
+                                                                          "train.batch_warmup_start=2"})); })
+                .find("train.batch_warmup_start = 2 exceeds train.grad_accum = 1"), std::string::npos);
+}
+
 // bf16 GEMMs (fp32 masters): resume is bit-exact too (the formats' bf16 weights are re-rounded
 // from the loaded masters), and the losses follow fp32's closely without being fp32's.
 TEST(Trainer, Bf16ResumeIsBitExactAndTrainsCloseToFp32) {

@@ -90,7 +90,7 @@ void DataParallelStep::reset_gradients() {
 
 void DataParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
                                          StepResult& r) {
-  const int A = settings_.train.grad_accum, N = world_.size(), rank = replica();
+  const int A = settings_.train.accum_at(step), N = world_.size(), rank = replica();
   const int count = N * A;  // micro-batches in the step, over all ranks
   GPT& model = session_.model();
   const size_t begin = model.trainable_begin(), total = model.num_floats();

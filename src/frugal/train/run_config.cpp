@@ -76,6 +76,11 @@ io::ConfigSchema run_schema() {
       .add_int("train.batch_size", t.batch_size, "sequences per micro-batch (B)", Range::at_least(1))
       .add_int("train.seq_len", t.seq_len, "tokens per sequence (T); 0 uses model.block_size", Range::at_least(0))
       .add_int("train.grad_accum", t.grad_accum, "micro-batches per optimizer step", Range::at_least(1))
+      .add_int("train.batch_warmup_steps", t.batch_warmup_steps, "batch-size warm-up: the micro-batches of step s "
+               "rise linearly, train.batch_warmup_start + ⌊(train.grad_accum − start)·s / steps⌋, reaching "
+               "train.grad_accum at this step; 0: off", Range::at_least(0))
+      .add_int("train.batch_warmup_start", t.batch_warmup_start, "batch-size warm-up: micro-batches of the first step "
+               "(at most train.grad_accum)", Range::at_least(1))
       .add_int("train.max_steps", t.max_steps, "optimizer steps (the cosine schedule ends here)", Range::at_least(1))
       .add_float("train.max_seconds", t.max_seconds, "stop after this much wall-clock time; 0: no limit", Range::at_least(0))
       .add_string("train.budget", t.budget, "what the LR schedule spans: \"steps\" (train.max_steps) or \"seconds\" "
@@ -240,6 +245,8 @@ RunSettings run_settings(const io::Config& c) {
   t.seq_len = c.get_int32("train.seq_len");
   if (t.seq_len == 0) t.seq_len = m.block_size;
   t.grad_accum = c.get_int32("train.grad_accum");
+  t.batch_warmup_steps = c.get_int32("train.batch_warmup_steps");
+  t.batch_warmup_start = c.get_int32("train.batch_warmup_start");
   t.max_steps = c.get_int("train.max_steps");
   t.max_seconds = c.get_float("train.max_seconds");
   t.budget = c.get_string("train.budget");
@@ -279,6 +286,13 @@ RunSettings run_settings(const io::Config& c) {
   LocalSizes::of(shape, {0, par.tensor});    // throws when the heads or hidden units do not divide
   recompute_blocks(t.recompute, m.n_layer);  // throws for a bad block list
   const MethodSet methods = MethodSet::from_config(c);  // each method checks its keys
+  if (t.batch_warmup_steps > 0) {
+    FRUGAL_CHECK(t.batch_warmup_start <= t.grad_accum, "train.batch_warmup_start = {} exceeds train.grad_accum = {}: "
+                 "the warm-up rises to train.grad_accum micro-batches", t.batch_warmup_start, t.grad_accum);
+    FRUGAL_CHECK(par.pipeline_stages == 1, "train.batch_warmup_steps does not run with parallel.pipeline_stages = {} "
+                 "(its schedule is built for one micro-batch count); set train.batch_warmup_steps = 0",
+                 par.pipeline_stages);
+  }
   if (t.budget == "seconds") {
     FRUGAL_CHECK(t.max_seconds > 0, "train.budget = \"seconds\" needs the budget: set train.max_seconds (> 0)");
     for (const auto& method : methods.methods())

@@ -16,6 +16,13 @@ struct TrainSettings {
   std::string data_dir;  // from `frugal prepare`: train.bin, val.bin, frugal_tokenizer.json
   std::string out_dir;
   int batch_size = 12, seq_len = 0, grad_accum = 1;
+  // Batch-size warm-up: the micro-batches of step s (per rank) rise linearly from
+  // batch_warmup_start at step 0 to grad_accum at step batch_warmup_steps (0: off).
+  int batch_warmup_steps = 0, batch_warmup_start = 1;
+  int accum_at(int64_t step) const {
+    if (step >= batch_warmup_steps) return grad_accum;
+    return batch_warmup_start + static_cast<int>((grad_accum - batch_warmup_start) * step / batch_warmup_steps);
+  }
   int64_t max_steps = 2000;
   double max_seconds = 0;  // 0: no wall-clock limit
   // "steps": the LR schedule spans max_steps; "seconds": it spans the steps max_seconds allows,

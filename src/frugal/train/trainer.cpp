@@ -321,9 +321,10 @@ FitResult Trainer::fit() {
   FitResult result;
   Timer wall;
   wall_started_ = &wall;
-  // Training time and executed model FLOPs of the steps since the last log line (evaluation and
-  // checkpoints excluded): MFU over the window, as the FLOPs per step change with the methods.
-  double window_seconds = 0, window_flops = 0;
+  // Training time, executed model FLOPs and tokens of the steps since the last log line (evaluation
+  // and checkpoints excluded): MFU and tokens/s over the window, as the FLOPs per step change with
+  // the methods and the tokens with the batch warm-up.
+  double window_seconds = 0, window_flops = 0, window_tokens = 0;
   int64_t window_steps = 0;
   float val_loss = NAN;
   int64_t step = start_step_;
@@ -355,6 +356,7 @@ FitResult Trainer::fit() {
     }
     const float lr = r.lr;
     window_seconds += step_timer.seconds();
+    window_tokens += step_->tokens_per_step(step);
     const double loss = r.loss;
     const PhaseFlops& executed = r.executed;
     flops_executed_ += executed.model();
@@ -382,7 +384,7 @@ FitResult Trainer::fit() {
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
     if ((step + 1) % t.log_interval == 0 || eval_now || record.contains("event")) {
       const double dt = window_seconds / window_steps;
-      const double tok_s = step_->tokens_per_step() / dt;
+      const double tok_s = window_tokens / window_seconds;
       const double mfu = window_flops / window_seconds / peak;
       record.update({{"loss", loss}, {"lr", lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tok_s},
                      {"ms_per_step", dt * 1e3}, {"mfu", mfu}, {"flops", flops_executed_},
@@ -420,7 +422,7 @@ FitResult Trainer::fit() {
         if (group_.size() == 1 || last) stop_after_failed_output(step + 1, e);
         output_failure = e.what();
       }
-      window_seconds = window_flops = 0;
+      window_seconds = window_flops = window_tokens = 0;
       window_steps = 0;
     }
     if (last) {
