@@ -10,6 +10,8 @@
 
 #include "frugal/model/param_table.h"
 #include "frugal/optim/adamw.h"
+#include "frugal/train/run_config.h"
+#include "error_of.h"
 
 using namespace frugal;
 
@@ -146,4 +148,24 @@ TEST(LrSchedule, WarmupStableDecayInEachShape) {
   c.decay_fraction = 0.0f;
   EXPECT_FLOAT_EQ(lr_at(c, 99, 100), 1.0f);
   EXPECT_FLOAT_EQ(lr_at(c, 100, 100), 0.1f);
+}
+
+// optim.head_lr: the untied head's rate is head_lr · lr(s) / optim.lr (scheduled like the rest); with
+// zero gradients one update leaves the decay 1 − rate · wd. A tied head cannot have its own rate.
+TEST(AdamW, UntiedHeadTakesItsOwnScheduledLearningRate) {
+  const ParamTable table = ParamTable::build(small_config());
+  AdamWConfig oc;
+  oc.lr = 0.5f, oc.weight_decay = 0.4f, oc.grad_clip = 0, oc.head_lr = 0.25f;
+  AdamW optim(table, oc);
+  std::vector<float> params(table.total(), 1.0f), grads(table.total(), 0.0f);
+  const float lr = 0.4f;  // a scheduled step at 0.8 of the peak
+  optim.update(params.data(), grads.data(), 0, lr);
+  EXPECT_FLOAT_EQ(params[table.offset_of("lm_head.weight")], 1.0f - 0.2f * 0.4f);
+  EXPECT_FLOAT_EQ(params[table.offset_of("transformer.wte.weight")], 1.0f - 0.4f * 0.4f);
+  EXPECT_FLOAT_EQ(params[table.offset_of("transformer.h.0.mlp.c_fc.weight")], 1.0f - 0.4f * 0.4f);
+  const std::string error = frugal::testing::error_of(
+      [] { run_settings(io::Config::load(run_schema(), "", {"optim.head_lr=0.001"})); });
+  EXPECT_NE(error.find("optim.head_lr = 0.001 needs an untied head"), std::string::npos) << error;
+  EXPECT_EQ(run_settings(io::Config::load(run_schema(), "", {"optim.head_lr=0.001", "model.tied_head=false"}))
+                .optim.head_lr, 0.001f);
 }

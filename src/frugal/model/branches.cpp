@@ -75,7 +75,7 @@ void Attention::declare(ModelSpec& spec, const std::string& prefix, int layer) {
   declare_linear(spec, prefix + kQkv, layer, 3 * C, C, Parallel::Column, {F::Qkv, F::Residual},
                  Init::Normal, 3);
   declare_linear(spec, prefix + kAttnProj, layer, C, C, Parallel::Row, {F::Residual, F::Residual},
-                 Init::ResidualNormal);
+                 projection_init(spec.config()));
 }
 
 void Attention::lay_out(const LocalSizes& s, double N, const Take& take, Acts& a) {
@@ -171,7 +171,7 @@ void DenseMlp::declare(ModelSpec& spec, const std::string& prefix, int layer, in
   if (spec.config().gated())
     declare_linear(spec, prefix + kGate, layer, H, C, Parallel::Column, {F::Hidden, F::Residual});
   declare_linear(spec, prefix + kMlpProj, layer, C, H, Parallel::Row, {F::Residual, F::Hidden},
-                 Init::ResidualNormal);
+                 projection_init(spec.config()));
 }
 
 DenseMlp::DenseMlp(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,

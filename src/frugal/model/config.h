@@ -49,6 +49,9 @@ struct ModelConfig {
   float dropout = 0.0f;   // on attention output and MLP output (residual branches)
   float layernorm_eps = 1e-5f;
   float init_std = 0.02f;
+  // The residual branches' output projections (attention's, the MLP's, the experts') start at zero
+  // instead of N(0, init_std / √(2L)): every block starts as the identity (modded-nanogpt's recipe).
+  bool zero_init_proj = false;
   MoeConfig moe;
 
   int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }

@@ -125,7 +125,7 @@ void MoeMlp::declare(ModelSpec& spec, const std::string& prefix, int layer) {
             .init = Init::Zeros});
   declare_expert_linear(spec, prefix + kFc, layer, E, H, C);
   if (c.gated()) declare_expert_linear(spec, prefix + kGate, layer, E, H, C);
-  declare_expert_linear(spec, prefix + kProj, layer, E, C, H, Init::ResidualNormal);
+  declare_expert_linear(spec, prefix + kProj, layer, E, C, H, projection_init(c));
   if (c.moe.shared_expert) DenseMlp::declare(spec, prefix + kShared, layer, H);
 }
 

@@ -88,7 +88,9 @@ void AdamW::update(float* params, const float* grads, size_t begin, float lr, si
                   muon_scratch_);
       continue;
     }
-    kernels::adamw_update(params + b, grads + b, m_.data() + o, v_.data() + o, e_end - b, s, e.decays());
+    kernels::AdamWStep tensor_step = s;
+    if (e.untied_head && config_.head_lr > 0) tensor_step.lr = lr * config_.head_lr / config_.lr;
+    kernels::adamw_update(params + b, grads + b, m_.data() + o, v_.data() + o, e_end - b, tensor_step, e.decays());
   }
 }
 

@@ -27,6 +27,7 @@ struct AdamWConfig {
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float eps = 1e-8f;
+  float head_lr = 0.0f;  // the untied head's peak rate, scheduled like lr; 0: lr
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // global L2 norm; <= 0 disables clipping
   int warmup_steps = 100;

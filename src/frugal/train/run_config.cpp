@@ -33,6 +33,8 @@ io::ConfigSchema run_schema() {
       .add_float("model.dropout", io::decimal_value(m.dropout), "dropout on the residual branches", Range::half_open(0, 1))
       .add_float("model.layernorm_eps", io::decimal_value(m.layernorm_eps), "LayerNorm epsilon", Range::above(0))
       .add_float("model.init_std", io::decimal_value(m.init_std), "std of the normal weight initialisation", Range::above(0))
+      .add_bool("model.zero_init_proj", m.zero_init_proj, "the output projections of attention and MLP (and "
+                "experts) start at zero: every block starts as the identity")
       .add_int("model.moe.experts", m.moe.experts, "experts of a mixture-of-experts MLP (model/moe.h); 0: dense MLPs", Range::at_least(0))
       .add_int("model.moe.top_k", m.moe.top_k, "experts each token is routed to (combine weights renormalised over them)", Range::at_least(2))
       .add_int("model.moe.every", m.moe.every, "the mixture of experts replaces the MLP of blocks l with (l + 1) % every == 0", Range::at_least(1))
@@ -51,6 +53,8 @@ io::ConfigSchema run_schema() {
       .add_float("optim.beta1", io::decimal_value(o.beta1), "AdamW beta1", Range::half_open(0, 1))
       .add_float("optim.beta2", io::decimal_value(o.beta2), "AdamW beta2", Range::half_open(0, 1))
       .add_float("optim.eps", io::decimal_value(o.eps), "AdamW epsilon", Range::above(0))
+      .add_float("optim.head_lr", io::decimal_value(o.head_lr), "peak learning rate of the untied LM head "
+                 "(model.tied_head = false), scheduled like optim.lr; 0: optim.lr", Range::at_least(0))
       .add_float("optim.weight_decay", io::decimal_value(o.weight_decay), "decoupled weight decay on 2-D tensors", Range::at_least(0))
       .add_float("optim.grad_clip", io::decimal_value(o.grad_clip), "global gradient-norm clip; 0 disables", Range::at_least(0))
       .add_int("optim.warmup_steps", o.warmup_steps, "linear warm-up steps", Range::at_least(0))
@@ -211,6 +215,7 @@ RunSettings run_settings(const io::Config& c) {
   m.dropout = static_cast<float>(c.get_float("model.dropout"));
   m.layernorm_eps = static_cast<float>(c.get_float("model.layernorm_eps"));
   m.init_std = static_cast<float>(c.get_float("model.init_std"));
+  m.zero_init_proj = c.get_bool("model.zero_init_proj");
   m.moe.experts = c.get_int32("model.moe.experts");
   m.moe.top_k = c.get_int32("model.moe.top_k");
   m.moe.every = c.get_int32("model.moe.every");
@@ -225,6 +230,7 @@ RunSettings run_settings(const io::Config& c) {
   o.beta1 = static_cast<float>(c.get_float("optim.beta1"));
   o.beta2 = static_cast<float>(c.get_float("optim.beta2"));
   o.eps = static_cast<float>(c.get_float("optim.eps"));
+  o.head_lr = static_cast<float>(c.get_float("optim.head_lr"));
   o.weight_decay = static_cast<float>(c.get_float("optim.weight_decay"));
   o.grad_clip = static_cast<float>(c.get_float("optim.grad_clip"));
   o.warmup_steps = c.get_int32("optim.warmup_steps");
@@ -286,6 +292,8 @@ RunSettings run_settings(const io::Config& c) {
   LocalSizes::of(shape, {0, par.tensor});    // throws when the heads or hidden units do not divide
   recompute_blocks(t.recompute, m.n_layer);  // throws for a bad block list
   const MethodSet methods = MethodSet::from_config(c);  // each method checks its keys
+  FRUGAL_CHECK(o.head_lr == 0 || !m.tied_head, "optim.head_lr = {} needs an untied head: with model.tied_head "
+               "= true the head is the token embedding; set model.tied_head = false or optim.head_lr = 0", o.head_lr);
   if (t.batch_warmup_steps > 0) {
     FRUGAL_CHECK(t.batch_warmup_start <= t.grad_accum, "train.batch_warmup_start = {} exceeds train.grad_accum = {}: "
                  "the warm-up rises to train.grad_accum micro-batches", t.batch_warmup_start, t.grad_accum);
