@@ -214,9 +214,9 @@ TEST(ModelGradient, NoBiasGegluDirectionalCheckPerTensor) {
   expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
 }
 
-// Post-LN blocks (BERT's placement), with dropout off and on a gated and a GELU MLP.
+// Post-LN blocks (BERT's placement), with dropout off and on a gated, a GELU and a ReLU² MLP.
 TEST(ModelGradient, PostLnDirectionalCheckPerTensor) {
-  for (MlpKind mlp : {MlpKind::Gelu, MlpKind::Swiglu}) {
+  for (MlpKind mlp : {MlpKind::Gelu, MlpKind::Swiglu, MlpKind::Relu2}) {
     SCOPED_TRACE(mlp_kind_name(mlp));
     ModelConfig c;
     c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
@@ -229,6 +229,21 @@ TEST(ModelGradient, PostLnDirectionalCheckPerTensor) {
     for (int i = 0; i < B * T; ++i) tokens[i] = (i * 3) % 37, targets[i] = (i * 7 + 2) % 37;
     expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
   }
+}
+
+// The ReLU² MLP (pre-LN, untied head, no gate projection): every tensor's gradient.
+TEST(ModelGradient, Relu2MlpDirectionalCheckPerTensor) {
+  ModelConfig c;
+  c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
+  c.mlp = MlpKind::Relu2, c.tied_head = false, c.init_std = 0.2f;
+  GPT model(c);
+  model.init_weights(4);
+  EXPECT_EQ(model.table().find("transformer.h.0.mlp.c_gate.weight"), nullptr);
+  const int B = 2, T = 8;
+  model.plan(B, T);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 11) % 37, targets[i] = (i * 5 + 4) % 37;
+  expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
 }
 
 // model.zero_init_proj: the output projections start at zero, so every block is the identity

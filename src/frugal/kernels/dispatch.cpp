@@ -211,6 +211,10 @@ void gelu_forward(float* out, const float* inp, size_t n) {
 void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
   Activations::table().gelu_backward(dinp, dout, inp, n);
 }
+void relu2_forward(float* out, const float* inp, size_t n) { Activations::table().relu2_forward(out, inp, n); }
+void relu2_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+  Activations::table().relu2_backward(dinp, dout, inp, n);
+}
 void gated_forward(float* out, const float* gate, const float* up, size_t n, GateAct act) {
   Activations::table().gated_forward(out, gate, up, n, act);
 }

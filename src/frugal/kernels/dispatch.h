@@ -72,6 +72,8 @@ struct ActivationsKernels {
   decltype(&kernels::gelu_backward) gelu_backward;
   decltype(&kernels::gated_forward) gated_forward;
   decltype(&kernels::gated_backward) gated_backward;
+  decltype(&kernels::relu2_forward) relu2_forward;
+  decltype(&kernels::relu2_backward) relu2_backward;
 };
 struct ElementwiseKernels {
   decltype(&kernels::residual_forward) residual_forward;

@@ -177,6 +177,10 @@ void attention_decode(float* out, const float* q, const float* k_cache, const fl
 void gelu_forward(float* out, const float* inp, size_t n);
 // dinp (n) = dout * gelu'(inp)
 void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n);
+// ReLU² (the modded-nanogpt MLP): out (n) = max(inp, 0)²
+void relu2_forward(float* out, const float* inp, size_t n);
+// dinp (n) = dout * 2·max(inp, 0)
+void relu2_backward(float* dinp, const float* dout, const float* inp, size_t n);
 // out (n) = act(gate) * up  (GEGLU: act = gelu-tanh, SwiGLU: act = silu)
 void gated_forward(float* out, const float* gate, const float* up, size_t n, GateAct act);
 // dgate (n) =, dup (n) =

@@ -152,6 +152,8 @@ void Attention::add_flops(int B, int T, bool runs, bool trains, ComponentFlops& 
 void mlp_activation_forward(MlpKind kind, float* act, const float* gate, const float* fc, size_t n) {
   if (kind == MlpKind::Gelu)
     k::gelu_forward(act, fc, n);
+  else if (kind == MlpKind::Relu2)
+    k::relu2_forward(act, fc, n);
   else
     k::gated_forward(act, gate, fc, n, kind == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
 }
@@ -160,6 +162,8 @@ void mlp_activation_backward(MlpKind kind, float* dgate, float* dfc, const float
                              const float* fc, size_t n) {
   if (kind == MlpKind::Gelu)
     k::gelu_backward(dfc, dact, fc, n);
+  else if (kind == MlpKind::Relu2)
+    k::relu2_backward(dfc, dact, fc, n);
   else
     k::gated_backward(dgate, dfc, dact, gate, fc, n, kind == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
 }
@@ -184,7 +188,7 @@ DenseMlp::DenseMlp(const ModelConfig& config, const LocalSizes& sizes, const std
 
 void DenseMlp::lay_out(double N, const Take& take, Acts& a) const {
   a[Fc] = take(N * hidden_);
-  a[Gate] = kind_ != MlpKind::Gelu ? take(N * hidden_) : nullptr;
+  a[Gate] = config_gated(kind_) ? take(N * hidden_) : nullptr;
   a[Act] = take(N * hidden_);
 }
 

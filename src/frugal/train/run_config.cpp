@@ -26,7 +26,8 @@ io::ConfigSchema run_schema() {
       .add_int("model.n_head", m.n_head, "attention heads (n_embd must be a multiple)", Range::at_least(1))
       .add_int("model.n_embd", m.n_embd, "model width C (a multiple of 8 and of n_head)", Range::at_least(8))
       .add_int("model.ffn_mult", m.ffn_mult, "MLP hidden width as a multiple of n_embd", Range::at_least(1))
-      .add_string("model.mlp", "gelu", "MLP kind", {"gelu", "geglu", "swiglu"})
+      .add_string("model.mlp", "gelu", "MLP kind: GELU, the gated GEGLU / SwiGLU, or relu2 (max(x, 0)², not gated)",
+                  {"gelu", "geglu", "swiglu", "relu2"})
       .add_string("model.norm", "pre", "LayerNorms before each block branch (GPT-2) or after each residual sum (BERT)", {"pre", "post"})
       .add_bool("model.tied_head", m.tied_head, "LM head shares the token embedding")
       .add_bool("model.bias", m.bias, "biases in linears and LayerNorms")

@@ -137,7 +137,8 @@ const AttentionKernels attention_ref{&ref::attention_forward<float>,
                                      &ref::attention_backward<float>,
                                      &ref::attention_decode<float>};
 const ActivationsKernels activations_ref{&ref::gelu_forward<float>, &ref::gelu_backward<float>,
-                                         &gated_forward, &gated_backward};
+                                         &gated_forward, &gated_backward, &ref::relu2_forward<float>,
+                                         &ref::relu2_backward<float>};
 const ElementwiseKernels elementwise_ref{&ref::residual_forward<float>,
                                          &ref::dropout_apply<float>, &sum_squares_feed,
                                          &sum_squares_finish, &ref::scale_inplace<float>};
