@@ -199,68 +199,74 @@ TEST(ModelGradient, DirectionalFiniteDifferencesPerTensor) {
   expect_directional_match_per_tensor(model, i32(f.st.at("tokens")), i32(f.st.at("targets")), 2e-3f);
 }
 
+// The randomly initialised models of the directional checks below: 2 blocks of width 16 with 2
+// heads, vocabulary 37, weights N(0, 0.2), planned for B = 2, T = 8 with tokens (i·a) mod 37 and
+// targets (i·b + o) mod 37.
+constexpr int kGradB = 2, kGradT = 8;
+static ModelConfig gradient_config() {
+  ModelConfig c;
+  c.vocab_size = 37, c.block_size = kGradT, c.n_layer = 2, c.n_head = 2, c.n_embd = 16, c.init_std = 0.2f;
+  return c;
+}
+struct GradientBatch {
+  std::vector<int32_t> tokens, targets;
+  GradientBatch(int a, int b, int o) : tokens(kGradB * kGradT), targets(kGradB * kGradT) {
+    for (int i = 0; i < kGradB * kGradT; ++i) tokens[i] = (i * a) % 37, targets[i] = (i * b + o) % 37;
+  }
+};
+
 // Without biases and with GEGLU, on a randomly initialised model with an untied head.
 TEST(ModelGradient, NoBiasGegluDirectionalCheckPerTensor) {
-  ModelConfig c;
-  c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
-  c.bias = false, c.mlp = MlpKind::Geglu, c.tied_head = false, c.init_std = 0.2f;
+  ModelConfig c = gradient_config();
+  c.bias = false, c.mlp = MlpKind::Geglu, c.tied_head = false;
   GPT model(c);
   model.init_weights(5);
   EXPECT_EQ(model.table().find("transformer.h.0.attn.c_attn.bias"), nullptr);
-  const int B = 2, T = 8;
-  model.plan(B, T);
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7) % 37, targets[i] = (i * 11 + 3) % 37;
-  expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
+  model.plan(kGradB, kGradT);
+  const GradientBatch batch(7, 11, 3);
+  expect_directional_match_per_tensor(model, batch.tokens, batch.targets, 1e-3f);
 }
 
 // Post-LN blocks (BERT's placement), with dropout off and on a gated, a GELU and a ReLU² MLP.
 TEST(ModelGradient, PostLnDirectionalCheckPerTensor) {
   for (MlpKind mlp : {MlpKind::Gelu, MlpKind::Swiglu, MlpKind::Relu2}) {
     SCOPED_TRACE(mlp_kind_name(mlp));
-    ModelConfig c;
-    c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
-    c.norm = NormPlacement::Post, c.mlp = mlp, c.tied_head = mlp == MlpKind::Gelu, c.init_std = 0.2f;
+    ModelConfig c = gradient_config();
+    c.norm = NormPlacement::Post, c.mlp = mlp, c.tied_head = mlp == MlpKind::Gelu;
     GPT model(c);
     model.init_weights(7);
-    const int B = 2, T = 8;
-    model.plan(B, T);
-    std::vector<int32_t> tokens(B * T), targets(B * T);
-    for (int i = 0; i < B * T; ++i) tokens[i] = (i * 3) % 37, targets[i] = (i * 7 + 2) % 37;
-    expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
+    model.plan(kGradB, kGradT);
+    const GradientBatch batch(3, 7, 2);
+    expect_directional_match_per_tensor(model, batch.tokens, batch.targets, 1e-3f);
   }
 }
 
 // The ReLU² MLP (pre-LN, untied head, no gate projection): every tensor's gradient.
 TEST(ModelGradient, Relu2MlpDirectionalCheckPerTensor) {
-  ModelConfig c;
-  c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
-  c.mlp = MlpKind::Relu2, c.tied_head = false, c.init_std = 0.2f;
+  ModelConfig c = gradient_config();
+  c.mlp = MlpKind::Relu2, c.tied_head = false;
   GPT model(c);
   model.init_weights(4);
   EXPECT_EQ(model.table().find("transformer.h.0.mlp.c_gate.weight"), nullptr);
-  const int B = 2, T = 8;
-  model.plan(B, T);
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 11) % 37, targets[i] = (i * 5 + 4) % 37;
-  expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
+  model.plan(kGradB, kGradT);
+  const GradientBatch batch(11, 5, 4);
+  expect_directional_match_per_tensor(model, batch.tokens, batch.targets, 1e-3f);
 }
 
 // model.zero_init_proj: the output projections start at zero, so every block is the identity
 // (its output is its input, bit for bit) and only the projections and what follows the blocks
 // have a gradient; the directional check moves the zero projections too.
 TEST(ModelGradient, ZeroInitProjectionsDirectionalCheckPerTensor) {
-  ModelConfig c;
-  c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
-  c.mlp = MlpKind::Swiglu, c.tied_head = false, c.init_std = 0.2f, c.zero_init_proj = true;
+  ModelConfig c = gradient_config();
+  c.mlp = MlpKind::Swiglu, c.tied_head = false, c.zero_init_proj = true;
   GPT model(c);
   model.init_weights(9);
-  const int B = 2, T = 8;
-  model.plan(B, T);
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 5) % 37, targets[i] = (i * 3 + 1) % 37;
+  model.plan(kGradB, kGradT);
+  const GradientBatch batch(5, 3, 1);
+  const std::vector<int32_t>& tokens = batch.tokens;
+  const std::vector<int32_t>& targets = batch.targets;
   const std::vector<float> grads = frugal::testing::model_gradient(model, tokens, targets);
-  const size_t n = size_t(B) * T * c.n_embd;
+  const size_t n = size_t(kGradB) * kGradT * c.n_embd;
   for (int l = 0; l < c.n_layer; ++l)
     EXPECT_TRUE(std::equal(model.block_output(l), model.block_output(l) + n, model.block_output(-1))) << l;
   for (const ParamInfo& e : model.table().entries()) {
