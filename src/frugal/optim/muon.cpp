@@ -31,9 +31,4 @@ void muon_update(float* p, const float* g, float* buf, const MuonMatrices& shape
   }
 }
 
-double muon_flops(const MuonMatrices& shape, int ns_steps) {
-  const double m = std::min(shape.rows, shape.cols), n = std::max(shape.rows, shape.cols);
-  return double(shape.count) * ns_steps * (4 * m * m * n + 2 * m * m * m);
-}
-
 }  // namespace frugal

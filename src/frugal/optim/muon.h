@@ -41,9 +41,4 @@ MuonMatrices muon_matrices(const ParamInfo& e);
 void muon_update(float* p, const float* g, float* buf, const MuonMatrices& shape, const MuonConfig& c, float lr,
                  std::vector<float>& scratch);
 
-// FLOPs of one Muon step on these matrices: the Newton–Schulz products, 4·m²·n + 2·m³ per
-// iteration with m = min(R,C), n = max(R,C) (the element-wise part is left out, as it is in
-// AdamW's count).
-double muon_flops(const MuonMatrices& shape, int ns_steps);
-
 }  // namespace frugal
