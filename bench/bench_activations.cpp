@@ -4,6 +4,7 @@
 // Bytes counted (float32, n = N·H values, each tensor read or written once):
 //   gelu  forward  = inp read, out written                          = 4·2·n
 //   gelu  backward = dout, inp read, dinp written                   = 4·3·n
+//   relu2 forward and backward: as gelu
 //   gated forward  = gate, up read, out written                     = 4·3·n
 //   gated backward = dout, gate, up read, dgate, dup written        = 4·5·n
 // Each rate is the best wall-clock time of `reps` calls (bench/kernel_bench.h).
@@ -32,6 +33,12 @@ void bench_activations(int N, int C, int reps) {
   print_bandwidth("forward:", best_seconds([&] { k::gelu_forward(out.data(), gate.data(), n); }, reps), 4.0 * 2 * n);
   print_bandwidth(" backward:", best_seconds([&] {
     k::gelu_backward(dgate.data(), dout.data(), gate.data(), n);
+  }, reps), 4.0 * 3 * n);
+  std::printf("\n");
+  std::printf("relu2 N=%d H=%d:", N, 4 * C);
+  print_bandwidth("forward:", best_seconds([&] { k::relu2_forward(out.data(), gate.data(), n); }, reps), 4.0 * 2 * n);
+  print_bandwidth(" backward:", best_seconds([&] {
+    k::relu2_backward(dgate.data(), dout.data(), gate.data(), n);
   }, reps), 4.0 * 3 * n);
   std::printf("\n");
   for (auto [act, name] : {std::pair{k::GateAct::Gelu, "geglu"}, std::pair{k::GateAct::Silu, "swiglu"}}) {

@@ -165,7 +165,7 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   r.ms_mean = seconds / preset.steps * 1e3;
   r.ranks = group.size();
   r.strategy = runner->name();
-  r.tokens_per_s = runner->tokens_per_step() / median;
+  r.tokens_per_s = runner->tokens_per_step(preset.warmup + preset.steps - 1) / median;
   r.comm_wait_share = comm_wait / seconds;
   r.gradient_bytes = gradient_bytes / preset.steps;
   r.ring_bytes = 2.0 * (r.ranks - 1) / r.ranks * r.gradient_bytes;

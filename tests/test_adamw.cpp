@@ -10,6 +10,8 @@
 
 #include "frugal/model/param_table.h"
 #include "frugal/optim/adamw.h"
+#include "frugal/train/run_config.h"
+#include "error_of.h"
 
 using namespace frugal;
 
@@ -114,4 +116,56 @@ TEST(LrSchedule, LinearWarmupThenCosineToMinLr) {
   c.warmup_steps = 0;  // no warm-up: the cosine starts at step 0
   EXPECT_FLOAT_EQ(lr_at(c, 0, 100), 1.0f);
   EXPECT_FLOAT_EQ(lr_at(c, 50, 100), 0.55f);
+}
+
+// Warm-up–stable–decay: lr 1, min_lr 0.1, 10 warm-up steps, 100 steps, decay_fraction 0.2: the
+// warm-up as above, lr through step 79, then the decay over steps 80..99 with progress
+// (step − 80) / 20 in each shape, then min_lr.
+TEST(LrSchedule, WarmupStableDecayInEachShape) {
+  AdamWConfig c;
+  c.lr = 1.0f, c.min_lr = 0.1f, c.warmup_steps = 10, c.schedule = ScheduleKind::Wsd, c.decay_fraction = 0.2f;
+  EXPECT_FLOAT_EQ(lr_at(c, 4, 100), 0.5f);
+  for (DecayShape shape : {DecayShape::Linear, DecayShape::Cosine, DecayShape::Sqrt}) {
+    c.decay_shape = shape;
+    EXPECT_FLOAT_EQ(lr_at(c, 10, 100), 1.0f);
+    EXPECT_FLOAT_EQ(lr_at(c, 79, 100), 1.0f);
+    EXPECT_FLOAT_EQ(lr_at(c, 80, 100), 1.0f);  // progress 0
+    EXPECT_FLOAT_EQ(lr_at(c, 100, 100), 0.1f);
+  }
+  c.decay_shape = DecayShape::Linear;
+  EXPECT_FLOAT_EQ(lr_at(c, 85, 100), 0.1f + 0.9f * 0.75f);
+  EXPECT_FLOAT_EQ(lr_at(c, 99, 100), 0.1f + 0.9f * 0.05f);
+  c.decay_shape = DecayShape::Cosine;
+  EXPECT_FLOAT_EQ(lr_at(c, 90, 100), 0.55f);  // half way
+  EXPECT_FLOAT_EQ(lr_at(c, 85, 100), 0.1f + 0.9f * 0.85355339f);  // (1 + cos(π/4)) / 2
+  c.decay_shape = DecayShape::Sqrt;
+  EXPECT_FLOAT_EQ(lr_at(c, 85, 100), 0.1f + 0.9f * 0.5f);  // 1 − √(1/4)
+  // A decay longer than what follows the warm-up starts at the warm-up's end.
+  c.decay_fraction = 0.95f, c.decay_shape = DecayShape::Linear;
+  EXPECT_FLOAT_EQ(lr_at(c, 10, 100), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 55, 100), 0.55f);
+  // decay_fraction 0: lr up to the last step, min_lr after it.
+  c.decay_fraction = 0.0f;
+  EXPECT_FLOAT_EQ(lr_at(c, 99, 100), 1.0f);
+  EXPECT_FLOAT_EQ(lr_at(c, 100, 100), 0.1f);
+}
+
+// optim.head_lr: the untied head's rate is head_lr · lr(s) / optim.lr (scheduled like the rest); with
+// zero gradients one update leaves the decay 1 − rate · wd. A tied head cannot have its own rate.
+TEST(AdamW, UntiedHeadTakesItsOwnScheduledLearningRate) {
+  const ParamTable table = ParamTable::build(small_config());
+  AdamWConfig oc;
+  oc.lr = 0.5f, oc.weight_decay = 0.4f, oc.grad_clip = 0, oc.head_lr = 0.25f;
+  AdamW optim(table, oc);
+  std::vector<float> params(table.total(), 1.0f), grads(table.total(), 0.0f);
+  const float lr = 0.4f;  // a scheduled step at 0.8 of the peak
+  optim.update(params.data(), grads.data(), 0, lr);
+  EXPECT_FLOAT_EQ(params[table.offset_of("lm_head.weight")], 1.0f - 0.2f * 0.4f);
+  EXPECT_FLOAT_EQ(params[table.offset_of("transformer.wte.weight")], 1.0f - 0.4f * 0.4f);
+  EXPECT_FLOAT_EQ(params[table.offset_of("transformer.h.0.mlp.c_fc.weight")], 1.0f - 0.4f * 0.4f);
+  const std::string error = frugal::testing::error_of(
+      [] { run_settings(io::Config::load(run_schema(), "", {"optim.head_lr=0.001"})); });
+  EXPECT_NE(error.find("optim.head_lr = 0.001 needs an untied head"), std::string::npos) << error;
+  EXPECT_EQ(run_settings(io::Config::load(run_schema(), "", {"optim.head_lr=0.001", "model.tied_head=false"}))
+                .optim.head_lr, 0.001f);
 }

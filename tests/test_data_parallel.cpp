@@ -186,6 +186,35 @@ TEST_F(DataParallel, MixtureOfExpertsEqualsOneProcessAndZeroStages) {
   expect_identical(parallel.steps, train("moe-zero2", 2, 8, moe + " --set parallel.zero=2").steps);
 }
 
+// Muon: every rank orthogonalises the same reduced gradients, so np = 2 is one process with twice
+// the accumulation (to the dense tolerance); under ZeRO-1/2 each shard holds whole Muon matrices
+// (its bounds move to their starts), so ZeRO-1/2 give ZeRO-0's run bit for bit, with 4 ranks too.
+// Width 64 and 6 steps: on the reference path the Newton–Schulz iterations are naive loops.
+TEST_F(DataParallel, MuonEqualsOneProcessAndZeroStages) {
+  const std::string muon = "--set optim.name=muon --set optim.muon.weight_decay=0.01 --set model.n_embd=64";
+  const TrainedRun parallel = train("muon", 2, 6, muon);
+  const TrainedRun single = train("muon-ref", 0, 6, muon + " --set train.grad_accum=2");
+  const double diff = max_relative_difference(single.steps, parallel.steps);
+  std::printf("muon: np=2 vs 1 process: max relative difference %.3g\n", diff);
+  EXPECT_LE(diff, kTolerance);
+  for (int stage : {1, 2})
+    expect_identical(parallel.steps, train(fmt::format("muon-zero{}", stage), 2, 6,
+                                           muon + fmt::format(" --set parallel.zero={}", stage)).steps);
+  expect_identical(train("muon-np4", 4, 2, muon).steps, train("muon-np4-zero2", 4, 2, muon + " --set parallel.zero=2").steps);
+}
+
+// Batch-size warm-up: each rank ramps its micro-batches, 1, 2, then 3; one process ramping 2, 4,
+// then 6 computes the same steps (to the dense tolerance, over 4 steps: at step 5 of this run a
+// gradient-norm spike amplifies the 1e-7 differences to 4e-6).
+TEST_F(DataParallel, BatchWarmupEqualsOneProcessWithTwiceTheRamp) {
+  const TrainedRun parallel = train("ramp", 2, 4, "--set train.grad_accum=3 --set train.batch_warmup_steps=2");
+  const TrainedRun single = train("ramp-ref", 0, 4, "--set train.grad_accum=6 --set train.batch_warmup_steps=2 "
+                                  "--set train.batch_warmup_start=2");
+  const double diff = max_relative_difference(single.steps, parallel.steps);
+  std::printf("batch warm-up: np=2 vs 1 process: max relative difference %.3g\n", diff);
+  EXPECT_LE(diff, kTolerance);
+}
+
 TEST_F(DataParallel, OtherCommandsRefuseToRunOnSeveralRanks) {
   const CliResult r = run_shell(mpirun(2) + " prepare --tokenizer char --input " + tmp_.file("text.txt") +
                                 " --out " + tmp_.file("prepared"));

@@ -210,7 +210,7 @@ TEST(Decoder, MatchesGptWithMixtureOfExperts) {
 INSTANTIATE_TEST_SUITE_P(Variants, DecoderMatchesGpt,
                          ::testing::Values(Variant{MlpKind::Gelu, true}, Variant{MlpKind::Gelu, false},
                                            Variant{MlpKind::Swiglu, true},
-                                           Variant{MlpKind::Swiglu, false}),
+                                           Variant{MlpKind::Swiglu, false}, Variant{MlpKind::Relu2, true}),
                          [](const auto& info) {
                            return std::string(frugal::mlp_kind_name(info.param.mlp)) +
                                   (info.param.tied ? "_tied" : "_untied");

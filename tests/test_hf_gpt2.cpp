@@ -219,7 +219,11 @@ TEST(HfExport, RefusesModelsGpt2CannotHold) {
   ModelConfig gated = small_config(true);
   gated.mlp = MlpKind::Swiglu;
   std::string msg = error_of([&] { io::export_hf_gpt2(GPT(gated), dir.file("a")); });
-  EXPECT_TRUE(contains(msg, "model.mlp = \"swiglu\"") && contains(msg, "no gated MLP")) << msg;
+  EXPECT_TRUE(contains(msg, "model.mlp = \"swiglu\"") && contains(msg, "MLP is GELU, ungated")) << msg;
+  ModelConfig relu2 = small_config(true);
+  relu2.mlp = MlpKind::Relu2;
+  msg = error_of([&] { io::export_hf_gpt2(GPT(relu2), dir.file("r")); });
+  EXPECT_TRUE(contains(msg, "model.mlp = \"relu2\"") && contains(msg, "MLP is GELU, ungated")) << msg;
   ModelConfig no_bias = small_config(true);
   no_bias.bias = false;
   msg = error_of([&] { io::export_hf_gpt2(GPT(no_bias), dir.file("b")); });

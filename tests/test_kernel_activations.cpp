@@ -1,7 +1,8 @@
-// The activations kernel family (GELU, GEGLU, SwiGLU): the CPU kernels against the naive
+// The activations kernel family (GELU, ReLU², GEGLU, SwiGLU): the CPU kernels against the naive
 // reference, the reference backward against fp64 finite differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,9 @@ TEST(Kernels, ActivationsMatchReferenceAndGradients) {
   std::vector<double> dx(n);
   ref::gelu_backward(dx.data(), R.data(), x.data(), n);
   EXPECT_LT(max_rel_error(dx, numeric_gradient(x, gelu_loss)), 1e-6);
+  auto relu2_loss = [&] { ref::relu2_forward(out.data(), x.data(), n); return dot(out, R); };
+  ref::relu2_backward(dx.data(), R.data(), x.data(), n);
+  EXPECT_LT(max_rel_error(dx, numeric_gradient(x, relu2_loss)), 1e-6);
   for (int act : {0, 1}) {
     auto gated_loss = [&] { ref::gated_forward(out.data(), x.data(), u.data(), n, act); return dot(out, R); };
     std::vector<double> dg(n), du(n);
@@ -31,6 +35,13 @@ TEST(Kernels, ActivationsMatchReferenceAndGradients) {
   k::gelu_backward(d1.data(), Rf.data(), xf.data(), n);
   ref::gelu_backward(d2.data(), Rf.data(), xf.data(), n);
   EXPECT_LT(max_rel_error(to_d(d1), to_d(d2)), 1e-6);
+  k::relu2_forward(o1.data(), xf.data(), n);
+  ref::relu2_forward(o2.data(), xf.data(), n);
+  EXPECT_EQ(o1, o2);
+  k::relu2_backward(d1.data(), Rf.data(), xf.data(), n);
+  ref::relu2_backward(d2.data(), Rf.data(), xf.data(), n);
+  EXPECT_EQ(d1, d2);
+  EXPECT_GT(std::count(o1.begin(), o1.end(), 0.0f), 0) << "some inputs are negative";
   for (auto [act, ract] : {std::pair{k::GateAct::Gelu, 0}, std::pair{k::GateAct::Silu, 1}}) {
     k::gated_forward(o1.data(), xf.data(), uf.data(), n, act);
     ref::gated_forward(o2.data(), xf.data(), uf.data(), n, ract);

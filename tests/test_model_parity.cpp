@@ -162,14 +162,15 @@ static double loss_fp64(GPT& model, const std::vector<int32_t>& tokens, const st
 // rounding in the forward; larger tensors add O(ε²) truncation, covered by the 1% relative part),
 // so the absolute floor 5e-5 is well below the smallest per-tensor directional derivative
 // (1.6e-4, h.1.ln_2.bias of the SwiGLU fixture): a tensor whose gradient is missing fails.
+// `move_zeros`: move zero parameters too (a tensor initialised to zero, not padding).
 static void expect_directional_match(GPT& model, const std::vector<float>& grads, size_t begin, size_t end,
                               const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
-                              float eps, const std::string& what) {
+                              float eps, const std::string& what, bool move_zeros = false) {
   float* p = model.params();
   std::vector<float> saved(p + begin, p + end), d(end - begin);
   double analytic = 0;
   for (size_t i = 0; i < d.size(); ++i) {
-    d[i] = saved[i] == 0.0f ? 0.0f : static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+    d[i] = saved[i] == 0.0f && !move_zeros ? 0.0f : static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
     analytic += double(d[i]) * grads[begin + i];
   }
   auto loss_at = [&](float s) {
@@ -198,35 +199,88 @@ TEST(ModelGradient, DirectionalFiniteDifferencesPerTensor) {
   expect_directional_match_per_tensor(model, i32(f.st.at("tokens")), i32(f.st.at("targets")), 2e-3f);
 }
 
+// The randomly initialised models of the directional checks below: 2 blocks of width 16 with 2
+// heads, vocabulary 37, weights N(0, 0.2), planned for B = 2, T = 8 with tokens (i·a) mod 37 and
+// targets (i·b + o) mod 37.
+constexpr int kGradB = 2, kGradT = 8;
+static ModelConfig gradient_config() {
+  ModelConfig c;
+  c.vocab_size = 37, c.block_size = kGradT, c.n_layer = 2, c.n_head = 2, c.n_embd = 16, c.init_std = 0.2f;
+  return c;
+}
+struct GradientBatch {
+  std::vector<int32_t> tokens, targets;
+  GradientBatch(int a, int b, int o) : tokens(kGradB * kGradT), targets(kGradB * kGradT) {
+    for (int i = 0; i < kGradB * kGradT; ++i) tokens[i] = (i * a) % 37, targets[i] = (i * b + o) % 37;
+  }
+};
+
 // Without biases and with GEGLU, on a randomly initialised model with an untied head.
 TEST(ModelGradient, NoBiasGegluDirectionalCheckPerTensor) {
-  ModelConfig c;
-  c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
-  c.bias = false, c.mlp = MlpKind::Geglu, c.tied_head = false, c.init_std = 0.2f;
+  ModelConfig c = gradient_config();
+  c.bias = false, c.mlp = MlpKind::Geglu, c.tied_head = false;
   GPT model(c);
   model.init_weights(5);
   EXPECT_EQ(model.table().find("transformer.h.0.attn.c_attn.bias"), nullptr);
-  const int B = 2, T = 8;
-  model.plan(B, T);
-  std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7) % 37, targets[i] = (i * 11 + 3) % 37;
-  expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
+  model.plan(kGradB, kGradT);
+  const GradientBatch batch(7, 11, 3);
+  expect_directional_match_per_tensor(model, batch.tokens, batch.targets, 1e-3f);
 }
 
-// Post-LN blocks (BERT's placement), with dropout off and on a gated and a GELU MLP.
+// Post-LN blocks (BERT's placement), with dropout off and on a gated, a GELU and a ReLU² MLP.
 TEST(ModelGradient, PostLnDirectionalCheckPerTensor) {
-  for (MlpKind mlp : {MlpKind::Gelu, MlpKind::Swiglu}) {
+  for (MlpKind mlp : {MlpKind::Gelu, MlpKind::Swiglu, MlpKind::Relu2}) {
     SCOPED_TRACE(mlp_kind_name(mlp));
-    ModelConfig c;
-    c.vocab_size = 37, c.block_size = 8, c.n_layer = 2, c.n_head = 2, c.n_embd = 16;
-    c.norm = NormPlacement::Post, c.mlp = mlp, c.tied_head = mlp == MlpKind::Gelu, c.init_std = 0.2f;
+    ModelConfig c = gradient_config();
+    c.norm = NormPlacement::Post, c.mlp = mlp, c.tied_head = mlp == MlpKind::Gelu;
     GPT model(c);
     model.init_weights(7);
-    const int B = 2, T = 8;
-    model.plan(B, T);
-    std::vector<int32_t> tokens(B * T), targets(B * T);
-    for (int i = 0; i < B * T; ++i) tokens[i] = (i * 3) % 37, targets[i] = (i * 7 + 2) % 37;
-    expect_directional_match_per_tensor(model, tokens, targets, 1e-3f);
+    model.plan(kGradB, kGradT);
+    const GradientBatch batch(3, 7, 2);
+    expect_directional_match_per_tensor(model, batch.tokens, batch.targets, 1e-3f);
+  }
+}
+
+// The ReLU² MLP (pre-LN, untied head, no gate projection): every tensor's gradient.
+TEST(ModelGradient, Relu2MlpDirectionalCheckPerTensor) {
+  ModelConfig c = gradient_config();
+  c.mlp = MlpKind::Relu2, c.tied_head = false;
+  GPT model(c);
+  model.init_weights(4);
+  EXPECT_EQ(model.table().find("transformer.h.0.mlp.c_gate.weight"), nullptr);
+  model.plan(kGradB, kGradT);
+  const GradientBatch batch(11, 5, 4);
+  expect_directional_match_per_tensor(model, batch.tokens, batch.targets, 1e-3f);
+}
+
+// model.zero_init_proj: the output projections start at zero, so every block is the identity
+// (its output is its input, bit for bit) and only the projections and what follows the blocks
+// have a gradient; the directional check moves the zero projections too.
+TEST(ModelGradient, ZeroInitProjectionsDirectionalCheckPerTensor) {
+  ModelConfig c = gradient_config();
+  c.mlp = MlpKind::Swiglu, c.tied_head = false, c.zero_init_proj = true;
+  GPT model(c);
+  model.init_weights(9);
+  model.plan(kGradB, kGradT);
+  const GradientBatch batch(5, 3, 1);
+  const std::vector<int32_t>& tokens = batch.tokens;
+  const std::vector<int32_t>& targets = batch.targets;
+  const std::vector<float> grads = frugal::testing::model_gradient(model, tokens, targets);
+  const size_t n = size_t(kGradB) * kGradT * c.n_embd;
+  for (int l = 0; l < c.n_layer; ++l)
+    EXPECT_TRUE(std::equal(model.block_output(l), model.block_output(l) + n, model.block_output(-1))) << l;
+  for (const ParamInfo& e : model.table().entries()) {
+    const bool projection = e.name.ends_with("c_proj.weight");
+    const float* w = model.params() + e.offset;
+    const auto all_zero = [](const float* x, size_t n) { return std::all_of(x, x + n, [](float v) { return v == 0.0f; }); };
+    EXPECT_TRUE(!projection || all_zero(w, e.numel)) << e.name;
+    const float* g = grads.data() + e.offset;
+    const bool inside_branch = e.name.find(".attn.c_attn.") != std::string::npos ||
+                               e.name.find(".mlp.c_fc.") != std::string::npos ||
+                               e.name.find(".mlp.c_gate.") != std::string::npos ||
+                               (e.name.starts_with("transformer.h.") && e.name.find(".ln_") != std::string::npos);
+    EXPECT_TRUE(!(inside_branch || projection) || all_zero(g, e.numel) == inside_branch) << e.name;
+    expect_directional_match(model, grads, e.offset, e.offset + e.numel, tokens, targets, 1e-3f, e.name, projection);
   }
 }
 

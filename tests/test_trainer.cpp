@@ -104,6 +104,97 @@ std::vector<float> expect_resume_is_bit_exact(const std::vector<std::string>& ex
 
 TEST(Trainer, ResumeIsBitExact) { expect_resume_is_bit_exact({}); }
 
+// Muon's momentum lives in the first-moment buffer the checkpoint keeps: resume is bit-exact, and
+// the run is not AdamW's.
+TEST(Trainer, MuonResumeIsBitExact) {
+  const std::vector<float> muon = expect_resume_is_bit_exact({"optim.name=muon"});
+  TempDir dir;
+  const FitResult adamw = Trainer(tiny_config(make_data(dir), dir.file("a")), {.quiet = true}).fit();
+  EXPECT_NE(muon, adamw.losses);
+}
+
+// The learning rate of every step a run logged (train.log_interval = 1).
+std::vector<float> logged_lrs(const std::string& run) {
+  std::vector<float> lrs;
+  std::ifstream metrics(run + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) lrs.push_back(nlohmann::json::parse(line).at("lr").get<float>());
+  return lrs;
+}
+
+// train.budget = "seconds": the first step and the 2 probe steps run under an unbounded horizon
+// (the warm-up, then the cosine's start: optim.lr), then the budget's steps are fixed — capped at
+// train.max_steps = 8, since 10⁶ s allow more — and the cosine ends there; a checkpoint taken after
+// the fix resumes bit-exactly with the same horizon. A budget already spent by the probe ends the
+// run after it; the keys are refused where they cannot work.
+TEST(Trainer, TimeBudgetFixesTheScheduleAndResumesBitExactly) {
+  const std::vector<std::string> budget = {"train.budget=seconds", "train.max_seconds=1000000",
+                                           "train.budget_probe_steps=2", "optim.warmup_steps=1"};
+  expect_resume_is_bit_exact(budget);
+
+  TempDir dir;
+  const std::string data = make_data(dir);
+  std::vector<std::string> logged = budget;
+  logged.push_back("train.log_interval=1");
+  const io::Config config = tiny_config(data, dir.file("run"), logged);
+  EXPECT_EQ(Trainer(config, {.quiet = true}).fit().steps, 8);
+  const std::vector<float> lrs = logged_lrs(dir.file("run"));
+  const AdamWConfig optim = run_settings(config).optim;
+  ASSERT_EQ(lrs.size(), 8u);
+  for (int step = 0; step < 3; ++step) EXPECT_EQ(lrs[step], optim.lr) << step;
+  for (int step = 3; step < 8; ++step) EXPECT_EQ(lrs[step], lr_at(optim, step, 8)) << step;
+  EXPECT_LT(lrs[7], 0.2f * optim.lr);
+
+  std::vector<std::string> spent = budget;
+  spent.back() = "train.max_seconds=0.000001";
+  EXPECT_EQ(Trainer(tiny_config(data, dir.file("spent"), spent), {.quiet = true}).fit().steps, 3);
+
+  EXPECT_NE(error_of([&] { run_settings(tiny_config(data, dir.file("x"), {"train.budget=seconds"})); })
+                .find("train.budget = \"seconds\" needs the budget: set train.max_seconds"), std::string::npos);
+  EXPECT_NE(error_of([&] { run_settings(tiny_config(data, dir.file("x"), {"train.budget=seconds", "train.max_seconds=9",
+                                                                          "methods.mst={}"})); })
+                .find("methods.mst schedules itself over train.max_steps"), std::string::npos);
+}
+
+// optim.schedule = "wsd" reaches the trainer: the logged rates are lr_at's trapezoid.
+TEST(Trainer, WarmupStableDecayScheduleIsLogged) {
+  TempDir dir;
+  const io::Config config = tiny_config(make_data(dir), dir.file("run"), {"optim.schedule=wsd", "optim.decay_fraction=0.5",
+                                                                          "optim.decay_shape=sqrt", "train.log_interval=1"});
+  Trainer(config, {.quiet = true}).fit();
+  const std::vector<float> lrs = logged_lrs(dir.file("run"));
+  const AdamWConfig optim = run_settings(config).optim;
+  ASSERT_EQ(lrs.size(), 8u);
+  for (int step = 0; step < 8; ++step) EXPECT_EQ(lrs[step], lr_at(optim, step, 8)) << step;
+  EXPECT_EQ(lrs[3], optim.lr);
+  EXPECT_LT(lrs[7], lrs[4]);
+}
+
+// Batch-size warm-up: step s runs start + ⌊(grad_accum − start)·s / steps⌋ micro-batches. The
+// ramp's first step is a grad_accum = 1 run's first step bit for bit (and not a grad_accum = 3
+// run's), and a checkpoint in the middle of the ramp resumes bit-exactly.
+TEST(Trainer, BatchWarmupRampsTheAccumulationAndResumesBitExactly) {
+  TrainSettings t;
+  t.grad_accum = 4, t.batch_warmup_steps = 3, t.batch_warmup_start = 1;
+  EXPECT_EQ((std::vector<int>{t.accum_at(0), t.accum_at(1), t.accum_at(2), t.accum_at(3), t.accum_at(100)}),
+            (std::vector<int>{1, 2, 3, 4, 4}));
+  t.batch_warmup_steps = 4, t.batch_warmup_start = 2;
+  EXPECT_EQ((std::vector<int>{t.accum_at(0), t.accum_at(1), t.accum_at(2), t.accum_at(3), t.accum_at(4)}),
+            (std::vector<int>{2, 2, 3, 3, 4}));
+
+  const std::vector<float> ramp = expect_resume_is_bit_exact({"train.grad_accum=3", "train.batch_warmup_steps=5"});
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const FitResult one = Trainer(tiny_config(data, dir.file("one"), {"train.max_steps=1"}), {.quiet = true}).fit();
+  const FitResult three =
+      Trainer(tiny_config(data, dir.file("three"), {"train.max_steps=1", "train.grad_accum=3"}), {.quiet = true}).fit();
+  ASSERT_FALSE(ramp.empty());
+  EXPECT_EQ(one.losses.at(0), ramp[0]);
+  EXPECT_NE(three.losses.at(0), ramp[0]);
+  EXPECT_NE(error_of([&] { run_settings(tiny_config(data, dir.file("x"), {"train.batch_warmup_steps=2",
+                                                                          "train.batch_warmup_start=2"})); })
+                .find("train.batch_warmup_start = 2 exceeds train.grad_accum = 1"), std::string::npos);
+}
+
 // bf16 GEMMs (fp32 masters): resume is bit-exact too (the formats' bf16 weights are re-rounded
 // from the loaded masters), and the losses follow fp32's closely without being fp32's: within 2e-3
 // over 8 steps (measured: at most 1e-4). A bf16 copy left stale anywhere — the first step's

@@ -157,9 +157,9 @@ void check_hf_gpt2_exportable(const ModelConfig& c) {
                "model.moe.experts = {} cannot be exported in the Hugging Face GPT-2 format: "
                "GPT2LMHeadModel has no mixture-of-experts MLP; only dense models can be exported",
                c.moe.experts);
-  FRUGAL_CHECK(!c.gated(),
+  FRUGAL_CHECK(c.mlp == MlpKind::Gelu,
                "model.mlp = \"{}\" cannot be exported in the Hugging Face GPT-2 format: "
-               "GPT2LMHeadModel has no gated MLP; only models with model.mlp = \"gelu\" can be exported",
+               "GPT2LMHeadModel's MLP is GELU, ungated; only models with model.mlp = \"gelu\" can be exported",
                mlp_kind_name(c.mlp));
   FRUGAL_CHECK(c.norm == NormPlacement::Pre,
                "model.norm = \"post\" cannot be exported in the Hugging Face GPT-2 format: "

@@ -62,6 +62,7 @@ using Elementwise = Family<&KernelTables::elementwise>;
 using LmHead = Family<&KernelTables::lm_head>;
 using Adamw = Family<&KernelTables::adamw>;
 using Moe = Family<&KernelTables::moe>;
+using NewtonSchulz = Family<&KernelTables::newton_schulz>;
 
 }  // namespace
 
@@ -79,6 +80,7 @@ Isa set_kernel_isa(Isa isa) {
   Elementwise::set(isa, "elementwise");
   LmHead::set(isa, "lm_head");
   Moe::set(isa, "moe");
+  NewtonSchulz::set(isa, "newton_schulz");
   return Adamw::set(isa, "adamw");
 }
 
@@ -209,6 +211,10 @@ void gelu_forward(float* out, const float* inp, size_t n) {
 void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
   Activations::table().gelu_backward(dinp, dout, inp, n);
 }
+void relu2_forward(float* out, const float* inp, size_t n) { Activations::table().relu2_forward(out, inp, n); }
+void relu2_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+  Activations::table().relu2_backward(dinp, dout, inp, n);
+}
 void gated_forward(float* out, const float* gate, const float* up, size_t n, GateAct act) {
   Activations::table().gated_forward(out, gate, up, n, act);
 }
@@ -264,6 +270,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
                   bool decay) {
   Adamw::table().update(p, g, m, v, n, s, decay);
 }
+
+void newton_schulz(float* x, int R, int C, int steps) { NewtonSchulz::table().orthogonalise(x, R, C, steps); }
 
 void moe_router_forward(float* probs, float* lse, int32_t* expert, float* weight, const float* logits,
                         const float* bias, int N, int E, int k) {

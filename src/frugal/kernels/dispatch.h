@@ -72,6 +72,8 @@ struct ActivationsKernels {
   decltype(&kernels::gelu_backward) gelu_backward;
   decltype(&kernels::gated_forward) gated_forward;
   decltype(&kernels::gated_backward) gated_backward;
+  decltype(&kernels::relu2_forward) relu2_forward;
+  decltype(&kernels::relu2_backward) relu2_backward;
 };
 struct ElementwiseKernels {
   decltype(&kernels::residual_forward) residual_forward;
@@ -101,6 +103,9 @@ struct MoeKernels {
 struct AdamwKernels {
   decltype(&kernels::adamw_update) update;
 };
+struct NewtonSchulzKernels {
+  decltype(&kernels::newton_schulz) orthogonalise;
+};
 
 // Every family's table for one (device, instruction set, element type). The members point to
 // tables with static storage, so a KernelTables is constant-initialised.
@@ -120,6 +125,7 @@ struct KernelTables {
   const LmHeadKernels* lm_head;
   const AdamwKernels* adamw;
   const MoeKernels* moe;
+  const NewtonSchulzKernels* newton_schulz;
 };
 
 // The CPU backend's tables for `isa` (Ref, Avx2 or Avx512; kernels/cpu/cpu_backend.cpp).

@@ -177,6 +177,10 @@ void attention_decode(float* out, const float* q, const float* k_cache, const fl
 void gelu_forward(float* out, const float* inp, size_t n);
 // dinp (n) = dout * gelu'(inp)
 void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n);
+// ReLU² (the modded-nanogpt MLP): out (n) = max(inp, 0)²
+void relu2_forward(float* out, const float* inp, size_t n);
+// dinp (n) = dout * 2·max(inp, 0)
+void relu2_backward(float* dinp, const float* dout, const float* inp, size_t n);
 // out (n) = act(gate) * up  (GEGLU: act = gelu-tanh, SwiGLU: act = silu)
 void gated_forward(float* out, const float* gate, const float* up, size_t n, GateAct act);
 // dgate (n) =, dup (n) =
@@ -299,5 +303,15 @@ struct AdamWStep {
 // Decoupled decay p -= lr * wd * p is applied only when `decay` is true.
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay);
+
+// ---- newton_schulz: Muon's orthogonalisation of an update matrix (optim/muon.h) ----
+// The quintic Newton–Schulz iteration's coefficients (Keller Jordan's Muon): chosen for the
+// steepest slope at zero, so singular values end near 1 (about 0.7 to 1.2), not exactly at 1.
+inline constexpr float kNewtonSchulzA = 3.4445f, kNewtonSchulzB = -4.7750f, kNewtonSchulzC = 2.0315f;
+// x (R,C) ← an approximation of U·Vᵀ where x = U·S·Vᵀ (its orthogonal polar factor):
+// x /= ‖x‖_F + 1e-7, then `steps` times x = a·x + (b·A + c·A²)·x with A = x·xᵀ (R ≤ C), or for
+// R > C the same on xᵀ, i.e. x = a·x + x·(b·A + c·A²) with A = xᵀ·x (the Gram matrix is always
+// min(R,C)²). ‖x‖_F is summed in double; everything else in fp32.
+void newton_schulz(float* x, int R, int C, int steps);
 
 }  // namespace frugal::kernels

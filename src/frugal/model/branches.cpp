@@ -75,7 +75,7 @@ void Attention::declare(ModelSpec& spec, const std::string& prefix, int layer) {
   declare_linear(spec, prefix + kQkv, layer, 3 * C, C, Parallel::Column, {F::Qkv, F::Residual},
                  Init::Normal, 3);
   declare_linear(spec, prefix + kAttnProj, layer, C, C, Parallel::Row, {F::Residual, F::Residual},
-                 Init::ResidualNormal);
+                 projection_init(spec.config()));
 }
 
 void Attention::lay_out(const LocalSizes& s, double N, const Take& take, Acts& a) {
@@ -152,6 +152,8 @@ void Attention::add_flops(int B, int T, bool runs, bool trains, ComponentFlops& 
 void mlp_activation_forward(MlpKind kind, float* act, const float* gate, const float* fc, size_t n) {
   if (kind == MlpKind::Gelu)
     k::gelu_forward(act, fc, n);
+  else if (kind == MlpKind::Relu2)
+    k::relu2_forward(act, fc, n);
   else
     k::gated_forward(act, gate, fc, n, kind == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
 }
@@ -160,6 +162,8 @@ void mlp_activation_backward(MlpKind kind, float* dgate, float* dfc, const float
                              const float* fc, size_t n) {
   if (kind == MlpKind::Gelu)
     k::gelu_backward(dfc, dact, fc, n);
+  else if (kind == MlpKind::Relu2)
+    k::relu2_backward(dfc, dact, fc, n);
   else
     k::gated_backward(dgate, dfc, dact, gate, fc, n, kind == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
 }
@@ -171,7 +175,7 @@ void DenseMlp::declare(ModelSpec& spec, const std::string& prefix, int layer, in
   if (spec.config().gated())
     declare_linear(spec, prefix + kGate, layer, H, C, Parallel::Column, {F::Hidden, F::Residual});
   declare_linear(spec, prefix + kMlpProj, layer, C, H, Parallel::Row, {F::Residual, F::Hidden},
-                 Init::ResidualNormal);
+                 projection_init(spec.config()));
 }
 
 DenseMlp::DenseMlp(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
@@ -184,7 +188,7 @@ DenseMlp::DenseMlp(const ModelConfig& config, const LocalSizes& sizes, const std
 
 void DenseMlp::lay_out(double N, const Take& take, Acts& a) const {
   a[Fc] = take(N * hidden_);
-  a[Gate] = kind_ != MlpKind::Gelu ? take(N * hidden_) : nullptr;
+  a[Gate] = config_gated(kind_) ? take(N * hidden_) : nullptr;
   a[Act] = take(N * hidden_);
 }
 

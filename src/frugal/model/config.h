@@ -5,10 +5,12 @@
 
 namespace frugal {
 
-enum class MlpKind { Gelu, Geglu, Swiglu };
+enum class MlpKind { Gelu, Geglu, Swiglu, Relu2 };
 
 const char* mlp_kind_name(MlpKind kind);
-MlpKind parse_mlp_kind(const std::string& name);  // "gelu" | "geglu" | "swiglu"; throws otherwise
+// Whether the MLP has a gate projection (GEGLU, SwiGLU).
+inline bool config_gated(MlpKind kind) { return kind == MlpKind::Geglu || kind == MlpKind::Swiglu; }
+MlpKind parse_mlp_kind(const std::string& name);  // "gelu" | "geglu" | "swiglu" | "relu2"; throws otherwise
 
 // Where a block's LayerNorms sit: before each branch, on its input (GPT-2), or after each residual
 // sum (the original Transformer, BERT, RoBERTa).
@@ -49,12 +51,15 @@ struct ModelConfig {
   float dropout = 0.0f;   // on attention output and MLP output (residual branches)
   float layernorm_eps = 1e-5f;
   float init_std = 0.02f;
+  // The residual branches' output projections (attention's, the MLP's, the experts') start at zero
+  // instead of N(0, init_std / √(2L)): every block starts as the identity (modded-nanogpt's recipe).
+  bool zero_init_proj = false;
   MoeConfig moe;
 
   int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
   int head_size() const { return n_embd / n_head; }
   int ffn_hidden() const { return ffn_mult * n_embd; }
-  bool gated() const { return mlp != MlpKind::Gelu; }
+  bool gated() const { return config_gated(mlp); }
   int expert_hidden() const { return moe.hidden > 0 ? moe.hidden : ffn_hidden(); }
   // Throws frugal::Error naming the offending field and the accepted range.
   void validate() const;

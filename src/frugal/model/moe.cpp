@@ -126,7 +126,7 @@ void MoeMlp::declare(ModelSpec& spec, const std::string& prefix, int layer) {
             .init = Init::Zeros});
   declare_expert_linear(spec, prefix + kFc, layer, E, H, C);
   if (c.gated()) declare_expert_linear(spec, prefix + kGate, layer, E, H, C);
-  declare_expert_linear(spec, prefix + kProj, layer, E, C, H, Init::ResidualNormal);
+  declare_expert_linear(spec, prefix + kProj, layer, E, C, H, projection_init(c));
   if (c.moe.shared_expert) DenseMlp::declare(spec, prefix + kShared, layer, H);
 }
 
@@ -166,7 +166,7 @@ void MoeMlp::lay_out(double N, const Take& take, Acts& a) const {
   a[Src] = take(R);
   a[Xp] = take(R * C_);
   a[Fc] = take(R * H);
-  a[Gate] = kind_ != MlpKind::Gelu ? take(R * H) : nullptr;
+  a[Gate] = config_gated(kind_) ? take(R * H) : nullptr;
   a[Act] = take(R * H);
   a[Yp] = take(R * C_);
   if (shared_) {
@@ -182,7 +182,7 @@ void MoeMlp::lay_out_scratch(double N, const Take& take, Scratch& s) const {
   s[DWeight] = take(R);
   s[DYp] = take(R * C_);
   s[DFc] = take(R * H);
-  s[DGate] = kind_ != MlpKind::Gelu ? take(R * H) : nullptr;
+  s[DGate] = config_gated(kind_) ? take(R * H) : nullptr;
   s[DAct] = take(R * H);
   s[DXp] = take(R * C_);
   if (shared_) {
@@ -294,7 +294,7 @@ void MoeMlp::backward(const float* params, float* grads, const Acts& a, const fl
 
 void MoeMlp::add_flops(double N, bool runs, bool trains, ComponentFlops& f) const {
   const double R = N * k_, H = hidden_, C = C_;
-  const int per_row = kind_ != MlpKind::Gelu ? 3 : 2;  // fc (and gate) and proj, 2·H·C each
+  const int per_row = config_gated(kind_) ? 3 : 2;  // fc (and gate) and proj, 2·H·C each
   add_product_flops(2 * N * experts_ * C, runs, trains, f);
   add_product_flops(per_row * 2 * R * H * C, runs, trains, f);
   if (shared_) shared_->add_flops(N, runs, trains, f);

@@ -17,7 +17,8 @@ void CausalLmHead::declare(ModelSpec& spec) {
   if (!c.tied_head)
     spec.add({.name = "lm_head.weight", .shape = {c.padded_vocab(), c.n_embd},
               .placement = Placement::sharded(0), .role = ParamRole::Weight, .layer = c.n_layer,
-              .used_rows = c.vocab_size, .features = {Features::None, Features::Residual}});
+              .used_rows = c.vocab_size, .features = {Features::None, Features::Residual},
+              .untied_head = true});
 }
 
 CausalLmHead::CausalLmHead(const ModelConfig& config, const ParamTable& table)

@@ -14,6 +14,7 @@ const char* mlp_kind_name(MlpKind kind) {
     case MlpKind::Gelu: return "gelu";
     case MlpKind::Geglu: return "geglu";
     case MlpKind::Swiglu: return "swiglu";
+    case MlpKind::Relu2: return "relu2";
   }
   return "?";
 }
@@ -22,7 +23,8 @@ MlpKind parse_mlp_kind(const std::string& name) {
   if (name == "gelu") return MlpKind::Gelu;
   if (name == "geglu") return MlpKind::Geglu;
   if (name == "swiglu") return MlpKind::Swiglu;
-  fail("model.mlp = \"{}\" is not a known MLP; use \"gelu\", \"geglu\" or \"swiglu\"", name);
+  if (name == "relu2") return MlpKind::Relu2;
+  fail("model.mlp = \"{}\" is not a known MLP; use \"gelu\", \"geglu\", \"swiglu\" or \"relu2\"", name);
 }
 
 const char* norm_placement_name(NormPlacement norm) { return norm == NormPlacement::Pre ? "pre" : "post"; }

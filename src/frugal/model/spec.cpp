@@ -87,7 +87,7 @@ void declare_linear(ModelSpec& spec, const std::string& prefix, int layer, int64
   spec.add({.name = prefix + ".weight", .shape = {oc, ic},
             .placement = Placement::sharded(column ? 0 : 1, column ? parts : 1),
             .role = ParamRole::Weight, .layer = layer, .init = init, .hf_conv1d = true,
-            .features = features});
+            .features = features, .hidden_matrix = true});
   if (spec.config().bias)
     spec.add({.name = prefix + ".bias", .shape = {oc},
               .placement = column ? Placement::sharded(0, parts) : Placement::replicated(),
@@ -98,7 +98,7 @@ void declare_linear(ModelSpec& spec, const std::string& prefix, int layer, int64
 void declare_expert_linear(ModelSpec& spec, const std::string& prefix, int layer, int64_t experts,
                            int64_t oc, int64_t ic, Init init) {
   spec.add({.name = prefix + ".weight", .shape = {experts, oc, ic}, .role = ParamRole::Weight,
-            .layer = layer, .init = init, .experts = experts});
+            .layer = layer, .init = init, .experts = experts, .hidden_matrix = true});
   if (spec.config().bias)
     spec.add({.name = prefix + ".bias", .shape = {experts, oc}, .role = ParamRole::Bias, .layer = layer,
               .init = Init::Zeros, .experts = experts});

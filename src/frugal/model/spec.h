@@ -62,6 +62,11 @@ struct LocalSizes {
 // How a tensor is initialised: zeros, ones, N(0, init_std), or N(0, init_std / sqrt(2 L)) for the
 // projections that write into the residual stream (GPT-2's scaling).
 enum class Init { Zeros, Ones, Normal, ResidualNormal };
+// The initialisation of the residual branches' output projections: ResidualNormal, or Zeros with
+// config.zero_init_proj.
+inline Init projection_init(const ModelConfig& config) {
+  return config.zero_init_proj ? Init::Zeros : Init::ResidualNormal;
+}
 
 // What an axis of a tensor indexes, for code that maps tensors between model widths (the
 // multilevel operators): the residual stream (C), the MLP hidden units (H), the q|k|v rows of the
@@ -80,6 +85,11 @@ struct TensorSpec {
   bool hf_conv1d = false;      // Hugging Face GPT-2 stores it as a Conv1D: (IC, OC)
   int64_t experts = 0;         // axis 0 indexes a mixture's experts, of which top_k run per token
   std::array<Features, 2> features{};  // of axes 0 and 1 (None past the rank)
+  // A hidden weight matrix: a block linear's (OC, IC), or each expert's of an (E, OC, IC) tensor —
+  // what Muon orthogonalises (optim/muon.h); embeddings, the head, routers, norms and biases are not.
+  bool hidden_matrix = false;
+  // The untied LM head (optim.head_lr gives it its own learning rate).
+  bool untied_head = false;
 
   // The shape this rank holds; throws Error when the split axis does not divide by the group.
   std::vector<int64_t> local_shape(const ShardCoord& shard) const;

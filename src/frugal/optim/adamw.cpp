@@ -13,6 +13,16 @@ namespace frugal {
 float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps) {
   if (step < c.warmup_steps) return c.lr * static_cast<float>(step + 1) / static_cast<float>(c.warmup_steps);
   if (step >= max_steps) return c.min_lr;
+  if (c.schedule == ScheduleKind::Wsd) {
+    const int64_t decay_steps = std::llround(double(c.decay_fraction) * double(max_steps));
+    const int64_t decay_begin = std::max<int64_t>(c.warmup_steps, max_steps - decay_steps);
+    if (step < decay_begin) return c.lr;
+    const double progress = double(step - decay_begin) / double(max_steps - decay_begin);  // [0, 1)
+    const double left = c.decay_shape == DecayShape::Linear   ? 1.0 - progress
+                        : c.decay_shape == DecayShape::Cosine ? 0.5 * (1.0 + std::cos(M_PI * progress))
+                                                              : 1.0 - std::sqrt(progress);
+    return static_cast<float>(c.min_lr + left * (c.lr - c.min_lr));
+  }
   const double progress = static_cast<double>(step - c.warmup_steps) /
                           static_cast<double>(std::max<int64_t>(1, max_steps - c.warmup_steps));
   const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
@@ -71,7 +81,16 @@ void AdamW::update(float* params, const float* grads, size_t begin, float lr, si
     const size_t b = std::max(e.offset, lo), e_end = std::min(e.offset + e.numel, hi);
     if (b >= e_end) continue;
     const size_t o = b - shard_begin_;
-    kernels::adamw_update(params + b, grads + b, m_.data() + o, v_.data() + o, e_end - b, s, e.decays());
+    if (const MuonMatrices muon = config_.muon.enabled ? muon_matrices(e) : MuonMatrices{}; muon.count > 0) {
+      FRUGAL_CHECK(b == e.offset && e_end == e.offset + e.numel, "internal: the optimizer shard [{}, {}) cuts "
+                   "the Muon matrix {}", shard_begin_, shard_end_, e.name);
+      muon_update(params + b, grads + b, m_.data() + o, muon, config_.muon, lr * config_.muon.lr / config_.lr,
+                  muon_scratch_);
+      continue;
+    }
+    kernels::AdamWStep tensor_step = s;
+    if (e.untied_head && config_.head_lr > 0) tensor_step.lr = lr * config_.head_lr / config_.lr;
+    kernels::adamw_update(params + b, grads + b, m_.data() + o, v_.data() + o, e_end - b, tensor_step, e.decays());
   }
 }
 

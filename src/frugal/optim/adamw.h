@@ -1,14 +1,25 @@
 // AdamW over the flat parameter buffer (PyTorch semantics, decoupled weight decay on 2-D tensors
-// only), global gradient-norm clipping, and the warm-up + cosine learning-rate schedule.
+// only), global gradient-norm clipping, and the warm-up + cosine learning-rate schedule. With
+// config.muon.enabled the same object is the session's two-group optimizer: Muon (optim/muon.h) for
+// the hidden weight matrices, AdamW for every other tensor, the Muon momentum kept in m at the
+// matrices' offsets (their v stays zero).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "frugal/core/memory.h"
 #include "frugal/kernels/ops.h"
 #include "frugal/model/param_table.h"
+#include "frugal/optim/muon.h"
 
 namespace frugal {
+
+// The learning rate's shape after the warm-up: a cosine from lr to min_lr over the remaining
+// steps, or warm-up–stable–decay (a trapezoid: lr until the last decay_fraction of the steps, then
+// down to min_lr along decay_shape).
+enum class ScheduleKind { Cosine, Wsd };
+enum class DecayShape { Linear, Cosine, Sqrt };  // Sqrt: 1 − √progress
 
 struct AdamWConfig {
   float lr = 6e-4f;
@@ -16,13 +27,20 @@ struct AdamWConfig {
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float eps = 1e-8f;
+  float head_lr = 0.0f;  // the untied head's peak rate, scheduled like lr; 0: lr
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // global L2 norm; <= 0 disables clipping
   int warmup_steps = 100;
+  ScheduleKind schedule = ScheduleKind::Cosine;
+  float decay_fraction = 0.2f;  // Wsd: the share of max_steps the decay takes
+  DecayShape decay_shape = DecayShape::Linear;
+  MuonConfig muon;  // enabled: Muon for the hidden matrices; its lr follows the schedule's lr / this lr
 };
 
-// Linear warm-up from lr/warmup to lr over `warmup_steps`, then cosine decay to min_lr at
-// `max_steps` (step is 0-based; constant min_lr after max_steps).
+// Linear warm-up from lr/warmup to lr over `warmup_steps`, then the schedule's decay to min_lr at
+// `max_steps` (step is 0-based; constant min_lr after max_steps): cosine over the steps after the
+// warm-up, or (Wsd) constant lr until max(warmup_steps, max_steps − round(decay_fraction ·
+// max_steps)), then decay_shape down to min_lr.
 float lr_at(const AdamWConfig& c, int64_t step, int64_t max_steps);
 
 class AdamW {
@@ -51,7 +69,8 @@ class AdamW {
   // clip_to(grad_norm of grads[begin, total)); returns that norm, the one before clipping.
   float clip(float* grads, size_t begin) const;
   // One AdamW step with learning rate lr on the parameters in [begin, end) (end 0: the total)
-  // within the shard: a pipeline stage updates its own slice of the buffer.
+  // within the shard: a pipeline stage updates its own slice of the buffer. With Muon, its matrices
+  // take a Muon step at lr · muon.lr / config.lr; a shard must hold each of them whole or not at all.
   void update(float* params, const float* grads, size_t begin, float lr, size_t end = 0);
 
   const AdamWConfig& config() const { return config_; }
@@ -76,6 +95,7 @@ class AdamW {
   AdamWConfig config_;
   size_t shard_begin_, shard_end_;
   Buffer<float> m_, v_;
+  std::vector<float> muon_scratch_;
   int64_t t_ = 0;
 };
 

@@ -16,10 +16,18 @@ namespace {
 
 // Rank r's ZeRO shard begins at bounds[r]: N nearly equal pieces of the flat buffer, cut at
 // multiples of 16 floats (the parameter table aligns every tensor so, so a shard's part of the
-// gradient-norm stream is whole groups of 8).
-std::vector<size_t> shard_bounds_of(size_t total, int ranks) {
+// gradient-norm stream is whole groups of 8). With Muon, a cut inside a Muon matrix moves to the
+// matrix's start, so each rank orthogonalises whole matrices it owns (AdamW's element-wise update
+// can be cut anywhere).
+std::vector<size_t> shard_bounds_of(const ParamTable& table, int ranks, bool muon) {
+  const size_t total = table.total();
   std::vector<size_t> bounds(ranks + 1);
-  for (int r = 0; r < ranks; ++r) bounds[r] = total * r / ranks / 16 * 16;
+  for (int r = 0; r < ranks; ++r) {
+    bounds[r] = total * r / ranks / 16 * 16;
+    if (muon)
+      for (const ParamInfo& e : table.entries())
+        if (muon_matrices(e).count > 0 && e.offset < bounds[r] && bounds[r] < e.offset + e.numel) bounds[r] = e.offset;
+  }
   bounds[ranks] = total;
   return bounds;
 }
@@ -39,7 +47,7 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
                  "which data parallelism does not follow yet; run it in one process (without "
                  "mpirun)", method->name());
   }
-  shards_ = shard_bounds_of(session.model().num_floats(), world.size());
+  shards_ = shard_bounds_of(session.model().table(), world.size(), settings.optim.muon.enabled);
   if (zero_ >= 1) session.shard_optimizer(shards_[replica()], shards_[replica() + 1]);
   // ZeRO-2 releases the other shards' gradient pages every step (GradientReducer) and takes them
   // again in the next backward: in huge pages, that costs 512 times fewer page faults.
@@ -82,7 +90,7 @@ void DataParallelStep::reset_gradients() {
 
 void DataParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
                                          StepResult& r) {
-  const int A = settings_.train.grad_accum, N = world_.size(), rank = replica();
+  const int A = settings_.train.accum_at(step), N = world_.size(), rank = replica();
   const int count = N * A;  // micro-batches in the step, over all ranks
   GPT& model = session_.model();
   const size_t begin = model.trainable_begin(), total = model.num_floats();

@@ -28,7 +28,7 @@ class DataParallelStep final : public StepStrategy {
   DataParallelStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);
   ~DataParallelStep() override;
   const char* name() const override;
-  double tokens_per_step() const override { return StepStrategy::tokens_per_step() * world_.size(); }
+  double tokens_per_step(int64_t step) const override { return StepStrategy::tokens_per_step(step) * world_.size(); }
   // ZeRO-2: this rank's shard (the rest of the buffer takes memory only while reduced).
   size_t resident_gradient_bytes() const override;
 

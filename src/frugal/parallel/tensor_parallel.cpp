@@ -163,7 +163,7 @@ void TensorParallelStep::begin_context(TrainContext& ctx) {
 void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
                                            StepResult& r) {
   const Timer timer;
-  const int A = settings_.train.grad_accum, D = replicas(), d = replica();
+  const int A = settings_.train.accum_at(step), D = replicas(), d = replica();
   const int count = D * A;  // micro-batches in the step, over the replicas
   // The global batch in one-process order: replica d's are d·A .. d·A + A − 1; the others' are
   // drawn and dropped, so every rank's loader stays at the same position.

@@ -69,7 +69,7 @@ class TensorParallelStep final : public StepStrategy {
   TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);
   ~TensorParallelStep() override;
   const char* name() const override { return name_.c_str(); }
-  double tokens_per_step() const override { return StepStrategy::tokens_per_step() * replicas(); }
+  double tokens_per_step(int64_t step) const override { return StepStrategy::tokens_per_step(step) * replicas(); }
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   void synchronize() override;
 

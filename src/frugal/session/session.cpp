@@ -27,9 +27,7 @@ void copy_same_shaped_tensors(const NamedTensors& from, const NamedTensors& to) 
 Session::Session(const SessionOptions& options) : Session(options, BlockRange::whole(options.model)) {}
 
 Session::Session(const SessionOptions& options, const BlockRange& range) : options_(options) {
-  const AdamWConfig optim = options.optim;
-  const int64_t max_steps = options.max_steps;
-  schedule_ = [optim, max_steps](int64_t step) { return lr_at(optim, step, max_steps); };
+  set_default_schedule(options.max_steps);
   model_ = std::make_unique<GPT>(options.model, range);
   model_->set_linear_dtype(options.linear_dtype);
   plan(*model_);
@@ -46,6 +44,16 @@ float Session::lr(int64_t step) const { return static_cast<float>(schedule_(step
 void Session::scale_lr(double factor) {
   FRUGAL_CHECK(factor > 0, "internal: learning-rate scale factor {} must be positive", factor);
   lr_scale_ *= factor;
+}
+
+void Session::set_default_schedule(int64_t max_steps) {
+  schedule_ = [optim = options_.optim, max_steps](int64_t step) { return lr_at(optim, step, max_steps); };
+}
+
+void Session::set_budget_steps(int64_t steps) {
+  FRUGAL_CHECK(steps >= 1, "internal: a time budget of {} steps", steps);
+  budget_steps_ = steps;
+  set_default_schedule(steps);
 }
 
 void Session::set_lr_schedule(LrSchedule schedule) {
@@ -96,12 +104,15 @@ void Session::shard_optimizer(size_t begin, size_t end) {
 }
 
 nlohmann::json Session::save_state() const {
-  return {{"lr_scale", lr_scale_}, {"reshapes", reshapes_}};
+  nlohmann::json state{{"lr_scale", lr_scale_}, {"reshapes", reshapes_}};
+  if (budget_steps_) state["budget_steps"] = *budget_steps_;
+  return state;
 }
 
 void Session::load_state(const nlohmann::json& state) {
   lr_scale_ = state.at("lr_scale").get<double>();
   reshapes_ = state.at("reshapes").get<int64_t>();
+  if (state.contains("budget_steps")) set_budget_steps(state.at("budget_steps").get<int64_t>());
 }
 
 }  // namespace frugal

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -87,6 +88,11 @@ class Session {
   // Multiplies every later learning rate by `factor` (> 0); the scale is saved with the session.
   void scale_lr(double factor);
   double lr_scale() const { return lr_scale_; }
+  // A time budget's horizon (train.budget = "seconds"): from now on the default schedule runs over
+  // `steps` steps instead of SessionOptions::max_steps. Saved with the session, so a resume keeps
+  // it; budget_steps() is empty until it is set.
+  void set_budget_steps(int64_t steps);
+  std::optional<int64_t> budget_steps() const { return budget_steps_; }
   // Replaces the schedule (the scale still applies). A function is not saved in checkpoints: a
   // method that replaces it installs it again at FitStart, which follows a resume.
   void set_lr_schedule(LrSchedule schedule);
@@ -111,12 +117,13 @@ class Session {
   // How many reshapes this session (and the run it continues) went through.
   int64_t reshapes() const { return reshapes_; }
 
-  // What the checkpoint must keep to resume: the LR scale and the reshape count. (The model's
-  // current config is stored with its weights.)
+  // What the checkpoint must keep to resume: the LR scale, the reshape count and the time budget's
+  // horizon once set. (The model's current config is stored with its weights.)
   nlohmann::json save_state() const;
   void load_state(const nlohmann::json& state);
 
  private:
+  void set_default_schedule(int64_t max_steps);  // warm-up + the optim config's decay (lr_at) over max_steps
   void plan(GPT& model) const;  // the activation plan of the options' (B, T) and recompute policy
   // Replaces the model by one of `config` holding `range` (tensor_'s shard of it), filled by `map`
   // (without `moments`, the map sees none and the new optimizer's stay zero); the frozen prefix
@@ -131,6 +138,7 @@ class Session {
   LrSchedule schedule_;
   double lr_scale_ = 1.0;
   int64_t reshapes_ = 0;
+  std::optional<int64_t> budget_steps_;
 };
 
 }  // namespace frugal

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "frugal/core/error.h"
@@ -26,13 +27,16 @@ io::ConfigSchema run_schema() {
       .add_int("model.n_head", m.n_head, "attention heads (n_embd must be a multiple)", Range::at_least(1))
       .add_int("model.n_embd", m.n_embd, "model width C (a multiple of 8 and of n_head)", Range::at_least(8))
       .add_int("model.ffn_mult", m.ffn_mult, "MLP hidden width as a multiple of n_embd", Range::at_least(1))
-      .add_string("model.mlp", "gelu", "MLP kind", {"gelu", "geglu", "swiglu"})
+      .add_string("model.mlp", "gelu", "MLP kind: GELU, the gated GEGLU / SwiGLU, or relu2 (max(x, 0)², not gated)",
+                  {"gelu", "geglu", "swiglu", "relu2"})
       .add_string("model.norm", "pre", "LayerNorms before each block branch (GPT-2) or after each residual sum (BERT)", {"pre", "post"})
       .add_bool("model.tied_head", m.tied_head, "LM head shares the token embedding")
       .add_bool("model.bias", m.bias, "biases in linears and LayerNorms")
       .add_float("model.dropout", io::decimal_value(m.dropout), "dropout on the residual branches", Range::half_open(0, 1))
       .add_float("model.layernorm_eps", io::decimal_value(m.layernorm_eps), "LayerNorm epsilon", Range::above(0))
       .add_float("model.init_std", io::decimal_value(m.init_std), "std of the normal weight initialisation", Range::above(0))
+      .add_bool("model.zero_init_proj", m.zero_init_proj, "the output projections of attention and MLP (and "
+                "experts) start at zero: every block starts as the identity")
       .add_int("model.moe.experts", m.moe.experts, "experts of a mixture-of-experts MLP (model/moe.h); 0: dense MLPs", Range::at_least(0))
       .add_int("model.moe.top_k", m.moe.top_k, "experts each token is routed to (combine weights renormalised over them)", Range::at_least(2))
       .add_int("model.moe.every", m.moe.every, "the mixture of experts replaces the MLP of blocks l with (l + 1) % every == 0", Range::at_least(1))
@@ -42,14 +46,36 @@ io::ConfigSchema run_schema() {
       .add_float("model.moe.z_loss_coef", io::decimal_value(m.moe.z_loss_coef), "coefficient of the router z-loss", Range::at_least(0))
       .add_float("model.moe.bias_rate", io::decimal_value(m.moe.bias_rate), "auxiliary-loss-free balancing: the per-expert bias step after each optimizer step; 0: off", Range::at_least(0));
   AdamWConfig o;
-  s.add_float("optim.lr", io::decimal_value(o.lr), "peak learning rate", Range::above(0))
+  s.add_string("optim.name", "adamw", "optimizer: \"adamw\" for every tensor, or \"muon\": Muon (momentum + "
+               "Newton–Schulz orthogonalised updates, docs/optim.md) for the blocks' hidden weight matrices and "
+               "AdamW (the optim.* keys below) for embeddings, head, routers, LayerNorm gains and biases",
+               {"adamw", "muon"})
+      .add_float("optim.lr", io::decimal_value(o.lr), "peak learning rate", Range::above(0))
       .add_float("optim.min_lr", io::decimal_value(o.min_lr), "learning rate at the end of the cosine decay", Range::at_least(0))
       .add_float("optim.beta1", io::decimal_value(o.beta1), "AdamW beta1", Range::half_open(0, 1))
       .add_float("optim.beta2", io::decimal_value(o.beta2), "AdamW beta2", Range::half_open(0, 1))
       .add_float("optim.eps", io::decimal_value(o.eps), "AdamW epsilon", Range::above(0))
+      .add_float("optim.head_lr", io::decimal_value(o.head_lr), "peak learning rate of the untied LM head "
+                 "(model.tied_head = false), scheduled like optim.lr; 0: optim.lr", Range::at_least(0))
       .add_float("optim.weight_decay", io::decimal_value(o.weight_decay), "decoupled weight decay on 2-D tensors", Range::at_least(0))
       .add_float("optim.grad_clip", io::decimal_value(o.grad_clip), "global gradient-norm clip; 0 disables", Range::at_least(0))
-      .add_int("optim.warmup_steps", o.warmup_steps, "linear warm-up steps", Range::at_least(0));
+      .add_int("optim.warmup_steps", o.warmup_steps, "linear warm-up steps", Range::at_least(0))
+      .add_string("optim.schedule", "cosine", "the learning rate after the warm-up: \"cosine\" down to optim.min_lr "
+                  "at the end, or \"wsd\" (warm-up–stable–decay: optim.lr until the last optim.decay_fraction of "
+                  "the steps, then optim.decay_shape down to optim.min_lr)", {"cosine", "wsd"})
+      .add_float("optim.decay_fraction", io::decimal_value(o.decay_fraction), "wsd: the share of the steps the "
+                 "final decay takes", Range::closed(0, 1))
+      .add_string("optim.decay_shape", "linear", "wsd: the decay's shape over its progress p: \"linear\" (1 − p), "
+                  "\"cosine\" ((1 + cos πp) / 2) or \"sqrt\" (1 − √p)", {"linear", "cosine", "sqrt"})
+      .add_float("optim.muon.lr", io::decimal_value(o.muon.lr), "Muon's peak learning rate (optim.name = \"muon\"); "
+                 "the schedule scales it by the same factor as optim.lr", Range::above(0))
+      .add_float("optim.muon.momentum", io::decimal_value(o.muon.momentum), "Muon's momentum β: buffer = β·buffer + (1 − β)·gradient",
+                 Range::half_open(0, 1))
+      .add_bool("optim.muon.nesterov", o.muon.nesterov, "orthogonalise (1 − β)·gradient + β·buffer (Nesterov) "
+                "instead of the buffer")
+      .add_int("optim.muon.ns_steps", o.muon.ns_steps, "Newton–Schulz iterations per update", Range::closed(1, 20))
+      .add_float("optim.muon.weight_decay", io::decimal_value(o.muon.weight_decay), "Muon's decoupled weight "
+                 "decay: W ← (1 − lr·wd)·W", Range::at_least(0));
   TrainSettings t;
   s.add_string("data.dir", "", "data directory: written by `frugal prepare` (manifest.json, shards/, frugal_tokenizer.json; or an earlier version's train.bin, val.bin), or of nanoGPT/llm.c token files (*train*.bin, *val*.bin; set data.tokenizer)")
       .add_strings("data.val", {}, "more validation sets, each evaluated at every eval and logged as val_loss/NAME and val_bpb/NAME: \"NAME=DIR\" or \"DIR\" (NAME: its last path component), DIR a data directory whose val split is read (same vocabulary as data.dir); data.dir's own is always evaluated, as val_loss")
@@ -58,8 +84,19 @@ io::ConfigSchema run_schema() {
       .add_int("train.batch_size", t.batch_size, "sequences per micro-batch (B)", Range::at_least(1))
       .add_int("train.seq_len", t.seq_len, "tokens per sequence (T); 0 uses model.block_size", Range::at_least(0))
       .add_int("train.grad_accum", t.grad_accum, "micro-batches per optimizer step", Range::at_least(1))
+      .add_int("train.batch_warmup_steps", t.batch_warmup_steps, "batch-size warm-up: the micro-batches of step s "
+               "rise linearly, train.batch_warmup_start + ⌊(train.grad_accum − start)·s / steps⌋, reaching "
+               "train.grad_accum at this step; 0: off", Range::at_least(0))
+      .add_int("train.batch_warmup_start", t.batch_warmup_start, "batch-size warm-up: micro-batches of the first step "
+               "(at most train.grad_accum)", Range::at_least(1))
       .add_int("train.max_steps", t.max_steps, "optimizer steps (the cosine schedule ends here)", Range::at_least(1))
       .add_float("train.max_seconds", t.max_seconds, "stop after this much wall-clock time; 0: no limit", Range::at_least(0))
+      .add_string("train.budget", t.budget, "what the LR schedule spans: \"steps\" (train.max_steps) or \"seconds\" "
+                  "(train.max_seconds of training: after train.budget_probe_steps steps the run fixes its number of "
+                  "steps from their mean time, at most train.max_steps, saves it with its checkpoints and trains "
+                  "exactly that many, decay included; docs/optim.md)", {"steps", "seconds"})
+      .add_int("train.budget_probe_steps", t.budget_probe_steps, "train.budget = \"seconds\": steps timed (after "
+               "the first) to estimate the budget's number of steps", Range::at_least(1))
       .add_int("train.seed", static_cast<int64_t>(t.seed), "seed of initialisation, data order and dropout", Range::at_least(0))
       .add_int("train.threads", t.threads, "threads; 0 uses all cores", Range::at_least(0))
       .add_string("train.recompute", t.recompute,
@@ -134,7 +171,8 @@ SessionOptions session_options(const RunSettings& s) {
   const TrainSettings& t = s.train;
   return {.model = s.model, .optim = s.optim, .batch = t.batch_size, .seq_len = t.seq_len,
           .recompute = [spec = t.recompute](int n_layer) { return recompute_blocks(spec, n_layer); },
-          .max_steps = t.max_steps,
+          // A time budget's steps are unknown until its probe: warm-up, then the schedule at its start.
+          .max_steps = t.budget == "seconds" ? std::numeric_limits<int64_t>::max() / 4 : t.max_steps,
           .linear_dtype = linear_dtype(t)};
 }
 
@@ -193,6 +231,7 @@ RunSettings run_settings(const io::Config& c) {
   m.dropout = static_cast<float>(c.get_float("model.dropout"));
   m.layernorm_eps = static_cast<float>(c.get_float("model.layernorm_eps"));
   m.init_std = static_cast<float>(c.get_float("model.init_std"));
+  m.zero_init_proj = c.get_bool("model.zero_init_proj");
   m.moe.experts = c.get_int32("model.moe.experts");
   m.moe.top_k = c.get_int32("model.moe.top_k");
   m.moe.every = c.get_int32("model.moe.every");
@@ -207,9 +246,20 @@ RunSettings run_settings(const io::Config& c) {
   o.beta1 = static_cast<float>(c.get_float("optim.beta1"));
   o.beta2 = static_cast<float>(c.get_float("optim.beta2"));
   o.eps = static_cast<float>(c.get_float("optim.eps"));
+  o.head_lr = static_cast<float>(c.get_float("optim.head_lr"));
   o.weight_decay = static_cast<float>(c.get_float("optim.weight_decay"));
   o.grad_clip = static_cast<float>(c.get_float("optim.grad_clip"));
   o.warmup_steps = c.get_int32("optim.warmup_steps");
+  o.schedule = c.get_string("optim.schedule") == "wsd" ? ScheduleKind::Wsd : ScheduleKind::Cosine;
+  o.decay_fraction = static_cast<float>(c.get_float("optim.decay_fraction"));
+  const std::string decay = c.get_string("optim.decay_shape");
+  o.decay_shape = decay == "cosine" ? DecayShape::Cosine : decay == "sqrt" ? DecayShape::Sqrt : DecayShape::Linear;
+  o.muon.enabled = c.get_string("optim.name") == "muon";
+  o.muon.lr = static_cast<float>(c.get_float("optim.muon.lr"));
+  o.muon.momentum = static_cast<float>(c.get_float("optim.muon.momentum"));
+  o.muon.nesterov = c.get_bool("optim.muon.nesterov");
+  o.muon.ns_steps = c.get_int32("optim.muon.ns_steps");
+  o.muon.weight_decay = static_cast<float>(c.get_float("optim.muon.weight_decay"));
   TrainSettings& t = r.train;
   t.data_dir = c.get_string("data.dir");
   t.data_tokenizer = c.get_string("data.tokenizer");
@@ -233,8 +283,12 @@ RunSettings run_settings(const io::Config& c) {
   t.seq_len = c.get_int32("train.seq_len");
   if (t.seq_len == 0) t.seq_len = m.block_size;
   t.grad_accum = c.get_int32("train.grad_accum");
+  t.batch_warmup_steps = c.get_int32("train.batch_warmup_steps");
+  t.batch_warmup_start = c.get_int32("train.batch_warmup_start");
   t.max_steps = c.get_int("train.max_steps");
   t.max_seconds = c.get_float("train.max_seconds");
+  t.budget = c.get_string("train.budget");
+  t.budget_probe_steps = c.get_int32("train.budget_probe_steps");
   t.seed = static_cast<uint64_t>(c.get_int("train.seed"));
   t.threads = c.get_int32("train.threads");
   t.recompute = c.get_string("train.recompute");
@@ -271,6 +325,33 @@ RunSettings run_settings(const io::Config& c) {
   LocalSizes::of(shape, {0, par.tensor});    // throws when the heads or hidden units do not divide
   recompute_blocks(t.recompute, m.n_layer);  // throws for a bad block list
   const MethodSet methods = MethodSet::from_config(c);  // each method checks its keys
+  FRUGAL_CHECK(o.head_lr == 0 || !m.tied_head, "optim.head_lr = {} needs an untied head: with model.tied_head "
+               "= true the head is the token embedding; set model.tied_head = false or optim.head_lr = 0", o.head_lr);
+  if (t.batch_warmup_steps > 0) {
+    FRUGAL_CHECK(t.batch_warmup_start <= t.grad_accum, "train.batch_warmup_start = {} exceeds train.grad_accum = {}: "
+                 "the warm-up rises to train.grad_accum micro-batches", t.batch_warmup_start, t.grad_accum);
+    FRUGAL_CHECK(par.pipeline_stages == 1, "train.batch_warmup_steps does not run with parallel.pipeline_stages = {} "
+                 "(its schedule is built for one micro-batch count); set train.batch_warmup_steps = 0",
+                 par.pipeline_stages);
+  }
+  if (t.budget == "seconds") {
+    FRUGAL_CHECK(t.max_seconds > 0, "train.budget = \"seconds\" needs the budget: set train.max_seconds (> 0)");
+    for (const auto& method : methods.methods())
+      FRUGAL_CHECK(method->name() == "freeze", "methods.{} schedules itself over train.max_steps, which "
+                   "train.budget = \"seconds\" does not know in advance; use train.budget = \"steps\"",
+                   method->name());
+  }
+  if (o.muon.enabled) {
+    FRUGAL_CHECK(par.tensor == 1, "optim.name = \"muon\" does not run with parallel.tensor = {}: each rank "
+                 "holds a slice of every matrix and Muon orthogonalises whole ones; use data parallelism or "
+                 "optim.name = \"adamw\"", par.tensor);
+    for (const auto& method : methods.methods())
+      FRUGAL_CHECK(method->name() != "sparse24" && method->name() != "mst" && method->name() != "multilevel",
+                   "methods.{} does not run with optim.name = \"muon\" yet ({}); remove it or use "
+                   "optim.name = \"adamw\"", method->name(),
+                   method->name() == "multilevel" ? "it maps AdamW's moments between widths, not Muon's momentum"
+                                                  : "an orthogonalised update is dense: it would not keep the masked weights zero");
+  }
   if (m.moe.experts > 0) {
     FRUGAL_CHECK(par.pipeline_stages == 1, "parallel.pipeline_stages = {} does not run a mixture of experts "
                  "yet (a stage's auxiliary losses would not reach the head); use data parallelism "

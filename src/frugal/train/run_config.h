@@ -19,8 +19,19 @@ struct TrainSettings {
   std::vector<std::pair<std::string, std::string>> val_sets;
   std::string out_dir;
   int batch_size = 12, seq_len = 0, grad_accum = 1;
+  // Batch-size warm-up: the micro-batches of step s (per rank) rise linearly from
+  // batch_warmup_start at step 0 to grad_accum at step batch_warmup_steps (0: off).
+  int batch_warmup_steps = 0, batch_warmup_start = 1;
+  int accum_at(int64_t step) const {
+    if (step >= batch_warmup_steps) return grad_accum;
+    return batch_warmup_start + static_cast<int>((grad_accum - batch_warmup_start) * step / batch_warmup_steps);
+  }
   int64_t max_steps = 2000;
   double max_seconds = 0;  // 0: no wall-clock limit
+  // "steps": the LR schedule spans max_steps; "seconds": it spans the steps max_seconds allows,
+  // estimated once from the mean time of budget_probe_steps steps (after the first) and fixed.
+  std::string budget = "steps";
+  int budget_probe_steps = 10;
   uint64_t seed = 1337;
   int threads = 0;
   std::string recompute = "none";  // "none" | "all" | block indices "0,1,2"

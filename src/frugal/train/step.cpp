@@ -41,7 +41,7 @@ TrainContext run_context(Session& session, const TrainSettings& t, int64_t step)
   ctx.step = step;
   ctx.max_steps = t.max_steps;
   ctx.batch = t.batch_size;
-  ctx.grad_accum = t.grad_accum;
+  ctx.grad_accum = t.accum_at(step);
   ctx.seq_len = t.seq_len;
   ctx.seed = t.seed;
   ctx.run_dir = t.out_dir;
@@ -55,9 +55,9 @@ TrainContext StepStrategy::context(int64_t step, nlohmann::json* record) {
   return ctx;
 }
 
-double StepStrategy::tokens_per_step() const {
+double StepStrategy::tokens_per_step(int64_t step) const {
   const TrainSettings& t = settings_.train;
-  return double(t.batch_size) * t.seq_len * t.grad_accum;
+  return double(t.batch_size) * t.seq_len * t.accum_at(step);
 }
 
 void StepStrategy::draw(const BatchSource& next_batch) { next_batch(inputs_.data(), targets_.data(), ids_.data()); }
@@ -159,7 +159,7 @@ void StepStrategy::update(float lr) {
 
 void SingleProcessStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
                                           StepResult& r) {
-  const int A = settings_.train.grad_accum;
+  const int A = settings_.train.accum_at(step);
   for (int micro = 0; micro < A; ++micro) {
     draw(next_batch);
     r.loss += run_micro_batch(ctx, micro, step, micro, A, r);

@@ -67,9 +67,10 @@ class StepStrategy {
   // keeps only a shard of it (ZeRO-2).
   virtual size_t resident_gradient_bytes() const { return session_.model().num_floats() * sizeof(float); }
 
-  // Tokens one optimizer step trains on, over all ranks (the throughput the trainer logs); by
-  // default B·T·train.grad_accum (one process, or a pipeline, whose grad_accum counts every rank's).
-  virtual double tokens_per_step() const;
+  // Tokens optimizer step `step` trains on, over all ranks (the throughput the trainer logs); by
+  // default B·T·(its accumulation count: train.grad_accum after the batch warm-up) (one process,
+  // or a pipeline, whose grad_accum counts every rank's).
+  virtual double tokens_per_step(int64_t step) const;
   // A few words for the trainer's progress line (a pipeline's layout and bubble); may be empty.
   virtual std::string status() const { return {}; }
 

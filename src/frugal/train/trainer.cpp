@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -344,9 +345,10 @@ FitResult Trainer::fit() {
   FitResult result;
   Timer wall;
   wall_started_ = &wall;
-  // Training time and executed model FLOPs of the steps since the last log line (evaluation and
-  // checkpoints excluded): MFU over the window, as the FLOPs per step change with the methods.
-  double window_seconds = 0, window_flops = 0;
+  // Training time, executed model FLOPs and tokens of the steps since the last log line (evaluation
+  // and checkpoints excluded): MFU and tokens/s over the window, as the FLOPs per step change with
+  // the methods and the tokens with the batch warm-up.
+  double window_seconds = 0, window_flops = 0, window_tokens = 0;
   int64_t window_steps = 0;
   float val_loss = NAN;
   std::vector<ValScore> scores;
@@ -354,12 +356,32 @@ FitResult Trainer::fit() {
   // Rank 0's log or progress output failed at a logged step (other ranks learn it at the next
   // step's agreement, and all stop together with a checkpoint).
   std::string output_failure;
-  for (; step < t.max_steps; ++step) {
+  // The run ends after step end_step: train.max_steps, or a time budget's number of steps once it
+  // is fixed (at the end of the probe steps, then saved with the session).
+  const bool time_budget = t.budget == "seconds";
+  const auto budgeted_end = [&] {
+    return time_budget && session_->budget_steps() ? std::min(t.max_steps, *session_->budget_steps()) : t.max_steps;
+  };
+  int64_t end_step = budgeted_end();
+  const int64_t probe_begin = start_step_ + 1, probe_end = probe_begin + t.budget_probe_steps;
+  Timer probe;
+  bool probing = false;
+  for (; step < end_step; ++step) {
+    if (time_budget && !session_->budget_steps() && step == probe_begin) {
+      probing = true;
+      probe.reset();
+    }
     nlohmann::json record{{"step", step + 1}};
     Timer step_timer;
     const StepResult r = step_->run(step, next_batch, &record);
+    if (probing && step + 1 == probe_end) {
+      fix_budget_steps(step + 1, probe.seconds(), wall_offset_ + wall.seconds());
+      end_step = budgeted_end();
+      probing = false;
+    }
     const float lr = r.lr;
     window_seconds += step_timer.seconds();
+    window_tokens += step_->tokens_per_step(step);
     const double loss = r.loss;
     const PhaseFlops& executed = r.executed;
     flops_executed_ += executed.model();
@@ -371,12 +393,12 @@ FitResult Trainer::fit() {
     // Ranks stop together: a signal, the time limit or a failed output may reach them at
     // different steps.
     const std::vector<double> agreed =
-        group_.sum({stop_requested() || (t.max_seconds > 0 && wall.seconds() >= t.max_seconds) ? 1.0 : 0.0,
+        group_.sum({stop_requested() || (t.max_seconds > 0 && !time_budget && wall.seconds() >= t.max_seconds) ? 1.0 : 0.0,
                     output_failure.empty() ? 0.0 : 1.0});
     if (agreed[1] > 0)
       stop_after_failed_output(step + 1, Error(output_failure.empty() ? "rank 0 could not write the run's log or "
                                                                        "progress (see its error)" : output_failure));
-    const bool last = step + 1 == t.max_steps || agreed[0] > 0;
+    const bool last = step + 1 == end_step || agreed[0] > 0;
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
     if (eval_now) {
       step_->synchronize();
@@ -388,7 +410,7 @@ FitResult Trainer::fit() {
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
     if ((step + 1) % t.log_interval == 0 || eval_now || record.contains("event")) {
       const double dt = window_seconds / window_steps;
-      const double tok_s = step_->tokens_per_step() / dt;
+      const double tok_s = window_tokens / window_seconds;
       const double mfu = window_flops / window_seconds / peak;
       record.update({{"loss", loss}, {"lr", lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tok_s},
                      {"ms_per_step", dt * 1e3}, {"mfu", mfu}, {"flops", flops_executed_},
@@ -410,20 +432,20 @@ FitResult Trainer::fit() {
         log_metrics(record.dump());
         if (print && !warning.empty()) io::print("{}warning: {}\n", tty ? "\r\033[K" : "", warning);
         if (print) {
-          const double eta = dt * double(t.max_steps - step - 1);
+          const double eta = dt * double(end_step - step - 1);
           std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
           for (const ValScore& s : scores)
             val += s.name == "val" ? fmt::format(" bpb {:.3f}", s.bits_per_byte) : fmt::format(" {} {:.4f}", s.name, s.loss);
           if (tty) {
-            const int width = 24, filled = static_cast<int>(width * double(step + 1) / t.max_steps);
+            const int width = 24, filled = static_cast<int>(width * double(step + 1) / end_step);
             io::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",
-                      std::string(filled, '#'), std::string(width - filled, '-'), step + 1, t.max_steps,
+                      std::string(filled, '#'), std::string(width - filled, '-'), step + 1, end_step,
                       loss, val, lr, tok_s, 100 * mfu, format_duration(eta));
             if (eval_now) io::print("\n");
           } else {
             // A log line shows the validation loss of its own step only (a stale one would read as new).
             io::print("step {}/{} loss {:.4f}{} lr {:.2e} grad_norm {:.3f} {:.1f} ms/step {:.0f} tok/s MFU {:.1f}% "
-                      "elapsed {} ETA {}{}\n", step + 1, t.max_steps, loss, eval_now ? val : "", lr, r.grad_norm,
+                      "elapsed {} ETA {}{}\n", step + 1, end_step, loss, eval_now ? val : "", lr, r.grad_norm,
                       dt * 1e3, tok_s, 100 * mfu, format_duration(wall.seconds()), format_duration(eta),
                       step_->status());
           }
@@ -435,7 +457,7 @@ FitResult Trainer::fit() {
         if (group_.size() == 1 || last) stop_after_failed_output(step + 1, e);
         output_failure = e.what();
       }
-      window_seconds = window_flops = 0;
+      window_seconds = window_flops = window_tokens = 0;
       window_steps = 0;
     }
     if (last) {
@@ -461,6 +483,23 @@ FitResult Trainer::fit() {
   wall_started_ = nullptr;
   stop_signals_.reset();
   return result;
+}
+
+void Trainer::fix_budget_steps(int64_t steps_done, double probe_seconds, double run_seconds) {
+  const TrainSettings& t = settings_.train;
+  // The ranks' means, so that every rank fixes the same number.
+  const std::vector<double> sums = group_.sum({probe_seconds, run_seconds});
+  const double per_step = sums[0] / group_.size() / t.budget_probe_steps;
+  const double left = t.max_seconds - sums[1] / group_.size();
+  const int64_t steps = steps_done + std::max<int64_t>(0, static_cast<int64_t>(std::floor(left / per_step)));
+  // The schedule ends where the run does: train.max_steps caps the budget.
+  session_->set_budget_steps(std::min(steps, t.max_steps));
+  if (!options_.quiet)
+    io::print("{}budget: {:.1f} ms/step over steps {}-{}: train.max_seconds = {} is {} steps{}\n",
+              isatty(STDOUT_FILENO) && group_.size() == 1 ? "\r\033[K" : "", per_step * 1e3,
+              steps_done - t.budget_probe_steps + 1, steps_done, t.max_seconds, steps,
+              steps > t.max_steps ? fmt::format("; the schedule and the run end at train.max_steps = {}", t.max_steps)
+                                  : "");
 }
 
 void Trainer::print_samples() {

@@ -84,6 +84,10 @@ class Trainer {
   // After a failed write of metrics.jsonl or of the progress output: saves a checkpoint if it can,
   // then throws Error with the cause and how the run ended.
   [[noreturn]] void stop_after_failed_output(int64_t steps_done, const std::exception& cause);
+  // train.budget = "seconds", after the probe steps: fixes the session's budget steps from the
+  // ranks' mean probe time (probe_seconds over train.budget_probe_steps steps) and the run's mean
+  // elapsed time so far (run_seconds, resumed parts included), capped at train.max_steps.
+  void fix_budget_steps(int64_t steps_done, double probe_seconds, double run_seconds);
 
   // First, so that from construction until fit() returns SIGINT and SIGTERM only ask the loop to
   // stop after the current step (after the first one when they come earlier) and never reach a

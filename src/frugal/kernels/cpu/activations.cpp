@@ -1,4 +1,4 @@
-// The activation kernels on CPU: GELU (tanh form) and the gated GEGLU / SwiGLU, forward and
+// The activation kernels on CPU: GELU (tanh form), ReLU² and the gated GEGLU / SwiGLU, forward and
 // backward, through the shared element-wise loop (cpu/elementwise.h).
 #include "frugal/kernels/cpu/simd_math.h"  // first: see its note on <immintrin.h>
 
@@ -20,6 +20,23 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
     __m256 grad;
     gelu256(load(inp + i, m), &grad);
     store(dinp + i, m, _mm256_mul_ps(load(dout + i, m), grad));
+  });
+}
+
+void relu2_forward(float* out, const float* inp, size_t n) {
+  FRUGAL_PROFILE("activation fwd");
+  for_each8(n, [&](size_t i, auto m) {
+    const __m256 r = _mm256_max_ps(load(inp + i, m), _mm256_setzero_ps());
+    store(out + i, m, _mm256_mul_ps(r, r));
+  });
+}
+
+void relu2_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+  FRUGAL_PROFILE("activation bwd");
+  const __m256 two = _mm256_set1_ps(2.0f);
+  for_each8(n, [&](size_t i, auto m) {
+    const __m256 r = _mm256_max_ps(load(inp + i, m), _mm256_setzero_ps());
+    store(dinp + i, m, _mm256_mul_ps(load(dout + i, m), _mm256_mul_ps(two, r)));
   });
 }
 
@@ -49,6 +66,6 @@ void gated_backward(float* dgate, float* dup, const float* dout, const float* ga
 }  // namespace
 
 const ActivationsKernels activations_avx2{&gelu_forward, &gelu_backward, &gated_forward,
-                                          &gated_backward};
+                                          &gated_backward, &relu2_forward, &relu2_backward};
 
 }  // namespace frugal::kernels::cpu

@@ -20,5 +20,6 @@ extern const ElementwiseKernels elementwise_avx2, elementwise_ref;
 extern const LmHeadKernels lm_head_avx2, lm_head_ref;
 extern const AdamwKernels adamw_avx2, adamw_ref;
 extern const MoeKernels moe_avx2, moe_ref;
+extern const NewtonSchulzKernels newton_schulz_avx2, newton_schulz_ref;
 
 }  // namespace frugal::kernels::cpu

@@ -9,6 +9,7 @@
 #include "frugal/kernels/cpu/sparse_linear.h"
 #include "frugal/kernels/ref/activations_ref.h"
 #include "frugal/kernels/ref/adamw_ref.h"
+#include "frugal/kernels/ref/newton_schulz_ref.h"
 #include "frugal/kernels/ref/attention_ref.h"
 #include "frugal/kernels/ref/elementwise_ref.h"
 #include "frugal/kernels/ref/encoder_ref.h"
@@ -146,13 +147,15 @@ const AttentionKernels attention_ref{&ref::attention_forward<float>,
                                      &ref::attention_backward<float>,
                                      &ref::attention_decode<float>};
 const ActivationsKernels activations_ref{&ref::gelu_forward<float>, &ref::gelu_backward<float>,
-                                         &gated_forward, &gated_backward};
+                                         &gated_forward, &gated_backward, &ref::relu2_forward<float>,
+                                         &ref::relu2_backward<float>};
 const ElementwiseKernels elementwise_ref{&ref::residual_forward<float>,
                                          &ref::dropout_apply<float>, &sum_squares_feed,
                                          &sum_squares_finish, &ref::scale_inplace<float>};
 const LmHeadKernels lm_head_ref{&lm_head_cross_entropy, &lm_head_cross_entropy_split, &lm_head_logits,
                                  &ref::lm_head_cross_entropy_bf16, &ref::lm_head_cross_entropy_split_bf16};
 const AdamwKernels adamw_ref{&adamw_update};
+const NewtonSchulzKernels newton_schulz_ref{&ref::newton_schulz<float>};
 const MoeKernels moe_ref{&ref::moe_router_forward<float>, &ref::moe_router_backward<float>,
                          &ref::moe_permute<float>, &ref::moe_unpermute<float>,
                          &ref::moe_unpermute_backward<float>, &ref::moe_grouped_forward<float>,

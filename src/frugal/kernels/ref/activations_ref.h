@@ -1,4 +1,4 @@
-// Naive reference of GELU and the gated activations GEGLU, SwiGLU (ops.h section activations): the
+// Naive reference of GELU, ReLU² and the gated activations GEGLU, SwiGLU (ops.h section activations): the
 // test oracle for kernels/cpu/. Obviously-correct scalar loops, templated on the scalar type so
 // gradient checks can run in fp64. Never optimised. Signatures and accumulation rules mirror
 // kernels/ops.h.
@@ -36,6 +36,16 @@ void gelu_forward(T* out, const T* inp, size_t n) {
 template <class T>
 void gelu_backward(T* dinp, const T* dout, const T* inp, size_t n) {
   for (size_t i = 0; i < n; ++i) dinp[i] = dout[i] * gelu_grad(inp[i]);
+}
+
+// ReLU²: max(x, 0)², derivative 2·max(x, 0)
+template <class T>
+void relu2_forward(T* out, const T* inp, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = inp[i] > T(0) ? inp[i] * inp[i] : T(0);
+}
+template <class T>
+void relu2_backward(T* dinp, const T* dout, const T* inp, size_t n) {
+  for (size_t i = 0; i < n; ++i) dinp[i] = inp[i] > T(0) ? dout[i] * (T(2) * inp[i]) : T(0);
 }
 
 // act: 0 = gelu (GEGLU), 1 = silu (SwiGLU)

@@ -1,0 +1,45 @@
+// Benchmark of the newton_schulz kernel family (Muon's orthogonalisation): GFLOP/s on the block
+// linears of the presets (5 iterations), next to the dense SGEMM rate measured in the same run.
+// FLOPs counted per iteration, m = min(R,C), n = max(R,C): 4·m²·n + 2·m³ (two products with the
+// (m,n) matrix and one of the (m,m) Gram matrix with itself).
+// Each rate is the best wall-clock time of `reps` calls (bench/kernel_bench.h).
+// Usage: bench_newton_schulz [threads=2] [reps=20]
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "frugal/bench/kernel_bench.h"
+#include "frugal/kernels/ops.h"
+
+namespace {
+
+using frugal::bench::best_seconds;
+using frugal::bench::random_floats;
+
+void bench_newton_schulz(const char* what, int R, int C, int reps) {
+  const std::vector<float> g = random_floats(size_t(R) * C, 1);
+  std::vector<float> x = g;
+  const int steps = 5;
+  const double m = std::min(R, C), n = std::max(R, C);
+  const double flops = steps * (4 * m * m * n + 2 * m * m * m);
+  const double s = best_seconds([&] {
+    x = g;
+    frugal::kernels::newton_schulz(x.data(), R, C, steps);
+  }, reps);
+  std::printf("newton_schulz %s (%d,%d) x%d: %.2f ms, %.1f GFLOP/s\n", what, R, C, steps, s * 1e3, flops / s / 1e9);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = frugal::bench::start(argc, argv);
+  for (int C : {384, 768}) {
+    const char* preset = C == 384 ? "preset M" : "preset L";
+    std::printf("%s:\n", preset);
+    bench_newton_schulz("qkv", 3 * C, C, reps);
+    bench_newton_schulz("attn proj", C, C, reps);
+    bench_newton_schulz("fc", 4 * C, C, reps);
+    bench_newton_schulz("fc proj", C, 4 * C, reps);
+  }
+  frugal::bench::bench_sgemm(2048, 384, 384, reps);  // a linear of preset M's width
+}

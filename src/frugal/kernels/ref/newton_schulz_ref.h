@@ -1,0 +1,54 @@
+// Naive reference of Muon's Newton–Schulz orthogonalisation (ops.h section newton_schulz): the test
+// oracle for kernels/cpu/newton_schulz.cpp and the ref path. Scalar loops, templated on the scalar
+// type so tests can run it in fp64 (with the coefficients rounded to float, as the kernel has them).
+// Never optimised.
+#pragma once
+#include <cmath>
+#include <vector>
+
+#include "frugal/kernels/ops.h"
+
+namespace frugal::kernels::ref {
+
+// x (R,C): see kernels::newton_schulz. Works on the wide orientation explicitly: X (m,n) with
+// m = min(R,C) is x or its transpose, copied back at the end.
+template <class T>
+void newton_schulz(T* x, int R, int C, int steps) {
+  const bool tall = R > C;
+  const int m = tall ? C : R, n = tall ? R : C;
+  std::vector<T> X(size_t(m) * n), Y(X.size()), A(size_t(m) * m), B(A.size());
+  T norm = 0;
+  for (size_t i = 0; i < X.size(); ++i) norm += x[i] * x[i];
+  norm = std::sqrt(norm) + T(1e-7);
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C; ++j) {
+      const size_t at = tall ? size_t(j) * n + i : size_t(i) * n + j;
+      X[at] = x[size_t(i) * C + j] / norm;
+    }
+  const T a = kNewtonSchulzA, b = kNewtonSchulzB, c = kNewtonSchulzC;
+  for (int s = 0; s < steps; ++s) {
+    for (int i = 0; i < m; ++i)  // A = X·Xᵀ
+      for (int j = 0; j < m; ++j) {
+        T sum = 0;
+        for (int k = 0; k < n; ++k) sum += X[size_t(i) * n + k] * X[size_t(j) * n + k];
+        A[size_t(i) * m + j] = sum;
+      }
+    for (int i = 0; i < m; ++i)  // B = b·A + c·A·A
+      for (int j = 0; j < m; ++j) {
+        T sum = 0;
+        for (int k = 0; k < m; ++k) sum += A[size_t(i) * m + k] * A[size_t(k) * m + j];
+        B[size_t(i) * m + j] = b * A[size_t(i) * m + j] + c * sum;
+      }
+    for (int i = 0; i < m; ++i)  // Y = a·X + B·X
+      for (int j = 0; j < n; ++j) {
+        T sum = 0;
+        for (int k = 0; k < m; ++k) sum += B[size_t(i) * m + k] * X[size_t(k) * n + j];
+        Y[size_t(i) * n + j] = a * X[size_t(i) * n + j] + sum;
+      }
+    X.swap(Y);
+  }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C; ++j) x[size_t(i) * C + j] = X[tall ? size_t(j) * n + i : size_t(i) * n + j];
+}
+
+}  // namespace frugal::kernels::ref
