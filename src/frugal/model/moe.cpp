@@ -25,7 +25,6 @@ constexpr const char* kShared = "shared_expert.";
 enum ScratchPlace { DLogits, DWeight, DYp, DFc, DGate, DAct, DXp, DShared };
 
 int32_t* ints(float* place) { return reinterpret_cast<int32_t*>(place); }
-const int32_t* ints(const float* place) { return reinterpret_cast<const int32_t*>(place); }
 
 // offsets (E + 1): where each expert's rows start among the N·k routed rows, from expert (N, k).
 std::vector<int32_t> expert_offsets(const int32_t* expert, int R, int E) {
