@@ -223,7 +223,8 @@ void PipelineStep::apply(const PipelineLayout& layout) {
                                                stage_range, slots_);
   const ParamTable stage_table = ParamTable::build(config, stage_range);
   const size_t optimizer = 2 * sizeof(float) * (stage_table.total() - stage_table.owned_begin());  // AdamW's m and v
-  const double needed = double(optimizer) + plan.parameters + plan.gradients + plan.activations + plan.scratch;
+  const double needed = double(optimizer) + plan.parameters + plan.gradients + plan.activations + plan.scratch +
+                        working_copy_bound(plan, t);
   FRUGAL_CHECK(needed <= double(available_memory_bytes()), "pipeline stage {} (blocks [{}, {}), {} micro-batches "
                "in flight) needs more memory than the machine has available: {}; use parallel.schedule = "
                "\"1f1b\" (at most K micro-batches in flight), fewer micro-batches (train.grad_accum) or "

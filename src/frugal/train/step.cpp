@@ -10,15 +10,18 @@
 
 namespace frugal {
 
+double working_copy_bound(const MemoryPlan& plan, const TrainSettings& t) {
+  return linear_dtype(t) == kernels::DType::BF16 ? plan.parameters / 2.0 : 0.0;
+}
+
 void check_memory_available(const RunSettings& settings) {
   const ModelConfig& m = settings.model;
   const TrainSettings& t = settings.train;
   const MemoryPlan plan =
       GPT::estimate_memory(m, t.batch_size, t.seq_len, recompute_blocks(t.recompute, m.n_layer));
   const double optimizer = 2.0 * plan.parameters;  // AdamW's m and v
-  // bf16: at most every weight again in bf16 (the linears' and the head's working copies)
-  const double copies = linear_dtype(t) == kernels::DType::BF16 ? plan.parameters / 2.0 : 0.0;
-  const double needed = optimizer + plan.parameters + plan.gradients + plan.activations + plan.scratch + copies;
+  const double needed = optimizer + plan.parameters + plan.gradients + plan.activations + plan.scratch +
+                        working_copy_bound(plan, t);
   const double available = static_cast<double>(available_memory_bytes());
   FRUGAL_CHECK(needed <= available, "this run needs more memory than the machine has: {} (model.n_layer "
                "= {}, model.n_embd = {}, model.vocab_size = {}, model.block_size = {}, train.batch_size "

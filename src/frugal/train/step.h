@@ -40,6 +40,9 @@ struct StepResult {
 // needs more memory than the machine has available; the error gives the estimate and the keys
 // that size it.
 void check_memory_available(const RunSettings& settings);
+// The most the bf16 working copies take beside `plan` under train.precision = "bf16" (every weight
+// again in bf16: plan.parameters / 2); 0 in fp32.
+double working_copy_bound(const MemoryPlan& plan, const TrainSettings& t);
 
 // The context of `session` at `step` with the run settings methods read (batch, accumulation,
 // sequence length, seed, horizon, run directory): what every event's context starts from.
