@@ -103,11 +103,7 @@ void GradientReducer::reduce(const Bucket& b) {
   // bucket's start (of the bf16 payload staged on a bf16 wire) and moves to where it belongs; the
   // rest of the bucket is no longer needed.
   const bool bf16 = wire_ == kernels::DType::BF16;
-  if (bf16) {
-    staged_.resize(b.end - b.begin);
-    kernels::f32_to_bf16(staged_.data(), grads_ + b.begin, b.end - b.begin);
-  }
-  void* payload = bf16 ? static_cast<void*>(staged_.data()) : static_cast<void*>(grads_ + b.begin);
+  void* payload = wire_payload(grads_ + b.begin, b.end - b.begin, wire_, staged_);
   MPI_Request request;
   const int n = world_.size(), me = world_.rank();
   counts_.assign(n, 0);

@@ -38,19 +38,21 @@ MPI_Op wire_sum(kernels::DType wire) {
   return op;
 }
 
+void* wire_payload(float* x, size_t n, kernels::DType wire, std::vector<kernels::bf16>& staged) {
+  if (wire != kernels::DType::BF16) return x;
+  staged.resize(n);
+  kernels::f32_to_bf16(staged.data(), x, n);
+  return staged.data();
+}
+
 void all_reduce_sum(MpiWorld& world, MPI_Comm comm, float* x, size_t n, kernels::DType wire,
                     std::vector<kernels::bf16>& staged, const std::string& what) {
   FRUGAL_CHECK(n <= size_t(INT32_MAX), "internal: an all-reduce of {} values", n);
-  const bool bf16 = wire == kernels::DType::BF16;
-  if (bf16) {
-    staged.resize(n);
-    kernels::f32_to_bf16(staged.data(), x, n);
-  }
   MPI_Request request;
-  MPI_Iallreduce(MPI_IN_PLACE, bf16 ? static_cast<void*>(staged.data()) : static_cast<void*>(x), static_cast<int>(n),
-                 wire_type(wire), wire_sum(wire), comm, &request);
+  MPI_Iallreduce(MPI_IN_PLACE, wire_payload(x, n, wire, staged), static_cast<int>(n), wire_type(wire), wire_sum(wire),
+                 comm, &request);
   world.wait(request, what);
-  if (bf16) kernels::bf16_to_f32(x, staged.data(), n);
+  if (wire == kernels::DType::BF16) kernels::bf16_to_f32(x, staged.data(), n);
 }
 
 }  // namespace frugal::parallel

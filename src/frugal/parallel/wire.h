@@ -19,6 +19,10 @@ namespace frugal::parallel {
 MPI_Datatype wire_type(kernels::DType wire);
 MPI_Op wire_sum(kernels::DType wire);
 
+// What a collective sends for x (n floats): x itself on an fp32 wire; on a bf16 wire x rounded
+// into `staged`, whose start holds the collective's result afterwards.
+void* wire_payload(float* x, size_t n, kernels::DType wire, std::vector<kernels::bf16>& staged);
+
 // x (n floats) = its sum over the ranks of comm, sent as `wire`; `staged` holds the bf16 payload
 // between calls. Waits through world.wait, which names a silent rank in `what`.
 void all_reduce_sum(MpiWorld& world, MPI_Comm comm, float* x, size_t n, kernels::DType wire,
