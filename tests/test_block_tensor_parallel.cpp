@@ -271,6 +271,10 @@ TEST(GptTensorParallel, TwoShardsGiveTheWholeModelsLossAndGradients) {
   expect_gpt_shards_equal_the_whole(c, true);
   c.norm = NormPlacement::Post;
   expect_gpt_shards_equal_the_whole(c, false);
+  // rotary positions and QK-norm act per head (each rank on its own heads); the soft-cap bends the
+  // split head's logits on each rank before the group's statistics
+  c.norm = NormPlacement::Pre, c.position = PositionKind::Rotary, c.qk_norm = true, c.logit_softcap = 2.0f;
+  expect_gpt_shards_equal_the_whole(c, false);
 }
 
 }  // namespace

@@ -197,6 +197,16 @@ TEST(Decoder, MatchesGptWithPostLnBlocks) {
   }
 }
 
+// Rotary positions turn each cached key by its own position and each decoded query by the new one;
+// with QK-norm and a logit soft-cap as well (a capped logit is what sampling sees).
+TEST(Decoder, MatchesGptWithRotaryQkNormAndSoftcap) {
+  ModelConfig c = small_config(MlpKind::Swiglu, false);
+  c.position = frugal::PositionKind::Rotary;
+  expect_decoder_matches_gpt(random_model(c, 15).get());
+  c.qk_norm = true, c.logit_softcap = 5.0f;
+  expect_decoder_matches_gpt(random_model(c, 16).get());
+}
+
 // Mixture-of-experts blocks (with a dense one between them: two sets of internals) route each
 // decoded row as the full forward routes it, with the balancing bias steering the choice.
 TEST(Decoder, MatchesGptWithMixtureOfExperts) {

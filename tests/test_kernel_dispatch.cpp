@@ -14,6 +14,7 @@
 #include "frugal/kernels/ref/layernorm_ref.h"
 #include "frugal/kernels/ref/matmul_ref.h"
 #include "frugal/kernels/ref/newton_schulz_ref.h"
+#include "frugal/kernels/ref/qk_transform_ref.h"
 #include "gradcheck.h"
 #include "run_cli.h"
 
@@ -57,6 +58,7 @@ TEST(KernelDispatch, EachPathHasItsOwnTables) {
   EXPECT_EQ(ref.layernorm->backward, &ref::layernorm_backward<float>);
   EXPECT_EQ(ref.attention->decode, &ref::attention_decode<float>);
   EXPECT_EQ(ref.newton_schulz->orthogonalise, &ref::newton_schulz<float>);
+  EXPECT_EQ(ref.qk_transform->backward, &ref::qk_transform_backward<float>);
   for (Isa isa : available_isas()) {
     SCOPED_TRACE(isa_name(isa));
     const KernelTables& optimised = cpu_kernel_tables(isa, DType::F32);
@@ -74,6 +76,8 @@ TEST(KernelDispatch, EachPathHasItsOwnTables) {
     EXPECT_NE(optimised.lm_head->cross_entropy, ref.lm_head->cross_entropy);
     EXPECT_NE(optimised.adamw->update, ref.adamw->update);
     EXPECT_NE(optimised.newton_schulz->orthogonalise, ref.newton_schulz->orthogonalise);
+    EXPECT_NE(optimised.qk_transform->forward, ref.qk_transform->forward);
+    EXPECT_NE(optimised.lm_head->softcap, ref.lm_head->softcap);
   }
   if (isa_available(Isa::Avx512)) {
     const KernelTables& avx2 = cpu_kernel_tables(Isa::Avx2, DType::F32);

@@ -2,6 +2,7 @@
 // reference, the reference backward against fp64 finite differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "frugal/kernels/ref/encoder_ref.h"
@@ -25,6 +26,12 @@ TEST(Kernels, EncoderMatchesReferenceAndGradients) {
   k::encoder_forward(o1.data(), tok.data(), wtef.data(), wpef.data(), B, T, C);
   ref::encoder_forward(o2.data(), tok.data(), wtef.data(), wpef.data(), B, T, C);
   EXPECT_EQ(o1, o2);
+  // without a position embedding (rotary positions): the token rows alone
+  k::encoder_forward(o1.data(), tok.data(), wtef.data(), nullptr, B, T, C);
+  ref::encoder_forward(o2.data(), tok.data(), wtef.data(), static_cast<const float*>(nullptr), B, T, C);
+  EXPECT_EQ(o1, o2);
+  for (int i = 0; i < B * T; ++i)
+    EXPECT_TRUE(std::equal(o1.begin() + i * C, o1.begin() + (i + 1) * C, wtef.begin() + tok[i] * C)) << i;
   std::vector<float> a1(V * C, 0.f), p1(T * C, 0.f), a2 = a1, p2 = p1;
   k::encoder_backward(a1.data(), p1.data(), Rf.data(), tok.data(), B, T, C);
   ref::encoder_backward(a2.data(), p2.data(), Rf.data(), tok.data(), B, T, C);

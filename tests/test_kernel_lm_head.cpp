@@ -22,12 +22,14 @@ namespace {
 // real): losses, input gradient, and the weight gradient accumulated onto 0.5, whose vocabulary
 // padding rows [V, Vp) the kernel must leave untouched.
 void expect_lm_head_matches_reference(const std::vector<float>& x, const std::vector<float>& w,
-                                      const std::vector<int32_t>& tgt, int N, int C, int V, int Vp) {
+                                      const std::vector<int32_t>& tgt, int N, int C, int V, int Vp,
+                                      float softcap = 0) {
   std::vector<float> l1(N), dx1(size_t(N) * C), dw1(size_t(Vp) * C, 0.5f);
-  k::lm_head_cross_entropy(l1.data(), dx1.data(), dw1.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.5f);
+  k::lm_head_cross_entropy(l1.data(), dx1.data(), dw1.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.5f,
+                           softcap);
   std::vector<double> l2(N), dx2(dx1.size()), dw2(dw1.size(), 0.0);
   ref::lm_head_cross_entropy(l2.data(), dx2.data(), dw2.data(), to_d(x).data(), to_d(w).data(), tgt.data(), N, C,
-                             V, 0.5);
+                             V, 0.5, double(softcap));
   EXPECT_LT(max_error_rel_to_max(l1.data(), l2.data(), l2.size()), 1e-5);
   EXPECT_LT(max_error_rel_to_max(dx1.data(), dx2.data(), dx2.size()), 1e-5);
   std::vector<double> g1(to_d(dw1));  // the gradient alone, without the 0.5 it was added to
@@ -79,12 +81,13 @@ namespace {
 // weight-gradient rows of each rank, against the whole vocabulary's kernel.
 using WholeKernel = decltype(&k::lm_head_cross_entropy);
 using SplitKernel = decltype(&k::lm_head_cross_entropy_split);
-void expect_split_matches_whole(WholeKernel whole_kernel, SplitKernel split_kernel, int N, int C, int V, int Vp) {
+void expect_split_matches_whole(WholeKernel whole_kernel, SplitKernel split_kernel, int N, int C, int V, int Vp,
+                                float softcap = 0) {
   const auto x = to_f(random_vector(size_t(N) * C, 31, 2.0)), w = to_f(random_vector(size_t(Vp) * C, 32));
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = i % 5 == 2 ? -1 : static_cast<int32_t>((i * 7919) % V);
   std::vector<float> losses(N), dx(size_t(N) * C), dw(size_t(Vp) * C, 0.0f);
-  whole_kernel(losses.data(), dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.5f);
+  whole_kernel(losses.data(), dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.5f, softcap);
 
   constexpr int kRanks = 2;
   const int rows = Vp / kRanks;
@@ -109,7 +112,7 @@ void expect_split_matches_whole(WholeKernel whole_kernel, SplitKernel split_kern
                                 [&, r](float* p, size_t n) { reduce(r, p, n, false); }};
       const int local_v = std::clamp(V - r * rows, 0, rows);  // real columns on this rank
       split_kernel(rank_losses[r].data(), rank_dx[r].data(), rank_dw[r].data(), x.data(),
-                   w.data() + size_t(r) * rows * C, tgt.data(), N, C, local_v, 0.5f, split);
+                   w.data() + size_t(r) * rows * C, tgt.data(), N, C, local_v, 0.5f, split, softcap);
     });
   for (std::thread& t : threads) t.join();
   std::vector<float> dx_sum(dx.size(), 0.0f), dw_all;
@@ -124,8 +127,9 @@ void expect_split_matches_whole(WholeKernel whole_kernel, SplitKernel split_kern
 }
 
 void ref_split(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
-               const int32_t* targets, int N, int C, int V, float dloss, const k::VocabSplit& split) {
-  ref::lm_head_cross_entropy_split<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split);
+               const int32_t* targets, int N, int C, int V, float dloss, const k::VocabSplit& split, float softcap) {
+  ref::lm_head_cross_entropy_split<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split,
+                                          softcap);
 }
 
 // The bf16 heads, on the first V rows of an fp32 weight rounded to bf16 first (so that they take the
@@ -136,24 +140,26 @@ std::vector<k::bf16> rounded(const float* w, size_t n) {
   return out;
 }
 void whole_bf16(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
-                const int32_t* targets, int N, int C, int V, float dloss) {
+                const int32_t* targets, int N, int C, int V, float dloss, float softcap) {
   k::lm_head_cross_entropy_bf16(losses, dinp, dweight, inp, rounded(weight, size_t(V) * C).data(), targets, N, C,
-                                V, dloss);
+                                V, dloss, softcap);
 }
 void split_bf16(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
-                const int32_t* targets, int N, int C, int V, float dloss, const k::VocabSplit& split) {
+                const int32_t* targets, int N, int C, int V, float dloss, const k::VocabSplit& split,
+                float softcap) {
   k::lm_head_cross_entropy_split_bf16(losses, dinp, dweight, inp, rounded(weight, size_t(V) * C).data(), targets,
-                                      N, C, V, dloss, split);
+                                      N, C, V, dloss, split, softcap);
 }
 void ref_split_bf16(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
-                    const int32_t* targets, int N, int C, int V, float dloss, const k::VocabSplit& split) {
+                    const int32_t* targets, int N, int C, int V, float dloss, const k::VocabSplit& split,
+                    float softcap) {
   ref::lm_head_cross_entropy_split_bf16(losses, dinp, dweight, inp, rounded(weight, size_t(V) * C).data(),
-                                        targets, N, C, V, dloss, split);
+                                        targets, N, C, V, dloss, split, softcap);
 }
 
 // The bf16 head against its reference and the fp32 head; weight gradients accumulate onto 0.5
 // and leave the padding rows alone.
-void expect_bf16_head_matches(int N, int C, int V, int Vp) {
+void expect_bf16_head_matches(int N, int C, int V, int Vp, float softcap = 0, double fp32_tolerance = 1e-2) {
   const auto x = to_f(random_vector(size_t(N) * C, 41, 2.0)), w = to_f(random_vector(size_t(Vp) * C, 42));
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = i % 7 == 3 ? -1 : static_cast<int32_t>((i * 7919) % V);
@@ -163,7 +169,7 @@ void expect_bf16_head_matches(int N, int C, int V, int Vp) {
   };
   const auto run = [&](auto kernel, const auto* weight) {
     Out o{std::vector<float>(N), std::vector<float>(size_t(N) * C), std::vector<float>(size_t(Vp) * C, 0.5f)};
-    kernel(o.losses.data(), o.dx.data(), o.dw.data(), x.data(), weight, tgt.data(), N, C, V, 0.5f);
+    kernel(o.losses.data(), o.dx.data(), o.dw.data(), x.data(), weight, tgt.data(), N, C, V, 0.5f, softcap);
     for (size_t i = size_t(V) * C; i < o.dw.size(); ++i) EXPECT_EQ(o.dw[i], 0.5f) << "padding row " << i / C;
     for (float& g : o.dw) g -= 0.5f;
     return o;
@@ -174,9 +180,9 @@ void expect_bf16_head_matches(int N, int C, int V, int Vp) {
   EXPECT_LT(max_error_rel_to_max(bf.losses.data(), reference.losses.data(), N), 1e-5);
   EXPECT_LT(max_error_rel_to_max(bf.dx.data(), reference.dx.data(), bf.dx.size()), 1e-4);
   EXPECT_LT(max_error_rel_to_max(bf.dw.data(), reference.dw.data(), bf.dw.size()), 1e-4);
-  EXPECT_LT(max_error_rel_to_max(bf.losses.data(), fp32.losses.data(), N), 1e-2);
-  EXPECT_LT(max_error_rel_to_max(bf.dx.data(), fp32.dx.data(), bf.dx.size()), 1e-2);
-  EXPECT_LT(max_error_rel_to_max(bf.dw.data(), fp32.dw.data(), bf.dw.size()), 1e-2);
+  EXPECT_LT(max_error_rel_to_max(bf.losses.data(), fp32.losses.data(), N), fp32_tolerance);
+  EXPECT_LT(max_error_rel_to_max(bf.dx.data(), fp32.dx.data(), bf.dx.size()), fp32_tolerance);
+  EXPECT_LT(max_error_rel_to_max(bf.dw.data(), fp32.dw.data(), bf.dw.size()), fp32_tolerance);
   EXPECT_GT(max_error_rel_to_max(bf.dx.data(), fp32.dx.data(), bf.dx.size()), 0.0) << "the operands were not rounded";
 }
 
@@ -198,4 +204,59 @@ TEST(Kernels, LmHeadCrossEntropySplitOverTheVocabularyEqualsTheWhole) {
 TEST(Kernels, LmHeadCrossEntropyBf16MatchesItsReferenceAndTheFp32Head) {
   expect_bf16_head_matches(6, 16, 70, 128);
   expect_bf16_head_matches(257, 8, 65537, 65600);
+}
+
+// model.logit_softcap: the reference's backward through the cap against fp64 finite differences
+// (with logits large enough that the cap bends them: |z| up to ~2.7 against a cap of 1.5), its loss
+// that of the capped logits formed by hand; then every optimised variant (whole, several chunks,
+// split over two ranks, bf16) against its reference with the cap on, and lm_head_softcap.
+TEST(Kernels, LmHeadSoftcapMatchesReferenceAndGradients) {
+  const int N = 5, C = 8, V = 13, Vp = 64;
+  const double cap = 1.5;
+  auto x = random_vector(N * C, 51, 2.0), w = random_vector(Vp * C, 52);
+  std::vector<int32_t> tgt = {4, -1, 12, 0, 4};
+  std::vector<double> losses(N);
+  auto loss = [&] {
+    ref::lm_head_cross_entropy<double>(losses.data(), nullptr, nullptr, x.data(), w.data(), tgt.data(), N, C, V, 0.0,
+                                       cap);
+    double s = 0;
+    for (double l : losses) s += l;
+    return s;
+  };
+  std::vector<double> dx(N * C), dw(Vp * C, 0.0);
+  ref::lm_head_cross_entropy(losses.data(), dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 1.0, cap);
+  EXPECT_LT(max_rel_error(dx, numeric_gradient(x, loss)), 1e-6);
+  EXPECT_LT(max_rel_error(dw, numeric_gradient(w, loss)), 1e-6);
+  // row 0 by hand: log-sum-exp of the capped logits minus the capped target logit
+  std::vector<double> z(V);
+  double largest = 0;
+  for (int v = 0; v < V; ++v) {
+    double acc = 0;
+    for (int c = 0; c < C; ++c) acc += x[c] * w[size_t(v) * C + c];
+    largest = std::max(largest, std::fabs(acc));
+    z[v] = cap * std::tanh(acc / cap);
+  }
+  EXPECT_GT(largest, cap) << "the cap must bend some logit";
+  double sum = 0;
+  for (double zv : z) sum += std::exp(zv);
+  EXPECT_NEAR(losses[0], std::log(sum) - z[tgt[0]], 1e-12);
+
+  const float capf = float(cap);
+  expect_lm_head_matches_reference(to_f(x), to_f(w), tgt, N, C, V, Vp, capf);
+  std::vector<int32_t> many(257);
+  for (int i = 0; i < 257; ++i) many[i] = i % 17 == 5 ? -1 : static_cast<int32_t>((i * 7919) % 65537);
+  expect_lm_head_matches_reference(to_f(random_vector(size_t(257) * 8, 53, 3.0)), to_f(random_vector(size_t(65600) * 8, 54)),
+                                   many, 257, 8, 65537, 65600, capf);
+  expect_split_matches_whole(&k::lm_head_cross_entropy, &k::lm_head_cross_entropy_split, 6, 16, 70, 128, capf);
+  expect_split_matches_whole(&k::lm_head_cross_entropy, &ref_split, 6, 16, 70, 128, capf);
+  expect_split_matches_whole(&whole_bf16, &split_bf16, 6, 16, 70, 128, capf);
+  expect_split_matches_whole(&whole_bf16, &ref_split_bf16, 6, 16, 70, 128, capf);
+  // against the fp32 head within 2e-2: the cap's slope 1 − tanh² is taken at logits that differ by
+  // the operands' rounding, on top of the rounding itself
+  expect_bf16_head_matches(6, 16, 70, 128, capf, 2e-2);
+
+  std::vector<float> logits = to_f(random_vector(37, 55, 10.0)), want = logits;
+  k::lm_head_softcap(logits.data(), logits.size(), capf);
+  ref::lm_head_softcap(want.data(), want.size(), capf);
+  EXPECT_LT(max_error_rel_to_max(logits.data(), want.data(), want.size()), 1e-6);
 }

@@ -253,6 +253,29 @@ TEST(ModelGradient, Relu2MlpDirectionalCheckPerTensor) {
   expect_directional_match_per_tensor(model, batch.tokens, batch.targets, 1e-3f);
 }
 
+// The modern block options: rotary positions (no wpe tensor), QK-norm and logit soft-capping, each
+// alone and all three together (with a GELU and a SwiGLU MLP, tied and untied heads): every
+// tensor's gradient. init_std 0.5 makes logits large enough that a cap of 2 bends them.
+TEST(ModelGradient, RotaryQkNormSoftcapDirectionalCheckPerTensor) {
+  struct Options { bool rotary, qk_norm; float softcap; MlpKind mlp; bool tied; };
+  for (const Options o : {Options{true, false, 0, MlpKind::Gelu, true}, Options{false, true, 0, MlpKind::Gelu, true},
+                          Options{false, false, 2, MlpKind::Gelu, false},
+                          Options{true, true, 2, MlpKind::Swiglu, false}}) {
+    SCOPED_TRACE(std::string(o.rotary ? "rotary " : "") + (o.qk_norm ? "qk_norm " : "") +
+                 (o.softcap > 0 ? "softcap " : "") + mlp_kind_name(o.mlp));
+    ModelConfig c = gradient_config();
+    c.position = o.rotary ? PositionKind::Rotary : PositionKind::Learned, c.rope_base = 50;
+    c.qk_norm = o.qk_norm, c.logit_softcap = o.softcap, c.mlp = o.mlp, c.tied_head = o.tied;
+    c.init_std = 0.5f;
+    GPT model(c);
+    model.init_weights(12);
+    EXPECT_EQ(model.table().find("transformer.wpe.weight") == nullptr, o.rotary);
+    model.plan(kGradB, kGradT);
+    const GradientBatch batch(5, 9, 2);
+    expect_directional_match_per_tensor(model, batch.tokens, batch.targets, 1e-3f);
+  }
+}
+
 // model.zero_init_proj: the output projections start at zero, so every block is the identity
 // (its output is its input, bit for bit) and only the projections and what follows the blocks
 // have a gradient; the directional check moves the zero projections too.

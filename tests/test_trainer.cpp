@@ -113,6 +113,26 @@ TEST(Trainer, MuonResumeIsBitExact) {
   EXPECT_NE(muon, adamw.losses);
 }
 
+// Rotary positions, QK-norm and a logit soft-cap: resume is bit-exact, the run differs from the
+// plain model's, and the model that eval, sample and export load (load_checkpoint_model) has the
+// options: without them it would compute another function with the same tensors.
+TEST(Trainer, RotaryQkNormSoftcapResumeBitExactlyAndCheckpointsKeepTheFunction) {
+  const std::vector<std::string> options = {"model.position=rotary", "model.rope_base=500", "model.qk_norm=true",
+                                            "model.logit_softcap=3"};
+  const std::vector<float> modern = expect_resume_is_bit_exact(options);
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const FitResult plain = Trainer(tiny_config(data, dir.file("a")), {.quiet = true}).fit();
+  EXPECT_NE(modern, plain.losses);
+  Trainer(tiny_config(data, dir.file("b"), options), {.quiet = true}).fit();
+  const CheckpointModel loaded = load_checkpoint_model(dir.file("b/checkpoints/step_00000008"));
+  const ModelConfig& c = loaded->config();
+  EXPECT_TRUE(c.rotary() && c.qk_norm);
+  EXPECT_EQ(c.rope_base, 500.0f);
+  EXPECT_EQ(c.logit_softcap, 3.0f);
+  EXPECT_EQ(loaded->table().find("transformer.wpe.weight"), nullptr);
+}
+
 // The learning rate of every step a run logged (train.log_interval = 1).
 std::vector<float> logged_lrs(const std::string& run) {
   std::vector<float> lrs;

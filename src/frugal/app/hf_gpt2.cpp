@@ -168,6 +168,17 @@ void check_hf_gpt2_exportable(const ModelConfig& c) {
                "model.bias = false cannot be exported in the Hugging Face GPT-2 format: "
                "GPT2LMHeadModel has biases in every linear and LayerNorm; only models trained "
                "with model.bias = true can be exported");
+  FRUGAL_CHECK(!c.rotary(),
+               "model.position = \"rotary\" cannot be exported in the Hugging Face GPT-2 format: "
+               "GPT2LMHeadModel learns its positions (wpe); only models with model.position = \"learned\" "
+               "can be exported");
+  FRUGAL_CHECK(!c.qk_norm,
+               "model.qk_norm = true cannot be exported in the Hugging Face GPT-2 format: GPT-2's attention "
+               "does not normalise its queries and keys; only models trained without it can be exported");
+  FRUGAL_CHECK(c.logit_softcap == 0,
+               "model.logit_softcap = {} cannot be exported in the Hugging Face GPT-2 format: "
+               "GPT2LMHeadModel's logits are not capped; only models with model.logit_softcap = 0 can be "
+               "exported", c.logit_softcap);
 }
 
 std::string hf_gpt2_inexpressible(const GPT& model) {

@@ -63,6 +63,7 @@ using LmHead = Family<&KernelTables::lm_head>;
 using Adamw = Family<&KernelTables::adamw>;
 using Moe = Family<&KernelTables::moe>;
 using NewtonSchulz = Family<&KernelTables::newton_schulz>;
+using QkTransformFamily = Family<&KernelTables::qk_transform>;
 
 }  // namespace
 
@@ -81,6 +82,7 @@ Isa set_kernel_isa(Isa isa) {
   LmHead::set(isa, "lm_head");
   Moe::set(isa, "moe");
   NewtonSchulz::set(isa, "newton_schulz");
+  QkTransformFamily::set(isa, "qk_transform");
   return Adamw::set(isa, "adamw");
 }
 
@@ -244,26 +246,28 @@ void scale_inplace(float* x, size_t n, float s) { Elementwise::table().scale_inp
 
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
                            const float* weight, const int32_t* targets, int N, int C, int V,
-                           float dloss) {
-  LmHead::table().cross_entropy(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss);
+                           float dloss, float softcap) {
+  LmHead::table().cross_entropy(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, softcap);
 }
 void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
                                  const float* weight, const int32_t* targets, int N, int C, int V,
-                                 float dloss, const VocabSplit& split) {
-  LmHead::table().cross_entropy_split(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split);
+                                 float dloss, const VocabSplit& split, float softcap) {
+  LmHead::table().cross_entropy_split(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split, softcap);
 }
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
   LmHead::table().logits(logits, inp, weight, N, C, V);
 }
+void lm_head_softcap(float* logits, size_t n, float softcap) { LmHead::table().softcap(logits, n, softcap); }
 void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                 const bf16* weight, const int32_t* targets, int N, int C, int V,
-                                float dloss) {
-  LmHead::table().cross_entropy_bf16(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss);
+                                float dloss, float softcap) {
+  LmHead::table().cross_entropy_bf16(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, softcap);
 }
 void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                       const bf16* weight, const int32_t* targets, int N, int C, int V,
-                                      float dloss, const VocabSplit& split) {
-  LmHead::table().cross_entropy_split_bf16(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split);
+                                      float dloss, const VocabSplit& split, float softcap) {
+  LmHead::table().cross_entropy_split_bf16(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split,
+                                           softcap);
 }
 
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
@@ -272,6 +276,13 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
 }
 
 void newton_schulz(float* x, int R, int C, int steps) { NewtonSchulz::table().orthogonalise(x, R, C, steps); }
+void qk_transform_forward(float* qkv, float* inv_rms, int B, int T, int pos0, int C, int NH, const QkTransform& t) {
+  QkTransformFamily::table().forward(qkv, inv_rms, B, T, pos0, C, NH, t);
+}
+void qk_transform_backward(float* dqkv, const float* qkv, const float* inv_rms, int B, int T, int C, int NH,
+                           const QkTransform& t) {
+  QkTransformFamily::table().backward(dqkv, qkv, inv_rms, B, T, C, NH, t);
+}
 
 void moe_router_forward(float* probs, float* lse, int32_t* expert, float* weight, const float* logits,
                         const float* bias, int N, int E, int k) {

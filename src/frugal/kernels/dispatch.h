@@ -88,6 +88,7 @@ struct LmHeadKernels {
   decltype(&kernels::lm_head_logits) logits;
   decltype(&kernels::lm_head_cross_entropy_bf16) cross_entropy_bf16;
   decltype(&kernels::lm_head_cross_entropy_split_bf16) cross_entropy_split_bf16;
+  decltype(&kernels::lm_head_softcap) softcap;
 };
 struct MoeKernels {
   decltype(&kernels::moe_router_forward) router_forward;
@@ -105,6 +106,10 @@ struct AdamwKernels {
 };
 struct NewtonSchulzKernels {
   decltype(&kernels::newton_schulz) orthogonalise;
+};
+struct QkTransformKernels {
+  decltype(&kernels::qk_transform_forward) forward;
+  decltype(&kernels::qk_transform_backward) backward;
 };
 
 // Every family's table for one (device, instruction set, element type). The members point to
@@ -126,6 +131,7 @@ struct KernelTables {
   const AdamwKernels* adamw;
   const MoeKernels* moe;
   const NewtonSchulzKernels* newton_schulz;
+  const QkTransformKernels* qk_transform;
 };
 
 // The CPU backend's tables for `isa` (Ref, Avx2 or Avx512; kernels/cpu/cpu_backend.cpp).

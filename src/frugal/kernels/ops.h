@@ -38,7 +38,8 @@ namespace frugal::kernels {
 enum class GateAct { Gelu, Silu };
 
 // ---- encoder: token + position embedding ----
-// out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T), wte (Vp,C), wpe (maxT,C)
+// out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T), wte (Vp,C), wpe (maxT,C) or null (no position
+// embedding: out = wte[tokens])
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                      int T, int C);
 // dwte (Vp,C) +=, dwpe (maxT,C) +=; dout (B,T,C)
@@ -172,6 +173,29 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
                       int t, int C, int NH, const AttentionPattern& pattern);
 
+// ---- qk_transform: QK-norm and rotary position embeddings on attention's queries and keys ----
+// What runs between the qkv projection and attention (model.qk_norm, model.position = "rotary").
+// Per row (b, t) and head h, on the head's HS queries and HS keys (not the values), in this order:
+// - norm: x <- x / rms(x), rms(x) = sqrt(mean(x²) + kQkNormEps), no gain (modded-nanogpt's QK-norm);
+// - rotary: each pair (x[i], x[i + HS/2]), i < HS/2, turned by the angle
+//   (pos0 + t) · rope_base^(-2i/HS) (GPT-NeoX / Llama's half-split layout). HS must be even.
+inline constexpr float kQkNormEps = 1e-6f;
+struct QkTransform {
+  bool norm = false;
+  bool rotary = false;
+  float rope_base = 10000.0f;
+  bool any() const { return norm || rotary; }
+};
+// qkv (B,T,3C) [q | k | v] in place; inv_rms (B,T,2,NH) = 1/rms of the row's query heads then its
+// key heads (written only with t.norm).
+void qk_transform_forward(float* qkv, float* inv_rms, int B, int T, int pos0, int C, int NH,
+                          const QkTransform& t);
+// dqkv (B,T,3C): on entry its q and k parts are d loss / d (the transformed q, k); on exit d loss /
+// d (the projection's q, k), in place (the v part untouched). qkv, inv_rms: the forward's outputs
+// (the transformed values), from position 0.
+void qk_transform_backward(float* dqkv, const float* qkv, const float* inv_rms, int B, int T, int C,
+                           int NH, const QkTransform& t);
+
 // ---- activations ----
 // GELU, tanh approximation. out (n) = gelu(inp)
 void gelu_forward(float* out, const float* inp, size_t n);
@@ -219,9 +243,12 @@ void scale_inplace(float* x, size_t n, float s);
 // weight never take part); rows whose target is -1 get loss 0 and no gradient.
 // When dinp/dweight are non-null also backpropagates d(loss)/d(logit) = (p - onehot) * dloss:
 // dinp (N,C) =, dweight (Vp,C) +=. inp (N,C), weight (Vp,C), targets (N).
+// softcap > 0 (model.logit_softcap): the softmax is over the capped logits softcap·tanh(z/softcap),
+// and the gradient passes through the cap (× 1 − tanh²); 0: the logits as they are. Every variant
+// below takes it last.
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
                            const float* weight, const int32_t* targets, int N, int C, int V,
-                           float dloss);
+                           float dloss, float softcap = 0.0f);
 // The same over a vocabulary split between the ranks of a tensor-parallel group (Megatron's
 // vocabulary-parallel cross-entropy): this rank's weight (V,C) holds columns [first, first + V) of
 // the whole vocabulary (V may be 0), targets are ids of the whole vocabulary, and no rank forms
@@ -238,19 +265,21 @@ struct VocabSplit {
 };
 void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
                                  const float* weight, const int32_t* targets, int N, int C, int V,
-                                 float dloss, const VocabSplit& split);
+                                 float dloss, const VocabSplit& split, float softcap = 0.0f);
 // logits (N,V) = inp (N,C) · weight[:V]ᵀ (for sampling and export checks)
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V);
+// logits (n) = softcap · tanh(logits / softcap), in place (softcap > 0)
+void lm_head_softcap(float* logits, size_t n, float softcap);
 // The two above with the head's bf16 working copy (ops.h section bf16): the three GEMMs take bf16
 // operands — the rows of inp rounded to bf16, weight, and d loss / d logits rounded to bf16 after
 // the fp32 softmax — and sum in fp32 (the matmul_bf16 contract); the logits, their maxima, sums,
 // log-sum-exp and the loss stay fp32. dinp and dweight as above (fp32).
 void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                 const bf16* weight, const int32_t* targets, int N, int C, int V,
-                                float dloss);
+                                float dloss, float softcap = 0.0f);
 void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                       const bf16* weight, const int32_t* targets, int N, int C, int V,
-                                      float dloss, const VocabSplit& split);
+                                      float dloss, const VocabSplit& split, float softcap = 0.0f);
 
 // ---- moe: mixture-of-experts routing, permutation and grouped linear (model/moe.h) ----
 // R = N·k routed rows, grouped by expert; E experts, at most kMaxExperts.

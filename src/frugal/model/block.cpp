@@ -61,7 +61,7 @@ void TransformerBlock::lay_out_internals(double N, const Take& take, BlockActs& 
   a.ln1 = take(N * C);
   a.ln1_mean = take(N);
   a.ln1_rstd = take(N);
-  Attention::lay_out(sizes_, N, take, a.attn);
+  attention_.lay_out(N, take, a.attn);
   a.res_mid = take(N * C);
   a.ln2 = take(N * C);
   a.ln2_mean = take(N);
@@ -72,7 +72,7 @@ void TransformerBlock::lay_out_internals(double N, const Take& take, BlockActs& 
 void TransformerBlock::lay_out_scratch(double N, const Take& take, BlockScratch& scratch) const {
   const double C = config_.n_embd;
   scratch.dln = take(N * C);
-  Attention::lay_out_scratch(sizes_, N, take, scratch.attn);
+  attention_.lay_out_scratch(N, take, scratch.attn);
   mlp_->lay_out_scratch(N, take, scratch.mlp);
   scratch.branch = take(N * C);
   scratch.dsum = config_.norm == NormPlacement::Post ? take(N * C) : nullptr;
@@ -81,7 +81,7 @@ void TransformerBlock::lay_out_scratch(double N, const Take& take, BlockScratch&
 BlockActs TransformerBlock::rows(const BlockActs& all, size_t row0) const {
   const size_t C = config_.n_embd;
   return {all.ln1 + row0 * C,     all.ln1_mean + row0, all.ln1_rstd + row0,
-          Attention::rows(all.attn, sizes_, row0),
+          attention_.rows(all.attn, row0),
           all.res_mid + row0 * C, all.ln2 + row0 * C,  all.ln2_mean + row0, all.ln2_rstd + row0,
           mlp_->rows(all.mlp, row0),
           all.res_out + row0 * C};

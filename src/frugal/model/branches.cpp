@@ -78,25 +78,28 @@ void Attention::declare(ModelSpec& spec, const std::string& prefix, int layer) {
                  projection_init(spec.config()));
 }
 
-void Attention::lay_out(const LocalSizes& s, double N, const Take& take, Acts& a) {
-  a.qkv = take(3 * N * s.attn_width);
-  a.att = take(N * s.attn_width);
-  a.lse = take(s.n_head * N);
+void Attention::lay_out(double N, const Take& take, Acts& a) const {
+  a.qkv = take(3 * N * sizes_.attn_width);
+  a.att = take(N * sizes_.attn_width);
+  a.lse = take(sizes_.n_head * N);
+  a.inv_rms = transform_.norm ? take(2 * sizes_.n_head * N) : nullptr;
 }
 
-void Attention::lay_out_scratch(const LocalSizes& s, double N, const Take& take, Scratch& scratch) {
-  scratch.dqkv = take(3 * N * s.attn_width);
-  scratch.datt = take(N * s.attn_width);
+void Attention::lay_out_scratch(double N, const Take& take, Scratch& scratch) const {
+  scratch.dqkv = take(3 * N * sizes_.attn_width);
+  scratch.datt = take(N * sizes_.attn_width);
 }
 
-Attention::Acts Attention::rows(const Acts& all, const LocalSizes& s, size_t row0) {
-  const size_t W = s.attn_width;
-  return {all.qkv + row0 * 3 * W, all.att + row0 * W, all.lse + row0 * s.n_head};
+Attention::Acts Attention::rows(const Acts& all, size_t row0) const {
+  const size_t W = sizes_.attn_width, NH = sizes_.n_head;
+  return {all.qkv + row0 * 3 * W, all.att + row0 * W, all.lse + row0 * NH,
+          all.inv_rms ? all.inv_rms + row0 * 2 * NH : nullptr};
 }
 
 Attention::Attention(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
                      const ParamTable& table, const std::shared_ptr<LinearFormat>& dense)
     : sizes_(sizes),
+      transform_{.norm = config.qk_norm, .rotary = config.rotary(), .rope_base = config.rope_base},
       qkv_(LinearSlot::find(table, prefix + kQkv, 3 * sizes.attn_width, config.n_embd, dense)),
       proj_(LinearSlot::find(table, prefix + kAttnProj, config.n_embd, sizes.attn_width, dense)) {}
 
@@ -104,6 +107,7 @@ void Attention::forward(const float* params, const Acts& a, const float* in, flo
                         bool lead, TensorCollectives& comm, const KvCache* cache) const {
   const int W = sizes_.attn_width, NH = sizes_.n_head;
   qkv_.forward(params, a.qkv, in, B * T);
+  k::qk_transform_forward(a.qkv, a.inv_rms, B, T, cache ? cache->pos0 : 0, W, NH, transform_);
   if (!cache) {
     k::attention_forward(a.att, a.lse, a.qkv, B, T, W, NH, pattern_);
   } else {
@@ -130,6 +134,7 @@ void Attention::backward(const float* params, float* grads, const Acts& a, const
   const int N = B * T;
   proj_.backward(params, grads, s.datt, dout, a.att, N, false);
   k::attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, B, T, sizes_.attn_width, sizes_.n_head, pattern_);
+  k::qk_transform_backward(s.dqkv, a.qkv, a.inv_rms, B, T, sizes_.attn_width, sizes_.n_head, transform_);
   qkv_.backward(params, grads, din, s.dqkv, in, N, false);
   comm.all_reduce_sum(din, size_t(N) * qkv_.IC);
 }

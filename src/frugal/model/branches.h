@@ -19,8 +19,7 @@
 #include <vector>
 
 #include "frugal/core/memory.h"
-#include "frugal/kernels/attention_pattern.h"
-#include "frugal/kernels/dtype.h"
+#include "frugal/kernels/ops.h"  // AttentionPattern, QkTransform
 #include "frugal/model/collectives.h"
 #include "frugal/model/flop_count.h"
 #include "frugal/model/linear_format.h"
@@ -72,16 +71,18 @@ struct KvCache {
 class Attention {
  public:
   struct Acts {
-    float *qkv, *att, *lse;  // (N, 3W), (N, W), (B, NH, T)
+    // (N, 3W) (q and k after the QK transform, when there is one), (N, W), (B, NH, T), and the
+    // QK-norm's (N, 2, NH) inverse RMS (null without QK-norm)
+    float *qkv, *att, *lse, *inv_rms;
   };
   struct Scratch {
     float *dqkv, *datt;
   };
   // `prefix`attn.c_attn and `prefix`attn.c_proj of block `layer`.
   static void declare(ModelSpec& spec, const std::string& prefix, int layer);
-  static void lay_out(const LocalSizes& s, double N, const Take& take, Acts& a);
-  static void lay_out_scratch(const LocalSizes& s, double N, const Take& take, Scratch& scratch);
-  static Acts rows(const Acts& all, const LocalSizes& s, size_t row0);
+  void lay_out(double N, const Take& take, Acts& a) const;
+  void lay_out_scratch(double N, const Take& take, Scratch& scratch) const;
+  Acts rows(const Acts& all, size_t row0) const;
 
   Attention(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
             const ParamTable& table, const std::shared_ptr<LinearFormat>& dense);
@@ -100,6 +101,7 @@ class Attention {
 
  private:
   LocalSizes sizes_;
+  kernels::QkTransform transform_;  // QK-norm and rotary positions (model.qk_norm, model.position)
   LinearSlot qkv_, proj_;
   kernels::AttentionPattern pattern_;
 };

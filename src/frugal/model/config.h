@@ -1,5 +1,6 @@
 // ModelConfig: the shape of a GPT model (GPT-2 family, optional gated MLP, pre- or post-LN blocks,
-// tied or untied head, optional mixture-of-experts MLPs).
+// learned or rotary positions, optional QK-norm and logit soft-capping, tied or untied head,
+// optional mixture-of-experts MLPs).
 #pragma once
 #include <string>
 
@@ -17,6 +18,13 @@ MlpKind parse_mlp_kind(const std::string& name);  // "gelu" | "geglu" | "swiglu"
 enum class NormPlacement { Pre, Post };
 const char* norm_placement_name(NormPlacement norm);
 NormPlacement parse_norm_placement(const std::string& name);  // "pre" | "post"; throws otherwise
+
+// How attention learns positions: a learned (block_size, C) embedding added to the tokens' (GPT-2,
+// BERT), or rotary embeddings turning each head's queries and keys by their position (RoFormer,
+// GPT-NeoX, Llama; no position tensor). kernels::QkTransform has the definition.
+enum class PositionKind { Learned, Rotary };
+const char* position_kind_name(PositionKind kind);
+PositionKind parse_position_kind(const std::string& name);  // "learned" | "rotary"; throws otherwise
 
 // A mixture-of-experts MLP (model/moe.h) in place of the dense one on every `every`-th block:
 // `experts` MLPs of the model's kind (model.mlp) and `hidden` units each, of which a router sends
@@ -54,6 +62,10 @@ struct ModelConfig {
   // The residual branches' output projections (attention's, the MLP's, the experts') start at zero
   // instead of N(0, init_std / √(2L)): every block starts as the identity (modded-nanogpt's recipe).
   bool zero_init_proj = false;
+  PositionKind position = PositionKind::Learned;
+  float rope_base = 10000.0f;  // rotary: the angle of pair i at position p is p · rope_base^(-2i/HS)
+  bool qk_norm = false;        // each head's queries and keys RMS-normalised before attention (no gain)
+  float logit_softcap = 0.0f;  // > 0: the LM head's logits become cap · tanh(logits / cap) (Gemma 2)
   MoeConfig moe;
 
   int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
@@ -61,6 +73,7 @@ struct ModelConfig {
   int ffn_hidden() const { return ffn_mult * n_embd; }
   bool gated() const { return config_gated(mlp); }
   int expert_hidden() const { return moe.hidden > 0 ? moe.hidden : ffn_hidden(); }
+  bool rotary() const { return position == PositionKind::Rotary; }
   // Throws frugal::Error naming the offending field and the accepted range.
   void validate() const;
   bool operator==(const ModelConfig&) const = default;

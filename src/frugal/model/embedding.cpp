@@ -12,6 +12,7 @@ void TokenEmbedding::declare(ModelSpec& spec) {
   spec.add({.name = "transformer.wte.weight", .shape = {c.padded_vocab(), c.n_embd},
             .placement = Placement::sharded(0), .role = ParamRole::Embedding, .layer = -1,
             .used_rows = c.vocab_size, .features = {Features::None, Features::Residual}});
+  if (c.rotary()) return;  // positions enter through attention's queries and keys
   spec.add({.name = "transformer.wpe.weight", .shape = {c.block_size, c.n_embd},
             .role = ParamRole::Embedding, .layer = -1,
             .features = {Features::None, Features::Residual}});
@@ -29,7 +30,7 @@ TokenEmbedding::TokenEmbedding(const ModelConfig& config, const ParamTable& tabl
 
 void TokenEmbedding::forward(const float* params, float* out, const int32_t* tokens, int B, int T,
                              TensorCollectives& comm, int pos0) const {
-  const float* wpe = params + wpe_ + size_t(pos0) * C_;
+  const float* wpe = wpe_ == kAbsent ? nullptr : params + wpe_ + size_t(pos0) * C_;
   if (!split_) {
     kernels::encoder_forward(out, tokens, params + wte_, wpe, B, T, C_);
     return;
@@ -47,12 +48,14 @@ void TokenEmbedding::forward(const float* params, float* out, const int32_t* tok
       std::fill_n(o, C_, 0.0f);
   }
   comm.all_reduce_sum(out, N * C_);
-  for (size_t i = 0; i < N; ++i) kernels::residual_forward(out + i * C_, out + i * C_, wpe + (i % T) * C_, C_);
+  if (wpe)
+    for (size_t i = 0; i < N; ++i) kernels::residual_forward(out + i * C_, out + i * C_, wpe + (i % T) * C_, C_);
 }
 
 void TokenEmbedding::backward(float* grads, const float* dout, const int32_t* tokens, int B, int T,
                               bool token_grad) const {
-  kernels::encoder_backward(token_grad && !split_ ? grads + wte_ : nullptr, grads + wpe_, dout, tokens, B, T, C_);
+  kernels::encoder_backward(token_grad && !split_ ? grads + wte_ : nullptr, wpe_ == kAbsent ? nullptr : grads + wpe_,
+                            dout, tokens, B, T, C_);
   if (!token_grad || !split_) return;
   // This rank's rows, each token's gradient added in row order as the whole kernel adds them.
   for (size_t i = 0; i < size_t(B) * T; ++i) {

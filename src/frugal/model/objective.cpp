@@ -58,21 +58,22 @@ LossTerms CausalLmHead::forward(const float* params, float* grads, const Objecti
   float* dnorm = training ? acts[DNorm] : nullptr;
   float* dhead = grads ? grads + head_ : nullptr;
   const bool bf16 = dtype_ == kernels::DType::BF16;
+  const float cap = config_.logit_softcap;
   if (!split_) {
     if (bf16)
       k::lm_head_cross_entropy_bf16(acts[Losses], dnorm, dhead, acts[Norm], head_bf16_.data(), targets, N, C, V,
-                                    dloss);
+                                    dloss, cap);
     else
-      k::lm_head_cross_entropy(acts[Losses], dnorm, dhead, acts[Norm], params + head_, targets, N, C, V, dloss);
+      k::lm_head_cross_entropy(acts[Losses], dnorm, dhead, acts[Norm], params + head_, targets, N, C, V, dloss, cap);
   } else {
     const k::VocabSplit split{first_, V, [&comm](float* p, size_t n) { comm.all_reduce_max(p, n); },
                               [&comm](float* p, size_t n) { comm.all_reduce_sum(p, n); }};
     if (bf16)
       k::lm_head_cross_entropy_split_bf16(acts[Losses], dnorm, dhead, acts[Norm], head_bf16_.data(), targets, N,
-                                          C, columns_, dloss, split);
+                                          C, columns_, dloss, split, cap);
     else
       k::lm_head_cross_entropy_split(acts[Losses], dnorm, dhead, acts[Norm], params + head_, targets, N, C,
-                                     columns_, dloss, split);
+                                     columns_, dloss, split, cap);
     if (dnorm) comm.all_reduce_sum(dnorm, size_t(N) * C);  // the ranks' columns' parts
   }
   double sum = 0.0;
@@ -91,10 +92,14 @@ void CausalLmHead::backward(const float* params, float* grads, const ObjectiveAc
 void CausalLmHead::head_logits(const float* params, const float* x, float* out, int N) const {
   FRUGAL_CHECK(!split_, "internal: the logits of a vocabulary-split head are asked for; gather the model first");
   const int C = config_.n_embd, V = config_.vocab_size;
-  if (dtype_ != kernels::DType::BF16) return k::lm_head_logits(out, x, params + head_, N, C, V);
-  std::vector<kernels::bf16> rounded(size_t(N) * C);
-  k::f32_to_bf16(rounded.data(), x, rounded.size());
-  k::matmul_bf16_forward(out, rounded.data(), head_bf16_.data(), nullptr, N, C, V);
+  if (dtype_ != kernels::DType::BF16) {
+    k::lm_head_logits(out, x, params + head_, N, C, V);
+  } else {
+    std::vector<kernels::bf16> rounded(size_t(N) * C);
+    k::f32_to_bf16(rounded.data(), x, rounded.size());
+    k::matmul_bf16_forward(out, rounded.data(), head_bf16_.data(), nullptr, N, C, V);
+  }
+  if (config_.logit_softcap > 0) k::lm_head_softcap(out, size_t(N) * V, config_.logit_softcap);
 }
 
 void CausalLmHead::logits(const float* params, const ObjectiveActs& acts, float* out, int N) const {

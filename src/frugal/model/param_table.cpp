@@ -35,6 +35,14 @@ NormPlacement parse_norm_placement(const std::string& name) {
   fail("model.norm = \"{}\" is not a LayerNorm placement; use \"pre\" or \"post\"", name);
 }
 
+const char* position_kind_name(PositionKind kind) { return kind == PositionKind::Learned ? "learned" : "rotary"; }
+
+PositionKind parse_position_kind(const std::string& name) {
+  if (name == "learned") return PositionKind::Learned;
+  if (name == "rotary") return PositionKind::Rotary;
+  fail("model.position = \"{}\" is not a position encoding; use \"learned\" or \"rotary\"", name);
+}
+
 void ModelConfig::validate() const {
   FRUGAL_CHECK(vocab_size >= 2, "model.vocab_size = {} is too small; it must be at least 2", vocab_size);
   FRUGAL_CHECK(block_size >= 1, "model.block_size = {} must be at least 1", block_size);
@@ -49,6 +57,8 @@ void ModelConfig::validate() const {
   FRUGAL_CHECK(dropout >= 0.0f && dropout < 1.0f, "model.dropout = {} must be in [0, 1)", dropout);
   FRUGAL_CHECK(layernorm_eps > 0.0f, "model.layernorm_eps = {} must be positive", layernorm_eps);
   FRUGAL_CHECK(init_std > 0.0f, "model.init_std = {} must be positive", init_std);
+  FRUGAL_CHECK(rope_base > 1.0f, "model.rope_base = {} must be above 1", rope_base);
+  FRUGAL_CHECK(logit_softcap >= 0.0f, "model.logit_softcap = {} must be 0 (off) or positive", logit_softcap);
   if (moe.experts == 0) return;
   FRUGAL_CHECK(moe.experts >= 2 && moe.experts <= kernels::kMaxExperts, "model.moe.experts = {} must be 0 "
                "(no mixture of experts) or in [2, {}]", moe.experts, kernels::kMaxExperts);

@@ -119,7 +119,9 @@ nlohmann::json model_config_json(const ModelConfig& c) {
           {"n_head", c.n_head}, {"n_embd", c.n_embd}, {"ffn_mult", c.ffn_mult},
           {"mlp", mlp_kind_name(c.mlp)}, {"norm", norm_placement_name(c.norm)},
           {"tied_head", c.tied_head}, {"bias", c.bias},
-          {"dropout", c.dropout}, {"layernorm_eps", c.layernorm_eps}, {"init_std", c.init_std}};
+          {"dropout", c.dropout}, {"layernorm_eps", c.layernorm_eps}, {"init_std", c.init_std},
+          {"position", position_kind_name(c.position)}, {"rope_base", c.rope_base}, {"qk_norm", c.qk_norm},
+          {"logit_softcap", c.logit_softcap}};
   if (c.moe.experts > 0)
     j["moe"] = {{"experts", c.moe.experts}, {"top_k", c.moe.top_k}, {"every", c.moe.every},
                 {"hidden", c.moe.hidden}, {"shared_expert", c.moe.shared_expert},
@@ -143,6 +145,11 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
   c.dropout = j.at("dropout");
   c.layernorm_eps = j.at("layernorm_eps");
   c.init_std = j.at("init_std");
+  // checkpoints before these options: learned positions, no QK-norm, no soft-capping
+  c.position = parse_position_kind(j.value("position", "learned"));
+  c.rope_base = j.value("rope_base", c.rope_base);
+  c.qk_norm = j.value("qk_norm", false);
+  c.logit_softcap = j.value("logit_softcap", 0.0f);
   if (j.contains("moe")) {  // written for a mixture of experts only
     const nlohmann::json& moe = j.at("moe");
     c.moe.experts = moe.at("experts");

@@ -37,6 +37,13 @@ io::ConfigSchema run_schema() {
       .add_float("model.init_std", io::decimal_value(m.init_std), "std of the normal weight initialisation", Range::above(0))
       .add_bool("model.zero_init_proj", m.zero_init_proj, "the output projections of attention and MLP (and "
                 "experts) start at zero: every block starts as the identity")
+      .add_string("model.position", "learned", "positions: a learned embedding added to the tokens (GPT-2), or "
+                  "rotary embeddings turning each head's queries and keys (no position tensor)", {"learned", "rotary"})
+      .add_float("model.rope_base", io::decimal_value(m.rope_base), "rotary: pair i of a head of size HS turns by "
+                 "position · rope_base^(-2i/HS)", Range::above(1))
+      .add_bool("model.qk_norm", m.qk_norm, "RMS-normalise each head's queries and keys before attention (no gain)")
+      .add_float("model.logit_softcap", io::decimal_value(m.logit_softcap), "> 0: the LM head's logits become "
+                 "cap · tanh(logits / cap); 0: off", Range::at_least(0))
       .add_int("model.moe.experts", m.moe.experts, "experts of a mixture-of-experts MLP (model/moe.h); 0: dense MLPs", Range::at_least(0))
       .add_int("model.moe.top_k", m.moe.top_k, "experts each token is routed to (combine weights renormalised over them)", Range::at_least(2))
       .add_int("model.moe.every", m.moe.every, "the mixture of experts replaces the MLP of blocks l with (l + 1) % every == 0", Range::at_least(1))
@@ -232,6 +239,10 @@ RunSettings run_settings(const io::Config& c) {
   m.layernorm_eps = static_cast<float>(c.get_float("model.layernorm_eps"));
   m.init_std = static_cast<float>(c.get_float("model.init_std"));
   m.zero_init_proj = c.get_bool("model.zero_init_proj");
+  m.position = parse_position_kind(c.get_string("model.position"));
+  m.rope_base = static_cast<float>(c.get_float("model.rope_base"));
+  m.qk_norm = c.get_bool("model.qk_norm");
+  m.logit_softcap = static_cast<float>(c.get_float("model.logit_softcap"));
   m.moe.experts = c.get_int32("model.moe.experts");
   m.moe.top_k = c.get_int32("model.moe.top_k");
   m.moe.every = c.get_int32("model.moe.every");

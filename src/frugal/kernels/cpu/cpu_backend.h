@@ -21,5 +21,6 @@ extern const LmHeadKernels lm_head_avx2, lm_head_ref;
 extern const AdamwKernels adamw_avx2, adamw_ref;
 extern const MoeKernels moe_avx2, moe_ref;
 extern const NewtonSchulzKernels newton_schulz_avx2, newton_schulz_ref;
+extern const QkTransformKernels qk_transform_avx2, qk_transform_ref;
 
 }  // namespace frugal::kernels::cpu

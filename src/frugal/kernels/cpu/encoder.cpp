@@ -1,6 +1,8 @@
 // The token + position embedding on CPU, forward and backward: AVX2 over 8 channels (C is a
 // multiple of 8, ModelConfig::validate guarantees it), OpenMP over rows forward and over channel
 // slices backward, so the gradient scatter-add has no races and a fixed order.
+#include <algorithm>
+
 #include "frugal/core/profile.h"
 #include "frugal/kernels/cpu/simd_math.h"
 #include "frugal/kernels/cpu/cpu_backend.h"
@@ -14,8 +16,12 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; ++bt) {
     const float* e = wte + static_cast<size_t>(tokens[bt]) * C;
-    const float* p = wpe + static_cast<size_t>(bt % T) * C;
     float* o = out + static_cast<size_t>(bt) * C;
+    if (!wpe) {
+      std::copy_n(e, C, o);
+      continue;
+    }
+    const float* p = wpe + static_cast<size_t>(bt % T) * C;
     for (int c = 0; c < C; c += 8)
       _mm256_storeu_ps(o + c, _mm256_add_ps(_mm256_loadu_ps(e + c), _mm256_loadu_ps(p + c)));
   }

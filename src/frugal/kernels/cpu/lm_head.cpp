@@ -6,6 +6,9 @@
 // its logits' gradient rounded as they enter them); everything between them is the same fp32 code.
 // The vocabulary-split version runs the softmax's three row passes (max, exponentials, scale) over
 // the whole chunk each, with the group's reductions of the rows' statistics between them.
+// With a logit soft-cap the rows are capped as the GEMM leaves them, and the gradient pass computes
+// the exponentials again from the capped logits (instead of storing them) so that the cap's slope
+// 1 − (z / cap)² can be formed without a second buffer.
 
 #include <algorithm>
 #include <cmath>
@@ -69,17 +72,55 @@ void row_scale(float* z, int V, float scale) {
   for (int r = v; r < V; ++r) z[r] *= scale;
 }
 
-// In place on one row of V logits: returns -log p[target]; when dloss != 0 the row becomes
-// (softmax - onehot(target)) * dloss.
-float softmax_xent_row(float* z, int V, int target, float dloss, bool want_grad) {
+// z (V) = cap · tanh(z / cap), in place.
+void softcap_row(float* z, size_t V, float cap) {
+  const __m256 vc = _mm256_set1_ps(cap), vinv = _mm256_set1_ps(1.0f / cap);
+  size_t v = 0;
+  for (; v + 8 <= V; v += 8)
+    _mm256_storeu_ps(z + v, _mm256_mul_ps(vc, tanh256(_mm256_mul_ps(_mm256_loadu_ps(z + v), vinv))));
+  for (; v < V; ++v) z[v] = cap * std::tanh(z[v] / cap);
+}
+
+// d (capped logit) / d (logit) at a capped logit z: 1 − tanh² = 1 − (z / cap)².
+float softcap_slope(float z, float cap) { return 1.0f - (z / cap) * (z / cap); }
+
+// The capped row's softmax gradient without the one-hot: z (V, capped logits) becomes
+// exp(z − mx) · scale · (1 − (z / cap)²).
+void capped_softmax_grad_row(float* z, int V, float mx, float scale, float cap) {
+  const __m256 vm = _mm256_set1_ps(mx), vs = _mm256_set1_ps(scale), vinv = _mm256_set1_ps(1.0f / cap),
+               one = _mm256_set1_ps(1.0f);
+  int v = 0;
+  for (; v + 8 <= V; v += 8) {
+    const __m256 x = _mm256_loadu_ps(z + v), t = _mm256_mul_ps(x, vinv);
+    const __m256 slope = _mm256_sub_ps(one, _mm256_mul_ps(t, t));
+    _mm256_storeu_ps(z + v, _mm256_mul_ps(_mm256_mul_ps(exp256(_mm256_sub_ps(x, vm)), vs), slope));
+  }
+  for (; v < V; ++v) z[v] = std::exp(z[v] - mx) * scale * softcap_slope(z[v], cap);
+}
+
+// The row's gradient once its maximum, sum of exponentials and target logit are known: z (V) becomes
+// (softmax − onehot(target)) · dloss (through the cap when cap > 0). With cap 0 the row must hold
+// its exponentials already (row_exp_sum with store); with a cap, its capped logits. target: this
+// row's column of the target, or −1 when another rank holds it.
+void softmax_grad_row(float* z, int V, int target, float target_logit, float mx, float sum, float dloss,
+                      float cap) {
+  if (cap > 0) {
+    capped_softmax_grad_row(z, V, mx, dloss / sum, cap);
+    if (target >= 0) z[target] -= dloss * softcap_slope(target_logit, cap);
+  } else {
+    row_scale(z, V, dloss / sum);
+    if (target >= 0) z[target] -= dloss;
+  }
+}
+
+// In place on one row of V logits (capped already when cap > 0): returns -log p[target]; when
+// want_grad the row becomes its gradient (softmax_grad_row).
+float softmax_xent_row(float* z, int V, int target, float dloss, bool want_grad, float cap) {
   const float target_logit = z[target];  // read before the row is overwritten
   const float mx = row_max(z, V);
-  const float sum = row_exp_sum(z, V, mx, want_grad);
+  const float sum = row_exp_sum(z, V, mx, want_grad && cap == 0);
   const float loss = mx + std::log(sum) - target_logit;
-  if (want_grad) {
-    row_scale(z, V, dloss / sum);
-    z[target] -= dloss;
-  }
+  if (want_grad) softmax_grad_row(z, V, target, target_logit, mx, sum, dloss, cap);
   return loss;
 }
 
@@ -125,7 +166,7 @@ class Bf16Gemms {
 
 template <class Gemms>
 void cross_entropy_chunks(Gemms gemms, float* losses, float* dinp, float* dweight, const float* inp,
-                          const int32_t* targets, int N, int C, int V, float dloss) {
+                          const int32_t* targets, int N, int C, int V, float dloss, float cap) {
   FRUGAL_PROFILE("lm head + loss");
   const bool want_grad = dinp || dweight;
   const int R = chunk_rows(N, V);
@@ -143,7 +184,8 @@ void cross_entropy_chunks(Gemms gemms, float* losses, float* dinp, float* dweigh
         if (want_grad) std::fill(z, z + V, 0.0f);
         continue;
       }
-      losses[r0 + i] = softmax_xent_row(z, V, target, dloss, want_grad);
+      if (cap > 0) softcap_row(z, V, cap);
+      losses[r0 + i] = softmax_xent_row(z, V, target, dloss, want_grad, cap);
     }
     if (want_grad) gemms.backward(logits.data(), x, rows, dinp ? dinp + static_cast<size_t>(r0) * C : nullptr, dweight);
   }
@@ -151,7 +193,8 @@ void cross_entropy_chunks(Gemms gemms, float* losses, float* dinp, float* dweigh
 
 template <class Gemms>
 void cross_entropy_split_chunks(Gemms gemms, float* losses, float* dinp, float* dweight, const float* inp,
-                                const int32_t* targets, int N, int C, int V, float dloss, const VocabSplit& split) {
+                                const int32_t* targets, int N, int C, int V, float dloss, const VocabSplit& split,
+                                float cap) {
   FRUGAL_PROFILE("lm head + loss");
   const bool want_grad = dinp || dweight;
   const int R = chunk_rows(N, split.whole);  // the same on every rank: the reductions pair up
@@ -164,14 +207,16 @@ void cross_entropy_split_chunks(Gemms gemms, float* losses, float* dinp, float* 
     if (V > 0) gemms.logits(x, rows, logits.data());
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; ++i) {
-      const float* z = logits.data() + static_cast<size_t>(i) * V;
+      float* z = logits.data() + static_cast<size_t>(i) * V;
       const int t = targets[r0 + i] - split.first;
+      if (cap > 0) softcap_row(z, V, cap);
       mx[i] = row_max(z, V);
       target_logit[i] = targets[r0 + i] >= 0 && t >= 0 && t < V ? z[t] : 0.0f;
     }
     split.all_reduce_max(mx.data(), rows);
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < rows; ++i) sum[i] = row_exp_sum(logits.data() + static_cast<size_t>(i) * V, V, mx[i], want_grad);
+    for (int i = 0; i < rows; ++i)
+      sum[i] = row_exp_sum(logits.data() + static_cast<size_t>(i) * V, V, mx[i], want_grad && cap == 0);
     split.all_reduce_sum(stats.data(), 2 * static_cast<size_t>(rows));
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; ++i) {
@@ -183,10 +228,7 @@ void cross_entropy_split_chunks(Gemms gemms, float* losses, float* dinp, float* 
         continue;
       }
       losses[r0 + i] = mx[i] + std::log(sum[i]) - target_logit[i];
-      if (want_grad) {
-        row_scale(z, V, dloss / sum[i]);
-        if (t >= 0 && t < V) z[t] -= dloss;
-      }
+      if (want_grad) softmax_grad_row(z, V, t >= 0 && t < V ? t : -1, target_logit[i], mx[i], sum[i], dloss, cap);
     }
     float* dx = dinp ? dinp + static_cast<size_t>(r0) * C : nullptr;
     if (dx && V == 0) std::fill(dx, dx + static_cast<size_t>(rows) * C, 0.0f);
@@ -196,36 +238,40 @@ void cross_entropy_split_chunks(Gemms gemms, float* losses, float* dinp, float* 
 
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
                            const float* weight, const int32_t* targets, int N, int C, int V,
-                           float dloss) {
-  cross_entropy_chunks(F32Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss);
+                           float dloss, float softcap) {
+  cross_entropy_chunks(F32Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss, softcap);
 }
 
 void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
                                  const float* weight, const int32_t* targets, int N, int C, int V,
-                                 float dloss, const VocabSplit& split) {
-  cross_entropy_split_chunks(F32Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss, split);
+                                 float dloss, const VocabSplit& split, float softcap) {
+  cross_entropy_split_chunks(F32Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss, split,
+                             softcap);
 }
 
 void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                 const bf16* weight, const int32_t* targets, int N, int C, int V,
-                                float dloss) {
-  cross_entropy_chunks(Bf16Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss);
+                                float dloss, float softcap) {
+  cross_entropy_chunks(Bf16Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss, softcap);
 }
 
 void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                       const bf16* weight, const int32_t* targets, int N, int C, int V,
-                                      float dloss, const VocabSplit& split) {
+                                      float dloss, const VocabSplit& split, float softcap) {
   cross_entropy_split_chunks(Bf16Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss,
-                             split);
+                             split, softcap);
 }
 
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
   cpu::sgemm(false, true, N, V, C, 1.0f, inp, C, weight, C, 0.0f, logits, V);
 }
 
+void lm_head_softcap(float* logits, size_t n, float softcap) { softcap_row(logits, n, softcap); }
+
 }  // namespace
 
 const LmHeadKernels lm_head_avx2{&lm_head_cross_entropy, &lm_head_cross_entropy_split, &lm_head_logits,
-                                  &lm_head_cross_entropy_bf16, &lm_head_cross_entropy_split_bf16};
+                                  &lm_head_cross_entropy_bf16, &lm_head_cross_entropy_split_bf16,
+                                  &lm_head_softcap};
 
 }  // namespace frugal::kernels::cpu

@@ -10,6 +10,7 @@
 #include "frugal/kernels/ref/activations_ref.h"
 #include "frugal/kernels/ref/adamw_ref.h"
 #include "frugal/kernels/ref/newton_schulz_ref.h"
+#include "frugal/kernels/ref/qk_transform_ref.h"
 #include "frugal/kernels/ref/attention_ref.h"
 #include "frugal/kernels/ref/elementwise_ref.h"
 #include "frugal/kernels/ref/encoder_ref.h"
@@ -52,13 +53,14 @@ double sum_squares_finish(const SumSquaresStream& stream) { return stream.total;
 // ---- lm_head: the templates with d loss / d logit kept; the logits are the dense linear's forward
 // over the first V rows ----
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
-                           const int32_t* targets, int N, int C, int V, float dloss) {
-  ref::lm_head_cross_entropy<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss);
+                           const int32_t* targets, int N, int C, int V, float dloss, float softcap) {
+  ref::lm_head_cross_entropy<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, softcap);
 }
 void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
                                  const float* weight, const int32_t* targets, int N, int C, int V, float dloss,
-                                 const VocabSplit& split) {
-  ref::lm_head_cross_entropy_split<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split);
+                                 const VocabSplit& split, float softcap) {
+  ref::lm_head_cross_entropy_split<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split,
+                                          softcap);
 }
 void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
   ref::matmul_forward(logits, inp, weight, static_cast<const float*>(nullptr), N, C, V);
@@ -153,9 +155,11 @@ const ElementwiseKernels elementwise_ref{&ref::residual_forward<float>,
                                          &ref::dropout_apply<float>, &sum_squares_feed,
                                          &sum_squares_finish, &ref::scale_inplace<float>};
 const LmHeadKernels lm_head_ref{&lm_head_cross_entropy, &lm_head_cross_entropy_split, &lm_head_logits,
-                                 &ref::lm_head_cross_entropy_bf16, &ref::lm_head_cross_entropy_split_bf16};
+                                 &ref::lm_head_cross_entropy_bf16, &ref::lm_head_cross_entropy_split_bf16,
+                                 &ref::lm_head_softcap<float>};
 const AdamwKernels adamw_ref{&adamw_update};
 const NewtonSchulzKernels newton_schulz_ref{&ref::newton_schulz<float>};
+const QkTransformKernels qk_transform_ref{&ref::qk_transform_forward<float>, &ref::qk_transform_backward<float>};
 const MoeKernels moe_ref{&ref::moe_router_forward<float>, &ref::moe_router_backward<float>,
                          &ref::moe_permute<float>, &ref::moe_unpermute<float>,
                          &ref::moe_unpermute_backward<float>, &ref::moe_grouped_forward<float>,

@@ -13,9 +13,8 @@ void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, 
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tn; ++t) {
       const T* e = wte + static_cast<size_t>(tokens[b * Tn + t]) * C;
-      const T* p = wpe + static_cast<size_t>(t) * C;
       T* o = out + (static_cast<size_t>(b) * Tn + t) * C;
-      for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+      for (int c = 0; c < C; ++c) o[c] = wpe ? e[c] + wpe[static_cast<size_t>(t) * C + c] : e[c];
     }
 }
 

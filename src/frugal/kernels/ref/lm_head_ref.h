@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "frugal/kernels/ops.h"
@@ -26,12 +28,28 @@ struct Bf16Grad {
   A operator()(A g) const { return A(to_f32(to_bf16(float(g)))); }
 };
 
-// Per-row cross-entropy of logits = inp · weight[:V]ᵀ; mirrors ops.h lm_head_cross_entropy.
+// logits (n) = softcap · tanh(logits / softcap); mirrors ops.h lm_head_softcap.
+template <class T>
+void lm_head_softcap(T* logits, size_t n, T softcap) {
+  for (size_t i = 0; i < n; ++i) logits[i] = softcap * std::tanh(logits[i] / softcap);
+}
+
+// The logit of a dot product z and d logit / d z: z itself (softcap 0), or the capped logit.
+template <class A>
+std::pair<A, A> capped_logit(A z, A softcap) {
+  if (softcap <= 0) return {z, A(1)};
+  const A t = std::tanh(z / softcap);
+  return {softcap * t, 1 - t * t};
+}
+
+// Per-row cross-entropy of logits = inp · weight[:V]ᵀ (capped with softcap > 0); mirrors ops.h
+// lm_head_cross_entropy.
 template <class T, class Grad = KeepGrad>
 void lm_head_cross_entropy(T* losses, T* dinp, T* dw, const T* inp, const T* w,
-                           const int32_t* targets, int N, int C, int V, T dloss, Grad grad = {}) {
+                           const int32_t* targets, int N, int C, int V, T dloss, T softcap = T(0),
+                           Grad grad = {}) {
   using A = Accum<T>;
-  std::vector<A> logits(V), dx(C), dw_sum(dw ? static_cast<size_t>(V) * C : 0, A(0));
+  std::vector<A> logits(V), slope(V), dx(C), dw_sum(dw ? static_cast<size_t>(V) * C : 0, A(0));
   for (int i = 0; i < N; ++i) {
     const T* x = inp + static_cast<size_t>(i) * C;
     std::fill(dx.begin(), dx.end(), A(0));
@@ -44,15 +62,15 @@ void lm_head_cross_entropy(T* losses, T* dinp, T* dw, const T* inp, const T* w,
     for (int v = 0; v < V; ++v) {
       A acc = 0;
       for (int c = 0; c < C; ++c) acc += A(x[c]) * w[static_cast<size_t>(v) * C + c];
-      logits[v] = acc;
-      mx = std::max(mx, acc);
+      std::tie(logits[v], slope[v]) = capped_logit(acc, A(softcap));
+      mx = std::max(mx, logits[v]);
     }
     A sum = 0;
     for (int v = 0; v < V; ++v) sum += std::exp(logits[v] - mx);
     const A lse = mx + std::log(sum);
     losses[i] = T(lse - logits[targets[i]]);
     for (int v = 0; v < V; ++v) {
-      const A g = grad((std::exp(logits[v] - lse) - (v == targets[i] ? A(1) : A(0))) * dloss);
+      const A g = grad((std::exp(logits[v] - lse) - (v == targets[i] ? A(1) : A(0))) * dloss * slope[v]);
       for (int c = 0; c < C; ++c) {
         dx[c] += g * w[static_cast<size_t>(v) * C + c];
         if (dw) dw_sum[static_cast<size_t>(v) * C + c] += g * x[c];
@@ -70,17 +88,18 @@ void lm_head_cross_entropy(T* losses, T* dinp, T* dw, const T* inp, const T* w,
 template <class T, class Grad = KeepGrad>
 void lm_head_cross_entropy_split(T* losses, T* dinp, T* dw, const T* inp, const T* w,
                                  const int32_t* targets, int N, int C, int V, T dloss,
-                                 const VocabSplit& split, Grad grad = {}) {
+                                 const VocabSplit& split, T softcap = T(0), Grad grad = {}) {
   using A = Accum<T>;
-  std::vector<A> logits(static_cast<size_t>(N) * V);
+  std::vector<A> logits(static_cast<size_t>(N) * V), slope(logits.size());
   std::vector<float> mx(N, -INFINITY), stats(2 * static_cast<size_t>(N), 0.0f);  // sums | target logits
   for (int i = 0; i < N; ++i)
     for (int v = 0; v < V; ++v) {
       A acc = 0;
       for (int c = 0; c < C; ++c) acc += A(inp[static_cast<size_t>(i) * C + c]) * w[static_cast<size_t>(v) * C + c];
-      logits[static_cast<size_t>(i) * V + v] = acc;
-      mx[i] = std::max(mx[i], float(acc));
-      if (targets[i] - split.first == v) stats[N + i] = float(acc);
+      const size_t at = static_cast<size_t>(i) * V + v;
+      std::tie(logits[at], slope[at]) = capped_logit(acc, A(softcap));
+      mx[i] = std::max(mx[i], float(logits[at]));
+      if (targets[i] - split.first == v) stats[N + i] = float(logits[at]);
     }
   split.all_reduce_max(mx.data(), N);
   for (int i = 0; i < N; ++i) {
@@ -96,8 +115,9 @@ void lm_head_cross_entropy_split(T* losses, T* dinp, T* dw, const T* inp, const 
       const A lse = A(mx[i]) + std::log(A(stats[i]));
       losses[i] = T(lse - A(stats[N + i]));
       for (int v = 0; v < V; ++v) {
-        const A g = grad((std::exp(logits[static_cast<size_t>(i) * V + v] - lse) -
-                          (v == targets[i] - split.first ? A(1) : A(0))) * dloss);
+        const size_t at = static_cast<size_t>(i) * V + v;
+        const A g = grad((std::exp(logits[at] - lse) - (v == targets[i] - split.first ? A(1) : A(0))) * dloss *
+                         slope[at]);
         for (int c = 0; c < C; ++c) {
           dx[c] += g * w[static_cast<size_t>(v) * C + c];
           if (dw) dw_sum[static_cast<size_t>(v) * C + c] += g * inp[static_cast<size_t>(i) * C + c];
@@ -116,16 +136,16 @@ void lm_head_cross_entropy_split(T* losses, T* dinp, T* dw, const T* inp, const 
 // of inp rounded to bf16, the bf16 weight widened, and d loss / d logit rounded to bf16.
 inline void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dw, const float* inp,
                                        const bf16* w, const int32_t* targets, int N, int C, int V,
-                                       float dloss) {
+                                       float dloss, float softcap) {
   const std::vector<float> x = rounded(inp, size_t(N) * C), wf = widened(w, size_t(V) * C);
-  lm_head_cross_entropy<float>(losses, dinp, dw, x.data(), wf.data(), targets, N, C, V, dloss, Bf16Grad{});
+  lm_head_cross_entropy<float>(losses, dinp, dw, x.data(), wf.data(), targets, N, C, V, dloss, softcap, Bf16Grad{});
 }
 inline void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dw, const float* inp,
                                              const bf16* w, const int32_t* targets, int N, int C, int V,
-                                             float dloss, const VocabSplit& split) {
+                                             float dloss, const VocabSplit& split, float softcap) {
   const std::vector<float> x = rounded(inp, size_t(N) * C), wf = widened(w, size_t(V) * C);
   lm_head_cross_entropy_split<float>(losses, dinp, dw, x.data(), wf.data(), targets, N, C, V, dloss, split,
-                                     Bf16Grad{});
+                                     softcap, Bf16Grad{});
 }
 
 }  // namespace frugal::kernels::ref
