@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -17,6 +18,7 @@
 #include "frugal/data/corpus.h"
 #include "frugal/data/text.h"
 #include "frugal/data/tokenizer.h"
+#include "run_cli.h"
 
 namespace fs = std::filesystem;
 using frugal::data::BpeModel;
@@ -58,7 +60,8 @@ std::unique_ptr<frugal::data::Tokenizer> write_and_load(const BpeModel& model, c
   return frugal::data::load_tokenizer("gpt2:" + dir.string());
 }
 
-// The interpreter of .venv-torch in this checkout or in the main worktree of its repository; "" if none.
+// The interpreter of .venv-torch in this checkout or in the main worktree of its repository, when
+// it imports tokenizers and transformers; "" if none does.
 std::string torch_python() {
   std::vector<fs::path> roots{FRUGAL_SOURCE_DIR};
   if (FILE* p = ::popen("git -C " FRUGAL_SOURCE_DIR " rev-parse --path-format=absolute --git-common-dir 2>/dev/null", "r")) {
@@ -69,8 +72,11 @@ std::string torch_python() {
     while (!dir.empty() && (dir.back() == '\n' || dir.back() == '\r')) dir.pop_back();
     if (!dir.empty()) roots.push_back(fs::path(dir).parent_path());
   }
-  for (const fs::path& root : roots)
-    if (fs::exists(root / ".venv-torch/bin/python")) return (root / ".venv-torch/bin/python").string();
+  for (const fs::path& root : roots) {
+    const std::string python = (root / ".venv-torch/bin/python").string();
+    if (fs::exists(python) && std::system((python + " -c 'import tokenizers, transformers' 2>/dev/null").c_str()) == 0)
+      return python;
+  }
   return "";
 }
 
@@ -189,7 +195,7 @@ TEST(BpeTrainer, EncoderRanksByMergeNotByAnySplit) {
   EXPECT_EQ(tok->encode("abcc ab"), (std::vector<int32_t>{id_of('a'), 256, id_of('c'), id_of(' '), 257}));
   EXPECT_EQ(tok->encode("xab c"), (std::vector<int32_t>{id_of('x'), 257, id_of(' '), id_of('c')}));
   const std::string python = torch_python();
-  if (python.empty()) GTEST_SKIP() << "no .venv-torch (tools/setup_torch_venv.sh): `tokenizers` not checked";
+  if (python.empty()) GTEST_SKIP() << "no .venv-torch with tokenizers and transformers: `tokenizers` not checked";
   std::ofstream(dir / "text.txt", std::ios::binary) << "abc abcc xab c";
   const auto hf = hf_ids(python, dir, dir / "text.txt");
   ASSERT_EQ(hf.size(), 2u);
@@ -211,11 +217,44 @@ TEST(BpeTrainer, TokenizerFileCarriesTheTrainedTokenizer) {
   EXPECT_EQ(back->eot_token(), 399);
 }
 
+// The command: the files it writes, prepare using them (the tokenizer file carrying the vocabulary),
+// one-line refusals of an existing tokenizer and a vocabulary below 257, and the sample bound.
+TEST(BpeTrainer, TokenizerTrainCommand) {
+  using frugal::testing::contains;
+  using frugal::testing::run_frugal;
+  const fs::path dir = temp_dir("cli");
+  const std::string input = frugal::data::data_dir() + "/tinyshakespeare/input.txt";
+  const std::string out = (dir / "tok").string();
+  auto r = run_frugal("tokenizer train --input " + input + " --vocab-size 600 --sample-bytes 200000 --out " + out);
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "600 tokens (343 merges)") && contains(r.output, "cut at the sample bound")) << r.output;
+  for (const char* f : {"vocab.json", "merges.txt", "tokenizer.json"}) EXPECT_TRUE(fs::exists(dir / "tok" / f)) << f;
+  r = run_frugal("tokenizer train --input " + input + " --vocab-size 600 --out " + out);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.output, "exists; choose another --out or pass --overwrite")) << r.output;
+  r = run_frugal("tokenizer train --input " + input + " --vocab-size 100 --overwrite --out " + out);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.output, "at least 257")) << r.output;
+  // The sample bound: the text up to the last boundary within 200000 bytes trains the same merges.
+  const std::string text = read_text_file(input);
+  size_t cut = 200000;
+  while (!frugal::data::is_encode_boundary(text, cut)) --cut;
+  const BpeModel direct = frugal::data::train_bpe(counts_of(text.substr(0, cut)), 600);
+  std::string merges = "#version: 0.2\n";
+  for (const std::string& line : frugal::data::bpe_merge_lines(direct)) merges += line + "\n";
+  EXPECT_EQ(read_text_file(out + "/merges.txt"), merges);
+  r = run_frugal("prepare --tokenizer gpt2:" + out + " --input " + input + " --out " + (dir / "data").string());
+  ASSERT_EQ(r.rc, 0) << r.output;
+  fs::remove_all(dir / "tok");
+  r = run_frugal("tokenize --tokenizer " + (dir / "data" / "frugal_tokenizer.json").string() + " " + input);
+  EXPECT_EQ(r.rc, 0) << r.output.substr(0, 300);
+}
+
 // Hugging Face `tokenizers` (tokenizer.json) and transformers' AutoTokenizer (an export's
 // directory) give frugal's ids on WikiText-2's validation text and on hard strings.
 TEST(BpeTrainer, HuggingFaceTokenizersGiveTheSameIds) {
   const std::string python = torch_python();
-  if (python.empty()) GTEST_SKIP() << "no .venv-torch (tools/setup_torch_venv.sh)";
+  if (python.empty()) GTEST_SKIP() << "no .venv-torch with tokenizers and transformers";
   frugal::data::CorpusSampleOptions o;
   o.inputs = {frugal::data::data_dir() + "/wikitext-2/train.txt.xz"};
   const auto tok = write_and_load(frugal::data::train_bpe(frugal::data::sample_corpus(o).counts, 8192),
