@@ -131,7 +131,9 @@ class Gpt2Tokenizer final : public Tokenizer {
       : dir_(dir.empty() ? dir : std::filesystem::absolute(dir).lexically_normal().string()),
         embed_(embed), options_(options), model_(std::move(model)), whole_(model_.tokens.size()),
         pairs_(2 * model_.merges.size() + 16) {
-    for (int32_t id = 0; id < 256; ++id) byte_token_[static_cast<uint8_t>(model_.tokens[id][0])] = id;
+    for (size_t id = 0; id < model_.tokens.size(); ++id)  // the byte tokens (parse_bpe: all 256)
+      if (model_.tokens[id].size() == 1 && static_cast<int32_t>(id) != model_.eot)
+        byte_token_[static_cast<uint8_t>(model_.tokens[id][0])] = static_cast<int32_t>(id);
     for (size_t i = 0; i < model_.merges.size(); ++i)
       pairs_.insert(pair_key(model_.merges[i].first, model_.merges[i].second), 256 + i);
     // The shortcut: tokens that BPE makes from their own bytes.
