@@ -10,6 +10,7 @@
 #include <set>
 
 #include "frugal/core/error.h"
+#include "frugal/data/byte_level.h"
 #include "frugal/data/text.h"
 #include "frugal/io/atomic_file.h"
 #include "frugal/io/dir_lock.h"
@@ -57,10 +58,6 @@ void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
 }
 
 std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("({})", fmt::join(shape, ", ")); }
-
-void copy_file_atomic(const std::string& from, const std::string& to) {
-  write_file_atomic(to, data::read_text_file(from));
-}
 
 // Typed access to config.json keys; errors name the file and key.
 class ConfigReader {
@@ -267,13 +264,11 @@ bool export_hf_tokenizer(const data::Tokenizer& tokenizer, int model_max_length,
                          const std::string& out_dir) {
   create_directories(out_dir, "the export directory");
   write_file_atomic((fs::path(out_dir) / data::kTokenizerFile).string(), tokenizer.to_json());
-  const std::string spec = tokenizer.spec();
-  if (!spec.starts_with("gpt2")) return false;
-  // GPT-2's encoder.json and vocab.bpe are what transformers calls vocab.json and merges.txt.
-  const data::Gpt2Files files = data::find_gpt2_files(spec == "gpt2" ? "" : spec.substr(5));
-  copy_file_atomic(files.vocab, out_dir + "/vocab.json");
-  copy_file_atomic(files.merges, out_dir + "/merges.txt");
-  const std::string eot = "<|endoftext|>";
+  const data::BpeModel* bpe = tokenizer.bpe_model();
+  if (!bpe) return false;
+  // vocab.json + merges.txt (GPT2Tokenizer) and tokenizer.json (the fast tokenizer).
+  data::write_bpe_files(*bpe, out_dir);
+  const std::string eot(data::kEndOfText);
   const json tok_cfg = {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", model_max_length},
                         {"bos_token", eot}, {"eos_token", eot}, {"unk_token", eot},
                         {"add_prefix_space", false}};

@@ -381,6 +381,8 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
                 false, points, {}, std::nullopt};
   Plot bpb{kPlotBpbVsStep, "Validation bits per byte vs step (comparable across tokenizers)", "step",
            "bits per byte", false, points, {}, std::nullopt};
+  Plot bpb_wall{kPlotBpbVsWall, "Validation bits per byte vs wall-clock (comparable across tokenizers)",
+                "wall-clock (s)", "bits per byte", false, points, {}, std::nullopt};
   Plot throughput{kPlotThroughputVsWall, "Training throughput vs wall-clock (large points: pipeline re-partitions)",
                   "wall-clock (s)", "tokens/s", false, "lines linewidth 1.5", {}, std::nullopt};
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -430,12 +432,14 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
       int dash = 0;  // each set of a run its dash pattern, in the run's colour
       for (const std::string& key : keys) {
         const std::string set = key == prefix ? "val" : key.substr(prefix.size() + 1);
-        std::string text = fmt::format("# step {}\n", key);
+        std::string text = fmt::format("# step wall_s {}\n", key);
         for (const MetricPoint& p : run.points)
-          if (auto v = p.get(key)) text += fmt::format("{} {}\n", p.step, gp_number(*v));
+          if (auto v = p.get(key)) text += fmt::format("{} {} {}\n", p.step, gp_number(p.wall_s), gp_number(*v));
         const std::string file = fmt::format("{}/run{}_{}.dat", kPlotDataDir, i, key == prefix ? prefix : prefix + "_" + set);
         write_text(out_dir / file, text);
-        plot->series.push_back({file, "1:2", run.name + ": " + set, i, fmt::format("{} dashtype {}", points, ++dash)});
+        const std::string style = fmt::format("{} dashtype {}", points, ++dash);
+        plot->series.push_back({file, "1:3", run.name + ": " + set, i, style});
+        if (plot == &bpb) bpb_wall.series.push_back({file, "2:3", run.name + ": " + set, i, style});
       }
     }
     for (StepMetric& m : step_metrics) {
@@ -447,7 +451,7 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
     }
   }
   std::vector<Plot> plots;
-  for (Plot* p : {&val_wall, &val_flops, &train, &throughput, &val_sets, &bpb})
+  for (Plot* p : {&val_wall, &val_flops, &train, &throughput, &val_sets, &bpb, &bpb_wall})
     if (!p->series.empty()) plots.push_back(std::move(*p));
   for (StepMetric& m : step_metrics)
     if (!m.plot.series.empty()) plots.push_back(std::move(m.plot));

@@ -96,13 +96,15 @@ inline constexpr const char* kPlotLevelVsStep = "level_vs_step";
 inline constexpr const char* kPlotSparsityVsStep = "sparsity_vs_step";
 inline constexpr const char* kPlotLoadVsStep = "expert_load_vs_step";
 inline constexpr const char* kPlotThroughputVsWall = "tokens_per_s_vs_wall_s";
-// Every validation set's loss (val_loss, val_loss/NAME), and bits per byte, against the step.
+// Every validation set's loss (val_loss, val_loss/NAME), and bits per byte, against the step; bits
+// per byte also against the wall-clock (runs with different tokenizers at equal time).
 inline constexpr const char* kPlotValSetsVsStep = "val_sets_loss_vs_step";
 inline constexpr const char* kPlotBpbVsStep = "val_bpb_vs_step";
-inline constexpr std::array<const char*, 10> kPlotNames = {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep,
+inline constexpr const char* kPlotBpbVsWall = "val_bpb_vs_wall_s";
+inline constexpr std::array<const char*, 11> kPlotNames = {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep,
                                                            kPlotFlipVsStep, kPlotLevelVsStep, kPlotSparsityVsStep,
                                                            kPlotLoadVsStep, kPlotThroughputVsWall,
-                                                           kPlotValSetsVsStep, kPlotBpbVsStep};
+                                                           kPlotValSetsVsStep, kPlotBpbVsStep, kPlotBpbVsWall};
 
 // Writes OUT_DIR/report.md (table + plots) and, with options.plots, OUT_DIR/<plot>.png/.svg plus
 // the gnuplot inputs (plots.gp, plot-data/run<i>_*.dat) and gnuplot's output (gnuplot.log). Plots:

@@ -10,6 +10,7 @@ void add_config_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_prepare_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);  // tokenize + detokenize
+void add_tokenizer_command(CLI::App& app);  // tokenizer train
 void add_export_command(CLI::App& app);
 void add_import_command(CLI::App& app);
 void add_report_command(CLI::App& app);

@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
   frugal::cli::add_bench_command(app);
   frugal::cli::add_prepare_command(app);
   frugal::cli::add_tokenize_commands(app);
+  frugal::cli::add_tokenizer_command(app);
   frugal::cli::add_export_command(app);
   frugal::cli::add_import_command(app);
   frugal::cli::add_report_command(app);

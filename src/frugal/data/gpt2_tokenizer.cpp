@@ -1,14 +1,15 @@
-// GPT-2 byte-level BPE, token-for-token identical to tiktoken's `gpt2` encoding.
+// GPT-2 byte-level BPE (GPT-2's own files or a tokenizer `frugal tokenizer train` wrote),
+// token-for-token identical to tiktoken's `gpt2` encoding and to Hugging Face `tokenizers`.
 //
-// Encoding = pre-tokenize with GPT-2's regex (PCRE2, JIT-compiled, UTF + UCP), then turn each
-// piece into tokens: a piece that is itself a vocabulary entry is one token; otherwise BPE merges
-// the adjacent pair whose concatenation has the lowest rank (= token id), leftmost first, exactly
-// as tiktoken does. Results of BPE are cached per thread. Large inputs are cut into chunks at
-// positions where the regex provably starts a new match, and chunks are encoded in parallel.
-// The files: OpenAI's encoder.json + vocab.bpe or Hugging Face's vocab.json + merges.txt.
-#define PCRE2_CODE_UNIT_WIDTH 8
+// Encoding = pre-tokenize with GPT-2's regex (byte_level.h), then turn each piece into tokens by
+// BPE as GPT-2 defined it: repeatedly merge the adjacent pair with the lowest merge rank, leftmost
+// first, only pairs that merges.txt lists. Merge i makes token 256 + i, so the rank is the merged
+// token's id. A piece that is a vocabulary entry whose own BPE gives that one token is looked up
+// directly (a shortcut with the same result). Results of BPE are cached per thread. Large inputs
+// are cut into chunks at positions where the regex provably starts a new match, and chunks are
+// encoded in parallel. The files: OpenAI's encoder.json + vocab.bpe or Hugging Face's vocab.json +
+// merges.txt; frugal's tokenizer file names them by directory (the bundled GPT-2) or holds them.
 #include <omp.h>
-#include <pcre2.h>
 
 #include <algorithm>
 #include <atomic>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/error.h"
+#include "frugal/data/byte_level.h"
 #include "frugal/data/byte_map.h"
 #include "frugal/data/text.h"
 #include "frugal/data/tokenizer.h"
@@ -26,89 +28,92 @@
 namespace frugal::data {
 namespace {
 
-constexpr std::string_view kEndOfText = "<|endoftext|>";
-
-// GPT-2's pre-tokenizer: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// written as tiktoken writes it (possessive runs; `\s+(?!\S)|\s`), with \s spelled out as Unicode
-// White_Space (what tiktoken's Rust regex means by \s; PCRE2's \s also takes U+180E).
-#define FRUGAL_WS "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
-constexpr const char* kGpt2Pattern =
-    "'(?:[sdmt]|ll|ve|re)| ?\\p{L}++| ?\\p{N}++| ?[^" FRUGAL_WS "\\p{L}\\p{N}]++"
-    "|[" FRUGAL_WS "]+(?![^" FRUGAL_WS "])|[" FRUGAL_WS "]";
-#undef FRUGAL_WS
-
 // Chunks for parallel encoding are at least this long; smaller inputs are encoded on one thread.
 constexpr size_t kMinChunkBytes = 1 << 18;
 // The per-thread cache of BPE results is emptied when it holds this many pieces.
 constexpr size_t kMaxCacheEntries = 1 << 20;
 
-// Decodes a token string written in GPT-2's byte alphabet: bytes that print (other than space)
-// stand for themselves, the other bytes are mapped in order to U+0100 and up. nullopt when the
-// string has a character outside that alphabet.
-std::optional<std::string> alphabet_to_bytes(std::string_view s) {
-  static const std::array<int16_t, 0x200> char_to_byte = [] {
-    std::array<int16_t, 0x200> table;
-    table.fill(-1);
-    int16_t next = 256;
-    for (int16_t b = 0; b < 256; ++b) {
-      const bool prints = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-      table[prints ? b : next++] = b;
+// A vocabulary (vocab.json's object) and merges (merges.txt's text) as a BpeModel, checked as
+// tiktoken and frugal's encoder need them: ids 0..N-1, all 256 bytes tokens, merge i making
+// token 256 + i. vocab_name and merges_name say where they came from in errors.
+BpeModel parse_bpe(const nlohmann::json& j, std::string_view text, const std::string& vocab_name,
+                   const std::string& merges_name) {
+  const char* fix = "use the vocab.json and merges.txt that GPT-2 or `frugal tokenizer train` wrote";
+  FRUGAL_CHECK(j.is_object() && !j.empty(), "'{}' must be a JSON object mapping token strings "
+               "to ids; {}", vocab_name, fix);
+  BpeModel m;
+  m.tokens.assign(j.size(), std::string());
+  std::vector<bool> seen(j.size(), false);
+  ByteStringMap ids(j.size());  // bytes -> id, without the special token
+  for (const auto& [key, value] : j.items()) {
+    FRUGAL_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 &&
+                     value.get<int64_t>() < static_cast<int64_t>(j.size()) && !seen[value.get<int64_t>()],
+                 "'{}': token '{}' has id {}, but ids must be distinct integers 0..{}; {}",
+                 vocab_name, key, value.dump(), j.size() - 1, fix);
+    const auto id = value.get<int32_t>();
+    seen[id] = true;
+    if (key == kEndOfText) {
+      m.tokens[id] = std::string(kEndOfText);
+      m.eot = id;
+      continue;
     }
-    return table;
-  }();
-  std::string bytes;
-  for (size_t pos = 0; pos < s.size();) {
-    const uint32_t cp = next_code_point(s, pos);
-    if (cp >= char_to_byte.size() || char_to_byte[cp] < 0) return std::nullopt;
-    bytes.push_back(static_cast<char>(char_to_byte[cp]));
+    std::optional<std::string> bytes = alphabet_to_bytes(key);
+    FRUGAL_CHECK(bytes, "'{}': token '{}' has a character outside GPT-2's byte alphabet; {}",
+                 vocab_name, key, fix);
+    ids.insert(*bytes, static_cast<uint64_t>(id));
+    m.tokens[id] = std::move(*bytes);
   }
-  return bytes;
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    FRUGAL_CHECK(ids.find(std::string_view(&c, 1)), "'{}' has no token for byte 0x{:02X}; a "
+                 "byte-level BPE vocabulary needs all 256; {}", vocab_name, b, fix);
+  }
+  check_utf8(text, "'" + merges_name + "'");
+  auto id_of = [&](std::string_view s, size_t line) {
+    std::optional<std::string> bytes = alphabet_to_bytes(s);
+    FRUGAL_CHECK(bytes, "'{}' line {}: '{}' has a character outside GPT-2's byte alphabet; {}",
+                 merges_name, line, s, fix);
+    const uint64_t* id = ids.find(*bytes);
+    FRUGAL_CHECK(id, "'{}' line {}: '{}' is not a token of '{}'; {}", merges_name, line, s, vocab_name, fix);
+    return static_cast<int32_t>(*id);
+  };
+  size_t line_no = 0, pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    const std::string_view line(text.data() + pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (line_no == 1 && line.starts_with("#version")) continue;
+    if (line.empty()) continue;
+    const size_t space = line.find(' ');
+    FRUGAL_CHECK(space != std::string_view::npos && space > 0 && space + 1 < line.size() &&
+                     line.find(' ', space + 1) == std::string_view::npos,
+                 "'{}' line {}: expected a merge 'A B', got '{}'; {}", merges_name, line_no, line, fix);
+    const int32_t left = id_of(line.substr(0, space), line_no), right = id_of(line.substr(space + 1), line_no);
+    // tiktoken and frugal's encoder rank a merge by the id of the token it makes.
+    const uint64_t* id = ids.find(m.tokens[left] + m.tokens[right]);
+    const int64_t expected = 256 + static_cast<int64_t>(m.merges.size());
+    FRUGAL_CHECK(id && static_cast<int64_t>(*id) == expected, "'{}' line {}: merge '{}' should "
+                 "make token {} of '{}' but {}; use a vocabulary and merges written together",
+                 merges_name, line_no, line, expected, vocab_name,
+                 id ? fmt::format("that token has id {}", *id) : std::string("it has no such token"));
+    m.merges.emplace_back(left, right);
+  }
+  FRUGAL_CHECK(256 + m.merges.size() == ids.size(), "'{}' has {} merges but '{}' has {} mergeable "
+               "tokens (expected 256 + merges); use a vocabulary and merges written together",
+               merges_name, m.merges.size(), vocab_name, ids.size());
+  return m;
 }
 
-// Compiled regex plus JIT; match data is made per thread.
-class Pretokenizer {
- public:
-  Pretokenizer() {
-    int err = 0;
-    PCRE2_SIZE err_off = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
-    if (!code_) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof(msg));
-      fail("cannot compile the GPT-2 regex at offset {}: {}; PCRE2 must be built with Unicode "
-           "support", err_off, reinterpret_cast<const char*>(msg));
-    }
-    FRUGAL_CHECK(pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0,
-                 "PCRE2 JIT compilation failed; install a PCRE2 built with JIT (libpcre2-dev)");
+nlohmann::json parse_json(const std::string& text, const std::string& name) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("'{}' is not valid JSON ({}); use the vocab.json that GPT-2 or `frugal tokenizer train` "
+         "wrote", name, e.what());
   }
-  ~Pretokenizer() { pcre2_code_free(code_); }
-  Pretokenizer(const Pretokenizer&) = delete;
-  Pretokenizer& operator=(const Pretokenizer&) = delete;
-
-  // Calls fn(begin, end) for every match starting in [begin, stop) of subject text[0, end_of_subject).
-  template <class Fn>
-  void for_each_piece(std::string_view text, size_t begin, size_t stop, Fn&& fn) const {
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t pos = begin;
-    while (pos < stop) {
-      const int rc = pcre2_jit_match(code_, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
-      if (rc < 0) {
-        pcre2_match_data_free(md);
-        fail("GPT-2 pre-tokenizer found no match at byte {} (PCRE2 code {}); this is a bug, "
-             "please report it with the input", pos, rc);
-      }
-      fn(ov[0], ov[1]);
-      pos = ov[1];
-    }
-    pcre2_match_data_free(md);
-  }
-
- private:
-  pcre2_code* code_ = nullptr;
-};
+}
 
 // Working memory of one thread: BPE scratch arrays and the piece cache.
 struct EncodeScratch {
@@ -120,12 +125,26 @@ struct EncodeScratch {
 
 class Gpt2Tokenizer final : public Tokenizer {
  public:
-  Gpt2Tokenizer(const std::string& dir, const TokenizerOptions& options)
-      : dir_(dir.empty() ? dir : std::filesystem::absolute(dir).lexically_normal().string()), options_(options), vocab_(1 << 17), pairs_(1 << 19) {
-    const Gpt2Files files = find_gpt2_files(dir);
-    load_encoder(files.vocab);
-    check_merges(files.merges, files.vocab);
-    build_pairs();
+  // dir: where the model's files are ("" = the bundled GPT-2); embed: to_json holds the model
+  // itself, so that data directories and checkpoints keep it when dir goes away.
+  Gpt2Tokenizer(BpeModel model, const std::string& dir, bool embed, const TokenizerOptions& options)
+      : dir_(dir.empty() ? dir : std::filesystem::absolute(dir).lexically_normal().string()),
+        embed_(embed), options_(options), model_(std::move(model)), whole_(model_.tokens.size()),
+        pairs_(2 * model_.merges.size() + 16) {
+    for (size_t id = 0; id < model_.tokens.size(); ++id)  // the byte tokens (parse_bpe: all 256)
+      if (model_.tokens[id].size() == 1 && static_cast<int32_t>(id) != model_.eot)
+        byte_token_[static_cast<uint8_t>(model_.tokens[id][0])] = static_cast<int32_t>(id);
+    for (size_t i = 0; i < model_.merges.size(); ++i)
+      pairs_.insert(pair_key(model_.merges[i].first, model_.merges[i].second), 256 + i);
+    // The shortcut: tokens that BPE makes from their own bytes.
+    EncodeScratch scratch;
+    std::vector<int32_t> ids;
+    for (size_t id = 0; id < model_.tokens.size(); ++id) {
+      if (static_cast<int32_t>(id) == model_.eot) continue;
+      ids.clear();
+      bpe(model_.tokens[id], scratch, ids);
+      if (ids.size() == 1 && ids[0] == static_cast<int32_t>(id)) whole_.insert(model_.tokens[id], id);
+    }
   }
 
   std::vector<int32_t> encode(std::string_view text) const override {
@@ -172,109 +191,24 @@ class Gpt2Tokenizer final : public Tokenizer {
   }
 
   std::string piece(int32_t id) const override { return std::string(token_bytes(id)); }
-  int vocab_size() const override { return static_cast<int>(tokens_.size()); }
-  int eot_token() const override { return eot_; }
+  int vocab_size() const override { return static_cast<int>(model_.tokens.size()); }
+  int eot_token() const override { return model_.eot; }
   std::string spec() const override { return dir_.empty() ? "gpt2" : "gpt2:" + dir_; }
   std::string to_json() const override {
-    return nlohmann::json{{"type", "gpt2"}, {"dir", dir_}, {"allow_special", options_.allow_special}}
-        .dump(1);
+    nlohmann::ordered_json j = {{"type", "gpt2"}, {"dir", dir_}, {"allow_special", options_.allow_special}};
+    if (embed_) {
+      j["vocab"] = nlohmann::ordered_json::parse(bpe_vocab_json(model_));
+      j["merges"] = bpe_merge_lines(model_);
+    }
+    return j.dump(1);
   }
+  const BpeModel* bpe_model() const override { return &model_; }
 
  private:
   std::string_view token_bytes(int32_t id) const {
-    FRUGAL_CHECK(id >= 0 && id < vocab_size(), "token id {} is outside the GPT-2 vocabulary "
-                 "[0, {}); the ids were not made by this tokenizer", id, vocab_size());
-    return tokens_[id];
-  }
-
-  void load_encoder(const std::string& path) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_text_file(path));
-    } catch (const nlohmann::json::exception& e) {
-      fail("'{}' is not valid JSON ({}); replace it with GPT-2's (data/gpt2-bpe/encoder.json)", path, e.what());
-    }
-    FRUGAL_CHECK(j.is_object() && !j.empty(), "'{}' must be a JSON object mapping token strings "
-                 "to ids; replace it with GPT-2's (data/gpt2-bpe/encoder.json)", path);
-    tokens_.assign(j.size(), std::string());
-    std::vector<bool> seen(j.size(), false);
-    for (const auto& [key, value] : j.items()) {
-      FRUGAL_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 &&
-                       value.get<int64_t>() < static_cast<int64_t>(j.size()) && !seen[value.get<int64_t>()],
-                   "'{}': token '{}' has id {}, but ids must be distinct integers 0..{}; replace "
-                   "it with GPT-2's (data/gpt2-bpe/encoder.json)", path, key, value.dump(), j.size() - 1);
-      const auto id = value.get<int32_t>();
-      seen[id] = true;
-      if (key == kEndOfText) {
-        tokens_[id] = std::string(kEndOfText);
-        eot_ = id;
-        continue;
-      }
-      std::optional<std::string> bytes = alphabet_to_bytes(key);
-      FRUGAL_CHECK(bytes, "'{}': token '{}' has a character outside GPT-2's byte alphabet; "
-                   "replace it with GPT-2's (data/gpt2-bpe/encoder.json)", path, key);
-      vocab_.insert(*bytes, static_cast<uint64_t>(id));
-      tokens_[id] = std::move(*bytes);
-    }
-    for (int b = 0; b < 256; ++b) {
-      const char c = static_cast<char>(b);
-      const uint64_t* id = vocab_.find(std::string_view(&c, 1));
-      FRUGAL_CHECK(id, "'{}' has no token for byte 0x{:02X}; a byte-level BPE vocabulary needs "
-                   "all 256; replace it with GPT-2's (data/gpt2-bpe/encoder.json)", path, b);
-      byte_token_[b] = static_cast<int32_t>(*id);
-    }
-  }
-
-  // tiktoken requires the merge list and the vocabulary (read from vocab_path) to agree: merge i
-  // creates token 256 + i.
-  void check_merges(const std::string& path, const std::string& vocab_path) const {
-    const std::string text = read_text_file(path);
-    auto to_bytes = [&](std::string_view s, size_t line) {
-      std::optional<std::string> bytes = alphabet_to_bytes(s);
-      FRUGAL_CHECK(bytes, "'{}' line {}: '{}' has a character outside GPT-2's byte alphabet; "
-                   "replace it with GPT-2's (data/gpt2-bpe/vocab.bpe)", path, line, s);
-      return *bytes;
-    };
-    check_utf8(text, "'" + path + "'");
-    size_t line_no = 0, merges = 0, pos = 0;
-    while (pos < text.size()) {
-      size_t eol = text.find('\n', pos);
-      if (eol == std::string::npos) eol = text.size();
-      const std::string_view line(text.data() + pos, eol - pos);
-      pos = eol + 1;
-      ++line_no;
-      if (line_no == 1 && line.starts_with("#version")) continue;
-      if (line.empty()) continue;
-      const size_t space = line.find(' ');
-      FRUGAL_CHECK(space != std::string_view::npos && space > 0 && space + 1 < line.size() &&
-                       line.find(' ', space + 1) == std::string_view::npos,
-                   "'{}' line {}: expected a merge 'A B', got '{}'; replace it with GPT-2's "
-                   "(data/gpt2-bpe/vocab.bpe)", path, line_no, line);
-      const std::string merged = to_bytes(line.substr(0, space), line_no) + to_bytes(line.substr(space + 1), line_no);
-      const uint64_t* id = vocab_.find(merged);
-      const int64_t expected = 256 + static_cast<int64_t>(merges);
-      FRUGAL_CHECK(id && static_cast<int64_t>(*id) == expected, "'{}' line {}: merge '{}' should "
-                   "make token {} of '{}' but {}; use a vocabulary and merges from the same GPT-2 "
-                   "release (data/gpt2-bpe)", path, line_no, line, expected, vocab_path,
-                   id ? fmt::format("that token has id {}", *id) : std::string("it has no such token"));
-      ++merges;
-    }
-    FRUGAL_CHECK(256 + merges == vocab_.size(), "'{}' has {} merges but '{}' has {} mergeable "
-                 "tokens (expected 256 + merges); use a vocabulary and merges from the same GPT-2 "
-                 "release (data/gpt2-bpe)", path, merges, vocab_path, vocab_.size());
-  }
-
-  // Every way to write a token as the concatenation of two tokens: (left, right) -> token.
-  void build_pairs() {
-    for (size_t id = 0; id < tokens_.size(); ++id) {
-      const std::string& t = tokens_[id];
-      if (static_cast<int>(id) == eot_) continue;
-      for (size_t k = 1; k < t.size(); ++k) {
-        const uint64_t* left = vocab_.find(std::string_view(t).substr(0, k));
-        const uint64_t* right = left ? vocab_.find(std::string_view(t).substr(k)) : nullptr;
-        if (right) pairs_.insert(pair_key(static_cast<int32_t>(*left), static_cast<int32_t>(*right)), id);
-      }
-    }
+    FRUGAL_CHECK(id >= 0 && id < vocab_size(), "token id {} is outside the vocabulary [0, {}) of {}; "
+                 "the ids were not made by this tokenizer", id, vocab_size(), spec());
+    return model_.tokens[id];
   }
 
   static std::string_view pair_key(int32_t a, int32_t b, char (&buf)[8]) {
@@ -299,13 +233,13 @@ class Gpt2Tokenizer final : public Tokenizer {
     size_t pos = begin;
     while (pos < end) {
       size_t special = text.size();
-      if (options_.allow_special && eot_ >= 0) special = std::min(text.find(kEndOfText, pos), text.size());
+      if (options_.allow_special && model_.eot >= 0) special = std::min(text.find(kEndOfText, pos), text.size());
       const std::string_view segment = text.substr(0, special);
       pretok_.for_each_piece(segment, pos, std::min(end, special), [&](size_t a, size_t b) {
         encode_piece(segment.substr(a, b - a), scratch, out);
       });
       if (special >= end) break;
-      out.push_back(eot_);
+      out.push_back(model_.eot);
       pos = special + kEndOfText.size();
     }
   }
@@ -324,7 +258,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   }
 
   void encode_piece(std::string_view piece, EncodeScratch& scratch, std::vector<int32_t>& out) const {
-    if (const uint64_t* id = vocab_.find(piece)) {
+    if (const uint64_t* id = whole_.find(piece)) {
       out.push_back(static_cast<int32_t>(*id));
       return;
     }
@@ -346,8 +280,8 @@ class Gpt2Tokenizer final : public Tokenizer {
     }
   }
 
-  // Byte-pair merging of one piece: repeatedly merge the adjacent pair that makes the
-  // lowest-ranked token, leftmost first. A min-heap of (rank, position) with stale entries
+  // Byte-pair merging of one piece: repeatedly merge the adjacent pair of lowest merge rank (=
+  // the id of the token it makes), leftmost first. A min-heap of (rank, position) with stale entries
   // skipped keeps long pieces (e.g. runs of one character) at n log n.
   void bpe(std::string_view piece, EncodeScratch& s, std::vector<int32_t>& out) const {
     const int n = static_cast<int>(piece.size());
@@ -390,13 +324,13 @@ class Gpt2Tokenizer final : public Tokenizer {
 
   std::string dir_;  // "" = the bundled files; else absolute, so that a tokenizer file written
                     // from here (data dirs, checkpoints) works from any working directory
+  bool embed_ = false;
   TokenizerOptions options_;
   Pretokenizer pretok_;
-  std::vector<std::string> tokens_;  // id -> bytes
-  ByteStringMap vocab_;              // bytes -> id, without the special token
-  ByteStringMap pairs_;              // (left id, right id) as 8 bytes -> merged id
+  BpeModel model_;
+  ByteStringMap whole_;  // bytes -> id of the tokens BPE makes from their own bytes
+  ByteStringMap pairs_;  // (left id, right id) of each merge as 8 bytes -> the id it makes
   std::array<int32_t, 256> byte_token_{};
-  int32_t eot_ = -1;
   const uint64_t instance_id_ = next_instance_id();
 
   static uint64_t next_instance_id() {
@@ -422,7 +356,29 @@ Gpt2Files find_gpt2_files(const std::string& dir) {
 }
 
 std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& dir, const TokenizerOptions& options) {
-  return std::make_unique<Gpt2Tokenizer>(dir, options);
+  const Gpt2Files files = find_gpt2_files(dir);
+  BpeModel model = parse_bpe(parse_json(read_text_file(files.vocab), files.vocab),
+                             read_text_file(files.merges), files.vocab, files.merges);
+  return std::make_unique<Gpt2Tokenizer>(std::move(model), dir, !dir.empty(), options);
+}
+
+std::unique_ptr<Tokenizer> make_gpt2_tokenizer_from_json(const std::string& json_text, const std::string& path,
+                                                         const TokenizerOptions& options) {
+  const nlohmann::json j = parse_json(json_text, path);
+  TokenizerOptions opts = options;
+  opts.allow_special = j.value("allow_special", true);
+  const std::string dir = j.value("dir", "");
+  if (!j.contains("vocab")) return make_gpt2_tokenizer(dir, opts);
+  FRUGAL_CHECK(j.contains("merges") && j["merges"].is_array(), "'{}' has a \"vocab\" but no "
+               "\"merges\" list; re-run `frugal prepare` to write it again", path);
+  std::string merges;
+  for (const auto& line : j["merges"]) {
+    FRUGAL_CHECK(line.is_string(), "'{}': merge {} is not a string; re-run `frugal prepare` to "
+                 "write it again", path, line.dump());
+    merges += line.get<std::string>() + "\n";
+  }
+  BpeModel model = parse_bpe(j["vocab"], merges, path + " (vocab)", path + " (merges)");
+  return std::make_unique<Gpt2Tokenizer>(std::move(model), dir, true, opts);
 }
 
 }  // namespace frugal::data

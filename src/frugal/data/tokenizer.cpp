@@ -164,11 +164,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path, const To
   const nlohmann::json j = read_json(path, fix);
   const std::string type = j.is_object() ? j.value("type", "") : "";
   if (type == "char") return std::make_unique<CharTokenizer>(CharTokenizer::load(path));
-  if (type == "gpt2") {
-    TokenizerOptions opts = options;
-    opts.allow_special = j.value("allow_special", true);
-    return make_gpt2_tokenizer(j.value("dir", ""), opts);
-  }
+  if (type == "gpt2") return make_gpt2_tokenizer_from_json(read_text_file(path), path, options);
   FRUGAL_CHECK(!(j.is_object() && j.contains("model") && j["model"].is_object()), "'{}' is a "
                "Hugging Face tokenizer.json, not frugal's tokenizer file; for a GPT-2 tokenizer "
                "pass gpt2:DIR, DIR holding its vocab.json and merges.txt", path);

@@ -1,5 +1,6 @@
 // Tokenizers: a character-level one (vocabulary = the distinct code points of a training text)
-// and GPT-2's byte-level BPE, token-for-token identical to tiktoken's `gpt2` encoding.
+// and byte-level BPE (GPT-2's, token-for-token identical to tiktoken's `gpt2` encoding, or one
+// trained by `frugal tokenizer train`, bpe_trainer.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -9,6 +10,8 @@
 #include <vector>
 
 namespace frugal::data {
+
+struct BpeModel;  // byte_level.h
 
 class Tokenizer {
  public:
@@ -22,6 +25,8 @@ class Tokenizer {
   // The JSON of frugal's tokenizer file (kTokenizerFile: next to token shards, in checkpoints and
   // exports); load_tokenizer_json reads it back.
   virtual std::string to_json() const = 0;
+  // The tokens and merges of a byte-level BPE (GPT-2's or a trained one), nullptr for others.
+  virtual const BpeModel* bpe_model() const { return nullptr; }
 };
 
 // The name of frugal's tokenizer file (Tokenizer::to_json) in a prepared data directory, a
@@ -101,7 +106,13 @@ class CharTokenizer final : public Tokenizer {
   std::string source_path_;           // where it was loaded from / saved to ("" if nowhere)
 };
 
-// GPT-2 byte-level BPE from dir's files (find_gpt2_files), see gpt2_tokenizer.cpp.
+// GPT-2 byte-level BPE from dir's files (find_gpt2_files), see gpt2_tokenizer.cpp. A tokenizer
+// from a directory other than the bundled one writes its vocabulary and merges into its
+// frugal_tokenizer.json (to_json), so that data directories and checkpoints carry it.
 std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& dir, const TokenizerOptions& options);
+// The same from the text of frugal's tokenizer file of type "gpt2" (read from path): the
+// vocabulary and merges it holds, else those of its "dir".
+std::unique_ptr<Tokenizer> make_gpt2_tokenizer_from_json(const std::string& json_text, const std::string& path,
+                                                         const TokenizerOptions& options);
 
 }  // namespace frugal::data
