@@ -18,8 +18,8 @@
 //
 // The session starts whole and becomes this rank's shard at the first step; synchronize() gathers
 // the whole model on every rank (shards.h): checkpoints, evaluation and samples are one process's,
-// and a run resumes at any expert degree. ZeRO, pipelines and tensor parallelism with experts
-// split, and methods that reshape the model, choose masks or read every gradient, are refused.
+// and a run resumes at any expert degree. ZeRO, pipelines, tensor parallelism and methods
+// (freezing, the only one a mixture runs with) are refused with experts split.
 #pragma once
 #include <memory>
 #include <vector>

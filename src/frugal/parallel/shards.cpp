@@ -17,6 +17,8 @@ void hold_shard(Session& session, bool sharded, Placement::Kind kind, TensorColl
     (kind == Placement::Kind::Experts ? at.expert_rank : at.rank) = r;
     return at;
   };
+  // The routing the metrics have not taken yet stays with the model.
+  const RoutingStats window = session.model().take_routing();
   // Between steps the gradients are spent: their memory goes before the new session takes its own.
   release_pages(session.model().grads(), sizeof(float) * session.model().num_floats());
   session.repartition(session.model().range(), [&](const NamedTensors& from, const NamedTensors& to) {
@@ -40,6 +42,7 @@ void hold_shard(Session& session, bool sharded, Placement::Kind kind, TensorColl
       }
     }
   }, sharded ? &comm : nullptr);
+  session.model().add_routing(window);
 }
 
 }  // namespace frugal::parallel
