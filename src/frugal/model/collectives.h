@@ -20,7 +20,7 @@ namespace frugal {
 class TensorCollectives {
  public:
   virtual ~TensorCollectives() = default;
-  // This rank's place in the group.
+  // This rank's place in its tensor-parallel and expert-parallel groups.
   virtual ShardCoord coord() const = 0;
   // x (n floats) = the sum of every rank's x, the same bits on every rank.
   virtual void all_reduce_sum(float* x, size_t n) = 0;

@@ -8,6 +8,7 @@
 
 #include "frugal/core/error.h"
 #include "frugal/kernels/ops.h"
+#include "frugal/parallel/data_parallel.h"
 #include "frugal/parallel/grad_norm.h"
 #include "frugal/parallel/shards.h"
 #include "frugal/parallel/wire.h"
@@ -164,27 +165,21 @@ void ExpertParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, cons
   GPT& model = session_.model();
   reduce_gradients(model);
 
-  // The loss: every micro-batch's, added in one-process order; the FLOPs of all ranks.
-  std::vector<double> all_losses(count);
-  world_.allgather(losses.data(), A, all_losses.data());
-  for (double loss : all_losses) r.loss += loss;
-  r.loss /= count;
-  r.sum_flops(world_);
-  // The experts' load over every rank's micro-batches: each rank moves the balancing bias alike.
-  RoutingStats& routing = model.step_routing();
-  if (!routing.layers.empty()) routing.set_values(world_.sum(routing.values()));
+  add_ranks_results(world_, losses, model, r);
 }
 
 void ExpertParallelStep::reduce_gradients(GPT& model) {
   const Timer timer;
   const size_t begin = model.trainable_begin(), total = model.num_floats();
   bytes_reduced_ = 0;
+  reductions_ = 0;
   // [from, to) of the flat buffer summed over comm (the alignment padding between tensors, zero,
   // goes along)
   const auto reduce = [&](MPI_Comm comm, size_t from, size_t to, const char* what) {
     if (from >= to) return;
     all_reduce_sum(world_, comm, model.grads() + from, to - from, wire_, staged_, what);
     bytes_reduced_ += double(to - from) * kernels::dtype_size(wire_);
+    ++reductions_;
   };
   const bool data_groups = mesh_->shape().size(Dim::Data) > 1;
   size_t run = begin;  // the start of the run of replicated tensors not reduced yet
@@ -217,7 +212,7 @@ void ExpertParallelStep::add_metrics(nlohmann::json& record) {
   record["comm"] = {{"exchange_s", comm_->seconds()}, {"exchanges", comm_->calls()},
                     {"bytes_exchanged", comm_->bytes()}, {"wait_s", reduce_seconds_},
                     {"compute_s", compute_seconds_}, {"update_s", update_timer_.seconds()},
-                    {"bytes_reduced", bytes_reduced_}};
+                    {"bytes_reduced", bytes_reduced_}, {"buckets", reductions_}};
 }
 
 }  // namespace frugal::parallel

@@ -99,6 +99,7 @@ class ExpertParallelStep final : public StepStrategy {
   kernels::DType wire_;
   std::vector<kernels::bf16> staged_;  // a reduction's bf16 payload (parallel/wire.h)
   double compute_seconds_ = 0, reduce_seconds_ = 0, bytes_reduced_ = 0;
+  int reductions_ = 0;  // the step's all-reduce calls
   Timer update_timer_;  // from clipping on
 };
 
