@@ -91,19 +91,11 @@ bool is_expert(const TensorSpec& t) { return t.placement.kind == Placement::Kind
 ExpertParallelStep::ExpertParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
                                        MpiWorld& world)
     : StepStrategy(session, methods, settings), world_(world), wire_(comm_dtype(settings.parallel)) {
-  const int P = settings.parallel.expert, N = world.size(), E = settings.model.moe.experts;
+  const int P = settings.parallel.expert, N = world.size();
   FRUGAL_CHECK(N % P == 0, "parallel.expert = {} does not divide the {} ranks; run mpirun -np with a "
                "multiple of {}", P, N, P);
-  FRUGAL_CHECK(E > 0 && E % P == 0, "parallel.expert = {} needs model.moe.experts divisible by it (it is {}); "
-               "set parallel.expert to a divisor of model.moe.experts", P, E);
-  FRUGAL_CHECK(settings.parallel.pipeline_stages == 1, "parallel.pipeline_stages = {} with parallel.expert = {}: "
-               "pipeline × expert parallelism is not built yet; set one of them to 1",
-               settings.parallel.pipeline_stages, P);
-  FRUGAL_CHECK(settings.parallel.tensor == 1, "parallel.tensor = {} with parallel.expert = {}: tensor × expert "
-               "parallelism is not built yet; set one of them to 1", settings.parallel.tensor, P);
-  FRUGAL_CHECK(settings.parallel.zero == 0, "parallel.zero = {} with parallel.expert = {}: ZeRO over "
-               "expert-parallel ranks (whose experts are not replicated) is not built yet; set parallel.zero = 0",
-               settings.parallel.zero, P);
+  // The degree against the experts, tensor parallelism, ZeRO and pipelines: refused with the config
+  // (train/run_config.cpp).
   // (A mixture of experts runs with freezing only, and a frozen prefix that AutoCache serves on
   // some ranks would skip the exchanges the others wait in.)
   for (const auto& method : methods.methods())
