@@ -45,7 +45,7 @@ struct MlpUnderTest {
     const LocalSizes sizes = LocalSizes::of(c, {});
     const std::string prefix = "transformer.h.0.mlp.";
     if (c.moe.on(0))
-      mlp = std::make_unique<MoeMlp>(c, sizes, prefix, model.table(), dense);
+      mlp = std::make_unique<MoeMlp>(c, sizes, ShardCoord{}, prefix, model.table(), dense);
     else
       mlp = std::make_unique<DenseMlp>(c, sizes, prefix, model.table(), dense);
     allocate_layout(arena, [&](const Take& take) {

@@ -82,7 +82,8 @@ std::string BenchResult::to_json(const std::string& preset, int threads) const {
                    {"nproc", ranks},            {"strategy", strategy}};
   if (ranks > 1)
     j.update({{"comm_wait_share", comm_wait_share}, {"gradient_bytes_per_step", gradient_bytes},
-              {"ring_bytes_per_step", ring_bytes}, {"buckets", buckets}});
+              {"ring_bytes_per_step", ring_bytes}, {"buckets", buckets},
+              {"exchange_share", exchange_share}, {"exchange_bytes_per_step", exchange_bytes}});
   return j.dump();
 }
 
@@ -121,7 +122,7 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   }
   std::vector<double> times;  // of the timed steps
   PhaseFlops executed, dense;  // summed over the timed steps (they change with the methods' state)
-  double comm_wait = 0, gradient_bytes = 0;
+  double comm_wait = 0, gradient_bytes = 0, exchange = 0, exchange_bytes = 0;
   int buckets = 0;
   for (int step = 0; step < preset.warmup + preset.steps; ++step) {
     nlohmann::json record;
@@ -144,6 +145,10 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
       comm_wait += record["comm"]["wait_s"].get<double>();
       gradient_bytes += record["comm"]["bytes_reduced"].get<double>();
       buckets = record["comm"]["buckets"].get<int>();
+      if (record["comm"].contains("exchange_s")) {
+        exchange += record["comm"]["exchange_s"].get<double>();
+        exchange_bytes += record["comm"]["bytes_exchanged"].get<double>();
+      }
     }
   }
   std::string kernel_profile;
@@ -170,6 +175,8 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   r.gradient_bytes = gradient_bytes / preset.steps;
   r.ring_bytes = 2.0 * (r.ranks - 1) / r.ranks * r.gradient_bytes;
   r.buckets = buckets;
+  r.exchange_share = exchange / seconds;
+  r.exchange_bytes = exchange_bytes / preset.steps;
   r.model_flops_per_step = executed.model() / preset.steps;
   r.dense_flops_per_step = dense.model() / preset.steps;
   // Before the GEMM peak measurement allocates its matrices.

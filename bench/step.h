@@ -45,6 +45,9 @@ struct BenchResult {
   // rank, 2(N-1)/N of that (computed, not measured: MPI chooses the algorithm).
   double comm_wait_share = 0, gradient_bytes = 0, ring_bytes = 0;
   int buckets = 0;
+  // Expert parallelism: the seconds inside the experts' all-to-all exchanges as a share of the
+  // step time (all exposed), and the bytes a rank sends to the others per step.
+  double exchange_share = 0, exchange_bytes = 0;
   double model_flops_per_step = 0, dense_flops_per_step = 0, peak_flops = 0;
   // The FMA peak (kernels/cpu/blas_peak.h), measured in the same run as the GEMM peak (every
   // rank's at once, summed), and the MFU against it.

@@ -171,6 +171,9 @@ void add_bench_command(CLI::App& app) {
                 "bucket{}, {:.1f} MiB of gradients per step ({:.1f} MiB per rank on a ring)\n",
                 100 * r.comm_wait_share, r.buckets, r.buckets == 1 ? "" : "s", r.gradient_bytes / 1048576.0,
                 r.ring_bytes / 1048576.0);
+    if (r.exchange_bytes > 0)
+      io::print("expert exchange: {:.1f}% of the step in the all-to-all; {:.1f} MiB sent per rank per step\n",
+                100 * r.exchange_share, r.exchange_bytes / 1048576.0);
     if (!r.profile.empty()) io::print("{}", r.profile);
     if (r.model_flops_per_step < r.dense_flops_per_step)
       io::print("executes {:.1f}% of the dense model's FLOPs per step\n",

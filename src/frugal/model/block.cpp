@@ -43,7 +43,7 @@ TransformerBlock::TransformerBlock(const ModelConfig& config, const ShardCoord& 
       lead_(shard.rank == 0),
       attention_(config, sizes_, block_prefix(layer), table, dense) {
   if (config.moe.on(layer)) {
-    auto moe = std::make_unique<MoeMlp>(config, sizes_, mlp_prefix(layer), table, dense);
+    auto moe = std::make_unique<MoeMlp>(config, sizes_, shard, mlp_prefix(layer), table, dense);
     moe_ = moe.get();
     mlp_ = std::move(moe);
   } else {

@@ -112,8 +112,8 @@ class FeedForward {
   virtual ~FeedForward() = default;
   // What a forward keeps for its backward, and what the backward works in: pointers into the
   // arena at places each implementation names itself (lay_out, lay_out_scratch).
-  using Acts = std::array<float*, 16>;
-  using Scratch = std::array<float*, 16>;
+  using Acts = std::array<float*, 20>;
+  using Scratch = std::array<float*, 20>;
   // What one forward reports: its auxiliary losses, weighted by their coefficients (LossTerms),
   // and the rows each expert received (empty without experts).
   struct Report {

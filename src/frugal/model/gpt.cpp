@@ -381,10 +381,11 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
       // companions; computed alone, it is the same whichever micro-batch the sample is in. With
       // formats that allow it, the samples run in parallel, one thread each (a T-row GEMM runs
       // faster on one thread than split over several); each sample then gets the same bits
-      // whichever thread runs it. A tensor-parallel shard runs them one after the other: its
-      // group's collectives must come in the same order on every rank.
+      // whichever thread runs it. A tensor- or expert-parallel shard runs them one after the
+      // other: its groups' collectives must come in the same order on every rank.
       // A mixture of experts reports each sample's load and auxiliary losses: their sum and mean.
-      const bool parallel = blocks_[l].reentrant_forward() && table_.shard().size == 1;
+      const ShardCoord& shard = table_.shard();
+      const bool parallel = blocks_[l].reentrant_forward() && shard.size == 1 && shard.expert_size == 1;
       std::vector<FeedForward::Report> samples(B);
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
       for (int b = 0; b < B; ++b) samples[b] = block_forward(l, dropout_key, b, 1);

@@ -126,6 +126,9 @@ class GPT {
   void balance_experts();
   // The routing since the last call (of training forwards), then cleared: the metrics' window.
   RoutingStats take_routing();
+  // Adds `window`, taken from a model of the same blocks that this one replaces (a re-partitioned
+  // copy), to the metrics' window.
+  void add_routing(const RoutingStats& window) { window_routing_.add(window); }
 
   // The linears of a block, in execution order.
   using Linear = BlockLinear;

@@ -22,7 +22,7 @@ constexpr const char* kProj = "experts.c_proj";
 constexpr const char* kShared = "shared_expert.";
 
 // The scratch places: the gradients of the forward's places.
-enum ScratchPlace { DLogits, DWeight, DYp, DFc, DGate, DAct, DXp, DShared };
+enum ScratchPlace { DLogits, DWeight, DYp, DFc, DGate, DAct, DXp, DRouted, DWire, DShared };
 
 int32_t* ints(float* place) { return reinterpret_cast<int32_t*>(place); }
 
@@ -32,6 +32,42 @@ std::vector<int32_t> expert_offsets(const int32_t* expert, int R, int E) {
   for (int i = 0; i < R; ++i) ++offsets[expert[i] + 1];
   for (int e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
   return offsets;
+}
+
+// How an expert-parallel exchange moves the routed rows, from the counts a rank sent (E: its rows
+// per expert, so per destination rank `local` consecutive experts) and received (ranks × local:
+// from each source rank, its rows for each of this rank's experts).
+struct Exchange {
+  std::vector<int32_t> send_rows, recv_rows;  // (ranks) rows to, and from, each rank
+  std::vector<int32_t> order;    // (received) row i grouped by local expert = received row order[i]
+  std::vector<int32_t> inverse;  // (received) and back: received row j = grouped row inverse[j]
+  std::vector<int32_t> offsets;  // (local + 1) each local expert's rows among the grouped
+  int received() const { return offsets.back(); }
+};
+
+Exchange exchange_of(const int32_t* sent, const int32_t* received, int ranks, int local) {
+  Exchange x;
+  x.send_rows.assign(ranks, 0);
+  x.recv_rows.assign(ranks, 0);
+  std::vector<int32_t> start(size_t(ranks) * local);  // of (source, expert)'s rows among the received
+  int32_t at = 0;
+  for (int r = 0; r < ranks; ++r)
+    for (int j = 0; j < local; ++j) {
+      x.send_rows[r] += sent[r * local + j];
+      x.recv_rows[r] += received[r * local + j];
+      start[r * local + j] = at;
+      at += received[r * local + j];
+    }
+  x.offsets.assign(local + 1, 0);
+  x.order.reserve(at);
+  for (int j = 0; j < local; ++j) {  // by expert, then by source rank: the experts' row order
+    for (int r = 0; r < ranks; ++r)
+      for (int32_t i = 0; i < received[r * local + j]; ++i) x.order.push_back(start[r * local + j] + i);
+    x.offsets[j + 1] = int32_t(x.order.size());
+  }
+  x.inverse.resize(at);
+  for (int32_t i = 0; i < at; ++i) x.inverse[x.order[i]] = i;
+  return x;
 }
 
 // The forward and the three backward products of a dense product of `flops` multiply-adds × 2.
@@ -129,12 +165,15 @@ void MoeMlp::declare(ModelSpec& spec, const std::string& prefix, int layer) {
   if (c.moe.shared_expert) DenseMlp::declare(spec, prefix + kShared, layer, H);
 }
 
-MoeMlp::MoeMlp(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
-               const ParamTable& table, const std::shared_ptr<LinearFormat>& dense)
+MoeMlp::MoeMlp(const ModelConfig& config, const LocalSizes& sizes, const ShardCoord& shard,
+               const std::string& prefix, const ParamTable& table, const std::shared_ptr<LinearFormat>& dense)
     : k_(config.moe.top_k),
       experts_(config.moe.experts),
       hidden_(config.expert_hidden()),
       C_(config.n_embd),
+      ranks_(shard.expert_size),
+      local_(experts_ / ranks_),
+      capacity_(ranks_ == 1 ? k_ : ranks_ * std::min(k_, local_)),
       kind_(config.mlp),
       moe_(config.moe),
       router_(find(table, prefix + kRouter)),
@@ -145,8 +184,10 @@ MoeMlp::MoeMlp(const ModelConfig& config, const LocalSizes& sizes, const std::st
       gate_b_(find(table, prefix + kGate + std::string(".bias"))),
       proj_w_(find(table, prefix + kProj + std::string(".weight"))),
       proj_b_(find(table, prefix + kProj + std::string(".bias"))) {
-  FRUGAL_CHECK(table.shard().size == 1, "model.moe does not run under tensor parallelism yet; use "
+  FRUGAL_CHECK(shard.size == 1, "model.moe does not run under tensor parallelism yet; use "
                "parallel.tensor = 1 or model.moe.experts = 0");
+  FRUGAL_CHECK(experts_ % ranks_ == 0, "model.moe.experts = {} does not divide over {} expert-parallel ranks; "
+               "set parallel.expert to a divisor of it", experts_, ranks_);
   if (moe_.shared_expert) {
     LocalSizes shared = sizes;
     shared.ffn_hidden = hidden_;
@@ -155,7 +196,7 @@ MoeMlp::MoeMlp(const ModelConfig& config, const LocalSizes& sizes, const std::st
 }
 
 void MoeMlp::lay_out(double N, const Take& take, Acts& a) const {
-  const double E = experts_, R = N * k_, H = hidden_;
+  const double E = experts_, R = N * k_, Q = N * capacity_, H = hidden_;
   a[Logits] = take(N * E);
   a[Probs] = take(N * E);
   a[Lse] = take(N);
@@ -163,11 +204,16 @@ void MoeMlp::lay_out(double N, const Take& take, Acts& a) const {
   a[Weight] = take(R);
   a[Pos] = take(R);
   a[Src] = take(R);
-  a[Xp] = take(R * C_);
-  a[Fc] = take(R * H);
-  a[Gate] = config_gated(kind_) ? take(R * H) : nullptr;
-  a[Act] = take(R * H);
-  a[Yp] = take(R * C_);
+  a[Xp] = take(Q * C_);
+  a[Fc] = take(Q * H);
+  a[Gate] = config_gated(kind_) ? take(Q * H) : nullptr;
+  a[Act] = take(Q * H);
+  a[Yp] = take(Q * C_);
+  if (ranks_ > 1) {
+    a[Routed] = take(R * C_);
+    a[Wire] = take(Q * C_);
+    a[Counts] = take(N * 2 * E);
+  }
   if (shared_) {
     Acts shared{};
     shared_->lay_out(N, take, shared);
@@ -176,14 +222,18 @@ void MoeMlp::lay_out(double N, const Take& take, Acts& a) const {
 }
 
 void MoeMlp::lay_out_scratch(double N, const Take& take, Scratch& s) const {
-  const double R = N * k_, H = hidden_;
+  const double R = N * k_, Q = N * capacity_, H = hidden_;
   s[DLogits] = take(N * experts_);
   s[DWeight] = take(R);
-  s[DYp] = take(R * C_);
-  s[DFc] = take(R * H);
-  s[DGate] = config_gated(kind_) ? take(R * H) : nullptr;
-  s[DAct] = take(R * H);
-  s[DXp] = take(R * C_);
+  s[DYp] = take(Q * C_);
+  s[DFc] = take(Q * H);
+  s[DGate] = config_gated(kind_) ? take(Q * H) : nullptr;
+  s[DAct] = take(Q * H);
+  s[DXp] = take(Q * C_);
+  if (ranks_ > 1) {
+    s[DRouted] = take(R * C_);
+    s[DWire] = take(Q * C_);
+  }
   if (shared_) {
     Scratch shared{};
     shared_->lay_out_scratch(N, take, shared);
@@ -192,16 +242,19 @@ void MoeMlp::lay_out_scratch(double N, const Take& take, Scratch& s) const {
 }
 
 FeedForward::Acts MoeMlp::rows(const Acts& all, size_t row0) const {
-  const size_t E = experts_, R0 = row0 * k_, H = hidden_, C = C_;
+  const size_t E = experts_, R0 = row0 * k_, Q0 = row0 * capacity_, H = hidden_, C = C_;
   const auto at = [](float* p, size_t off) { return p ? p + off : nullptr; };
   Acts a{};
   a[Logits] = all[Logits] + row0 * E;
   a[Probs] = all[Probs] + row0 * E;
   a[Lse] = all[Lse] + row0;
   for (int p : {Expert, Weight, Pos, Src}) a[p] = all[p] + R0;
-  a[Xp] = all[Xp] + R0 * C;
-  for (int p : {Fc, Gate, Act}) a[p] = at(all[p], R0 * H);
-  a[Yp] = all[Yp] + R0 * C;
+  a[Xp] = all[Xp] + Q0 * C;
+  for (int p : {Fc, Gate, Act}) a[p] = at(all[p], Q0 * H);
+  a[Yp] = all[Yp] + Q0 * C;
+  a[Routed] = at(all[Routed], R0 * C);
+  a[Wire] = at(all[Wire], Q0 * C);
+  a[Counts] = at(all[Counts], row0 * 2 * E);
   if (shared_) put_places(a, shared_->rows(places_from(all, Shared), row0), Shared);
   return a;
 }
@@ -220,22 +273,40 @@ FeedForward::Report MoeMlp::forward(const float* params, const Acts& a, const fl
     ints(a[Pos])[i] = row;
     ints(a[Src])[row] = i / k_;
   }
-  // the experts on their rows, then the weighted combine (onto the shared expert's output)
-  k::moe_permute(a[Xp], in, ints(a[Src]), R, C);
-  // one grouped linear: out (R, OC) = the experts' weight w (E, OC, IC) on their rows of x (R, IC)
-  const auto grouped = [&](float* out, const float* x, size_t w, const std::vector<kernels::bf16>& w_bf16,
+  // the rows to their experts (their ranks'), the experts on them, the outputs back, then the
+  // weighted combine (onto the shared expert's output)
+  float* routed = ranks_ > 1 ? a[Routed] : a[Xp];
+  k::moe_permute(routed, in, ints(a[Src]), R, C);
+  Exchange x;
+  if (ranks_ > 1) {
+    int32_t* counts = ints(a[Counts]);  // sent (E), received (E)
+    for (int e = 0; e < E; ++e) counts[e] = offsets[e + 1] - offsets[e];
+    comm.all_to_all(counts, counts + E, local_);
+    x = exchange_of(counts, counts + E, ranks_, local_);
+    comm.all_to_all_rows(routed, x.send_rows.data(), a[Wire], x.recv_rows.data(), C);
+    k::moe_permute(a[Xp], a[Wire], x.order.data(), x.received(), C);
+  } else {
+    x.offsets = offsets;
+  }
+  const int Q = x.received();
+  // one grouped linear: out (Q, OC) = this rank's experts' weight w (local, OC, IC) on their rows of x (Q, IC)
+  const auto grouped = [&](float* out, const float* xs, size_t w, const std::vector<kernels::bf16>& w_bf16,
                            size_t b, int IC, int OC) {
     if (dtype_ == kernels::DType::BF16)
-      k::moe_grouped_forward_bf16(out, x, w_bf16.data(), P(b), offsets.data(), E, IC, OC);
+      k::moe_grouped_forward_bf16(out, xs, w_bf16.data(), P(b), x.offsets.data(), local_, IC, OC);
     else
-      k::moe_grouped_forward(out, x, params + w, P(b), offsets.data(), E, IC, OC);
+      k::moe_grouped_forward(out, xs, params + w, P(b), x.offsets.data(), local_, IC, OC);
   };
   grouped(a[Fc], a[Xp], fc_w_, fc_bf16_, fc_b_, C, H);
   if (gate_w_ != kAbsent) grouped(a[Gate], a[Xp], gate_w_, gate_bf16_, gate_b_, C, H);
-  mlp_activation_forward(kind_, a[Act], a[Gate], a[Fc], size_t(R) * H);
+  mlp_activation_forward(kind_, a[Act], a[Gate], a[Fc], size_t(Q) * H);
   grouped(a[Yp], a[Act], proj_w_, proj_bf16_, proj_b_, H, C);
+  if (ranks_ > 1) {
+    k::moe_permute(a[Wire], a[Yp], x.inverse.data(), Q, C);
+    comm.all_to_all_rows(a[Wire], x.recv_rows.data(), routed, x.send_rows.data(), C);
+  }
   if (shared_) shared_->forward(params, places_from(a, Shared), in, out, N, lead, comm);
-  k::moe_unpermute(out, a[Yp], ints(a[Pos]), a[Weight], N, k_, C, shared_ != nullptr);
+  k::moe_unpermute(out, ranks_ > 1 ? routed : a[Yp], ints(a[Pos]), a[Weight], N, k_, C, shared_ != nullptr);
 
   Report report;
   report.load.resize(E);
@@ -262,24 +333,42 @@ void MoeMlp::backward(const float* params, float* grads, const Acts& a, const fl
   const int E = experts_, C = C_, H = hidden_, R = N * k_;
   const auto G = [grads](size_t off) { return off == kAbsent ? nullptr : grads + off; };
   const std::vector<int32_t> offsets = expert_offsets(ints(a[Expert]), R, E);
-  // the combine, the experts, the gather
-  k::moe_unpermute_backward(s[DYp], s[DWeight], dout, a[Yp], ints(a[Pos]), a[Weight], N, k_, C);
-  // one grouped linear's backward: dx (R, IC) = (or +=) dy · w, dw, db += (the forward's grouped)
-  const auto grouped = [&](float* dx, const float* dy, const float* x, size_t w,
+  Exchange x;
+  if (ranks_ > 1)
+    x = exchange_of(ints(a[Counts]), ints(a[Counts]) + E, ranks_, local_);
+  else
+    x.offsets = offsets;
+  const int Q = x.received();
+  // the combine; the outputs' gradients to the experts' ranks
+  float* droutes = ranks_ > 1 ? s[DRouted] : s[DYp];
+  k::moe_unpermute_backward(droutes, s[DWeight], dout, ranks_ > 1 ? a[Routed] : a[Yp], ints(a[Pos]), a[Weight],
+                            N, k_, C);
+  if (ranks_ > 1) {
+    comm.all_to_all_rows(droutes, x.send_rows.data(), s[DWire], x.recv_rows.data(), C);
+    k::moe_permute(s[DYp], s[DWire], x.order.data(), Q, C);
+  }
+  // one grouped linear's backward: dx (Q, IC) = (or +=) dy · w, dw, db += (the forward's grouped)
+  const auto grouped = [&](float* dx, const float* dy, const float* xs, size_t w,
                            const std::vector<kernels::bf16>& w_bf16, size_t b, int IC, int OC, bool accumulate) {
     if (dtype_ == kernels::DType::BF16)
-      k::moe_grouped_backward_bf16(dx, grads + w, G(b), dy, x, w_bf16.data(), offsets.data(), E, IC, OC, accumulate);
+      k::moe_grouped_backward_bf16(dx, grads + w, G(b), dy, xs, w_bf16.data(), x.offsets.data(), local_, IC, OC,
+                                   accumulate);
     else
-      k::moe_grouped_backward(dx, grads + w, G(b), dy, x, params + w, offsets.data(), E, IC, OC, accumulate);
+      k::moe_grouped_backward(dx, grads + w, G(b), dy, xs, params + w, x.offsets.data(), local_, IC, OC, accumulate);
   };
   grouped(s[DAct], s[DYp], a[Act], proj_w_, proj_bf16_, proj_b_, H, C, false);
-  mlp_activation_backward(kind_, s[DGate], s[DFc], s[DAct], a[Gate], a[Fc], size_t(R) * H);
+  mlp_activation_backward(kind_, s[DGate], s[DFc], s[DAct], a[Gate], a[Fc], size_t(Q) * H);
   grouped(s[DXp], s[DFc], a[Xp], fc_w_, fc_bf16_, fc_b_, C, H, false);
   if (gate_w_ != kAbsent) grouped(s[DXp], s[DGate], a[Xp], gate_w_, gate_bf16_, gate_b_, C, H, true);
+  // the inputs' gradients back to the tokens' ranks, then the gather's backward
+  if (ranks_ > 1) {
+    k::moe_permute(s[DWire], s[DXp], x.inverse.data(), Q, C);
+    comm.all_to_all_rows(s[DWire], x.recv_rows.data(), droutes, x.send_rows.data(), C);
+  }
   if (shared_)
     shared_->backward(params, grads, places_from(a, Shared), in, dout, din, places_from(s, DShared), N,
                       aux_scale, comm);
-  k::moe_unpermute(din, s[DXp], ints(a[Pos]), nullptr, N, k_, C, shared_ != nullptr);
+  k::moe_unpermute(din, ranks_ > 1 ? droutes : s[DXp], ints(a[Pos]), nullptr, N, k_, C, shared_ != nullptr);
   // the router: the combine weights' gradient and the balancing losses'
   std::vector<float> dprobs;  // the Switch loss: d/d p_ne = coef · E · f_e / N
   if (moe_.aux_loss_coef > 0)
@@ -307,7 +396,7 @@ void MoeMlp::set_dtype(kernels::DType dtype) {
 void MoeMlp::refresh(const float* params) {
   if (dtype_ != kernels::DType::BF16) return;
   FRUGAL_PROFILE("bf16 weight rounding");
-  const size_t n = size_t(experts_) * hidden_ * C_;  // each of c_fc, c_gate, c_proj
+  const size_t n = size_t(local_) * hidden_ * C_;  // each of c_fc, c_gate, c_proj (this rank's experts)
   const auto round = [&](std::vector<kernels::bf16>& copy, size_t w) {
     copy.resize(w == kAbsent ? 0 : n);
     if (w != kAbsent) k::f32_to_bf16(copy.data(), params + w, n);

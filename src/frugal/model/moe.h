@@ -19,9 +19,20 @@
 //
 // Tensors of block L (prefix transformer.h.L.mlp.): router.weight (E, C), router.balance_bias
 // (E), experts.c_fc.weight (E, H, C) (and .bias (E, H)), experts.c_gate (gated MLPs), experts.c_proj
-// (E, C, H) (and .bias (E, C)), and the shared expert's shared_expert.c_fc, ... All replicated: no
-// tensor or expert parallelism yet. Under train.precision = "bf16" the experts' GEMMs run on bf16
-// working copies of their weights (the router and the shared expert stay fp32).
+// (E, C, H) (and .bias (E, C)), and the shared expert's shared_expert.c_fc, ... The experts' tensors
+// split by expert over an expert-parallel group of P ranks (Placement::experts: rank r holds experts
+// r·E/P .. (r+1)·E/P − 1); the router, its bias and the shared expert are replicated. No tensor
+// parallelism yet. Under train.precision = "bf16" the experts' GEMMs run on bf16 working copies of
+// their weights (the router and the shared expert stay fp32).
+//
+// Expert parallelism (P > 1; each rank routes its own tokens): the N·k routed rows, grouped by
+// expert, are grouped by the rank holding the expert too. The ranks exchange the rows' counts per
+// expert (all-to-all of E/P ints per rank), then the rows (all-to-all of variable sizes); each rank
+// regroups the rows it received by local expert (source rank order within an expert), runs its
+// experts on them, and sends the outputs back the way they came; the combine is one process's.
+// The backward is the mirror: the outputs' gradients travel to the experts, the inputs' gradients
+// back. A rank may receive up to P·N·min(k, E/P) rows (dropless: every token may choose its
+// experts on one rank), and lays out its experts' activations for that many.
 #pragma once
 #include <memory>
 #include <string>
@@ -54,7 +65,8 @@ struct RoutingStats {
 class MoeMlp final : public FeedForward {
  public:
   static void declare(ModelSpec& spec, const std::string& prefix, int layer);
-  MoeMlp(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
+  // shard: this rank's place in its expert-parallel group (and tensor-parallel group: size 1).
+  MoeMlp(const ModelConfig& config, const LocalSizes& sizes, const ShardCoord& shard, const std::string& prefix,
          const ParamTable& table, const std::shared_ptr<LinearFormat>& dense);
 
   void lay_out(double N, const Take& take, Acts& a) const override;
@@ -81,7 +93,8 @@ class MoeMlp final : public FeedForward {
 
  private:
   static constexpr size_t kAbsent = ParamTable::kAbsent;
-  // Acts places, per N rows (R = N·k routed rows); int32 places hold indices.
+  // Acts places, per N rows (R = N·k routed rows; Q = N·capacity_ the rows this rank's experts may
+  // receive, Q = R in one process); int32 places hold indices.
   enum Place {
     Logits,  // (N, E) the router's
     Probs,   // (N, E)
@@ -90,15 +103,21 @@ class MoeMlp final : public FeedForward {
     Weight,  // (N, k) their combine weights
     Pos,     // int32 (N, k) the routed row of each choice
     Src,     // int32 (R) the token of each routed row
-    Xp,      // (R, C) the gathered inputs
-    Fc,      // (R, H), and Gate (gated MLPs), Act
+    Xp,      // (Q, C) the inputs of this rank's experts, grouped by expert
+    Fc,      // (Q, H), and Gate (gated MLPs), Act
     Gate,
     Act,
-    Yp,      // (R, C) the experts' outputs
+    Yp,      // (Q, C) the experts' outputs
+    Routed,  // P > 1: (R, C) this rank's routed rows by expert: the inputs sent, then the outputs back
+    Wire,    // P > 1: (Q, C) the rows received (by source rank), then the outputs to send back
+    Counts,  // P > 1: int32 (2E per row, the first 2E used) the rows sent per expert, then received
     Shared,  // the shared expert's places from here
   };
-  // Scratch places: the gradients of Logits, Weight, Yp, Fc, Gate, Act, Xp, then the shared expert's.
+  // Scratch places: the gradients of Logits, Weight, Yp, Fc, Gate, Act, Xp, Routed, Wire, then the
+  // shared expert's.
   int k_, experts_, hidden_, C_;
+  int ranks_, local_;  // the expert-parallel group's size; the experts this rank holds
+  int capacity_;               // rows this rank's experts may receive per token of a rank: P·min(k, E/P)
   MlpKind kind_;
   MoeConfig moe_;
   size_t router_, bias_;  // router.weight (E, C), router.balance_bias (E)

@@ -10,12 +10,14 @@
 
 namespace frugal {
 
-std::vector<int64_t> TensorSpec::local_shape(const ShardCoord& shard) const {
+std::vector<int64_t> TensorSpec::local_shape(const ShardCoord& coord) const {
   std::vector<int64_t> local = shape;
-  if (placement.kind == Placement::Kind::Replicated || shard.size == 1) return local;
+  const ShardCoord shard = coord.group_of(placement);
+  if (shard.size == 1) return local;
   const int64_t n = shape.at(placement.axis), pieces = int64_t(placement.parts) * shard.size;
   FRUGAL_CHECK(n % pieces == 0, "{} has {} rows along axis {}, which do not split into {} equal "
-               "parts over {} tensor-parallel ranks", name, n, placement.axis, placement.parts, shard.size);
+               "parts over {} {}-parallel ranks", name, n, placement.axis, placement.parts, shard.size,
+               placement.kind == Placement::Kind::Experts ? "expert" : "tensor");
   local[placement.axis] = n / shard.size;
   return local;
 }
@@ -24,11 +26,12 @@ namespace {
 
 // Calls f(global offset, local offset, n) for each contiguous run of this rank's part of t.
 template <class F>
-void for_each_local_run(const TensorSpec& t, const ShardCoord& shard, F&& f) {
-  const std::vector<int64_t> local = t.local_shape(shard);
+void for_each_local_run(const TensorSpec& t, const ShardCoord& coord, F&& f) {
+  const std::vector<int64_t> local = t.local_shape(coord);
   int64_t numel = 1;
   for (int64_t d : local) numel *= d;
-  if (t.placement.kind == Placement::Kind::Replicated || shard.size == 1) {
+  const ShardCoord shard = coord.group_of(t.placement);
+  if (shard.size == 1) {
     f(size_t{0}, size_t{0}, size_t(numel));
     return;
   }
@@ -97,11 +100,11 @@ void declare_linear(ModelSpec& spec, const std::string& prefix, int layer, int64
 
 void declare_expert_linear(ModelSpec& spec, const std::string& prefix, int layer, int64_t experts,
                            int64_t oc, int64_t ic, Init init) {
-  spec.add({.name = prefix + ".weight", .shape = {experts, oc, ic}, .role = ParamRole::Weight,
-            .layer = layer, .init = init, .experts = experts, .hidden_matrix = true});
+  spec.add({.name = prefix + ".weight", .shape = {experts, oc, ic}, .placement = Placement::experts(),
+            .role = ParamRole::Weight, .layer = layer, .init = init, .experts = experts, .hidden_matrix = true});
   if (spec.config().bias)
-    spec.add({.name = prefix + ".bias", .shape = {experts, oc}, .role = ParamRole::Bias, .layer = layer,
-              .init = Init::Zeros, .experts = experts});
+    spec.add({.name = prefix + ".bias", .shape = {experts, oc}, .placement = Placement::experts(),
+              .role = ParamRole::Bias, .layer = layer, .init = Init::Zeros, .experts = experts});
 }
 
 void declare_norm(ModelSpec& spec, const std::string& prefix, int layer) {

@@ -32,20 +32,31 @@ enum class ParamRole { Embedding, Weight, Bias, NormWeight, NormBias, Buffer };
 
 // How a tensor is laid over the ranks of its group: whole on every rank, or split along one axis.
 // A split axis is `parts` equal blocks (the q, k and v rows of the attention's input projection are
-// 3), each cut into one contiguous piece per rank: rank r holds piece r of every block.
+// 3), each cut into one contiguous piece per rank: rank r holds piece r of every block. Sharded
+// tensors split over the tensor-parallel group; Experts tensors (a mixture's (E, ...) experts)
+// split their axis 0 over the expert-parallel group: rank r holds experts r·E/P .. (r+1)·E/P − 1.
 struct Placement {
-  enum class Kind { Replicated, Sharded };
+  enum class Kind { Replicated, Sharded, Experts };
   Kind kind = Kind::Replicated;
   int axis = 0;   // Sharded: the axis that is split
   int parts = 1;  // Sharded: blocks of the axis split separately
   static Placement replicated() { return {}; }
   static Placement sharded(int axis, int parts = 1) { return {Kind::Sharded, axis, parts}; }
+  static Placement experts() { return {Kind::Experts, 0, 1}; }
   bool operator==(const Placement&) const = default;
 };
 
-// This rank's place in the tensor-parallel group the placements refer to: {0, 1} in one process.
+// This rank's place in the groups the placements refer to: the tensor-parallel group (rank, size)
+// and the expert-parallel group (expert_rank, expert_size); all {0, 1} in one process.
 struct ShardCoord {
   int rank = 0, size = 1;
+  int expert_rank = 0, expert_size = 1;
+  // The rank's place in the group that `placement` splits over ({0, 1}: replicated).
+  ShardCoord group_of(const Placement& placement) const {
+    if (placement.kind == Placement::Kind::Sharded) return {rank, size};
+    if (placement.kind == Placement::Kind::Experts) return {expert_rank, expert_size};
+    return {};
+  }
   bool operator==(const ShardCoord&) const = default;
 };
 
@@ -126,7 +137,7 @@ void declare_linear(ModelSpec& spec, const std::string& prefix, int layer, int64
                     Parallel parallel, std::array<Features, 2> features, Init init = Init::Normal,
                     int parts = 1);
 // Declares the linears `prefix`.weight (E, OC, IC) and, with config.bias, `prefix`.bias (E, OC) of
-// E experts of block `layer`, replicated.
+// E experts of block `layer`, split by expert over the expert-parallel group.
 void declare_expert_linear(ModelSpec& spec, const std::string& prefix, int layer, int64_t experts,
                            int64_t oc, int64_t ic, Init init = Init::Normal);
 // Declares a LayerNorm `prefix`.weight (C) and, with config.bias, `prefix`.bias (C), replicated.

@@ -127,15 +127,7 @@ void DataParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const 
   wait_seconds_ = reducer_->finish();
   if (defer_wte) add_embedding_grads(model);
 
-  // The loss: every micro-batch's, added in one-process order; the FLOPs of all ranks.
-  std::vector<double> all_losses(count);
-  world_.allgather(losses.data(), A, all_losses.data());
-  for (double loss : all_losses) r.loss += loss;
-  r.loss /= count;
-  r.sum_flops(world_);
-  // The experts' load over every rank's micro-batches: each rank moves the balancing bias alike.
-  RoutingStats& routing = model.step_routing();
-  if (!routing.layers.empty()) routing.set_values(world_.sum(routing.values()));
+  add_ranks_results(world_, losses, model, r);
 }
 
 float DataParallelStep::clip_gradients() {
@@ -158,6 +150,19 @@ void DataParallelStep::add_metrics(nlohmann::json& record) {
   record["comm"] = {{"wait_s", wait_seconds_}, {"compute_s", compute_seconds_},
                     {"update_s", update_timer_.seconds()}, {"buckets", reducer_->buckets()},
                     {"bytes_reduced", reducer_->bytes_reduced()}};
+}
+
+void add_ranks_results(MpiWorld& world, const std::vector<double>& losses, GPT& model, StepResult& r) {
+  const int A = static_cast<int>(losses.size()), count = world.size() * A;
+  // The loss: every micro-batch's, added in one-process order; the FLOPs of all ranks.
+  std::vector<double> all_losses(count);
+  world.allgather(losses.data(), A, all_losses.data());
+  for (double loss : all_losses) r.loss += loss;
+  r.loss /= count;
+  r.sum_flops(world);
+  // The experts' load over every rank's micro-batches: each rank moves the balancing bias alike.
+  RoutingStats& routing = model.step_routing();
+  if (!routing.layers.empty()) routing.set_values(world.sum(routing.values()));
 }
 
 void DataParallelStep::add_embedding_grads(GPT& model) {

@@ -23,6 +23,12 @@
 
 namespace frugal::parallel {
 
+// After a step in which every rank of `world` ran its own losses.size() micro-batches (rank r
+// those r·A .. r·A + A − 1 of one process's order): r.loss = the mean of every rank's losses, added
+// in one-process order; r's FLOPs summed over the ranks; the model's step routing (the experts'
+// load) summed over the ranks, so every rank moves the balancing bias alike.
+void add_ranks_results(MpiWorld& world, const std::vector<double>& losses, GPT& model, StepResult& r);
+
 class DataParallelStep final : public StepStrategy {
  public:
   DataParallelStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "frugal/core/memory.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::parallel {
@@ -28,6 +29,18 @@ float chained_grad_norm(MpiWorld& world, MPI_Comm comm, const float* grads, size
   MPI_Ibcast(&sum, 1, MPI_DOUBLE, size - 1, comm, &request);
   world.wait(request, "the gradient norm");
   return static_cast<float>(std::sqrt(sum));
+}
+
+SplitSquares split_sum_squares(const ParamTable& table, const float* grads, size_t begin,
+                               const std::function<bool(const ParamInfo&)>& is_split) {
+  constexpr size_t kAlignFloats = kAlign / sizeof(float);
+  kernels::SumSquaresStream split, replicated;
+  for (const ParamInfo& e : table.entries()) {
+    if (e.offset < begin) continue;  // frozen
+    const size_t n = (e.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+    kernels::sum_squares_feed(is_split(e) ? split : replicated, grads + e.offset, n);
+  }
+  return {kernels::sum_squares_finish(split), kernels::sum_squares_finish(replicated)};
 }
 
 }  // namespace frugal::parallel

@@ -6,7 +6,9 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <functional>
 
+#include "frugal/model/param_table.h"
 #include "frugal/parallel/mpi_world.h"
 
 namespace frugal::parallel {
@@ -14,5 +16,15 @@ namespace frugal::parallel {
 // The L2 norm over every rank's grads[lo, hi) of `comm` (rank order = buffer order; an empty
 // slice, lo >= hi, feeds nothing). Every rank of `comm` calls it.
 float chained_grad_norm(MpiWorld& world, MPI_Comm comm, const float* grads, size_t lo, size_t hi);
+
+// Σ g² of the trainable tensors of `table` (offsets from `begin` on) in two sums: of the tensors
+// split over a group (`is_split`: each rank holds other parts; their sums are to be added over the
+// group) and of the replicated ones (the same on every rank: counted once). Each tensor is fed with
+// its alignment padding (zero), so every piece is whole groups of 8 as the stream needs.
+struct SplitSquares {
+  double split = 0, replicated = 0;
+};
+SplitSquares split_sum_squares(const ParamTable& table, const float* grads, size_t begin,
+                               const std::function<bool(const ParamInfo&)>& is_split);
 
 }  // namespace frugal::parallel

@@ -7,8 +7,10 @@
 // tensor-parallel group, which communicates inside every block, is the ranks nearest each other,
 // on one machine first):
 //   rank = ((data · P + pipeline) · E + expert) · T + tensor
-// With expert and tensor of size 1 (the only size they have yet) this is rank = d·K + k, stage k
-// of data-parallel replica d.
+// Pipelines run with expert and tensor of size 1: rank = d·K + k, stage k of data-parallel replica
+// d. Tensor parallelism runs data × tensor (rank = d·T + t) and expert parallelism data × expert
+// (rank = d·E + e: the expert group is E consecutive ranks, each a data-parallel rank for the
+// replicated tensors; its experts are reduced over the data group, the ranks of equal e).
 #pragma once
 #include <array>
 #include <string>

@@ -9,8 +9,9 @@
 #include <functional>
 
 #include "frugal/core/error.h"
-#include "frugal/core/memory.h"
 #include "frugal/kernels/ops.h"
+#include "frugal/parallel/grad_norm.h"
+#include "frugal/parallel/shards.h"
 #include "frugal/parallel/wire.h"
 
 namespace frugal::parallel {
@@ -120,29 +121,8 @@ TensorParallelStep::~TensorParallelStep() {
 
 void TensorParallelStep::hold(bool sharded) {
   if (sharded == sharded_) return;
-  const ShardCoord shard = comm_->coord();
-  // Between steps the gradients are spent: their memory goes before the new session takes its own.
-  release_pages(session_.model().grads(), sizeof(float) * session_.model().num_floats());
-  session_.repartition(session_.model().range(), [&](const NamedTensors& from, const NamedTensors& to) {
-    std::vector<float> parts;  // gathering: every rank's part of one tensor, in rank order
-    for (const ParamInfo& e : to.table().entries()) {
-      const ParamInfo& local = (sharded ? to : from).table().at(e.name);
-      for (auto get : {&NamedTensors::param, &NamedTensors::m, &NamedTensors::v}) {
-        const std::span<float> src = (from.*get)(e.name), dst = (to.*get)(e.name);
-        if (dst.empty()) continue;  // no moments yet
-        if (sharded) {
-          e.copy_local(src.data(), dst.data(), shard);
-        } else if (!is_split(e)) {
-          std::ranges::copy(src, dst.begin());
-        } else {
-          parts.resize(local.numel * shard.size);
-          comm_->all_gather(src.data(), local.numel, parts.data());
-          for (int r = 0; r < shard.size; ++r) e.copy_global(parts.data() + r * local.numel, dst.data(), {r, shard.size});
-        }
-        release_pages(src.data(), src.size_bytes());  // copied: the old session's memory goes as it is
-      }
-    }
-  }, sharded ? comm_.get() : nullptr);
+  hold_shard(session_, sharded, Placement::Kind::Sharded, *comm_,
+             [this](const float* local, size_t n, float* out) { comm_->all_gather(local, n, out); });
   sharded_ = sharded;
 }
 
@@ -198,17 +178,10 @@ float TensorParallelStep::clip_gradients() {
   GPT& model = session_.model();
   const size_t begin = model.trainable_begin();
   // Σ g² of the split tensors on each rank, added over the group in rank order, and of the
-  // replicated ones (the same on every rank) once. Each tensor is fed with its alignment padding
-  // (zero), so every piece is whole groups of 8 as the stream needs.
-  constexpr size_t kAlignFloats = kAlign / sizeof(float);
-  kernels::SumSquaresStream split, replicated;
-  for (const ParamInfo& e : model.table().entries()) {
-    if (e.offset < begin) continue;  // frozen
-    const size_t n = (e.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-    kernels::sum_squares_feed(is_split(e) ? split : replicated, model.grads() + e.offset, n);
-  }
-  const double squares = comm_->sum(kernels::sum_squares_finish(split)) + kernels::sum_squares_finish(replicated);
-  const float norm = static_cast<float>(std::sqrt(squares));
+  // replicated ones (the same on every rank) once.
+  const SplitSquares squares = split_sum_squares(model.table(), model.grads(), begin, is_split);
+  const double sum = comm_->sum(squares.split) + squares.replicated;
+  const float norm = static_cast<float>(std::sqrt(sum));
   session_.optim().clip_to(model.grads(), begin, norm);
   return norm;
 }

@@ -13,6 +13,7 @@
 
 #ifdef FRUGAL_HAVE_MPI
 #include "frugal/parallel/data_parallel.h"
+#include "frugal/parallel/expert_parallel.h"
 #include "frugal/parallel/mpi_world.h"
 #include "frugal/parallel/pipeline.h"
 #include "frugal/parallel/tensor_parallel.h"
@@ -82,6 +83,8 @@ StepStrategyFactory World::step_strategy() {
     return [&world = *mpi_](Session& session, MethodSet& methods, const RunSettings& settings) -> std::unique_ptr<StepStrategy> {
       if (settings.parallel.tensor > 1)
         return std::make_unique<TensorParallelStep>(session, methods, settings, world);
+      if (settings.parallel.expert > 1)
+        return std::make_unique<ExpertParallelStep>(session, methods, settings, world);
       if (settings.parallel.pipeline_stages > 1)
         return std::make_unique<PipelineStep>(session, methods, settings, world);
       return std::make_unique<DataParallelStep>(session, methods, settings, world);
@@ -93,6 +96,8 @@ StepStrategyFactory World::step_strategy() {
                  settings.parallel.pipeline_stages, settings.parallel.pipeline_stages);
     FRUGAL_CHECK(settings.parallel.tensor == 1, "parallel.tensor = {} needs that many processes: run "
                  "under mpirun -np {} (or set it to 1)", settings.parallel.tensor, settings.parallel.tensor);
+    FRUGAL_CHECK(settings.parallel.expert == 1, "parallel.expert = {} needs that many processes: run "
+                 "under mpirun -np {} (or set it to 1)", settings.parallel.expert, settings.parallel.expert);
     return make_single_process_step(session, methods, settings);
   };
 }

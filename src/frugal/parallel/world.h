@@ -27,7 +27,8 @@ class World {
   // More than one process: training and benchmarks run data parallel.
   bool parallel() const;
   // The step strategy of train and bench, the one place it is chosen: under mpirun tensor
-  // parallelism (parallel.tensor > 1, parallel/tensor_parallel.h), a pipeline
+  // parallelism (parallel.tensor > 1, parallel/tensor_parallel.h), expert parallelism
+  // (parallel.expert > 1, parallel/expert_parallel.h), a pipeline
   // (parallel.pipeline_stages > 1, parallel/pipeline.h) or data parallelism over the ranks
   // (parallel/data_parallel.h), else one process (train/step.h).
   StepStrategyFactory step_strategy();

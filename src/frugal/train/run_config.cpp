@@ -141,6 +141,10 @@ io::ConfigSchema run_schema() {
                "attention heads, MLP hidden units and the vocabulary split over T ranks, which run "
                "every micro-batch together); model.n_head and the MLP's hidden units must divide by T; "
                "1: none", Range::at_least(1))
+      .add_int("parallel.expert", par.expert, "under mpirun: expert-parallel ranks P (each holds E/P of "
+               "every mixture's experts; tokens travel to their experts' ranks by all-to-all); the P "
+               "ranks of a group are data-parallel for everything else, ranks / P groups; "
+               "model.moe.experts must divide by P; 1: none", Range::at_least(1))
       .add_string("parallel.comm_dtype", par.comm_dtype, "under mpirun: the dtype data parallelism's "
                   "gradient reductions send (all-reduce, ZeRO-2's reduce-scatter, a pipeline's replicas): "
                   "bf16 rounds each bucket to bf16 and sums in fp32 rounding every partial sum to bf16, "
@@ -319,6 +323,7 @@ RunSettings run_settings(const io::Config& c) {
   par.elastic = c.get_bool("parallel.elastic");
   par.autopipe_cost = c.get_string("parallel.autopipe_cost");
   par.tensor = c.get_int32("parallel.tensor");
+  par.expert = c.get_int32("parallel.expert");
   SampleSettings& p = r.sample;
   p.count = c.get_int32("sample.count");
   p.max_tokens = c.get_int32("sample.max_tokens");
@@ -362,6 +367,15 @@ RunSettings run_settings(const io::Config& c) {
                    "optim.name = \"adamw\"", method->name(),
                    method->name() == "multilevel" ? "it maps AdamW's moments between widths, not Muon's momentum"
                                                   : "an orthogonalised update is dense: it would not keep the masked weights zero");
+  }
+  if (par.expert > 1) {
+    FRUGAL_CHECK(m.moe.experts > 0 && m.moe.experts % par.expert == 0, "parallel.expert = {} needs a mixture "
+                 "of experts whose model.moe.experts ({}) divides by it; set parallel.expert to a divisor "
+                 "of model.moe.experts (or 1)", par.expert, m.moe.experts);
+    FRUGAL_CHECK(par.tensor == 1, "parallel.expert = {} with parallel.tensor = {}: tensor × expert parallelism "
+                 "is not built yet; set one of them to 1", par.expert, par.tensor);
+    FRUGAL_CHECK(par.zero == 0, "parallel.zero = {} with parallel.expert = {}: ZeRO over expert-parallel ranks "
+                 "(whose experts are not replicated) is not built yet; set parallel.zero = 0", par.zero, par.expert);
   }
   if (m.moe.experts > 0) {
     FRUGAL_CHECK(par.pipeline_stages == 1, "parallel.pipeline_stages = {} does not run a mixture of experts "

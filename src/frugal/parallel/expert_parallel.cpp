@@ -1,0 +1,210 @@
+// The expert-parallel step and its all-to-all; see expert_parallel.h.
+#include "frugal/parallel/expert_parallel.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <exception>
+
+#include "frugal/core/error.h"
+#include "frugal/kernels/ops.h"
+#include "frugal/parallel/data_parallel.h"
+#include "frugal/parallel/grad_norm.h"
+#include "frugal/parallel/shards.h"
+#include "frugal/parallel/wire.h"
+
+namespace frugal::parallel {
+
+// ---- MpiExpertCollectives ----
+
+MpiExpertCollectives::MpiExpertCollectives(MpiWorld& world, MPI_Comm group) : world_(world), group_(group) {
+  MPI_Comm_rank(group, &rank_);
+  MPI_Comm_size(group, &size_);
+  for (auto* v : {&send_counts_, &send_displs_, &recv_counts_, &recv_displs_}) v->resize(size_);
+}
+
+void MpiExpertCollectives::all_to_all(const int32_t* send, int32_t* recv, int per_rank) {
+  const Timer timer;
+  MPI_Request request;
+  MPI_Ialltoall(send, per_rank, MPI_INT32_T, recv, per_rank, MPI_INT32_T, group_, &request);
+  world_.wait(request, "the expert group's exchange of row counts");
+  seconds_ += timer.seconds();
+  bytes_ += double(size_ - 1) * per_rank * sizeof(int32_t);
+  ++calls_;
+}
+
+void MpiExpertCollectives::all_to_all_rows(const float* send, const int32_t* send_rows, float* recv,
+                                           const int32_t* recv_rows, int width) {
+  const Timer timer;
+  int64_t sent = 0, received = 0;
+  for (int r = 0; r < size_; ++r) {
+    send_counts_[r] = static_cast<int>(int64_t(send_rows[r]) * width);
+    recv_counts_[r] = static_cast<int>(int64_t(recv_rows[r]) * width);
+    send_displs_[r] = static_cast<int>(sent);
+    recv_displs_[r] = static_cast<int>(received);
+    sent += send_counts_[r];
+    received += recv_counts_[r];
+  }
+  FRUGAL_CHECK(sent <= INT32_MAX && received <= INT32_MAX, "internal: an expert exchange of {} floats "
+               "exceeds MPI's int counts; use smaller micro-batches", std::max(sent, received));
+  MPI_Request request;
+  MPI_Ialltoallv(send, send_counts_.data(), send_displs_.data(), MPI_FLOAT, recv, recv_counts_.data(),
+                 recv_displs_.data(), MPI_FLOAT, group_, &request);
+  world_.wait(request, "the expert group's exchange of routed rows");
+  seconds_ += timer.seconds();
+  bytes_ += double(sent - send_counts_[rank_]) * sizeof(float);
+  ++calls_;
+}
+
+void MpiExpertCollectives::all_gather(const float* local, size_t n, float* out) {
+  FRUGAL_CHECK(n <= size_t(INT32_MAX), "internal: an expert group's all-gather of {} floats", n);
+  MPI_Request request;
+  MPI_Iallgather(local, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, group_, &request);
+  world_.wait(request, "the expert group's gathering of the experts");
+}
+
+double MpiExpertCollectives::sum(double x) {
+  std::vector<double> all(size_);
+  MPI_Request request;
+  MPI_Iallgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, group_, &request);
+  world_.wait(request, "the expert group's sum");
+  double total = 0;
+  for (double v : all) total += v;
+  return total;
+}
+
+// ---- ExpertParallelStep ----
+
+namespace {
+
+MeshShape data_expert(int D, int P) {
+  MeshShape shape;
+  shape.sizes[static_cast<int>(Dim::Data)] = D;
+  shape.sizes[static_cast<int>(Dim::Expert)] = P;
+  return shape;
+}
+
+bool is_expert(const TensorSpec& t) { return t.placement.kind == Placement::Kind::Experts; }
+
+}  // namespace
+
+ExpertParallelStep::ExpertParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
+                                       MpiWorld& world)
+    : StepStrategy(session, methods, settings), world_(world), wire_(comm_dtype(settings.parallel)) {
+  const int P = settings.parallel.expert, N = world.size();
+  FRUGAL_CHECK(N % P == 0, "parallel.expert = {} does not divide the {} ranks; run mpirun -np with a "
+               "multiple of {}", P, N, P);
+  // The degree against the experts, tensor parallelism, ZeRO and pipelines: refused with the config
+  // (train/run_config.cpp).
+  // (A mixture of experts runs with freezing only, and a frozen prefix that AutoCache serves on
+  // some ranks would skip the exchanges the others wait in.)
+  for (const auto& method : methods.methods())
+    FRUGAL_CHECK(false, "methods.{} does not run with parallel.expert = {} yet (each rank holds some of the "
+                 "experts, and every rank must run every mixture); remove it or set parallel.expert = 1",
+                 method->name(), P);
+  base_ = world.new_communicator();
+  mesh_ = std::make_unique<MpiMesh>(data_expert(N / P, P), base_);
+  comm_ = std::make_unique<MpiExpertCollectives>(world, mesh_->group(Dim::Expert));
+  name_ = N == P ? fmt::format("expert-parallel over {} ranks", P)
+                 : fmt::format("expert-parallel over {} ranks × {} data-parallel groups", P, N / P);
+}
+
+ExpertParallelStep::~ExpertParallelStep() {
+  // The session may still hold a shard that refers to comm_: gather it first (unless an error is
+  // ending the run, when the other ranks may never join, and the session goes too).
+  if (std::uncaught_exceptions() == 0) hold(false);
+  comm_.reset();
+  mesh_.reset();
+  MPI_Comm_free(&base_);
+}
+
+void ExpertParallelStep::hold(bool sharded) {
+  if (sharded == sharded_) return;
+  hold_shard(session_, sharded, Placement::Kind::Experts, *comm_,
+             [this](const float* local, size_t n, float* out) { comm_->all_gather(local, n, out); });
+  sharded_ = sharded;
+}
+
+StepResult ExpertParallelStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
+  hold(true);  // the first step, or back to the shard after a synchronize()
+  comm_->reset_counters();
+  return run_events(step, next_batch, record);
+}
+
+void ExpertParallelStep::synchronize() { hold(false); }
+
+void ExpertParallelStep::begin_context(TrainContext& ctx) {
+  ctx.allgather_replicas = world_.allgather_over(base_);
+  ctx.replicas = world_.size();
+}
+
+void ExpertParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
+                                           StepResult& r) {
+  const Timer timer;
+  const int A = settings_.train.accum_at(step), N = world_.size(), rank = world_.rank();
+  const int count = N * A;  // micro-batches in the step, over all ranks
+  // The global batch in one-process order: rank r's micro-batches are r·A .. r·A + A − 1; the
+  // others' are drawn and dropped, so every rank's loader stays at the same position. (The mesh's
+  // rank d·P + p is the world's: base_ is a copy of the world's communicator.)
+  for (int skipped = 0; skipped < rank * A; ++skipped) draw(next_batch);
+  std::vector<double> losses(A);
+  for (int micro = 0; micro < A; ++micro) {
+    draw(next_batch);
+    losses[micro] = run_micro_batch(ctx, micro, step, rank * A + micro, count, r);
+  }
+  for (int skipped = (rank + 1) * A; skipped < count; ++skipped) draw(next_batch);
+  compute_seconds_ = timer.seconds();
+  GPT& model = session_.model();
+  reduce_gradients(model);
+
+  add_ranks_results(world_, losses, model, r);
+}
+
+void ExpertParallelStep::reduce_gradients(GPT& model) {
+  const Timer timer;
+  const size_t begin = model.trainable_begin(), total = model.num_floats();
+  bytes_reduced_ = 0;
+  reductions_ = 0;
+  // [from, to) of the flat buffer summed over comm (the alignment padding between tensors, zero,
+  // goes along)
+  const auto reduce = [&](MPI_Comm comm, size_t from, size_t to, const char* what) {
+    if (from >= to) return;
+    all_reduce_sum(world_, comm, model.grads() + from, to - from, wire_, staged_, what);
+    bytes_reduced_ += double(to - from) * kernels::dtype_size(wire_);
+    ++reductions_;
+  };
+  const bool data_groups = mesh_->shape().size(Dim::Data) > 1;
+  size_t run = begin;  // the start of the run of replicated tensors not reduced yet
+  for (const ParamInfo& e : model.table().entries()) {
+    if (!is_expert(e) || e.offset < begin) continue;
+    reduce(base_, run, e.offset, "the sum of the replicated gradients");
+    if (data_groups)
+      reduce(mesh_->group(Dim::Data), e.offset, e.offset + e.numel, "the sum of the experts' gradients over the data groups");
+    run = std::max(run, e.offset + e.numel);
+  }
+  reduce(base_, run, total, "the sum of the replicated gradients");
+  reduce_seconds_ = timer.seconds();
+}
+
+float ExpertParallelStep::clip_gradients() {
+  update_timer_.reset();
+  GPT& model = session_.model();
+  const size_t begin = model.trainable_begin();
+  // Σ g² of the experts on each rank, added over the expert group in rank order, and of the
+  // replicated tensors (the same on every rank) once.
+  const SplitSquares squares = split_sum_squares(model.table(), model.grads(), begin, is_expert);
+  const double sum = comm_->sum(squares.split) + squares.replicated;
+  const float norm = static_cast<float>(std::sqrt(sum));
+  session_.optim().clip_to(model.grads(), begin, norm);
+  return norm;
+}
+
+void ExpertParallelStep::add_metrics(nlohmann::json& record) {
+  // Every collective of the step is waited for where it is called: all of its time is exposed.
+  record["comm"] = {{"exchange_s", comm_->seconds()}, {"exchanges", comm_->calls()},
+                    {"bytes_exchanged", comm_->bytes()}, {"wait_s", reduce_seconds_},
+                    {"compute_s", compute_seconds_}, {"update_s", update_timer_.seconds()},
+                    {"bytes_reduced", bytes_reduced_}, {"buckets", reductions_}};
+}
+
+}  // namespace frugal::parallel

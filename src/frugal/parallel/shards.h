@@ -1,0 +1,26 @@
+// Moving a session between the whole model and this rank's shard of it, for the strategies that
+// split tensors over a group of ranks (tensor parallelism: Placement::Kind::Sharded; expert
+// parallelism: Placement::Kind::Experts). The session starts whole (initialised or loaded as in one
+// process), becomes the shard at a strategy's first step, and is gathered whole again on every rank
+// before evaluation, checkpoints and samples, so those are one process's and a run resumes at any
+// degree.
+#pragma once
+#include <cstddef>
+#include <functional>
+
+#include "frugal/model/collectives.h"
+#include "frugal/model/spec.h"
+#include "frugal/session/session.h"
+
+namespace frugal::parallel {
+
+// Every rank's `n` floats of `local`, into out (size · n), in the group's rank order.
+using AllGather = std::function<void(const float* local, size_t n, float* out)>;
+
+// Rebuilds `session` around this rank's shard (sharded: the model built with `comm`, whose coord()
+// places this rank; the tensors of placement `kind` cut to its part, weights and AdamW's moments)
+// or around the whole model (gathered with all_gather over the group that `kind` splits over).
+void hold_shard(Session& session, bool sharded, Placement::Kind kind, TensorCollectives& comm,
+                const AllGather& all_gather);
+
+}  // namespace frugal::parallel
