@@ -152,7 +152,7 @@ void sparse_linear_backward_input(float* dinp, const float* dout, const SparseLi
 void sparse_linear_backward_weight(float* dweight, const float* dout, const float* inp,
                                    const SparseLinearWeight& weight, int N);
 
-// ---- attention: self-attention under a causal AttentionPattern (fused, tiled, online softmax) ----
+// ---- attention: self-attention under an AttentionPattern (fused, tiled, online softmax) ----
 // Query i attends to the keys j with pattern.allows(i, j); tiles the pattern leaves empty are
 // never computed. out (B,T,C), lse (B,NH,T) log-sum-exp of each softmax row; qkv (B,T,3C) laid
 // out [q | k | v], head h at columns h*HS .. h*HS+HS of each part. Extra memory O(tile²) per
@@ -167,7 +167,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 // ---- attention: one new query against a key/value cache (autoregressive decoding) ----
 // out (C) = per head h: softmax(q_h · K_hᵀ / sqrt(HS)) · V_h over the cached positions j < t that
 // the query, at position t - 1, may see (pattern.allows(t - 1, j): the same keys as row t - 1 of
-// attention_forward; t >= 1, the query's own key and value already cached). q (C); k_cache (t,C),
+// attention_forward over t positions, for a Bidirectional pattern too; t >= 1, the query's own key and value already cached). q (C); k_cache (t,C),
 // v_cache (t,C): rows are positions, head h at columns h*HS .. h*HS+HS.
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
                       int t, int C, int NH, const AttentionPattern& pattern);
