@@ -219,9 +219,16 @@ void scale_inplace(float* x, size_t n, float s);
 // weight never take part); rows whose target is -1 get loss 0 and no gradient.
 // When dinp/dweight are non-null also backpropagates d(loss)/d(logit) = (p - onehot) * dloss:
 // dinp (N,C) =, dweight (Vp,C) +=. inp (N,C), weight (Vp,C), targets (N).
+// An output bias (the masked-LM head's): logits = inp · weight[:V]ᵀ + bias (V); its gradient
+// dbias (V) += Σ over the rows of d loss / d logits. Either may be null. The vocabulary-split
+// versions below take none.
+struct LmHeadBias {
+  const float* bias = nullptr;
+  float* dbias = nullptr;
+};
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
                            const float* weight, const int32_t* targets, int N, int C, int V,
-                           float dloss);
+                           float dloss, const LmHeadBias& bias = {});
 // The same over a vocabulary split between the ranks of a tensor-parallel group (Megatron's
 // vocabulary-parallel cross-entropy): this rank's weight (V,C) holds columns [first, first + V) of
 // the whole vocabulary (V may be 0), targets are ids of the whole vocabulary, and no rank forms
@@ -239,15 +246,17 @@ struct VocabSplit {
 void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
                                  const float* weight, const int32_t* targets, int N, int C, int V,
                                  float dloss, const VocabSplit& split);
-// logits (N,V) = inp (N,C) · weight[:V]ᵀ (for sampling and export checks)
-void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V);
+// logits (N,V) = inp (N,C) · weight[:V]ᵀ (+ bias (V) when not null) (for sampling and export checks)
+void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V,
+                    const float* bias = nullptr);
 // The two above with the head's bf16 working copy (ops.h section bf16): the three GEMMs take bf16
 // operands — the rows of inp rounded to bf16, weight, and d loss / d logits rounded to bf16 after
 // the fp32 softmax — and sum in fp32 (the matmul_bf16 contract); the logits, their maxima, sums,
-// log-sum-exp and the loss stay fp32. dinp and dweight as above (fp32).
+// log-sum-exp and the loss stay fp32. dinp and dweight as above (fp32); the bias gradient sums the
+// fp32 d loss / d logits.
 void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                 const bf16* weight, const int32_t* targets, int N, int C, int V,
-                                float dloss);
+                                float dloss, const LmHeadBias& bias = {});
 void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                       const bf16* weight, const int32_t* targets, int N, int C, int V,
                                       float dloss, const VocabSplit& split);
