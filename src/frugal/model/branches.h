@@ -101,7 +101,9 @@ class Attention {
  private:
   LocalSizes sizes_;
   LinearSlot qkv_, proj_;
-  kernels::AttentionPattern pattern_;
+  // The model's pattern (causal; bidirectional in an encoder) and the one installed (a sparse
+  // pattern of MST, or the model's).
+  kernels::AttentionPattern full_, pattern_;
 };
 
 // The MLP interface (see the header comment).

@@ -1,5 +1,6 @@
 // ModelConfig: the shape of a GPT model (GPT-2 family, optional gated MLP, pre- or post-LN blocks,
-// tied or untied head, optional mixture-of-experts MLPs).
+// tied or untied head, optional mixture-of-experts MLPs) or of a BERT-style encoder trained on the
+// masked-LM objective.
 #pragma once
 #include <string>
 
@@ -17,6 +18,14 @@ MlpKind parse_mlp_kind(const std::string& name);  // "gelu" | "geglu" | "swiglu"
 enum class NormPlacement { Pre, Post };
 const char* norm_placement_name(NormPlacement norm);
 NormPlacement parse_norm_placement(const std::string& name);  // "pre" | "post"; throws otherwise
+
+// What the model is trained to predict: the next token (a causal decoder: causal attention, the
+// LM head), or masked tokens (an encoder as BERT/RoBERTa: bidirectional attention, a LayerNorm on
+// the embeddings, the masked-LM head: dense + GELU + LayerNorm + the decoder tied to the token
+// embedding with its own output bias).
+enum class ObjectiveKind { Causal, Mlm };
+const char* objective_kind_name(ObjectiveKind kind);
+ObjectiveKind parse_objective_kind(const std::string& name);  // "causal" | "mlm"; throws otherwise
 
 // A mixture-of-experts MLP (model/moe.h) in place of the dense one on every `every`-th block:
 // `experts` MLPs of the model's kind (model.mlp) and `hidden` units each, of which a router sends
@@ -46,6 +55,7 @@ struct ModelConfig {
   int ffn_mult = 4;       // MLP hidden width = ffn_mult * C
   MlpKind mlp = MlpKind::Gelu;
   NormPlacement norm = NormPlacement::Pre;
+  ObjectiveKind objective = ObjectiveKind::Causal;
   bool tied_head = true;  // LM head shares the token embedding
   bool bias = true;       // biases in linears and LayerNorms
   float dropout = 0.0f;   // on attention output and MLP output (residual branches)
@@ -56,6 +66,8 @@ struct ModelConfig {
   bool zero_init_proj = false;
   MoeConfig moe;
 
+  // An encoder: every query sees every key, the embeddings are layer-normalised (objective mlm).
+  bool encoder() const { return objective == ObjectiveKind::Mlm; }
   int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
   int head_size() const { return n_embd / n_head; }
   int ffn_hidden() const { return ffn_mult * n_embd; }

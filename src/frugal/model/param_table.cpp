@@ -35,6 +35,15 @@ NormPlacement parse_norm_placement(const std::string& name) {
   fail("model.norm = \"{}\" is not a LayerNorm placement; use \"pre\" or \"post\"", name);
 }
 
+const char* objective_kind_name(ObjectiveKind kind) { return kind == ObjectiveKind::Causal ? "causal" : "mlm"; }
+
+ObjectiveKind parse_objective_kind(const std::string& name) {
+  if (name == "causal") return ObjectiveKind::Causal;
+  if (name == "mlm") return ObjectiveKind::Mlm;
+  fail("model.objective = \"{}\" is not a training objective; use \"causal\" (next token) or \"mlm\" "
+       "(masked tokens, an encoder)", name);
+}
+
 void ModelConfig::validate() const {
   FRUGAL_CHECK(vocab_size >= 2, "model.vocab_size = {} is too small; it must be at least 2", vocab_size);
   FRUGAL_CHECK(block_size >= 1, "model.block_size = {} must be at least 1", block_size);
@@ -49,6 +58,8 @@ void ModelConfig::validate() const {
   FRUGAL_CHECK(dropout >= 0.0f && dropout < 1.0f, "model.dropout = {} must be in [0, 1)", dropout);
   FRUGAL_CHECK(layernorm_eps > 0.0f, "model.layernorm_eps = {} must be positive", layernorm_eps);
   FRUGAL_CHECK(init_std > 0.0f, "model.init_std = {} must be positive", init_std);
+  FRUGAL_CHECK(!encoder() || tied_head, "model.objective = \"mlm\" ties the masked-LM decoder to the token "
+               "embedding (BERT, RoBERTa); set model.tied_head = true");
   if (moe.experts == 0) return;
   FRUGAL_CHECK(moe.experts >= 2 && moe.experts <= kernels::kMaxExperts, "model.moe.experts = {} must be 0 "
                "(no mixture of experts) or in [2, {}]", moe.experts, kernels::kMaxExperts);
