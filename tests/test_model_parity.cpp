@@ -11,11 +11,14 @@
 #include <cmath>
 #include <cstring>
 
-#include "frugal/io/safetensors.h"
 #include "frugal/core/error.h"
+#include "frugal/io/config.h"
+#include "frugal/io/safetensors.h"
 #include "frugal/model/decoder.h"
 #include "frugal/model/gpt.h"
 #include "frugal/optim/adamw.h"
+#include "frugal/train/run_config.h"
+#include "error_of.h"
 #include "gradcheck.h"
 #include "model_grad.h"
 
@@ -476,4 +479,14 @@ TEST(Encoder, MaskedLmLossIgnoresRowsWithoutTargets) {
   EXPECT_TRUE(std::all_of(no_grads.begin(), no_grads.end(), [](float g) { return g == 0.0f; }));
   EXPECT_GT(loss, 0.0f);
   EXPECT_TRUE(std::any_of(grads.begin(), grads.end(), [](float g) { return g != 0.0f; }));
+}
+
+// The trainer does not mask batches yet: a run of an encoder is refused with one line (trained on
+// the loader's next-token targets, bidirectional attention would see them).
+TEST(Encoder, TrainingIsRefusedUntilTheTrainerMasks) {
+  const std::string error = frugal::testing::error_of(
+      [] { run_settings(io::Config::load(run_schema(), "", {"model.objective=mlm"})); });
+  EXPECT_NE(error.find("model.objective = \"mlm\" cannot be trained yet"), std::string::npos) << error;
+  EXPECT_EQ(run_settings(io::Config::load(run_schema(), "", {"model.objective=causal"})).model.objective,
+            ObjectiveKind::Causal);
 }
