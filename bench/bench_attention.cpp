@@ -2,7 +2,8 @@
 // for each instruction set the CPU has (AVX2, AVX-512), next to the SGEMM rate of frugal's dense
 // GEMM library (kernels/cpu/gemm.h: oneDNN by default, FRUGAL_GEMM=openblas) measured in the same
 // run; then the sparse patterns of Mixed Sparsity Training (Local w=16, Strided w=s=16) at T=128
-// and 1024 with their wall-time speed-up over Causal at the same shape.
+// and 1024, and an encoder's Bidirectional (twice the pairs), with their wall-time ratio to Causal
+// at the same shape.
 // FLOPs counted (useful work only; partial tiles compute some masked scores besides):
 //   scores per head = pattern.pairs(T) (Causal: T(T+1)/2); each costs 2·HS per matrix product.
 //   forward  = 2 products (Q·Kᵀ, P·V)                                = 4·B·NH·HS·pairs(T)
@@ -59,11 +60,13 @@ Seconds bench_attention(int B, int T, int C, int NH, int reps,
   return s;
 }
 
-// Causal, then Local (w=16) and Strided (w=s=16) at the same shape, with their speed-ups.
+// Causal, then Local (w=16), Strided (w=s=16) and Bidirectional at the same shape, with their
+// speed-ups.
 void bench_patterns(int B, int T, int C, int NH, int reps) {
   using frugal::kernels::AttentionPattern;
   const Seconds causal = bench_attention(B, T, C, NH, reps);
-  for (const AttentionPattern& p : {AttentionPattern::local(16), AttentionPattern::strided(16, 16)})
+  for (const AttentionPattern& p : {AttentionPattern::local(16), AttentionPattern::strided(16, 16),
+                                 AttentionPattern::bidirectional()})
     bench_attention(B, T, C, NH, reps, p, &causal);
 }
 

@@ -72,14 +72,15 @@ Pass<float> run_optimised(const std::vector<float>& qkv, const std::vector<float
   return r;
 }
 
-// Every kind, with parameters that give the 64-wide kernel tiles empty, full and partial kinds,
+// Every kind (an encoder's Bidirectional too), with parameters that give the 64-wide kernel tiles empty, full and partial kinds,
 // windows inside one tile and across tiles, blocks aligned to tiles and not, no summary columns.
 std::vector<AttentionPattern> patterns() {
   return {AttentionPattern::causal(),       AttentionPattern::local(16),
           AttentionPattern::local(1),       AttentionPattern::local(70),
           AttentionPattern::strided(16, 16), AttentionPattern::strided(3, 7),
           AttentionPattern::fixed(16, 2),   AttentionPattern::fixed(64, 1),
-          AttentionPattern::fixed(50, 0),   AttentionPattern::fixed(5, 5)};
+          AttentionPattern::fixed(50, 0),   AttentionPattern::fixed(5, 5),
+          AttentionPattern::bidirectional()};
 }
 
 // ---- AttentionPattern against brute force over allows() ----
@@ -127,8 +128,8 @@ TEST(AttentionPattern, PairsCountAllowedPairsAndTheDiagonalIsAlwaysAllowed) {
       int64_t n = 0, farthest = 0;
       for (int i = 0; i < T; ++i) {
         ASSERT_TRUE(p.allows(i, i)) << p.name();
-        ASSERT_FALSE(p.allows(i, i + 1)) << p.name();
-        for (int j = 0; j <= i; ++j) {
+        ASSERT_EQ(p.allows(i, i + 1), !p.is_causal()) << p.name();
+        for (int j = 0; j < T; ++j) {
           if (!p.allows(i, j)) continue;
           ++n;
           farthest = std::max<int64_t>(farthest, i - j);
@@ -142,6 +143,7 @@ TEST(AttentionPattern, PairsCountAllowedPairsAndTheDiagonalIsAlwaysAllowed) {
     }
   EXPECT_EQ(AttentionPattern::causal().pairs(128), 128 * 129 / 2);
   EXPECT_EQ(AttentionPattern::local(16).pairs(128), 136 + 112 * 16);  // 1+..+16, then 16 each
+  EXPECT_EQ(AttentionPattern::bidirectional().pairs(128), 128 * 128);
 }
 
 TEST(AttentionPattern, RejectsInvalidParametersAndNamesItself) {
@@ -152,6 +154,7 @@ TEST(AttentionPattern, RejectsInvalidParametersAndNamesItself) {
   EXPECT_THROW(AttentionPattern::fixed(16, 17), frugal::Error);
   EXPECT_THROW(AttentionPattern::fixed(16, -1), frugal::Error);
   EXPECT_EQ(AttentionPattern().name(), "causal");
+  EXPECT_EQ(AttentionPattern::bidirectional().name(), "bidirectional");
   EXPECT_EQ(AttentionPattern::strided(16, 8).name(), "strided(w=16,s=8)");
   EXPECT_EQ(AttentionPattern::fixed(16, 2), AttentionPattern::fixed(16, 2));
   EXPECT_NE(AttentionPattern::local(16), AttentionPattern::local(8));
@@ -179,7 +182,7 @@ TEST(AttentionReference, GradientMatchesFiniteDifferences) {
   const Shape s{2, 9, 16, 2};  // HS = 8
   for (const AttentionPattern& pattern :
        {AttentionPattern::causal(), AttentionPattern::local(3), AttentionPattern::strided(2, 3),
-        AttentionPattern::fixed(3, 1)}) {
+        AttentionPattern::fixed(3, 1), AttentionPattern::bidirectional()}) {
     SCOPED_TRACE(pattern.name());
     std::vector<double> qkv = random_qkv(s, 1);
     const std::vector<double> R = random_vector(size_t(s.B) * s.T * s.C, 2);
@@ -205,6 +208,18 @@ TEST(AttentionReference, SparsePatternDiffersFromCausal) {
   const Pass<double> local = run_reference(qkv, dout, s, AttentionPattern::local(4));
   for (int c = 0; c < 4 * s.C; ++c) EXPECT_EQ(causal.out[c], local.out[c]);  // rows 0-3: same keys
   EXPECT_GT(max_rel_error(causal.out, local.out), 1e-3);
+}
+
+// Bidirectional attention sees later keys: its last row is causal attention's (every key), the
+// others differ.
+TEST(AttentionReference, BidirectionalSeesLaterKeys) {
+  const Shape s{1, 20, 16, 2};
+  const std::vector<double> qkv = random_qkv(s, 4), dout = random_vector(size_t(s.T) * s.C, 5);
+  const Pass<double> causal = run_reference(qkv, dout, s);
+  const Pass<double> full = run_reference(qkv, dout, s, AttentionPattern::bidirectional());
+  const size_t last = size_t(s.T - 1) * s.C;
+  for (int c = 0; c < s.C; ++c) EXPECT_NEAR(causal.out[last + c], full.out[last + c], 1e-15);
+  for (int c = 0; c < s.C; ++c) EXPECT_GT(std::abs(causal.out[c] - full.out[c]), 1e-6) << c;
 }
 
 TEST(AttentionReference, SingleTokenIsItsValue) {

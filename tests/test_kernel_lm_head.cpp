@@ -1,6 +1,7 @@
 // The lm_head kernel family (fused LM head + softmax cross-entropy): the CPU kernel against the
 // fp64 reference, the reference backward against fp64 finite differences; the vocabulary-split
-// version over two ranks (threads) against the whole vocabulary's; the bf16 head against its
+// version over two ranks (threads) against the whole vocabulary's; the output bias (fp32 and bf16
+// heads, finite differences of its gradient); the bf16 head against its
 // reference (1e-5 on the loss, 1e-4 on the gradients: besides the order of the sums, a gradient
 // entry within a float's rounding of a bf16 tie may round the other way) and against the fp32
 // head (1e-2: the operands' rounding), whole and split.
@@ -63,6 +64,66 @@ TEST(Kernels, LmHeadCrossEntropyMatchesReferenceAndGradients) {
   EXPECT_EQ(with_grad, forward_only);
 }
 
+// With an output bias (the masked-LM head's): the reference's bias gradient against fp64 finite
+// differences, and the CPU kernel (fp32 and bf16, over several chunks) against the reference:
+// losses, input gradient and the bias gradient accumulated onto 0.25; logits add the bias.
+TEST(Kernels, LmHeadCrossEntropyWithOutputBias) {
+  const int N = 6, C = 16, V = 11, Vp = 64;
+  auto x = random_vector(N * C, 15), w = random_vector(Vp * C, 16), b = random_vector(V, 17);
+  std::vector<int32_t> tgt = {3, 0, 10, -1, 7, 7};
+  std::vector<double> losses(N);
+  for (double cap : {0.0, 1.5}) {  // and with a logit soft-cap after the bias
+    SCOPED_TRACE(cap);
+    auto loss = [&] {
+      ref::lm_head_cross_entropy<double>(losses.data(), nullptr, nullptr, x.data(), w.data(), tgt.data(), N, C, V,
+                                         0.0, cap, {}, b.data());
+      double s = 0;
+      for (double l : losses) s += l;
+      return s;
+    };
+    std::vector<double> dx(N * C), dw(Vp * C, 0.0), db(V, 0.0);
+    ref::lm_head_cross_entropy(losses.data(), dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 1.0, cap,
+                               {}, b.data(), db.data());
+    EXPECT_LT(max_rel_error(db, numeric_gradient(b, loss)), 1e-6);
+    EXPECT_LT(max_rel_error(dx, numeric_gradient(x, loss)), 1e-6);
+  }
+
+  // Several chunks (V = 65537: 127 rows each), fp32 and bf16 heads against their references.
+  const int N2 = 257, C2 = 8, V2 = 65537, Vp2 = 65600;
+  const auto x2 = to_f(random_vector(size_t(N2) * C2, 22, 2.0)), w2 = to_f(random_vector(size_t(Vp2) * C2, 23));
+  const auto b2 = to_f(random_vector(V2, 24, 3.0));
+  std::vector<int32_t> tgt2(N2);
+  for (int i = 0; i < N2; ++i) tgt2[i] = i % 17 == 5 ? -1 : static_cast<int32_t>((i * 7919) % V2);
+  std::vector<k::bf16> w2b(w2.size());
+  k::f32_to_bf16(w2b.data(), w2.data(), w2.size());
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    std::vector<float> l1(N2), dx1(size_t(N2) * C2), db1(V2, 0.25f), l2(N2), dx2(dx1.size()), db2(V2, 0.25f);
+    if (bf16) {
+      k::lm_head_cross_entropy_bf16(l1.data(), dx1.data(), nullptr, x2.data(), w2b.data(), tgt2.data(), N2, C2, V2,
+                                    0.5f, 0.0f, {b2.data(), db1.data()});
+      ref::lm_head_cross_entropy_bf16(l2.data(), dx2.data(), nullptr, x2.data(), w2b.data(), tgt2.data(), N2, C2, V2,
+                                      0.5f, 0.0f, {b2.data(), db2.data()});
+    } else {
+      k::lm_head_cross_entropy(l1.data(), dx1.data(), nullptr, x2.data(), w2.data(), tgt2.data(), N2, C2, V2, 0.5f,
+                               0.0f, {b2.data(), db1.data()});
+      std::vector<double> l(N2), dxd(dx1.size()), dbd(V2, 0.25);
+      ref::lm_head_cross_entropy(l.data(), dxd.data(), static_cast<double*>(nullptr), to_d(x2).data(),
+                                 to_d(w2).data(), tgt2.data(), N2, C2, V2, 0.5, 0.0, {}, to_d(b2).data(), dbd.data());
+      l2 = to_f(l), dx2 = to_f(dxd), db2 = to_f(dbd);
+    }
+    EXPECT_LT(max_error_rel_to_max(l1.data(), l2.data(), l2.size()), 1e-5);
+    EXPECT_LT(max_error_rel_to_max(dx1.data(), dx2.data(), dx2.size()), 1e-4);
+    for (float& g : db1) g -= 0.25f;
+    for (float& g : db2) g -= 0.25f;
+    EXPECT_LT(max_error_rel_to_max(db1.data(), db2.data(), db2.size()), 1e-4);
+  }
+  std::vector<float> with(size_t(2) * V2), without(with.size());
+  k::lm_head_logits(with.data(), x2.data(), w2.data(), 2, C2, V2, b2.data());
+  k::lm_head_logits(without.data(), x2.data(), w2.data(), 2, C2, V2);
+  for (size_t i = 0; i < with.size(); ++i) ASSERT_NEAR(with[i], without[i] + b2[i % V2], 1e-5) << i;
+}
+
 // The kernel works in chunks of kLogitsBudget / V rows (8M logits, lm_head.cpp): V = 65537 gives
 // chunks of 127 rows, so N = 257 runs two full chunks and a partial one of 3 rows. dW accumulates
 // across chunks; rows and targets (some ignored, -1) must be offset per chunk.
@@ -87,7 +148,7 @@ void expect_split_matches_whole(WholeKernel whole_kernel, SplitKernel split_kern
   std::vector<int32_t> tgt(N);
   for (int i = 0; i < N; ++i) tgt[i] = i % 5 == 2 ? -1 : static_cast<int32_t>((i * 7919) % V);
   std::vector<float> losses(N), dx(size_t(N) * C), dw(size_t(Vp) * C, 0.0f);
-  whole_kernel(losses.data(), dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.5f, softcap);
+  whole_kernel(losses.data(), dx.data(), dw.data(), x.data(), w.data(), tgt.data(), N, C, V, 0.5f, softcap, {});
 
   constexpr int kRanks = 2;
   const int rows = Vp / kRanks;
@@ -140,7 +201,7 @@ std::vector<k::bf16> rounded(const float* w, size_t n) {
   return out;
 }
 void whole_bf16(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
-                const int32_t* targets, int N, int C, int V, float dloss, float softcap) {
+                const int32_t* targets, int N, int C, int V, float dloss, float softcap, const k::LmHeadBias&) {
   k::lm_head_cross_entropy_bf16(losses, dinp, dweight, inp, rounded(weight, size_t(V) * C).data(), targets, N, C,
                                 V, dloss, softcap);
 }
@@ -169,7 +230,7 @@ void expect_bf16_head_matches(int N, int C, int V, int Vp, float softcap = 0, do
   };
   const auto run = [&](auto kernel, const auto* weight) {
     Out o{std::vector<float>(N), std::vector<float>(size_t(N) * C), std::vector<float>(size_t(Vp) * C, 0.5f)};
-    kernel(o.losses.data(), o.dx.data(), o.dw.data(), x.data(), weight, tgt.data(), N, C, V, 0.5f, softcap);
+    kernel(o.losses.data(), o.dx.data(), o.dw.data(), x.data(), weight, tgt.data(), N, C, V, 0.5f, softcap, {});
     for (size_t i = size_t(V) * C; i < o.dw.size(); ++i) EXPECT_EQ(o.dw[i], 0.5f) << "padding row " << i / C;
     for (float& g : o.dw) g -= 0.5f;
     return o;

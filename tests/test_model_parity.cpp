@@ -1,7 +1,8 @@
 // The whole GPT against golden values from the PyTorch reference (tools/make_fixtures.py, computed
 // in fp64): logits, loss, every parameter gradient, and the losses and parameters of 10 AdamW
 // steps, for GELU / GEGLU / SwiGLU MLPs with tied and untied heads. Also a directional
-// finite-difference check of the whole model's gradient, and frozen-prefix behaviour.
+// finite-difference check of the whole model's gradient, frozen-prefix behaviour, and the
+// encoder (masked-LM objective): its gradient, bidirectional attention, the loss over masked rows.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -10,9 +11,14 @@
 #include <cmath>
 #include <cstring>
 
+#include "frugal/core/error.h"
+#include "frugal/io/config.h"
 #include "frugal/io/safetensors.h"
+#include "frugal/model/decoder.h"
 #include "frugal/model/gpt.h"
 #include "frugal/optim/adamw.h"
+#include "frugal/train/run_config.h"
+#include "error_of.h"
 #include "gradcheck.h"
 #include "model_grad.h"
 
@@ -409,4 +415,101 @@ TEST(ModelFreeze, FrozenPrefixOutputOfASampleDoesNotDependOnItsCompanions) {
   for (int b = 0; b < B; ++b)
     ASSERT_EQ(0, std::memcmp(model.output() + size_t(B - 1 - b) * T * C, batch.data() + size_t(b) * T * C,
                              sizeof(float) * T * C)) << b;
+}
+
+// ---- the encoder (model.objective = mlm) ----
+
+// An encoder of the gradient checks' shape whose targets are the tokens at a few positions (the
+// masked ones), -1 elsewhere.
+static ModelConfig encoder_config(NormPlacement norm) {
+  ModelConfig c = gradient_config();
+  c.objective = ObjectiveKind::Mlm, c.norm = norm;
+  return c;
+}
+static std::vector<int32_t> masked_targets(const GradientBatch& batch) {
+  std::vector<int32_t> targets(batch.tokens.size(), -1);
+  for (size_t i = 1; i < targets.size(); i += 3) targets[i] = batch.targets[i];
+  return targets;
+}
+
+// Every tensor of a post-LN (BERT) and a pre-LN encoder, the masked-LM head's (dense, its
+// LayerNorm, the output bias, the tied decoder) and the embedding LayerNorm's among them: the
+// head's gradient and the whole encoder's against directional finite differences. The loss is
+// the mean cross-entropy over the masked positions only (loss_fp64 over the full logits).
+TEST(ModelGradient, EncoderDirectionalCheckPerTensor) {
+  for (NormPlacement norm : {NormPlacement::Post, NormPlacement::Pre}) {
+    SCOPED_TRACE(norm_placement_name(norm));
+    GPT model(encoder_config(norm));
+    model.init_weights(8);
+    for (const char* name : {"lm_head.dense.weight", "lm_head.layer_norm.weight", "lm_head.bias",
+                             "transformer.ln_emb.weight"})
+      EXPECT_NE(model.table().find(name), nullptr) << name;
+    EXPECT_EQ(model.table().find("transformer.ln_f.weight") != nullptr, norm == NormPlacement::Pre);
+    // A non-zero output bias and LayerNorm shifts, so that their gradients' directions are checked.
+    for (const char* name : {"lm_head.bias", "transformer.ln_emb.bias", "lm_head.layer_norm.bias"}) {
+      const ParamInfo& e = model.table().at(name);
+      for (size_t i = 0; i < e.numel; ++i) model.params()[e.offset + i] = 0.1f * float((i * 7) % 11) - 0.5f;
+    }
+    model.plan(kGradB, kGradT);
+    const GradientBatch batch(3, 7, 2);
+    const std::vector<int32_t> targets = masked_targets(batch);
+    EXPECT_NEAR(model.forward(batch.tokens.data(), targets.data(), 0.0f), loss_fp64(model, batch.tokens, targets),
+                1e-5);
+    expect_directional_match_per_tensor(model, batch.tokens, targets, 1e-3f);
+  }
+}
+
+// An encoder's attention sees later positions: changing the last token changes the first
+// position's logits (a causal decoder's stay, bit for bit). Decoding token by token is refused.
+TEST(Encoder, AttentionIsBidirectionalAndDecodingIsRefused) {
+  for (ObjectiveKind objective : {ObjectiveKind::Mlm, ObjectiveKind::Causal}) {
+    ModelConfig c = gradient_config();
+    c.objective = objective;
+    GPT model(c);
+    model.init_weights(3);
+    EXPECT_EQ(model.attention_pattern(0).is_causal(), objective == ObjectiveKind::Causal);
+    std::vector<int32_t> tokens = GradientBatch(5, 3, 1).tokens;
+    std::vector<float> before(size_t(kGradB) * kGradT * c.vocab_size), after(before.size());
+    model.logits(tokens.data(), kGradB, kGradT, before.data());
+    tokens[kGradT - 1] = (tokens[kGradT - 1] + 1) % c.vocab_size;
+    model.logits(tokens.data(), kGradB, kGradT, after.data());
+    const bool first_row_same = std::equal(before.begin(), before.begin() + c.vocab_size, after.begin());
+    EXPECT_EQ(first_row_same, objective == ObjectiveKind::Causal);
+    if (objective == ObjectiveKind::Mlm) {
+      try {
+        Decoder decoder(model);
+        ADD_FAILURE() << "an encoder was decoded";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("encoder"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+// The head runs on the rows with a target only: rows without one change neither the loss nor any
+// gradient, and a batch without any target has loss 0 and no head gradient.
+TEST(Encoder, MaskedLmLossIgnoresRowsWithoutTargets) {
+  GPT model(encoder_config(NormPlacement::Post));
+  model.init_weights(2);
+  model.plan(kGradB, kGradT);
+  const GradientBatch batch(3, 7, 2);
+  const std::vector<int32_t> targets = masked_targets(batch);
+  const std::vector<float> grads = frugal::testing::model_gradient(model, batch.tokens, targets);
+  const float loss = model.loss_terms().loss;
+  std::vector<int32_t> none(targets.size(), -1);
+  const std::vector<float> no_grads = frugal::testing::model_gradient(model, batch.tokens, none);
+  EXPECT_EQ(model.loss_terms().loss, 0.0f);
+  EXPECT_TRUE(std::all_of(no_grads.begin(), no_grads.end(), [](float g) { return g == 0.0f; }));
+  EXPECT_GT(loss, 0.0f);
+  EXPECT_TRUE(std::any_of(grads.begin(), grads.end(), [](float g) { return g != 0.0f; }));
+}
+
+// The trainer does not mask batches yet: a run of an encoder is refused with one line (trained on
+// the loader's next-token targets, bidirectional attention would see them).
+TEST(Encoder, TrainingIsRefusedUntilTheTrainerMasks) {
+  const std::string error = frugal::testing::error_of(
+      [] { run_settings(io::Config::load(run_schema(), "", {"model.objective=mlm"})); });
+  EXPECT_NE(error.find("model.objective = \"mlm\" cannot be trained yet"), std::string::npos) << error;
+  EXPECT_EQ(run_settings(io::Config::load(run_schema(), "", {"model.objective=causal"})).model.objective,
+            ObjectiveKind::Causal);
 }

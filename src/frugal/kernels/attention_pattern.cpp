@@ -41,13 +41,16 @@ std::string AttentionPattern::name() const {
     case Kind::Local: return fmt::format("local(w={})", a_);
     case Kind::Strided: return fmt::format("strided(w={},s={})", a_, b_);
     case Kind::Fixed: return fmt::format("fixed(b={},c={})", a_, b_);
+    case Kind::Bidirectional: return "bidirectional";
     default: return "causal";
   }
 }
 
 AttentionPattern::Tile AttentionPattern::tile(int64_t q0, int64_t q1, int64_t k0,
                                               int64_t k1) const {
-  if (q0 >= q1 || k0 >= k1 || k0 >= q1) return Tile::Empty;  // no key j <= any query i
+  if (q0 >= q1 || k0 >= k1) return Tile::Empty;
+  if (kind_ == Kind::Bidirectional) return Tile::Full;
+  if (k0 >= q1) return Tile::Empty;  // no key j <= any query i
   if (kind_ == Kind::Fixed) {
     const int64_t b = a_, c = b_;
     // Key j sees the queries [j, end(j)), end(j) = infinity for a summary column, else the end of
@@ -80,6 +83,7 @@ AttentionPattern::Tile AttentionPattern::tile(int64_t q0, int64_t q1, int64_t k0
 }
 
 int64_t AttentionPattern::pairs(int64_t T) const {
+  if (kind_ == Kind::Bidirectional) return T * T;
   int64_t n = 0;
   for (int64_t i = 0; i < T; ++i) switch (kind_) {
       case Kind::Local: n += std::min<int64_t>(i + 1, a_); break;

@@ -20,12 +20,13 @@ namespace frugal::kernels {
 
 class AttentionPattern {
  public:
-  enum class Kind { Causal, Local, Strided, Fixed };
+  enum class Kind { Causal, Local, Strided, Fixed, Bidirectional };
   // A rectangle of (query, key) pairs holds no allowed pair, only allowed pairs, or both.
   enum class Tile { Empty, Full, Partial };
 
   AttentionPattern() = default;  // Causal
   static AttentionPattern causal() { return {}; }
+  static AttentionPattern bidirectional() { return {Kind::Bidirectional, 0, 0}; }
   // The constructors below throw frugal::Error on invalid parameters (w, s, b >= 1, 0 <= c <= b).
   static AttentionPattern local(int window);
   static AttentionPattern strided(int window, int stride);
@@ -36,12 +37,15 @@ class AttentionPattern {
   int stride() const { return b_; }   // Strided
   int block() const { return a_; }    // Fixed
   int summary() const { return b_; }  // Fixed
-  // "causal", "local(w=16)", "strided(w=16,s=16)", "fixed(b=16,c=1)"
+  // Whether no query sees a later key (every kind but Bidirectional).
+  bool is_causal() const { return kind_ != Kind::Bidirectional; }
+  // "causal", "bidirectional", "local(w=16)", "strided(w=16,s=16)", "fixed(b=16,c=1)"
   std::string name() const;
   bool operator==(const AttentionPattern&) const = default;
 
   // May query i attend to key j?
   bool allows(int64_t i, int64_t j) const {
+    if (kind_ == Kind::Bidirectional) return true;
     const int64_t d = i - j;
     if (d < 0) return false;
     switch (kind_) {
@@ -65,6 +69,7 @@ class AttentionPattern {
           bits |= span(blk * a_ + a_ - b_, blk * a_ + a_, k0, nk);
         return bits;
       }
+      case Kind::Bidirectional: return span(0, k0 + nk, k0, nk);
       default: return span(0, i + 1, k0, nk);
     }
   }
@@ -77,12 +82,13 @@ class AttentionPattern {
       case Kind::Strided: return span(j, j + a_, q0, nq) | every(j, b_, q0, nq);
       case Kind::Fixed:
         return span(j, j % a_ >= a_ - b_ ? kAll : j - j % a_ + a_, q0, nq);
+      case Kind::Bidirectional: return span(0, q0 + nq, q0, nq);
       default: return span(j, kAll, q0, nq);
     }
   }
 
   // The largest i - j of any allowed pair: w - 1 for Local, b - 1 for Fixed without summary
-  // columns, else kUnbounded (the kernels trim their products to this band).
+  // columns, else kUnbounded (the causal kernels trim their products to this band).
   static constexpr int64_t kUnbounded = INT64_MAX / 4;
   int64_t max_distance() const {
     if (kind_ == Kind::Local || (kind_ == Kind::Fixed && b_ == 0)) return a_ - 1;
@@ -92,7 +98,7 @@ class AttentionPattern {
   // Whether the tile of queries [q0, q1) and keys [k0, k1) holds allowed pairs (exact).
   Tile tile(int64_t q0, int64_t q1, int64_t k0, int64_t k1) const;
 
-  // Number of allowed (i, j) pairs with 0 <= j <= i < T (T(T+1)/2 for Causal).
+  // Number of allowed (i, j) pairs with 0 <= i, j < T (T(T+1)/2 for Causal, T² for Bidirectional).
   int64_t pairs(int64_t T) const;
 
  private:

@@ -246,22 +246,23 @@ void scale_inplace(float* x, size_t n, float s) { Elementwise::table().scale_inp
 
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
                            const float* weight, const int32_t* targets, int N, int C, int V,
-                           float dloss, float softcap) {
-  LmHead::table().cross_entropy(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, softcap);
+                           float dloss, float softcap, const LmHeadBias& bias) {
+  LmHead::table().cross_entropy(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, softcap, bias);
 }
 void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
                                  const float* weight, const int32_t* targets, int N, int C, int V,
                                  float dloss, const VocabSplit& split, float softcap) {
   LmHead::table().cross_entropy_split(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split, softcap);
 }
-void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
-  LmHead::table().logits(logits, inp, weight, N, C, V);
+void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V,
+                    const float* bias) {
+  LmHead::table().logits(logits, inp, weight, N, C, V, bias);
 }
 void lm_head_softcap(float* logits, size_t n, float softcap) { LmHead::table().softcap(logits, n, softcap); }
 void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                 const bf16* weight, const int32_t* targets, int N, int C, int V,
-                                float dloss, float softcap) {
-  LmHead::table().cross_entropy_bf16(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, softcap);
+                                float dloss, float softcap, const LmHeadBias& bias) {
+  LmHead::table().cross_entropy_bf16(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, softcap, bias);
 }
 void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                       const bf16* weight, const int32_t* targets, int N, int C, int V,

@@ -153,7 +153,7 @@ void sparse_linear_backward_input(float* dinp, const float* dout, const SparseLi
 void sparse_linear_backward_weight(float* dweight, const float* dout, const float* inp,
                                    const SparseLinearWeight& weight, int N);
 
-// ---- attention: self-attention under a causal AttentionPattern (fused, tiled, online softmax) ----
+// ---- attention: self-attention under an AttentionPattern (fused, tiled, online softmax) ----
 // Query i attends to the keys j with pattern.allows(i, j); tiles the pattern leaves empty are
 // never computed. out (B,T,C), lse (B,NH,T) log-sum-exp of each softmax row; qkv (B,T,3C) laid
 // out [q | k | v], head h at columns h*HS .. h*HS+HS of each part. Extra memory O(tile²) per
@@ -168,7 +168,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 // ---- attention: one new query against a key/value cache (autoregressive decoding) ----
 // out (C) = per head h: softmax(q_h · K_hᵀ / sqrt(HS)) · V_h over the cached positions j < t that
 // the query, at position t - 1, may see (pattern.allows(t - 1, j): the same keys as row t - 1 of
-// attention_forward; t >= 1, the query's own key and value already cached). q (C); k_cache (t,C),
+// attention_forward over t positions, for a Bidirectional pattern too; t >= 1, the query's own key and value already cached). q (C); k_cache (t,C),
 // v_cache (t,C): rows are positions, head h at columns h*HS .. h*HS+HS.
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
                       int t, int C, int NH, const AttentionPattern& pattern);
@@ -245,10 +245,17 @@ void scale_inplace(float* x, size_t n, float s);
 // dinp (N,C) =, dweight (Vp,C) +=. inp (N,C), weight (Vp,C), targets (N).
 // softcap > 0 (model.logit_softcap): the softmax is over the capped logits softcap·tanh(z/softcap),
 // and the gradient passes through the cap (× 1 − tanh²); 0: the logits as they are. Every variant
-// below takes it last.
+// below takes it (after dloss, or after split).
+// An output bias (the masked-LM head's): logits = inp · weight[:V]ᵀ + bias (V), capped after the
+// bias when softcap > 0; its gradient dbias (V) += Σ over the rows of d loss / d logits (through the
+// cap). Either may be null. The vocabulary-split versions below take none.
+struct LmHeadBias {
+  const float* bias = nullptr;
+  float* dbias = nullptr;
+};
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
                            const float* weight, const int32_t* targets, int N, int C, int V,
-                           float dloss, float softcap = 0.0f);
+                           float dloss, float softcap = 0.0f, const LmHeadBias& bias = {});
 // The same over a vocabulary split between the ranks of a tensor-parallel group (Megatron's
 // vocabulary-parallel cross-entropy): this rank's weight (V,C) holds columns [first, first + V) of
 // the whole vocabulary (V may be 0), targets are ids of the whole vocabulary, and no rank forms
@@ -266,17 +273,19 @@ struct VocabSplit {
 void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
                                  const float* weight, const int32_t* targets, int N, int C, int V,
                                  float dloss, const VocabSplit& split, float softcap = 0.0f);
-// logits (N,V) = inp (N,C) · weight[:V]ᵀ (for sampling and export checks)
-void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V);
+// logits (N,V) = inp (N,C) · weight[:V]ᵀ (+ bias (V) when not null) (for sampling and export checks)
+void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V,
+                    const float* bias = nullptr);
 // logits (n) = softcap · tanh(logits / softcap), in place (softcap > 0)
 void lm_head_softcap(float* logits, size_t n, float softcap);
 // The two above with the head's bf16 working copy (ops.h section bf16): the three GEMMs take bf16
 // operands — the rows of inp rounded to bf16, weight, and d loss / d logits rounded to bf16 after
 // the fp32 softmax — and sum in fp32 (the matmul_bf16 contract); the logits, their maxima, sums,
-// log-sum-exp and the loss stay fp32. dinp and dweight as above (fp32).
+// log-sum-exp and the loss stay fp32. dinp and dweight as above (fp32); the bias gradient sums the
+// fp32 d loss / d logits.
 void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                 const bf16* weight, const int32_t* targets, int N, int C, int V,
-                                float dloss, float softcap = 0.0f);
+                                float dloss, float softcap = 0.0f, const LmHeadBias& bias = {});
 void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                       const bf16* weight, const int32_t* targets, int N, int C, int V,
                                       float dloss, const VocabSplit& split, float softcap = 0.0f);

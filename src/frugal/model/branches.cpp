@@ -101,7 +101,9 @@ Attention::Attention(const ModelConfig& config, const LocalSizes& sizes, const s
     : sizes_(sizes),
       transform_{.norm = config.qk_norm, .rotary = config.rotary(), .rope_base = config.rope_base},
       qkv_(LinearSlot::find(table, prefix + kQkv, 3 * sizes.attn_width, config.n_embd, dense)),
-      proj_(LinearSlot::find(table, prefix + kAttnProj, config.n_embd, sizes.attn_width, dense)) {}
+      proj_(LinearSlot::find(table, prefix + kAttnProj, config.n_embd, sizes.attn_width, dense)),
+      full_(config.encoder() ? kernels::AttentionPattern::bidirectional() : kernels::AttentionPattern::causal()),
+      pattern_(full_) {}
 
 void Attention::forward(const float* params, const Acts& a, const float* in, float* out, int B, int T,
                         bool lead, TensorCollectives& comm, const KvCache* cache) const {
@@ -140,12 +142,13 @@ void Attention::backward(const float* params, float* grads, const Acts& a, const
 }
 
 void Attention::add_flops(int B, int T, bool runs, bool trains, ComponentFlops& f) const {
-  // q·kᵀ and p·v, 2·HS each, per allowed (query, key) pair; the dense model counts causal attention
+  // q·kᵀ and p·v, 2·HS each, per allowed (query, key) pair; the dense model counts the model's
+  // full pattern (causal, or an encoder's bidirectional)
   const double per_pair = 4.0 * B * sizes_.n_head * sizes_.head_size;
-  const double causal = per_pair * double(kernels::AttentionPattern::causal().pairs(T));
+  const double full = per_pair * double(full_.pairs(T));
   const double attention = per_pair * double(pattern_.pairs(T));
-  f.dense.forward += causal;
-  f.dense.backward_input += 2 * causal;
+  f.dense.forward += full;
+  f.dense.backward_input += 2 * full;
   qkv_.add_flops(double(B) * T, runs, trains, f);
   proj_.add_flops(double(B) * T, runs, trains, f);
   if (runs) f.executed.forward += attention;

@@ -103,7 +103,9 @@ class Attention {
   LocalSizes sizes_;
   kernels::QkTransform transform_;  // QK-norm and rotary positions (model.qk_norm, model.position)
   LinearSlot qkv_, proj_;
-  kernels::AttentionPattern pattern_;
+  // The model's pattern (causal; bidirectional in an encoder) and the one installed (a sparse
+  // pattern of MST, or the model's).
+  kernels::AttentionPattern full_, pattern_;
 };
 
 // The MLP interface (see the header comment).

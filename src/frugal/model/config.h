@@ -1,6 +1,6 @@
 // ModelConfig: the shape of a GPT model (GPT-2 family, optional gated MLP, pre- or post-LN blocks,
 // learned or rotary positions, optional QK-norm and logit soft-capping, tied or untied head,
-// optional mixture-of-experts MLPs).
+// optional mixture-of-experts MLPs) or of a BERT-style encoder trained on the masked-LM objective.
 #pragma once
 #include <string>
 
@@ -25,6 +25,13 @@ NormPlacement parse_norm_placement(const std::string& name);  // "pre" | "post";
 enum class PositionKind { Learned, Rotary };
 const char* position_kind_name(PositionKind kind);
 PositionKind parse_position_kind(const std::string& name);  // "learned" | "rotary"; throws otherwise
+// What the model is trained to predict: the next token (a causal decoder: causal attention, the
+// LM head), or masked tokens (an encoder as BERT/RoBERTa: bidirectional attention, a LayerNorm on
+// the embeddings, the masked-LM head: dense + GELU + LayerNorm + the decoder tied to the token
+// embedding with its own output bias).
+enum class ObjectiveKind { Causal, Mlm };
+const char* objective_kind_name(ObjectiveKind kind);
+ObjectiveKind parse_objective_kind(const std::string& name);  // "causal" | "mlm"; throws otherwise
 
 // A mixture-of-experts MLP (model/moe.h) in place of the dense one on every `every`-th block:
 // `experts` MLPs of the model's kind (model.mlp) and `hidden` units each, of which a router sends
@@ -54,6 +61,7 @@ struct ModelConfig {
   int ffn_mult = 4;       // MLP hidden width = ffn_mult * C
   MlpKind mlp = MlpKind::Gelu;
   NormPlacement norm = NormPlacement::Pre;
+  ObjectiveKind objective = ObjectiveKind::Causal;
   bool tied_head = true;  // LM head shares the token embedding
   bool bias = true;       // biases in linears and LayerNorms
   float dropout = 0.0f;   // on attention output and MLP output (residual branches)
@@ -68,6 +76,8 @@ struct ModelConfig {
   float logit_softcap = 0.0f;  // > 0: the LM head's logits become cap · tanh(logits / cap) (Gemma 2)
   MoeConfig moe;
 
+  // An encoder: every query sees every key, the embeddings are layer-normalised (objective mlm).
+  bool encoder() const { return objective == ObjectiveKind::Mlm; }
   int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
   int head_size() const { return n_embd / n_head; }
   int ffn_hidden() const { return ffn_mult * n_embd; }

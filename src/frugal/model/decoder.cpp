@@ -13,6 +13,8 @@ int Decoder::kind(int layer) const { return model_.block(layer).moe() ? 1 : 0; }
 
 Decoder::Decoder(const GPT& model) : model_(model) {
   const ModelConfig& m = model.config();
+  FRUGAL_CHECK(!m.encoder(), "this model is an encoder (model.objective = \"mlm\"): it fills masked "
+               "positions (frugal fill-mask) and does not generate text token by token");
   const LocalSizes sizes = LocalSizes::of(m, model.table().shard());
   const size_t T = m.block_size, C = m.n_embd;
   for (int l = 0; l < m.n_layer; ++l) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "frugal/core/error.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal {
@@ -16,12 +17,24 @@ void TokenEmbedding::declare(ModelSpec& spec) {
   spec.add({.name = "transformer.wpe.weight", .shape = {c.block_size, c.n_embd},
             .role = ParamRole::Embedding, .layer = -1,
             .features = {Features::None, Features::Residual}});
+  if (c.encoder()) declare_norm(spec, "transformer.ln_emb", -1);
+}
+
+void TokenEmbedding::lay_out(const ModelConfig& config, double N, const Take& take, EmbeddingActs& acts) {
+  acts = {};
+  if (!config.encoder()) return;
+  acts.sum = take(N * config.n_embd);
+  acts.mean = take(N);
+  acts.rstd = take(N);
 }
 
 TokenEmbedding::TokenEmbedding(const ModelConfig& config, const ParamTable& table)
-    : split_(table.shard().size > 1), first_(0), rows_(config.padded_vocab()), C_(config.n_embd) {
+    : split_(table.shard().size > 1), first_(0), rows_(config.padded_vocab()), C_(config.n_embd),
+      eps_(config.layernorm_eps) {
   wte_ = table.offset_of("transformer.wte.weight");
   wpe_ = table.offset_of("transformer.wpe.weight");
+  norm_w_ = table.offset_of("transformer.ln_emb.weight");
+  norm_b_ = table.offset_of("transformer.ln_emb.bias");
   if (split_ && wte_ != kAbsent) {
     rows_ = static_cast<int>(table.at("transformer.wte.weight").local[0]);
     first_ = table.shard().rank * rows_;
@@ -29,8 +42,15 @@ TokenEmbedding::TokenEmbedding(const ModelConfig& config, const ParamTable& tabl
 }
 
 void TokenEmbedding::forward(const float* params, float* out, const int32_t* tokens, int B, int T,
-                             TensorCollectives& comm, int pos0) const {
+                             TensorCollectives& comm, int pos0, const EmbeddingActs& acts) const {
   const float* wpe = wpe_ == kAbsent ? nullptr : params + wpe_ + size_t(pos0) * C_;
+  if (normalised()) {
+    FRUGAL_CHECK(acts.sum && !split_, "internal: the embedding LayerNorm needs its acts and the whole vocabulary");
+    kernels::encoder_forward(acts.sum, tokens, params + wte_, wpe, B, T, C_);
+    kernels::layernorm_forward(out, acts.mean, acts.rstd, acts.sum, params + norm_w_,
+                               norm_b_ == kAbsent ? nullptr : params + norm_b_, B * T, C_, eps_);
+    return;
+  }
   if (!split_) {
     kernels::encoder_forward(out, tokens, params + wte_, wpe, B, T, C_);
     return;
@@ -52,8 +72,16 @@ void TokenEmbedding::forward(const float* params, float* out, const int32_t* tok
     for (size_t i = 0; i < N; ++i) kernels::residual_forward(out + i * C_, out + i * C_, wpe + (i % T) * C_, C_);
 }
 
-void TokenEmbedding::backward(float* grads, const float* dout, const int32_t* tokens, int B, int T,
-                              bool token_grad) const {
+void TokenEmbedding::backward(const float* params, float* grads, const float* dout, const int32_t* tokens, int B,
+                              int T, bool token_grad, const EmbeddingActs& acts, float* dsum) const {
+  if (normalised()) {
+    FRUGAL_CHECK(acts.sum && dsum, "internal: the embedding LayerNorm's backward needs its acts and dsum");
+    const size_t N = size_t(B) * T;
+    std::fill_n(dsum, N * C_, 0.0f);  // layernorm_backward adds
+    kernels::layernorm_backward(dsum, grads + norm_w_, norm_b_ == kAbsent ? nullptr : grads + norm_b_, dout,
+                                acts.sum, params + norm_w_, acts.mean, acts.rstd, int(N), C_);
+    dout = dsum;
+  }
   kernels::encoder_backward(token_grad && !split_ ? grads + wte_ : nullptr, wpe_ == kAbsent ? nullptr : grads + wpe_,
                             dout, tokens, B, T, C_);
   if (!token_grad || !split_) return;

@@ -68,7 +68,7 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
     };
   };
   Layout layout;
-  lay_out(c, shard, CausalLmHead(c, ParamTable{}), double(B) * T, recompute, stage,
+  lay_out(c, shard, *make_objective(c, ParamTable{}), double(B) * T, recompute, stage,
           slots, count(&activations), count(&scratch), layout);
   auto bytes = [](double floats) {
     const double b = floats * sizeof(float);
@@ -98,6 +98,7 @@ void GPT::lay_out(const ModelConfig& c, const ShardCoord& shard, const Objective
   out.slots.assign(slots, Slot{});
   for (Slot& s : out.slots) {
     s.input = take_activation(N * c.n_embd);
+    if (stage.embeddings) TokenEmbedding::lay_out(c, N, take_activation, s.embedding);
     s.acts.assign(c.n_layer, BlockActs{});
     for (int l = stage.begin; l < stage.end; ++l) {
       if (recomputed(l))
@@ -109,6 +110,7 @@ void GPT::lay_out(const ModelConfig& c, const ShardCoord& shard, const Objective
     if (stage.head) objective.lay_out(N, take_activation, s.objective);
   }
   out.dres = take_scratch(N * c.n_embd);
+  if (stage.embeddings && c.encoder()) out.dsum = take_scratch(N * c.n_embd);
   // The backward scratch: one set per kind, shared by the blocks of that kind.
   std::array<BlockScratch, 2> scratch{};
   for (int i : {0, 1})
@@ -125,7 +127,7 @@ GPT::GPT(const ModelConfig& config, const BlockRange& range, TensorCollectives* 
       table_(ParamTable::build(config, range, tensor ? tensor->coord() : ShardCoord{})),
       dense_(std::make_shared<DenseFormat>()),
       embedding_(config, table_),
-      objective_(std::make_unique<CausalLmHead>(config, table_)),
+      objective_(make_objective(config, table_)),
       comm_(tensor ? tensor : &solo_),
       step_routing_(config, range),
       window_routing_(config, range),
@@ -207,6 +209,7 @@ void GPT::plan(int B, int T, std::vector<bool> recompute, const BlockRange& stag
   }
   slot_ = 0;
   dres_ = layout.dres;
+  dsum_ = layout.dsum;
   scratch_ = layout.scratch;
   FRUGAL_CHECK(activations * sizeof(float) == planned.activations &&
                    scratch * sizeof(float) == planned.scratch &&
@@ -365,7 +368,7 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
                    "token id {} at position {} is outside the vocabulary [0, {}); check that the data "
                    "was prepared with this model's tokenizer", in.tokens[i], i, V);
     std::memcpy(s.tokens.data(), in.tokens, sizeof(int32_t) * N);
-    if (!in.activations) embedding_.forward(params_.data(), s.input, s.tokens.data(), B, T, *comm_);
+    if (!in.activations) embedding_.forward(params_.data(), s.input, s.tokens.data(), B, T, *comm_, 0, s.embedding);
   }
   const bool training = grad_scale != 0.0f;
   s.grad_scale = grad_scale;
@@ -457,7 +460,8 @@ void GPT::backward_range(const float* doutput) {
     if (grad_ready_) grad_ready_(table_.layer_range(l).first);
   }
   if (stage_.embeddings && frozen_ == 0) {
-    embedding_.backward(grads_.data(), dres_, s.tokens.data(), B, T, !defer_wte_grad_);
+    embedding_.backward(params_.data(), grads_.data(), dres_, s.tokens.data(), B, T, !defer_wte_grad_, s.embedding,
+                        dsum_);
     if (grad_ready_) grad_ready_(0);
   }
 }
@@ -493,7 +497,7 @@ void GPT::logits(const int32_t* inputs, int B, int T, float* out) {
   if (!planned_whole(B, T)) plan(B, T, recompute_);
   std::vector<int32_t> no_targets(size_t(B) * T, -1);
   forward(inputs, no_targets.data(), 0.0f);
-  objective_->logits(params_.data(), cur().objective, out, B * T);
+  objective_->logits(params_.data(), cur().objective, output(), out, B * T);
 }
 
 }  // namespace frugal

@@ -162,7 +162,7 @@ class GPT {
   // then hold the weights of the function the model computes, which dense formats compute too.
   void write_effective_weights();
 
-  // Which keys block `layer`'s attention lets each query see (default Causal); read by the block
+  // Which keys block `layer`'s attention lets each query see (default Causal; Bidirectional in an encoder); read by the block
   // forward and backward, the Decoder and the FLOP count. A change counts as a format change of
   // the block for prefix_format_version (it changes the block's output).
   void set_attention_pattern(int layer, const kernels::AttentionPattern& pattern);
@@ -222,7 +222,7 @@ class GPT {
   void set_defer_token_embedding_grad(bool defer) { defer_wte_grad_ = defer; }
   // (B,T,C) d loss / d the embeddings' output after a backward of the whole model, and the
   // (B,T) tokens of the last forward into the current slot.
-  const float* embedding_output_grad() const { return dres_; }
+  const float* embedding_output_grad() const { return embedding_.normalised() ? dsum_ : dres_; }
   const int32_t* tokens() const { return slots_[slot_].tokens.data(); }
   // [begin, end) of the token embedding in params() / grads().
   std::pair<size_t, size_t> token_embedding_range() const;
@@ -242,6 +242,7 @@ class GPT {
     // input: the stage's input (B,T,C), the embeddings' output in the first stage; with the head,
     // what the objective keeps (its training forward already starts the backward there)
     float* input = nullptr;
+    EmbeddingActs embedding;  // an encoder's embedding LayerNorm's (the stage with the embeddings)
     ObjectiveActs objective{};
     std::vector<int32_t> tokens, targets;
     uint64_t dropout_key = 0;
@@ -265,6 +266,7 @@ class GPT {
   struct Layout {
     std::vector<Slot> slots;
     float* dres = nullptr;  // d loss / d the residual stream
+    float* dsum = nullptr;  // d loss / d an encoder's embedding sum (before its LayerNorm)
     std::vector<BlockScratch> scratch;  // per block (one set per block kind)
   };
   static void lay_out(const ModelConfig& config, const ShardCoord& shard, const Objective& objective,
@@ -280,7 +282,7 @@ class GPT {
   mutable bool formats_stale_ = false;  // params() was handed out since the last refresh_formats()
   TokenEmbedding embedding_;
   std::vector<TransformerBlock> blocks_;  // all n_layer; those outside range_ hold no tensors
-  std::unique_ptr<CausalLmHead> objective_;
+  std::unique_ptr<Objective> objective_;
   SoloCollectives solo_;    // a tensor-parallel group of one: the whole model
   TensorCollectives* comm_;  // the model's group: solo_ unless given one
   std::vector<uint64_t> format_changed_at_;  // per block: the format_changes_ of its last change
@@ -296,6 +298,7 @@ class GPT {
   int slot_ = 0;
   // backward scratch, shared by the slots: d loss / d the residual stream and each block's scratch
   float* dres_ = nullptr;
+  float* dsum_ = nullptr;  // Layout::dsum
   std::vector<BlockScratch> scratch_;
   GradReadyHook grad_ready_;
   bool defer_wte_grad_ = false;

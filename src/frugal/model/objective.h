@@ -10,7 +10,14 @@
 // the logits so that no (N, V) buffer exists. Under tensor parallelism the head is split over the
 // vocabulary like the token embedding: each rank forms its columns' logits only, the rows' maxima
 // and sums meet in the group (kernels::lm_head_cross_entropy_split), and the input gradient's
-// parts are summed. A masked-LM head is a second implementation.
+// parts are summed.
+//
+// MaskedLmHead, the masked-LM objective of an encoder (BERT's and RoBERTa's head): on the rows
+// with a target only (the masked positions, ~15%: gathered first, so the head costs that fraction
+// of the rows), dense (C -> C) + GELU + LayerNorm, then the decoder tied to the token embedding
+// with its own output bias, and cross-entropy against the original tokens. A pre-LN encoder has
+// the final LayerNorm ln_f before it; a post-LN one (BERT) does not. Not split over a
+// tensor-parallel group (refused at start-up).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -41,7 +48,7 @@ struct LossTerms {
 };
 
 // What an objective keeps for one micro-batch, in places it names itself (laid out by lay_out).
-using ObjectiveActs = std::array<float*, 8>;
+using ObjectiveActs = std::array<float*, 16>;
 
 class Objective {
  public:
@@ -60,8 +67,11 @@ class Objective {
   // `weights` and, when dres is not null, writes d loss / d x (N, C) into it.
   virtual void backward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
                         float* dres, int N, bool weights) const = 0;
-  // out (N, V) = the logits of the rows of the last forward (of a model that is not split).
-  virtual void logits(const float* params, const ObjectiveActs& acts, float* out, int N) const = 0;
+  // out (N, V) = the logits of the rows of the last forward (of a model that is not split), whose
+  // input was x (N, C).
+  virtual void logits(const float* params, const ObjectiveActs& acts, const float* x, float* out, int N) const = 0;
+  // The offset of the decoder's weight (Vp, C): lm_head.weight, or the token embedding when tied.
+  virtual size_t head_offset() const = 0;
   // out (V) = the logits of one row x (C), using scratch (C + 2 floats).
   virtual void row_logits(const float* params, const float* x, float* out, float* scratch) const = 0;
   // FLOPs of N rows: dense, and executed (`head_trains`: its weight-gradient product runs).
@@ -74,6 +84,26 @@ class Objective {
   virtual size_t working_copy_bytes() const = 0;  // what refresh() keeps
 };
 
+// The objective model.objective names: its tensors, and the component over a table of them.
+void declare_objective(ModelSpec& spec);
+std::unique_ptr<Objective> make_objective(const ModelConfig& config, const ParamTable& table);
+
+// The decoder weight's bf16 working copy (rows, C) of a head whose dtype is BF16 (objectives'
+// set_dtype / refresh / working_copy_bytes).
+class HeadWorkingCopy {
+ public:
+  void set_dtype(kernels::DType dtype);
+  bool bf16() const { return dtype_ == kernels::DType::BF16; }
+  // Rounds weight (rows, C) when the dtype is BF16.
+  void refresh(const float* weight, int rows, int C);
+  const kernels::bf16* data() const { return copy_.data(); }
+  size_t bytes() const { return copy_.size() * sizeof(kernels::bf16); }
+
+ private:
+  kernels::DType dtype_ = kernels::DType::F32;
+  std::vector<kernels::bf16> copy_;
+};
+
 class CausalLmHead final : public Objective {
  public:
   static constexpr size_t kAbsent = ParamTable::kAbsent;
@@ -82,7 +112,7 @@ class CausalLmHead final : public Objective {
   CausalLmHead(const ModelConfig& config, const ParamTable& table);
 
   const char* name() const override { return "causal_lm"; }
-  size_t head_offset() const { return head_; }  // lm_head.weight, or the token embedding when tied
+  size_t head_offset() const override { return head_; }
   size_t norm_weight_offset() const { return norm_w_; }
   size_t norm_bias_offset() const { return norm_b_; }
   void lay_out(double N, const Take& take, ObjectiveActs& acts) const override;
@@ -90,12 +120,12 @@ class CausalLmHead final : public Objective {
                     const int32_t* targets, int N, float grad_scale, TensorCollectives& comm) const override;
   void backward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
                 float* dres, int N, bool weights) const override;
-  void logits(const float* params, const ObjectiveActs& acts, float* out, int N) const override;
+  void logits(const float* params, const ObjectiveActs& acts, const float* x, float* out, int N) const override;
   void row_logits(const float* params, const float* x, float* out, float* scratch) const override;
   ComponentFlops flops(double N, bool head_trains) const override;
-  void set_dtype(kernels::DType dtype) override;
+  void set_dtype(kernels::DType dtype) override { copy_.set_dtype(dtype); }
   void refresh(const float* params) override;
-  size_t working_copy_bytes() const override { return head_bf16_.size() * sizeof(kernels::bf16); }
+  size_t working_copy_bytes() const override { return copy_.bytes(); }
 
  private:
   // logits (N, V) of the normalised rows x (N, C), in the head's dtype
@@ -109,8 +139,50 @@ class CausalLmHead final : public Objective {
   // split_: not the whole vocabulary.
   bool split_;
   int first_, columns_;
-  kernels::DType dtype_ = kernels::DType::F32;
-  std::vector<kernels::bf16> head_bf16_;  // (columns_, C), the working copy when dtype_ is BF16
+  HeadWorkingCopy copy_;  // (columns_, C)
+};
+
+class MaskedLmHead final : public Objective {
+ public:
+  static constexpr size_t kAbsent = ParamTable::kAbsent;
+  // transformer.ln_f (pre-LN only), lm_head.dense (C, C), lm_head.layer_norm, lm_head.bias
+  // (padded_vocab(); with model.bias).
+  static void declare(ModelSpec& spec);
+  MaskedLmHead(const ModelConfig& config, const ParamTable& table);
+
+  const char* name() const override { return "masked_lm"; }
+  size_t head_offset() const override { return head_; }
+  void lay_out(double N, const Take& take, ObjectiveActs& acts) const override;
+  LossTerms forward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
+                    const int32_t* targets, int N, float grad_scale, TensorCollectives& comm) const override;
+  void backward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
+                float* dres, int N, bool weights) const override;
+  void logits(const float* params, const ObjectiveActs& acts, const float* x, float* out, int N) const override;
+  void row_logits(const float* params, const float* x, float* out, float* scratch) const override;
+  ComponentFlops flops(double N, bool head_trains) const override;
+  void set_dtype(kernels::DType dtype) override { copy_.set_dtype(dtype); }
+  void refresh(const float* params) override;
+  size_t working_copy_bytes() const override { return copy_.bytes(); }
+
+ private:
+  // The transform of M rows g (M, C): h = g · denseᵀ + b, a = gelu(h), u = LayerNorm(a) (mean,
+  // rstd (M)).
+  void transform(const float* params, const float* g, int M, float* h, float* a, float* u, float* mean,
+                 float* rstd) const;
+  // out (M, V) = the decoder's logits of the transformed rows u (M, C), in the head's dtype.
+  void decode(const float* params, const float* u, float* out, int M) const;
+  // xn (N, C): ln_f(x) for a pre-LN encoder (mean, rstd (N)), else x itself (nothing written).
+  const float* normed(const float* params, const float* x, int N, float* xn, float* mean, float* rstd) const;
+
+  // ObjectiveActs places: ln_f's output, mean and rstd; the selected rows' indices (as floats)
+  // and their count; the gathered rows, the dense output, the GELU output, the LayerNorm output
+  // with its mean and rstd; the per-row losses; d loss / d the LayerNorm output, d loss / d the
+  // GELU output (then d loss / d the gathered rows); the output bias' gradient of the forward.
+  enum Place { Norm, Mean, Rstd, Rows, Count, Gathered, Dense, Gelu, Out, OutMean, OutRstd, Losses, DOut, DGelu,
+               DBias };
+  ModelConfig config_;
+  size_t ln_f_w_, ln_f_b_, dense_w_, dense_b_, norm_w_, norm_b_, bias_, head_;
+  HeadWorkingCopy copy_;  // (V, C)
 };
 
 }  // namespace frugal

@@ -43,6 +43,15 @@ PositionKind parse_position_kind(const std::string& name) {
   fail("model.position = \"{}\" is not a position encoding; use \"learned\" or \"rotary\"", name);
 }
 
+const char* objective_kind_name(ObjectiveKind kind) { return kind == ObjectiveKind::Causal ? "causal" : "mlm"; }
+
+ObjectiveKind parse_objective_kind(const std::string& name) {
+  if (name == "causal") return ObjectiveKind::Causal;
+  if (name == "mlm") return ObjectiveKind::Mlm;
+  fail("model.objective = \"{}\" is not a training objective; use \"causal\" (next token) or \"mlm\" "
+       "(masked tokens, an encoder)", name);
+}
+
 void ModelConfig::validate() const {
   FRUGAL_CHECK(vocab_size >= 2, "model.vocab_size = {} is too small; it must be at least 2", vocab_size);
   FRUGAL_CHECK(block_size >= 1, "model.block_size = {} must be at least 1", block_size);
@@ -59,6 +68,8 @@ void ModelConfig::validate() const {
   FRUGAL_CHECK(init_std > 0.0f, "model.init_std = {} must be positive", init_std);
   FRUGAL_CHECK(rope_base > 1.0f, "model.rope_base = {} must be above 1", rope_base);
   FRUGAL_CHECK(logit_softcap >= 0.0f, "model.logit_softcap = {} must be 0 (off) or positive", logit_softcap);
+  FRUGAL_CHECK(!encoder() || tied_head, "model.objective = \"mlm\" ties the masked-LM decoder to the token "
+               "embedding (BERT, RoBERTa); set model.tied_head = true");
   if (moe.experts == 0) return;
   FRUGAL_CHECK(moe.experts >= 2 && moe.experts <= kernels::kMaxExperts, "model.moe.experts = {} must be 0 "
                "(no mixture of experts) or in [2, {}]", moe.experts, kernels::kMaxExperts);

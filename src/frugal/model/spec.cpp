@@ -74,7 +74,7 @@ ModelSpec ModelSpec::build(const ModelConfig& config) {
   spec.config_ = config;
   TokenEmbedding::declare(spec);
   for (int l = 0; l < config.n_layer; ++l) TransformerBlock::declare(spec, l);
-  CausalLmHead::declare(spec);
+  declare_objective(spec);
   return spec;
 }
 

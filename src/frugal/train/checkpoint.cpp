@@ -118,7 +118,7 @@ nlohmann::json model_config_json(const ModelConfig& c) {
   nlohmann::json j = {{"vocab_size", c.vocab_size}, {"block_size", c.block_size}, {"n_layer", c.n_layer},
           {"n_head", c.n_head}, {"n_embd", c.n_embd}, {"ffn_mult", c.ffn_mult},
           {"mlp", mlp_kind_name(c.mlp)}, {"norm", norm_placement_name(c.norm)},
-          {"tied_head", c.tied_head}, {"bias", c.bias},
+          {"objective", objective_kind_name(c.objective)}, {"tied_head", c.tied_head}, {"bias", c.bias},
           {"dropout", c.dropout}, {"layernorm_eps", c.layernorm_eps}, {"init_std", c.init_std},
           {"position", position_kind_name(c.position)}, {"rope_base", c.rope_base}, {"qk_norm", c.qk_norm},
           {"logit_softcap", c.logit_softcap}};
@@ -140,6 +140,7 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
   c.ffn_mult = j.at("ffn_mult");
   c.mlp = parse_mlp_kind(j.at("mlp"));
   c.norm = parse_norm_placement(j.value("norm", "pre"));  // checkpoints before model.norm: pre-LN
+  c.objective = parse_objective_kind(j.value("objective", "causal"));  // before model.objective: causal
   c.tied_head = j.at("tied_head");
   c.bias = j.at("bias");
   c.dropout = j.at("dropout");

@@ -30,6 +30,8 @@ io::ConfigSchema run_schema() {
       .add_string("model.mlp", "gelu", "MLP kind: GELU, the gated GEGLU / SwiGLU, or relu2 (max(x, 0)², not gated)",
                   {"gelu", "geglu", "swiglu", "relu2"})
       .add_string("model.norm", "pre", "LayerNorms before each block branch (GPT-2) or after each residual sum (BERT)", {"pre", "post"})
+      .add_string("model.objective", "causal", "training objective: the next token (a causal decoder) or masked "
+                  "tokens (mlm: a BERT-style encoder with bidirectional attention; docs/mlm.md)", {"causal", "mlm"})
       .add_bool("model.tied_head", m.tied_head, "LM head shares the token embedding")
       .add_bool("model.bias", m.bias, "biases in linears and LayerNorms")
       .add_float("model.dropout", io::decimal_value(m.dropout), "dropout on the residual branches", Range::half_open(0, 1))
@@ -237,6 +239,7 @@ RunSettings run_settings(const io::Config& c) {
   m.ffn_mult = c.get_int32("model.ffn_mult");
   m.mlp = parse_mlp_kind(c.get_string("model.mlp"));
   m.norm = parse_norm_placement(c.get_string("model.norm"));
+  m.objective = parse_objective_kind(c.get_string("model.objective"));
   m.tied_head = c.get_bool("model.tied_head");
   m.bias = c.get_bool("model.bias");
   m.dropout = static_cast<float>(c.get_float("model.dropout"));
@@ -338,6 +341,11 @@ RunSettings run_settings(const io::Config& c) {
   shape.validate();
   FRUGAL_CHECK(t.seq_len <= m.block_size, "train.seq_len = {} exceeds model.block_size = {}",
                t.seq_len, m.block_size);
+  // The encoder's model and masking exist (docs/mlm.md); the trainer does not mask batches yet, and
+  // an encoder trained on the loader's next-token targets would see them (bidirectional attention).
+  FRUGAL_CHECK(m.objective != ObjectiveKind::Mlm, "model.objective = \"mlm\" cannot be trained yet: the "
+               "trainer's masking, evaluation and vocabulary with <mask> are not built (docs/mlm.md); use "
+               "model.objective = \"causal\"");
   LocalSizes::of(shape, {0, par.tensor});    // throws when the heads or hidden units do not divide
   recompute_blocks(t.recompute, m.n_layer);  // throws for a bad block list
   const MethodSet methods = MethodSet::from_config(c);  // each method checks its keys

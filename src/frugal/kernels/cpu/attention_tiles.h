@@ -2,7 +2,9 @@
 // once over a vector-traits type Isa and instantiated per instruction set (attention_avx2.cpp,
 // attention_avx512.cpp; attention.cpp dispatches). The AttentionPattern decides per tile: empty
 // tiles are never computed, full tiles take the unmasked path, partial tiles mask per score with
-// the pattern's bit rows (TileMask, computed once per call for all tiles: TileMasks).
+// the pattern's bit rows (TileMask, computed once per call for all tiles: TileMasks). A causal
+// pattern meets the tile pairs on and below the diagonal only, trimmed to its band; Bidirectional
+// meets every pair, all full.
 // Forward: per (batch, head, query tile), stream the key tiles with an online softmax; only O(T)
 // per-row statistics (lse) leave the kernel. Backward: per (batch, head), key tiles outside and
 // query tiles inside; scores are recomputed from q, k and lse, dK/dV/dQ accumulate straight into
@@ -114,9 +116,12 @@ void probability_row(float* s, int n_pad, uint64_t allowed, float scale, float l
 
 // Where a tile pair lies against the band of pairs a pattern can allow: pair (query i, key j) of
 // the tile (tile-local indices) can be allowed only if 0 <= i + off - j <= reach, off = q0 - k0,
-// reach = the pattern's max_distance() (every pattern is causal; Local also bounds how far back).
+// reach = the pattern's max_distance() (a causal pattern; Local also bounds how far back).
+// Bidirectional attention has no band: unbounded() puts every pair of a tile (indices < kTile)
+// inside it, far from int overflow, so nothing is skipped or trimmed.
 struct Band {
   int off, reach;
+  static Band unbounded() { return {1 << 28, 1 << 29}; }
 };
 
 // Which index of a tile product runs over queries and which over keys, so that micro-kernel
@@ -266,10 +271,12 @@ struct Dims {
   int B, T, C, NH, HS;
   int n_tiles;
   int reach;  // the pattern's max_distance(), at most T (Band::reach)
+  bool causal;  // the pattern is causal: query tile qt meets key tiles kt <= qt only
   float scale;
   Dims(int B_, int T_, int C_, int NH_, const AttentionPattern& pattern)
       : B(B_), T(T_), C(C_), NH(NH_),
-        reach(static_cast<int>(std::min<int64_t>(pattern.max_distance(), T))) {
+        reach(static_cast<int>(std::min<int64_t>(pattern.max_distance(), T))),
+        causal(pattern.is_causal()) {
     FRUGAL_CHECK(B > 0 && T > 0 && NH > 0 && C % NH == 0,
                  "attention: need B, T, NH > 0 and C divisible by NH (got B={} T={} C={} NH={}); "
                  "fix the model config",
@@ -282,22 +289,30 @@ struct Dims {
     n_tiles = (T + kTile - 1) / kTile;
     scale = 1.0f / std::sqrt(static_cast<float>(HS));
   }
+  // The key tiles query tile qt may meet: [0, key_tiles_end(qt)); the query tiles key tile kt may
+  // meet: [query_tiles_begin(kt), n_tiles).
+  int key_tiles_end(int qt) const { return causal ? qt + 1 : n_tiles; }
+  int query_tiles_begin(int kt) const { return causal ? kt : 0; }
+  // The band of tile pair (query tile at q0, key tile at k0).
+  Band band(int q0, int k0) const { return causal ? Band{q0 - k0, reach} : Band::unbounded(); }
   // Offset of row t of batch b, head h, in a (B,T,width) tensor.
   size_t at(int b, int t, int width, int h) const {
     return (static_cast<size_t>(b) * T + t) * width + static_cast<size_t>(h) * HS;
   }
 };
 
-// The kind and mask of every tile pair (query tile qt, key tile kt <= qt) of the sequence: they
-// depend on positions only, so they are computed once per call, not per batch row and head.
-// Forward masks have key rows (query bits, the Sᵀ layout), backward masks query rows (key bits).
+// The kind and mask of every tile pair (query tile qt, key tile kt < d.key_tiles_end(qt)) of the
+// sequence: they depend on positions only, so they are computed once per call, not per batch row
+// and head. Forward masks have key rows (query bits, the Sᵀ layout), backward masks query rows
+// (key bits).
 struct TileMasks {
+  int n_tiles;
   std::vector<Tile> kind;
   std::vector<TileMask> mask;  // meaningful where kind is not Empty
   TileMasks(const AttentionPattern& pattern, const Dims& d, bool key_rows)
-      : kind(at(d.n_tiles, 0)), mask(kind.size()) {
+      : n_tiles(d.n_tiles), kind(size_t(n_tiles) * n_tiles), mask(kind.size()) {
     for (int qt = 0; qt < d.n_tiles; ++qt)
-      for (int kt = 0; kt <= qt; ++kt) {
+      for (int kt = 0; kt < d.key_tiles_end(qt); ++kt) {
         const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
         const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0);
         const Tile k = kind[at(qt, kt)] = pattern.tile(q0, q0 + nq, k0, k0 + nk);
@@ -310,8 +325,8 @@ struct TileMasks {
                     [&](int i) { return pattern.keys_of(q0 + i, k0, nk); });
       }
   }
-  // Index of tile pair (qt, kt <= qt) in the lower triangle, row by row.
-  static size_t at(int qt, int kt) { return static_cast<size_t>(qt) * (qt + 1) / 2 + kt; }
+  // Index of tile pair (qt, kt), row by row.
+  size_t at(int qt, int kt) const { return static_cast<size_t>(qt) * n_tiles + kt; }
 };
 
 // Per-thread scratch for the forward of one query tile.
@@ -384,11 +399,11 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
     std::copy_n(out + d.at(b, q0 + i, d.C, h), HS, w.o.data() + i * HS);
   }
   bool first = !resume;  // the first active key tile overwrites O: no zeroing, no rescaling
-  for (int kt = 0; kt <= qt; ++kt) {
+  for (int kt = 0; kt < d.key_tiles_end(qt); ++kt) {
     const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0);
-    if (masks.kind[TileMasks::at(qt, kt)] == Tile::Empty) continue;
-    const TileMask& mask = masks.mask[TileMasks::at(qt, kt)];
-    const Band band{q0 - k0, d.reach};
+    if (masks.kind[masks.at(qt, kt)] == Tile::Empty) continue;
+    const TileMask& mask = masks.mask[masks.at(qt, kt)];
+    const Band band = d.band(q0, k0);
     const float* K = qkv + d.at(b, k0, C3, h) + d.C;
     const float* V = K + d.C;
     gemm_tile<Isa>(w.st.data(), kTile, Operand{K, size_t(C3), 1}, w.qt.data(), kTile, nk, nq_pad,
@@ -471,11 +486,11 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
     transpose_tile(w.kt.data(), kTile, K, C3, nk, HS);
     transpose_tile(w.vt.data(), kTile, V, C3, nk, HS);
     bool first = true;
-    for (int qt = kt; qt < d.n_tiles; ++qt) {
+    for (int qt = d.query_tiles_begin(kt); qt < d.n_tiles; ++qt) {
       const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
-      if (masks.kind[TileMasks::at(qt, kt)] == Tile::Empty) continue;
-      const TileMask& mask = masks.mask[TileMasks::at(qt, kt)];
-      const Band band{q0 - k0, d.reach};
+      if (masks.kind[masks.at(qt, kt)] == Tile::Empty) continue;
+      const TileMask& mask = masks.mask[masks.at(qt, kt)];
+      const Band band = d.band(q0, k0);
       const float* Q = qkv + d.at(b, q0, C3, h);
       const float* dO = dout + d.at(b, q0, d.C, h);
       float* dQ = dqkv + d.at(b, q0, C3, h);

@@ -1,7 +1,8 @@
 // Fused LM head + softmax cross-entropy on CPU. Rows are processed in chunks sized so the chunk's
 // logits stay within a fixed scratch budget; no (N,V) logits buffer is ever allocated. Per chunk:
-// logits = x · W[:V]ᵀ (GEMM), a vectorised stable softmax per row turning logits into
-// dlogits = (p - onehot) * dloss in place, then dx = dlogits · W[:V] and dW[:V] += dlogitsᵀ · x.
+// logits = x · W[:V]ᵀ (GEMM) (+ the output bias, when given), a vectorised stable softmax per row
+// turning logits into dlogits = (p - onehot) * dloss in place, then dx = dlogits · W[:V],
+// dW[:V] += dlogitsᵀ · x and the bias gradient += the column sums of dlogits.
 // With the bf16 working copy of the weight the three GEMMs take bf16 operands (the chunk's rows and
 // its logits' gradient rounded as they enter them); everything between them is the same fp32 code.
 // The vocabulary-split version runs the softmax's three row passes (max, exponentials, scale) over
@@ -164,11 +165,29 @@ class Bf16Gemms {
   std::vector<bf16> x_, dz_;
 };
 
+// z (V) += b (V)
+void row_add(float* z, const float* b, int V) {
+  int v = 0;
+  for (; v + 8 <= V; v += 8) _mm256_storeu_ps(z + v, _mm256_add_ps(_mm256_loadu_ps(z + v), _mm256_loadu_ps(b + v)));
+  for (; v < V; ++v) z[v] += b[v];
+}
+
+// db (V) += the column sums of dz (rows,V), each column's rows added in order (any thread count
+// gives the same bits).
+void add_column_sums(float* db, const float* dz, int rows, int V) {
+#pragma omp parallel for schedule(static)
+  for (int v0 = 0; v0 < V; v0 += 64) {
+    const int n = std::min(64, V - v0);
+    for (int i = 0; i < rows; ++i) row_add(db + v0, dz + static_cast<size_t>(i) * V + v0, n);
+  }
+}
+
 template <class Gemms>
 void cross_entropy_chunks(Gemms gemms, float* losses, float* dinp, float* dweight, const float* inp,
-                          const int32_t* targets, int N, int C, int V, float dloss, float cap) {
+                          const int32_t* targets, int N, int C, int V, float dloss, float cap,
+                          const LmHeadBias& bias) {
   FRUGAL_PROFILE("lm head + loss");
-  const bool want_grad = dinp || dweight;
+  const bool want_grad = dinp || dweight || bias.dbias;
   const int R = chunk_rows(N, V);
   std::vector<float> logits(static_cast<size_t>(R) * V);
   for (int r0 = 0; r0 < N; r0 += R) {
@@ -184,10 +203,13 @@ void cross_entropy_chunks(Gemms gemms, float* losses, float* dinp, float* dweigh
         if (want_grad) std::fill(z, z + V, 0.0f);
         continue;
       }
+      if (bias.bias) row_add(z, bias.bias, V);
       if (cap > 0) softcap_row(z, V, cap);
       losses[r0 + i] = softmax_xent_row(z, V, target, dloss, want_grad, cap);
     }
-    if (want_grad) gemms.backward(logits.data(), x, rows, dinp ? dinp + static_cast<size_t>(r0) * C : nullptr, dweight);
+    if (bias.dbias) add_column_sums(bias.dbias, logits.data(), rows, V);
+    if (dinp || dweight)
+      gemms.backward(logits.data(), x, rows, dinp ? dinp + static_cast<size_t>(r0) * C : nullptr, dweight);
   }
 }
 
@@ -238,8 +260,8 @@ void cross_entropy_split_chunks(Gemms gemms, float* losses, float* dinp, float* 
 
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
                            const float* weight, const int32_t* targets, int N, int C, int V,
-                           float dloss, float softcap) {
-  cross_entropy_chunks(F32Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss, softcap);
+                           float dloss, float softcap, const LmHeadBias& bias) {
+  cross_entropy_chunks(F32Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss, softcap, bias);
 }
 
 void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
@@ -251,8 +273,8 @@ void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, con
 
 void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                 const bf16* weight, const int32_t* targets, int N, int C, int V,
-                                float dloss, float softcap) {
-  cross_entropy_chunks(Bf16Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss, softcap);
+                                float dloss, float softcap, const LmHeadBias& bias) {
+  cross_entropy_chunks(Bf16Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss, softcap, bias);
 }
 
 void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight, const float* inp,
@@ -262,8 +284,12 @@ void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight
                              split, softcap);
 }
 
-void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
+void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V,
+                    const float* bias) {
   cpu::sgemm(false, true, N, V, C, 1.0f, inp, C, weight, C, 0.0f, logits, V);
+  if (!bias) return;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; ++i) row_add(logits + static_cast<size_t>(i) * V, bias, V);
 }
 
 void lm_head_softcap(float* logits, size_t n, float softcap) { softcap_row(logits, n, softcap); }

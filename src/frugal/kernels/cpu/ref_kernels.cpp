@@ -53,8 +53,10 @@ double sum_squares_finish(const SumSquaresStream& stream) { return stream.total;
 // ---- lm_head: the templates with d loss / d logit kept; the logits are the dense linear's forward
 // over the first V rows ----
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp, const float* weight,
-                           const int32_t* targets, int N, int C, int V, float dloss, float softcap) {
-  ref::lm_head_cross_entropy<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, softcap);
+                           const int32_t* targets, int N, int C, int V, float dloss, float softcap,
+                           const LmHeadBias& bias) {
+  ref::lm_head_cross_entropy<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, softcap, {},
+                                    bias.bias, bias.dbias);
 }
 void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, const float* inp,
                                  const float* weight, const int32_t* targets, int N, int C, int V, float dloss,
@@ -62,8 +64,9 @@ void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, con
   ref::lm_head_cross_entropy_split<float>(losses, dinp, dweight, inp, weight, targets, N, C, V, dloss, split,
                                           softcap);
 }
-void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V) {
-  ref::matmul_forward(logits, inp, weight, static_cast<const float*>(nullptr), N, C, V);
+void lm_head_logits(float* logits, const float* inp, const float* weight, int N, int C, int V,
+                    const float* bias) {
+  ref::matmul_forward(logits, inp, weight, bias, N, C, V);
 }
 
 // ---- adamw ----

@@ -51,7 +51,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int N
   const T scale = T(1) / std::sqrt(T(HS));
   for (int b = 0; b < B; ++b)
     for (int i = 0; i < Tn; ++i) {
-      const std::vector<int> keys = visible(pattern, i, i + 1);
+      const std::vector<int> keys = visible(pattern, i, pattern.is_causal() ? i + 1 : Tn);
       const T* rows = qkv + static_cast<size_t>(b) * Tn * 3 * C;  // batch b, position 0
       for (int h = 0; h < NH; ++h)
         lse[(static_cast<size_t>(b) * NH + h) * Tn + i] =
@@ -74,7 +74,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
       for (int i = 0; i < Tn; ++i) {
-        const std::vector<int> keys = visible(pattern, i, i + 1);
+        const std::vector<int> keys = visible(pattern, i, pattern.is_causal() ? i + 1 : Tn);
         const size_t qi = (static_cast<size_t>(b) * Tn + i) * 3 * C + h * HS;
         const T* q = qkv + qi;
         const T* dO = dout + (static_cast<size_t>(b) * Tn + i) * C + h * HS;

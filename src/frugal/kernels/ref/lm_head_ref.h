@@ -42,14 +42,15 @@ std::pair<A, A> capped_logit(A z, A softcap) {
   return {softcap * t, 1 - t * t};
 }
 
-// Per-row cross-entropy of logits = inp · weight[:V]ᵀ (capped with softcap > 0); mirrors ops.h
-// lm_head_cross_entropy.
+// Per-row cross-entropy of logits = inp · weight[:V]ᵀ (+ bias; capped with softcap > 0); mirrors
+// ops.h lm_head_cross_entropy.
 template <class T, class Grad = KeepGrad>
 void lm_head_cross_entropy(T* losses, T* dinp, T* dw, const T* inp, const T* w,
                            const int32_t* targets, int N, int C, int V, T dloss, T softcap = T(0),
-                           Grad grad = {}) {
+                           Grad grad = {}, const T* bias = nullptr, T* dbias = nullptr) {
   using A = Accum<T>;
   std::vector<A> logits(V), slope(V), dx(C), dw_sum(dw ? static_cast<size_t>(V) * C : 0, A(0));
+  std::vector<A> db_sum(dbias ? V : 0, A(0));
   for (int i = 0; i < N; ++i) {
     const T* x = inp + static_cast<size_t>(i) * C;
     std::fill(dx.begin(), dx.end(), A(0));
@@ -60,7 +61,7 @@ void lm_head_cross_entropy(T* losses, T* dinp, T* dw, const T* inp, const T* w,
     }
     A mx = -INFINITY;
     for (int v = 0; v < V; ++v) {
-      A acc = 0;
+      A acc = bias ? A(bias[v]) : A(0);
       for (int c = 0; c < C; ++c) acc += A(x[c]) * w[static_cast<size_t>(v) * C + c];
       std::tie(logits[v], slope[v]) = capped_logit(acc, A(softcap));
       mx = std::max(mx, logits[v]);
@@ -70,7 +71,10 @@ void lm_head_cross_entropy(T* losses, T* dinp, T* dw, const T* inp, const T* w,
     const A lse = mx + std::log(sum);
     losses[i] = T(lse - logits[targets[i]]);
     for (int v = 0; v < V; ++v) {
-      const A g = grad((std::exp(logits[v] - lse) - (v == targets[i] ? A(1) : A(0))) * dloss * slope[v]);
+      // the bias gradient takes d loss / d logit unrounded: it is a sum, not one of the GEMMs
+      const A raw = (std::exp(logits[v] - lse) - (v == targets[i] ? A(1) : A(0))) * dloss * slope[v];
+      const A g = grad(raw);
+      if (dbias) db_sum[v] += raw;
       for (int c = 0; c < C; ++c) {
         dx[c] += g * w[static_cast<size_t>(v) * C + c];
         if (dw) dw_sum[static_cast<size_t>(v) * C + c] += g * x[c];
@@ -80,6 +84,7 @@ void lm_head_cross_entropy(T* losses, T* dinp, T* dw, const T* inp, const T* w,
       for (int c = 0; c < C; ++c) dinp[static_cast<size_t>(i) * C + c] = T(dx[c]);
   }
   for (size_t k = 0; k < dw_sum.size(); ++k) dw[k] += T(dw_sum[k]);
+  for (size_t v = 0; v < db_sum.size(); ++v) dbias[v] += T(db_sum[v]);
 }
 
 // The vocabulary-split cross-entropy over this rank's V columns; mirrors ops.h
@@ -136,9 +141,10 @@ void lm_head_cross_entropy_split(T* losses, T* dinp, T* dw, const T* inp, const 
 // of inp rounded to bf16, the bf16 weight widened, and d loss / d logit rounded to bf16.
 inline void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dw, const float* inp,
                                        const bf16* w, const int32_t* targets, int N, int C, int V,
-                                       float dloss, float softcap) {
+                                       float dloss, float softcap, const LmHeadBias& bias = {}) {
   const std::vector<float> x = rounded(inp, size_t(N) * C), wf = widened(w, size_t(V) * C);
-  lm_head_cross_entropy<float>(losses, dinp, dw, x.data(), wf.data(), targets, N, C, V, dloss, softcap, Bf16Grad{});
+  lm_head_cross_entropy<float>(losses, dinp, dw, x.data(), wf.data(), targets, N, C, V, dloss, softcap, Bf16Grad{},
+                               bias.bias, bias.dbias);
 }
 inline void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dw, const float* inp,
                                              const bf16* w, const int32_t* targets, int N, int C, int V,
