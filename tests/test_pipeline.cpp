@@ -86,6 +86,19 @@ TEST_F(Pipeline, ReplicasAndATiedHeadAgreeWithinTheTolerance) {
   EXPECT_LE(diff, kTolerance);
 }
 
+// A masked-LM encoder (tied head: its decoder is the first stage's embedding): the stages mask
+// nothing themselves, they run the micro-batches the step drew and masked, so K = 2 trains one
+// process's run (within the tied head's tolerance).
+TEST_F(Pipeline, MaskedLmEqualsOneProcess) {
+  const std::string mlm = "--set model.objective=mlm --set model.norm=post --set model.tied_head=true";
+  const TrainedRun single = train("mlm-single", 0, 8, mlm);
+  const TrainedRun two = train("mlm-k2", 2, 8, mlm + " --set parallel.pipeline_stages=2");
+  const double diff = max_relative_difference(single.steps, two.steps);
+  std::printf("masked LM, K = 2 vs one process: max relative difference %.3g\n", diff);
+  EXPECT_LE(diff, kTolerance);
+  EXPECT_TRUE(contains(two.output, "pipeline of 2 stages")) << two.output;
+}
+
 // α = 0.5 every 2 steps on 4 blocks: 2 frozen after step 2 (the stages are re-balanced), 3 after
 // step 4 (too few trainable blocks for 2 stages: one stage, 2 replicas).
 const std::string kFreeze = "--set methods.freeze.alpha=0.5 --set methods.freeze.interval=2 "
