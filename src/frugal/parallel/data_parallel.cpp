@@ -43,9 +43,12 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
     FRUGAL_CHECK(zero_ < 2 || !method->capabilities().reads_all_gradients, "methods.{} reads every "
                  "block's gradients, which parallel.zero = 2 leaves reduced on the rank that owns "
                  "them only; use parallel.zero = 1 (or 0)", method->name());
-    FRUGAL_CHECK(!method->capabilities().changes_shapes, "methods.{} reshapes the model mid-run, "
-                 "which data parallelism does not follow yet; run it in one process (without "
-                 "mpirun)", method->name());
+    // Every rank reshapes its whole model alike at Reconfigure (the same weights, the same map),
+    // and each step reduces the buffer the model has then; ZeRO's shards of AdamW's moments would
+    // have to be re-cut and mapped with the weights.
+    FRUGAL_CHECK(zero_ == 0 || !method->capabilities().changes_shapes, "methods.{} reshapes the model "
+                 "mid-run, which ZeRO's optimizer shards do not follow yet; use parallel.zero = 0 (plain "
+                 "data parallelism follows it)", method->name());
   }
   shards_ = shard_bounds_of(session.model().table(), world.size(), settings.optim.muon.enabled);
   if (zero_ >= 1) session.shard_optimizer(shards_[replica()], shards_[replica() + 1]);
@@ -74,6 +77,9 @@ size_t DataParallelStep::resident_gradient_bytes() const {
 void DataParallelStep::begin_context(TrainContext& ctx) {
   ctx.allgather_replicas = world_.allgather_over(replicas());
   ctx.replicas = world_.size();
+  // A method reshaped the model at the last Reconfigure (ZeRO 0 only): its buffer's bounds follow.
+  if (shards_.back() != session_.model().table().total())
+    shards_ = shard_bounds_of(session_.model().table(), world_.size(), settings_.optim.muon.enabled);
 }
 
 void DataParallelStep::reset_gradients() {
