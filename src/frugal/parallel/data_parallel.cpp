@@ -43,12 +43,9 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
     FRUGAL_CHECK(zero_ < 2 || !method->capabilities().reads_all_gradients, "methods.{} reads every "
                  "block's gradients, which parallel.zero = 2 leaves reduced on the rank that owns "
                  "them only; use parallel.zero = 1 (or 0)", method->name());
-    // Every rank reshapes its whole model alike at Reconfigure (the same weights, the same map),
-    // and each step reduces the buffer the model has then; ZeRO's shards of AdamW's moments would
-    // have to be re-cut and mapped with the weights.
-    FRUGAL_CHECK(zero_ == 0 || !method->capabilities().changes_shapes, "methods.{} reshapes the model "
-                 "mid-run, which ZeRO's optimizer shards do not follow yet; use parallel.zero = 0 (plain "
-                 "data parallelism follows it)", method->name());
+    // Every rank reshapes its whole model alike at Reconfigure (the same weights, the same map);
+    // each step reduces the buffer the model has then, and ZeRO re-cuts its shards (reconfigure).
+    reshaping_ |= method->capabilities().changes_shapes;
   }
   shards_ = shard_bounds_of(session.model().table(), world.size(), settings.optim.muon.enabled);
   if (zero_ >= 1) session.shard_optimizer(shards_[replica()], shards_[replica() + 1]);
@@ -77,9 +74,30 @@ size_t DataParallelStep::resident_gradient_bytes() const {
 void DataParallelStep::begin_context(TrainContext& ctx) {
   ctx.allgather_replicas = world_.allgather_over(replicas());
   ctx.replicas = world_.size();
-  // A method reshaped the model at the last Reconfigure (ZeRO 0 only): its buffer's bounds follow.
-  if (shards_.back() != session_.model().table().total())
-    shards_ = shard_bounds_of(session_.model().table(), world_.size(), settings_.optim.muon.enabled);
+}
+
+void DataParallelStep::reconfigure(TrainContext& ctx) {
+  if (!reshaping_) return StepStrategy::reconfigure(ctx);
+  // Under ZeRO the reshape's map needs the whole moments: every rank gathers them, the methods
+  // reshape, and the new buffer is cut again (its moments copied out of the whole ones).
+  const size_t total = session_.model().table().total();
+  if (zero_ >= 1) {
+    const AdamW& shard = session_.optim();
+    std::vector<float> m(total), v(total);
+    std::copy_n(session_.optim().m(), shard.shard_end() - shard.shard_begin(), m.data() + shard.shard_begin());
+    std::copy_n(session_.optim().v(), shard.shard_end() - shard.shard_begin(), v.data() + shard.shard_begin());
+    allgather_shards(m.data(), 0);
+    allgather_shards(v.data(), 0);
+    session_.reshard_optimizer(0, total, m.data(), v.data());
+  }
+  StepStrategy::reconfigure(ctx);
+  shards_ = shard_bounds_of(session_.model().table(), world_.size(), settings_.optim.muon.enabled);
+  if (zero_ >= 1) {
+    AdamW& whole = session_.optim();
+    const size_t now = session_.model().table().total();
+    const std::vector<float> m(whole.m(), whole.m() + now), v(whole.v(), whole.v() + now);
+    session_.reshard_optimizer(shards_[replica()], shards_[replica() + 1], m.data(), v.data());
+  }
 }
 
 void DataParallelStep::reset_gradients() {
@@ -149,7 +167,7 @@ float DataParallelStep::clip_gradients() {
 void DataParallelStep::update(float lr) {
   StepStrategy::update(lr);
   GPT& model = session_.model();
-  if (zero_ >= 1) allgather_params(model.params(), model.trainable_begin());
+  if (zero_ >= 1) allgather_shards(model.params(), model.trainable_begin());
 }
 
 void DataParallelStep::add_metrics(nlohmann::json& record) {
@@ -188,7 +206,7 @@ void DataParallelStep::add_embedding_grads(GPT& model) {
                             all_tokens_.data(), N * B, T, C);
 }
 
-void DataParallelStep::allgather_params(float* params, size_t begin) {
+void DataParallelStep::allgather_shards(float* buffer, size_t begin) {
   const int N = world_.size();
   std::vector<int> counts(N), displs(N);
   for (int r = 0; r < N; ++r) {
@@ -197,9 +215,9 @@ void DataParallelStep::allgather_params(float* params, size_t begin) {
     displs[r] = static_cast<int>(lo - begin);
   }
   MPI_Request request;
-  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, params + begin, counts.data(), displs.data(), MPI_FLOAT,
+  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buffer + begin, counts.data(), displs.data(), MPI_FLOAT,
                   replicas(), &request);
-  world_.wait(request, "the all-gather of the updated parameters");
+  world_.wait(request, "the all-gather of the shards");
 }
 
 }  // namespace frugal::parallel

@@ -11,6 +11,8 @@
 //   2  as 1, but gradients are reduce-scattered: a rank receives the sums of its shard only, and
 //      the gradient norm is one chained sum over the shards in order (bit-identical to one
 //      process's). Methods that read every block's gradients (freeze) need stage 0 or 1.
+// A method that reshapes the model (the V-cycle) runs under every stage: the ranks reshape alike,
+// and ZeRO gathers the moments whole around the reshape and cuts the new buffer's again.
 #pragma once
 #include <memory>
 #include <vector>
@@ -49,18 +51,21 @@ class DataParallelStep final : public StepStrategy {
   float clip_gradients() override;  // ZeRO-2: the norm chained over the shards
   void update(float lr) override;   // ZeRO-1/2: the updated shards all-gathered
   void add_metrics(nlohmann::json& record) override;  // "comm"
+  void reconfigure(TrainContext& ctx) override;        // shards follow a reshape
 
  private:
   // Adds the token-embedding gradient rows of every rank's last micro-batch (left out of the
   // backward, see GPT::set_defer_token_embedding_grad) to the reduced gradients.
   void add_embedding_grads(GPT& model);
-  // Gathers every rank's updated shard of params[begin, total) onto every rank.
-  void allgather_params(float* params, size_t begin);
+  // Gathers every rank's shard of buffer[begin, total) onto every rank (buffer indexed like the
+  // flat parameter buffer: the updated parameters, or the moments before a reshape).
+  void allgather_shards(float* buffer, size_t begin);
   int replica() const { return mesh_->coordinate(Dim::Data); }
   MPI_Comm replicas() const { return mesh_->group(Dim::Data); }  // the norm chain and the all-gathers
 
   MpiWorld& world_;
   int zero_;
+  bool reshaping_ = false;  // a method reshapes the model (the V-cycle)
   MPI_Comm base_;
   std::unique_ptr<MpiMesh> mesh_;  // data N over base_
   std::vector<size_t> shards_;

@@ -65,9 +65,8 @@ void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
   const BlockRange whole = BlockRange::whole(model_->config());
   FRUGAL_CHECK(model_->range() == whole, "internal: only a session of the whole model can be "
                "reshaped (a pipeline stage is re-partitioned by its strategy)");
-  FRUGAL_CHECK(!optim_->sharded(), "a method reshaped the model while the optimizer state is "
-               "sharded over processes (parallel.zero = 1 or 2), which reshaping does not support "
-               "yet; run this method with parallel.zero = 0");
+  FRUGAL_CHECK(!optim_->sharded(), "internal: a method reshaped the model while the optimizer state "
+               "is sharded (the data-parallel step gathers it whole around Reconfigure)");
   rebuild(next, BlockRange::whole(next), map, true);
   ++reshapes_;
 }
@@ -101,6 +100,18 @@ void Session::rebuild(const ModelConfig& config, const BlockRange& range, const 
 void Session::shard_optimizer(size_t begin, size_t end) {
   FRUGAL_CHECK(optim_->steps_taken() == 0, "internal: the optimizer is sharded after it took steps");
   optim_ = std::make_unique<AdamW>(model_->table(), options_.optim, begin, end);
+}
+
+void Session::reshard_optimizer(size_t begin, size_t end, const float* m_whole, const float* v_whole) {
+  const size_t first = model_->table().owned_begin();
+  FRUGAL_CHECK(first <= begin && begin <= end && end <= model_->table().total(), "internal: shard [{}, {}) "
+               "outside the trainable buffer [{}, {})", begin, end, first, model_->table().total());
+  const int64_t steps = optim_->steps_taken();
+  optim_.reset();
+  optim_ = std::make_unique<AdamW>(model_->table(), options_.optim, begin, end);
+  optim_->set_steps_taken(steps);
+  std::copy(m_whole + (begin - first), m_whole + (end - first), optim_->m());
+  std::copy(v_whole + (begin - first), v_whole + (end - first), optim_->v());
 }
 
 nlohmann::json Session::save_state() const {

@@ -113,6 +113,11 @@ class Session {
   // [begin, end) of the flat parameter buffer. Replaces the optimizer with a fresh one: call
   // before any optimizer state is loaded or step taken.
   void shard_optimizer(size_t begin, size_t end);
+  // Moves the optimizer to the shard [begin, end) keeping its steps: its moments are copied from
+  // m_whole and v_whole, the moments of the whole trainable buffer ([owned begin, total) of the
+  // table, as an unsharded optimizer holds them). [owned begin, total) makes it whole again (what a
+  // reshape needs: data parallelism gathers the shards first and cuts them again after).
+  void reshard_optimizer(size_t begin, size_t end, const float* m_whole, const float* v_whole);
 
   // How many reshapes this session (and the run it continues) went through.
   int64_t reshapes() const { return reshapes_; }

@@ -119,9 +119,11 @@ void StepStrategy::end_step(TrainContext& ctx, const StepResult& r) {
   session_.model().refresh_formats();
   ctx.step_flops = r.executed.model();
   methods_.fire(Event::AfterOptimStep, ctx);
-  if (ctx.request_reconfigure) methods_.fire(Event::Reconfigure, ctx);
+  if (ctx.request_reconfigure) reconfigure(ctx);
   methods_.fire(Event::BatchEnd, ctx);
 }
+
+void StepStrategy::reconfigure(TrainContext& ctx) { methods_.fire(Event::Reconfigure, ctx); }
 
 std::unique_ptr<StepStrategy> make_single_process_step(Session& session, MethodSet& methods,
                                                        const RunSettings& settings) {

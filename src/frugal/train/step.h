@@ -112,6 +112,9 @@ class StepStrategy {
   virtual void update(float lr);
   // Adds the strategy's own fields to a logged step's metrics line.
   virtual void add_metrics(nlohmann::json& /*record*/) {}
+  // When a method asked for it after the update: fires Reconfigure, where methods may reshape the
+  // session; a strategy whose state depends on the shapes brings it along around that.
+  virtual void reconfigure(TrainContext& ctx);
 
   // Helpers of the pieces.
   // Fills the micro-batch buffers from next_batch.
