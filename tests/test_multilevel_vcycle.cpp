@@ -11,6 +11,7 @@
 #include "error_of.h"
 #include "frugal/io/safetensors.h"
 #include "frugal/methods/multilevel/vcycle.h"
+#include "frugal/train/checkpoint.h"
 #include "frugal/train/trainer.h"
 #include "temp_dir.h"
 #include "train_data.h"
@@ -123,6 +124,39 @@ TEST(MultiLevel, ResumesBitExactlyFromEveryStepOfTheCycle) {
 TEST(MultiLevel, ThreeLevelsResumeBitExactlyFromEveryStep) {
   expect_resume_bit_exact_everywhere({"methods.multilevel.levels=3", "methods.multilevel.alpha=0.25,0.5",
                                       "methods.multilevel.shares=0.2,0.1,0.3,0.1,0.3"});
+}
+
+// 2:4 follows the V-cycle: after every level change the FFN linears of the new shapes run 2:4
+// masks searched from the mapped weights (every group of 4 keeps 2 of the weights the model
+// holds), the pair resumes bit-exactly from every step, and the run differs from the V-cycle alone.
+TEST(MultiLevel, Sparse24FollowsEveryLevelChangeAndResumesBitExactly) {
+  const std::vector<std::string> pair = {"methods.sparse24.mask_interval=3", "methods.sparse24.dense_finetune_fraction=0"};
+  expect_resume_bit_exact_everywhere(pair);
+  TempDir dir;
+  const std::string data = make_data(dir);
+  Trainer both(config(data, dir.file("both"), pair), {.quiet = true});
+  const std::vector<float> with_24 = both.fit().losses;
+  EXPECT_NE(with_24, Trainer(config(data, dir.file("alone"), {}), {.quiet = true}).fit().losses);
+  // At the level-2 checkpoint (step 5: 2 layers of n_embd 16) and at the end, each FFN linear's
+  // weights as the model runs them (its 2:4 format's) are zero in exactly 2 of every 4 in a row.
+  auto with_steps = pair;
+  with_steps.insert(with_steps.end(), {"train.checkpoint_interval=5", "train.keep_checkpoints=5"});
+  Trainer(config(data, dir.file("ckpt"), with_steps), {.quiet = true}).fit();
+  for (int step : {5, 10}) {
+    const CheckpointModel loaded = load_checkpoint_model(checkpoint(dir.file("ckpt"), step));
+    const GPT& model = *loaded;
+    EXPECT_EQ(model.config().n_embd, step == 5 ? 16 : 32) << step;
+    for (int l = 0; l < model.config().n_layer; ++l) {
+      const auto [OC, IC] = model.linear_shape(GPT::Linear::Fc);
+      const float* W = model.params() + model.linear_weight_offset(l, GPT::Linear::Fc);
+      for (int r = 0; r < OC; ++r)
+        for (int g = 0; g < IC; g += 4) {
+          int zeros = 0;
+          for (int i = 0; i < 4; ++i) zeros += W[size_t(r) * IC + g + i] == 0.0f;
+          ASSERT_EQ(zeros, 2) << "step " << step << " layer " << l << " row " << r << " group " << g;
+        }
+    }
+  }
 }
 
 TEST(MultiLevel, AlphaZeroRestoresTheWeightsKeptBeforeCoalescing) {

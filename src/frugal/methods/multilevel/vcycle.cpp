@@ -131,8 +131,7 @@ MethodInfo method_info() {
   return {"multilevel", "multi-level training: the V-cycle of coalescing, de-coalescing and interpolation",
           add_keys, make,
           {{"freeze", "its frozen prefix and cached activations belong to one model shape and are not "
-                      "mapped through a level change"},
-           {"sparse24", "its 2:4 masks belong to one model shape and are not mapped through a level change"}}};
+                      "mapped through a level change"}}};
 }
 
 std::vector<int64_t> VCycleMethod::segment_ends(const std::vector<double>& shares, int64_t max_steps) {

@@ -106,14 +106,22 @@ void Sparse24Method::apply_masked_decay(TrainContext& ctx) const {
   }
 }
 
-bool Sparse24Method::match(Event event, const TrainContext&) const {
+void Sparse24Method::follow_reshape(GPT& model) {
+  build_targets(model);
+  installed_ = false;
+  if (finetune_) return;
+  compute_masks(model);
+  install(model, true);
+}
+
+bool Sparse24Method::match(Event event, const TrainContext& ctx) const {
   switch (event) {
     case Event::Init:
     case Event::FitStart: return true;
     case Event::BatchStart: return installed_ && config_.mvue;
     case Event::BeforeOptimStep: return installed_ && config_.decay > 0;
     case Event::AfterOptimStep: return installed_;
-    case Event::Reconfigure: return pending_ != Pending::None;
+    case Event::Reconfigure: return pending_ != Pending::None || ctx.session.reshapes() != reshapes_seen_;
     default: return false;
   }
 }
@@ -126,6 +134,7 @@ void Sparse24Method::apply(Event event, TrainContext& ctx) {
       break;
     case Event::FitStart:  // after --init-from or a resume, the weights and state are final here
       finetune_ = finetune_ || ctx.step >= dense_start(ctx.max_steps);
+      reshapes_seen_ = ctx.session.reshapes();
       if (!finetune_) {
         if (!have_masks_) compute_masks(model);
         install(model, true);
@@ -149,10 +158,15 @@ void Sparse24Method::apply(Event event, TrainContext& ctx) {
       break;
     }
     case Event::Reconfigure:
+      if (ctx.session.reshapes() != reshapes_seen_) {
+        follow_reshape(model);
+        reshapes_seen_ = ctx.session.reshapes();
+        if (pending_ == Pending::UpdateMasks) pending_ = Pending::None;  // searched just now
+      }
       if (pending_ == Pending::GoDense) {
         install(model, false);
         finetune_ = true;
-      } else {
+      } else if (pending_ == Pending::UpdateMasks) {
         flip_rate_ = compute_masks(model);
         ++mask_updates_;
         for (Target& t : targets_) {

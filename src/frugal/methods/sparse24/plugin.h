@@ -11,6 +11,9 @@
 //   clipping and before the AdamW update;
 // - dense fine-tuning: the formats are removed at the Reconfigure after step
 //   max_steps − round(max_steps · dense_finetune_fraction), and the rest of the run is dense.
+// - a reshape (the V-cycle's level change, at a Reconfigure before this method's): the targets
+//   are the new model's linears, their masks searched from the mapped weights at once (every
+//   level keeps the head size, a multiple of 8, so its widths divide into 4x4 blocks).
 // State (masks, mask-update count, last flip rate, phase) is saved with every checkpoint.
 #pragma once
 #include <memory>
@@ -36,7 +39,7 @@ class Sparse24Method final : public Method {
  public:
   explicit Sparse24Method(Sparse24Config config) : config_(config) {}
   std::string name() const override { return "sparse24"; }
-  Capabilities capabilities() const override { return {.owns_masks = true}; }
+  Capabilities capabilities() const override { return {.owns_masks = true, .follows_reshape = true}; }
   bool match(Event event, const TrainContext& ctx) const override;
   void apply(Event event, TrainContext& ctx) override;
   nlohmann::json save_state() const override;
@@ -69,6 +72,8 @@ class Sparse24Method final : public Method {
   double compute_masks(GPT& model);
   void install(GPT& model, bool sparse);
   void apply_masked_decay(TrainContext& ctx) const;
+  // After a reshape: targets, masks and formats of the new model's linears (masks from its weights).
+  void follow_reshape(GPT& model);
 
   enum class Pending { None, UpdateMasks, GoDense };
   Sparse24Config config_;
@@ -77,6 +82,7 @@ class Sparse24Method final : public Method {
   Pending pending_ = Pending::None;
   int64_t mask_updates_ = 0;
   double flip_rate_ = 0;
+  int64_t reshapes_seen_ = 0;  // the session's reshape count the targets belong to
 };
 
 }  // namespace frugal::sparse24
