@@ -41,7 +41,8 @@ struct Capabilities {
   bool changes_shapes = false;         // reshapes the session at Reconfigure (Session::reshape)
   bool owns_masks = false;             // installs linear formats / sparsity masks
   // With owns_masks: re-derives its masks and formats for the new shapes at the Reconfigure of a
-  // reshape (firing after the reshaping method), so it may run next to a changes_shapes method.
+  // reshape; with changes_trainable_set: starts its frozen prefix again on the new shapes. It
+  // fires after the reshaping method, so it may run next to a changes_shapes method.
   bool follows_reshape = false;
   // Reads gradients of the whole model after their reduction (AfterGradReduce and later); a
   // data-parallel run with ZeRO stage 2 leaves each rank only its shard's.

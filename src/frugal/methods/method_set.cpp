@@ -42,14 +42,14 @@ MethodSet::MethodSet(std::vector<std::unique_ptr<Method>> methods) {
     methods_.push_back(std::move(methods[pick]));
   }
   // A reshape rebuilds the model: masks, a frozen prefix and its cached activations belong to the
-  // old shapes, unless the mask owner follows reshapes (and fires after the reshaping method).
+  // old shapes, unless their owner follows reshapes (and fires after the reshaping method).
   for (size_t i = 0; i < methods_.size(); ++i)
     for (size_t j = 0; j < methods_.size(); ++j) {
       const auto& a = methods_[i];
       const auto& b = methods_[j];
       if (i == j || !a->capabilities().changes_shapes) continue;
       const Capabilities other = b->capabilities();
-      if (other.owns_masks && other.follows_reshape && !other.changes_trainable_set && !other.changes_shapes) {
+      if (other.follows_reshape && !other.changes_shapes) {
         FRUGAL_CHECK(i < j, "internal: methods.{} follows the reshapes of methods.{} but fires before "
                      "it; declare runs_before", b->name(), a->name());
         continue;

@@ -50,6 +50,13 @@ void AutoCache::update(const TrainContext& ctx, int frozen, int64_t next_step) {
   batch_.resize(floats * ctx.batch);
 }
 
+void AutoCache::drop() {
+  cache_.reset();
+  pending_keys_.clear();
+  pending_.clear();
+  format_version_ = 0;
+}
+
 void AutoCache::lose_cache(const SpillError& e) {
   failure_ = e.what();
   cache_.reset();

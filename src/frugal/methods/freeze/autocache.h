@@ -47,6 +47,8 @@ class AutoCache {
   // the read is cheaper than recomputing; turning off frees the cache.
   void update(const TrainContext& ctx, int frozen, int64_t next_step);
   bool active() const { return active_; }
+  // After a reshape (the V-cycle's level change): every entry belongs to the old shapes; dropped.
+  void drop();
   // BeforeForward: feeds the micro-batch from the cache when all its samples share a level.
   void serve(TrainContext& ctx, int frozen);
   // AfterForward: stores the frozen prefix's output of the micro-batch's samples (with

@@ -70,6 +70,19 @@ int FreezeMethod::cap(const GPT& model) const {
   return config_.max_frozen < 0 ? L - 1 : std::min(config_.max_frozen, L);
 }
 
+void FreezeMethod::restart(TrainContext& ctx) {
+  GPT& model = ctx.model();
+  frozen_ = target_ = std::min(config_.frozen_layers, cap(model));
+  intervals_done_ = 0;
+  norm_sum_.clear();
+  prev_norm_.clear();
+  norm_samples_ = 0;
+  model.set_frozen_prefix(frozen_);
+  autocache_.drop();
+  autocache_.update(ctx, frozen_, ctx.step + 1);
+  reshapes_seen_ = ctx.session.reshapes();
+}
+
 bool FreezeMethod::match(Event event, const TrainContext& ctx) const {
   switch (event) {
     case Event::Init:
@@ -99,6 +112,7 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
       model.set_frozen_prefix(frozen_);
       break;
     case Event::FitStart:  // after a resume, load_state() may have moved the boundary
+      reshapes_seen_ = ctx.session.reshapes();
       model.set_frozen_prefix(frozen_);
       autocache_.update(ctx, frozen_, ctx.step);
       break;
@@ -133,7 +147,9 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
       break;
     }
     case Event::Reconfigure:
-      if (target_ != frozen_) {
+      if (ctx.session.reshapes() != reshapes_seen_) {
+        restart(ctx);
+      } else if (target_ != frozen_) {
         frozen_ = target_;
         model.set_frozen_prefix(frozen_);
         autocache_.update(ctx, frozen_, ctx.step + 1);

@@ -26,7 +26,7 @@ class FreezeMethod final : public Method {
   std::string name() const override { return "freeze"; }
   Capabilities capabilities() const override {
     // Only the adaptive criterion reads gradients (every trainable block's norms).
-    return {.changes_trainable_set = true, .reads_all_gradients = config_.adaptive};
+    return {.changes_trainable_set = true, .follows_reshape = true, .reads_all_gradients = config_.adaptive};
   }
   bool match(Event event, const TrainContext& ctx) const override;
   void apply(Event event, TrainContext& ctx) override;
@@ -41,11 +41,15 @@ class FreezeMethod final : public Method {
 
  private:
   int cap(const GPT& model) const;
+  // After a reshape: freezing starts again on the new model (the configured prefix, the schedule's
+  // intervals and the adaptive criterion's norms from zero, AutoCache emptied).
+  void restart(TrainContext& ctx);
   FreezeConfig config_;
   AutoCache autocache_;
   int frozen_ = 0, target_ = 0, intervals_done_ = 0;
   std::vector<double> norm_sum_, prev_norm_;
   int norm_samples_ = 0;
+  int64_t reshapes_seen_ = 0;  // the session's reshape count the frozen prefix belongs to
 };
 
 }  // namespace frugal::freeze

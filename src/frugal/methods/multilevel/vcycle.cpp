@@ -129,9 +129,7 @@ std::vector<LevelMap> level_maps(const ModelConfig& level1, const std::vector<Co
 
 MethodInfo method_info() {
   return {"multilevel", "multi-level training: the V-cycle of coalescing, de-coalescing and interpolation",
-          add_keys, make,
-          {{"freeze", "its frozen prefix and cached activations belong to one model shape and are not "
-                      "mapped through a level change"}}};
+          add_keys, make, {}};
 }
 
 std::vector<int64_t> VCycleMethod::segment_ends(const std::vector<double>& shares, int64_t max_steps) {

@@ -46,8 +46,8 @@ class VCycleMethod final : public Method {
   VCycleMethod(VCycleConfig config, int64_t max_steps);
   std::string name() const override { return "multilevel"; }
   Capabilities capabilities() const override { return {.changes_shapes = true}; }
-  // The mask owners that follow its reshapes fire after it at Reconfigure.
-  std::vector<std::string> runs_before() const override { return {"sparse24", "mst"}; }
+  // The methods that follow its reshapes fire after it at Reconfigure.
+  std::vector<std::string> runs_before() const override { return {"freeze", "sparse24", "mst"}; }
   bool match(Event event, const TrainContext& ctx) const override;
   void apply(Event event, TrainContext& ctx) override;
   nlohmann::json save_state() const override;
