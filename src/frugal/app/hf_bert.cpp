@@ -108,17 +108,8 @@ struct BertConfigFile {
 BertConfigFile read_config(const std::string& path) {
   const json j = read_hf_config_json(path);
   const HfConfigReader r(j, path, "BERT", "BertConfig");
-  const std::string type = r.string("model_type", "");
-  FRUGAL_CHECK(type == "bert", "{}: model_type \"{}\" is not \"bert\"; this reads BERT (BertForMaskedLM) "
-               "configs only", path, type);
-  const std::string act = r.string("hidden_act", "gelu");  // BertConfig's default
-  FRUGAL_CHECK(act != "gelu", "{}: hidden_act \"gelu\" is the exact (erf) GELU, which frugal does not compute "
-               "(its GELU is the tanh form, \"gelu_new\"), so the imported model would compute another "
-               "function; only BERT models with hidden_act \"gelu_new\" or \"gelu_pytorch_tanh\" can be imported",
-               path);
-  FRUGAL_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
-               "{}: hidden_act \"{}\" is not supported; frugal's MLP and masked-LM head use the tanh GELU "
-               "(\"gelu_new\" or \"gelu_pytorch_tanh\")", path, act);
+  r.expect_model_type("bert", "");
+  r.expect_tanh_gelu("hidden_act", "gelu");  // BertConfig's default is the erf GELU
   const std::string position = r.string("position_embedding_type", "absolute");
   FRUGAL_CHECK(position == "absolute", "{}: position_embedding_type \"{}\" is not supported; frugal learns "
                "absolute positions only (\"absolute\")", path, position);
@@ -138,21 +129,14 @@ BertConfigFile read_config(const std::string& path) {
   m.n_layer = r.count("num_hidden_layers");
   m.n_head = r.count("num_attention_heads");
   m.n_embd = r.count("hidden_size");
-  const int hidden = r.count("intermediate_size");
-  FRUGAL_CHECK(m.n_embd > 0 && hidden % m.n_embd == 0, "{}: intermediate_size = {} is not a multiple of "
-               "hidden_size = {}; frugal's MLP width is ffn_mult * n_embd", path, hidden, m.n_embd);
-  m.ffn_mult = m.n_embd > 0 ? hidden / m.n_embd : 0;
+  m.ffn_mult = r.ffn_mult("intermediate_size", std::nullopt, "hidden_size", m.n_embd);
   out.type_vocab_size = r.count("type_vocab_size", 2);
   FRUGAL_CHECK(out.type_vocab_size >= 1, "{}: type_vocab_size = 0; BERT adds token-type row 0 to every "
                "position, so it needs at least one", path);
   m.dropout = 0.0f;  // inference default; a fine-tuning run config sets its own
   m.layernorm_eps = static_cast<float>(r.number("layer_norm_eps", 1e-12));
   m.init_std = static_cast<float>(r.number("initializer_range", 0.02));
-  try {
-    m.validate();
-  } catch (const Error& e) {
-    fail("{} describes a model frugal cannot hold: {}", path, e.what());
-  }
+  r.validate(m);
   return out;
 }
 

@@ -171,13 +171,8 @@ void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_
 ModelConfig read_hf_gpt2_config(const std::string& path) {
   const json j = read_hf_config_json(path);
   const HfConfigReader r(j, path, "GPT-2", "GPT2Config");
-  const std::string type = r.string("model_type", "gpt2");
-  FRUGAL_CHECK(type == "gpt2", "{}: model_type \"{}\" is not supported; only GPT-2 models (model_type "
-               "\"gpt2\") can be imported", path, type);
-  const std::string act = r.string("activation_function", "gelu_new");
-  FRUGAL_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
-               "{}: activation_function \"{}\" is not supported; frugal's MLP uses the tanh GELU "
-               "(\"gelu_new\" or \"gelu_pytorch_tanh\")", path, act);
+  r.expect_model_type("gpt2", "gpt2");
+  r.expect_tanh_gelu("activation_function", "gelu_new");
   r.expect_bool("scale_attn_weights", true, "frugal always scales attention scores by 1/sqrt(head size)");
   r.expect_bool("scale_attn_by_inverse_layer_idx", false, "frugal has no per-layer attention scaling");
   r.expect_bool("add_cross_attention", false, "frugal has no cross-attention");
@@ -189,22 +184,14 @@ ModelConfig read_hf_gpt2_config(const std::string& path) {
   m.n_layer = r.count("n_layer");
   m.n_head = r.count("n_head");
   m.n_embd = r.count("n_embd");
-  const int hidden = r.count("n_inner", int64_t(4) * m.n_embd);
-  FRUGAL_CHECK(m.n_embd > 0 && hidden % m.n_embd == 0,
-               "{}: n_inner = {} is not a multiple of n_embd = {}; frugal's MLP width is "
-               "ffn_mult * n_embd", path, hidden, m.n_embd);
-  m.ffn_mult = m.n_embd > 0 ? hidden / m.n_embd : 0;
+  m.ffn_mult = r.ffn_mult("n_inner", int64_t(4) * m.n_embd, "n_embd", m.n_embd);
   m.mlp = MlpKind::Gelu;
   m.bias = true;
   m.tied_head = r.boolean("tie_word_embeddings", true);
   m.dropout = 0.0f;  // inference default; a fine-tuning run config sets its own
   m.layernorm_eps = static_cast<float>(r.number("layer_norm_epsilon", 1e-5));
   m.init_std = static_cast<float>(r.number("initializer_range", 0.02));
-  try {
-    m.validate();
-  } catch (const Error& e) {
-    fail("{} describes a model frugal cannot hold: {}", path, e.what());
-  }
+  r.validate(m);
   return m;
 }
 

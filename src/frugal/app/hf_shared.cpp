@@ -73,6 +73,37 @@ std::string HfConfigReader::string(const char* key, const std::string& fallback)
   return v->get<std::string>();
 }
 
+void HfConfigReader::expect_model_type(const char* type, const char* fallback) const {
+  const std::string found = string("model_type", fallback);
+  FRUGAL_CHECK(found == type, "{}: model_type \"{}\" is not supported; only {} models (model_type \"{}\") can be "
+               "imported", path_, found, family_, type);
+}
+
+void HfConfigReader::expect_tanh_gelu(const char* key, const char* fallback) const {
+  const std::string act = string(key, fallback);
+  FRUGAL_CHECK(act != "gelu", "{}: {} \"gelu\" is the exact (erf) GELU, which frugal does not compute (its "
+               "GELU is the tanh form, \"gelu_new\"), so the imported model would compute another function; "
+               "only {} models with {} \"gelu_new\" or \"gelu_pytorch_tanh\" can be imported", path_, key, family_, key);
+  FRUGAL_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", "{}: {} \"{}\" is not supported; frugal uses the "
+               "tanh GELU (\"gelu_new\" or \"gelu_pytorch_tanh\")", path_, key, act);
+}
+
+int HfConfigReader::ffn_mult(const char* hidden_key, std::optional<int64_t> fallback, const char* width_key,
+                             int width) const {
+  const int hidden = count(hidden_key, fallback);
+  FRUGAL_CHECK(width > 0 && hidden % width == 0, "{}: {} = {} is not a multiple of {} = {}; frugal's MLP width "
+               "is ffn_mult * n_embd", path_, hidden_key, hidden, width_key, width);
+  return hidden / width;
+}
+
+void HfConfigReader::validate(const ModelConfig& m) const {
+  try {
+    m.validate();
+  } catch (const Error& e) {
+    fail("{} describes a model frugal cannot hold: {}", path_, e.what());
+  }
+}
+
 void HfConfigReader::expect_bool(const char* key, bool supported, const char* why) const {
   FRUGAL_CHECK(boolean(key, supported) == supported,
                "{}: \"{}\" = {} is not supported: {}; only {} models with \"{}\" = {} can be imported", path_,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "frugal/io/safetensors.h"
+#include "frugal/model/config.h"
 
 namespace frugal::io {
 
@@ -29,6 +30,16 @@ class HfConfigReader {
   double number(const char* key, double fallback) const;
   bool boolean(const char* key, bool fallback) const;
   std::string string(const char* key, const std::string& fallback) const;
+  // Throws unless model_type (absent: fallback) is `type`.
+  void expect_model_type(const char* type, const char* fallback) const;
+  // Throws unless the activation `key` (absent: fallback) is the tanh GELU frugal computes:
+  // "gelu_new" or "gelu_pytorch_tanh" ("gelu", the erf form, is refused saying so).
+  void expect_tanh_gelu(const char* key, const char* fallback) const;
+  // The MLP's ffn_mult: count(hidden_key) / width, where width is n_embd's value (key width_key);
+  // throws unless it divides.
+  int ffn_mult(const char* hidden_key, std::optional<int64_t> fallback, const char* width_key, int width) const;
+  // m.validate(), its error naming the file.
+  void validate(const ModelConfig& m) const;
   // Throws unless `key` is absent or has the value frugal computes.
   void expect_bool(const char* key, bool supported, const char* why) const;
   const std::string& path() const { return path_; }
