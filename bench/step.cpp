@@ -15,6 +15,7 @@
 #include "frugal/core/rng.h"
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
+#include "frugal/data/masking.h"
 #include "frugal/kernels/cpu/blas_peak.h"
 #include "frugal/kernels/cpu/gemm.h"
 #include "frugal/kernels/dispatch.h"
@@ -108,6 +109,15 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   for (size_t i = 0; i < N; ++i) {
     data_inputs[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
     data_targets[i] = static_cast<int32_t>(rng.below(s.model.vocab_size));
+  }
+  if (s.model.encoder()) {  // masked as in training: the head runs on the ~15% selected rows only
+    data::MaskingSpec masking;
+    masking.mask_id = s.model.vocab_size - 1;
+    masking.vocab_size = s.model.vocab_size;
+    masking.specials = {masking.mask_id};
+    std::vector<int64_t> ids(size_t(t.batch_size));
+    std::iota(ids.begin(), ids.end(), int64_t{0});
+    data::mask_batch(masking, t.seed, 0, data_inputs.data(), data_targets.data(), ids.data(), t.batch_size, t.seq_len);
   }
   runner->set_num_samples(t.batch_size);
   const BatchSource whole_data_set = [&](int32_t* inputs, int32_t* targets, int64_t* ids) {

@@ -186,6 +186,19 @@ TEST_F(DataParallel, MixtureOfExpertsEqualsOneProcessAndZeroStages) {
   expect_identical(parallel.steps, train("moe-zero2", 2, 8, moe + " --set parallel.zero=2").steps);
 }
 
+// A masked-LM encoder: each rank masks its micro-batches from the step's key and the global sample
+// ids, so np = 2 masks what one process with twice the accumulation masks and trains the same run
+// (to the dense tolerance; the validation masks are fixed); ZeRO-2 gives ZeRO-0's run bit for bit.
+TEST_F(DataParallel, MaskedLmEqualsOneProcessAndZeroStages) {
+  const std::string mlm = "--set model.objective=mlm --set model.norm=post";
+  const TrainedRun parallel = train("mlm", 2, 8, mlm);
+  const TrainedRun single = train("mlm-ref", 0, 8, mlm + " --set train.grad_accum=2");
+  const double diff = max_relative_difference(single.steps, parallel.steps);
+  std::printf("masked LM: np=2 vs 1 process: max relative difference %.3g\n", diff);
+  EXPECT_LE(diff, kTolerance);
+  expect_identical(parallel.steps, train("mlm-zero2", 2, 8, mlm + " --set parallel.zero=2").steps);
+}
+
 // Muon: every rank orthogonalises the same reduced gradients, so np = 2 is one process with twice
 // the accumulation (to the dense tolerance); under ZeRO-1/2 each shard holds whole Muon matrices
 // (its bounds move to their starts), so ZeRO-1/2 give ZeRO-0's run bit for bit, with 4 ranks too.

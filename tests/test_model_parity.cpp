@@ -504,12 +504,3 @@ TEST(Encoder, MaskedLmLossIgnoresRowsWithoutTargets) {
   EXPECT_TRUE(std::any_of(grads.begin(), grads.end(), [](float g) { return g != 0.0f; }));
 }
 
-// The trainer does not mask batches yet: a run of an encoder is refused with one line (trained on
-// the loader's next-token targets, bidirectional attention would see them).
-TEST(Encoder, TrainingIsRefusedUntilTheTrainerMasks) {
-  const std::string error = frugal::testing::error_of(
-      [] { run_settings(io::Config::load(run_schema(), "", {"model.objective=mlm"})); });
-  EXPECT_NE(error.find("model.objective = \"mlm\" cannot be trained yet"), std::string::npos) << error;
-  EXPECT_EQ(run_settings(io::Config::load(run_schema(), "", {"model.objective=causal"})).model.objective,
-            ObjectiveKind::Causal);
-}

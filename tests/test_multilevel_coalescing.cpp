@@ -343,7 +343,12 @@ TEST(CoalescingMap, GroupsHeadsAndLayersByTheGrouping) {
 
 // ---- function preservation ----
 
-class CoalescingFunction : public ::testing::TestWithParam<std::tuple<bool, bool, MlpKind>> {};
+// The model variants whose function de-coalescing must keep: a decoder, and an encoder
+// (model.objective = mlm: embedding LayerNorm, MLM head with its dense layer and LayerNorm before the
+// tied decoder) with post-LN (BERT's) or pre-LN blocks.
+enum class Variant { Decoder, EncoderPostLn, EncoderPreLn };
+
+class CoalescingFunction : public ::testing::TestWithParam<std::tuple<bool, bool, MlpKind, Variant>> {};
 
 // max |a - b| / max |b|
 double logits_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -356,8 +361,13 @@ double logits_rel_diff(const std::vector<float>& a, const std::vector<float>& b)
 }
 
 TEST_P(CoalescingFunction, WidthDecoalescingPreservesTheLogits) {
-  const auto [tied, bias, mlp] = GetParam();
-  const LevelMap m = LevelMap::make(model(2, 4, mlp, tied, bias), {2, 1});
+  const auto [tied, bias, mlp, variant] = GetParam();
+  ModelConfig config = model(2, 4, mlp, tied, bias);
+  if (variant != Variant::Decoder) {
+    config.objective = ObjectiveKind::Mlm;
+    config.norm = variant == Variant::EncoderPostLn ? NormPlacement::Post : NormPlacement::Pre;
+  }
+  const LevelMap m = LevelMap::make(config, {2, 1});
   GPT small(m.small), large(m.large);
   small.init_weights(11);
   // Non-trivial LayerNorms and biases, so that every map is exercised.
@@ -378,34 +388,44 @@ TEST_P(CoalescingFunction, WidthDecoalescingPreservesTheLogits) {
   small.logits(tokens.data(), B, T, want.data());
   large.logits(tokens.data(), B, T, got.data());
   const double err = logits_rel_diff(got, want);
-  std::printf("[ metric ] tied=%d bias=%d %s: de-coalesced logits max rel diff %.2e\n", tied, bias,
-              mlp_kind_name(mlp), err);
+  const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::printf("[ metric ] %s: de-coalesced logits max rel diff %.2e\n", name.c_str(), err);
   RecordProperty("max_rel_error", std::to_string(err));
   EXPECT_LT(err, 1e-5);
 
   if (!tied) return;
-  // The paper's mistake: the final LayerNorm copied like the others (not divided by k = 2).
-  for (const char* name : {"transformer.ln_f.weight", "transformer.ln_f.bias"}) {
+  // The paper's mistake: the LayerNorm the tied head reads (ln_f; an encoder's lm_head.layer_norm)
+  // copied like the others (not divided by k = 2).
+  const std::string head_input = head_input_norm(m.large);
+  for (const std::string& name : {head_input + ".weight", head_input + ".bias"}) {
     const ParamInfo* e = large.table().find(name);
     if (!e) continue;
     for (size_t i = 0; i < e->numel; ++i) large.params()[e->offset + i] *= 2.0f;
   }
   large.logits(tokens.data(), B, T, got.data());
   const double unscaled = logits_rel_diff(got, want);
-  std::printf("[ metric ] tied=%d bias=%d %s: with ln_f unscaled, logits max rel diff %.2e\n", tied, bias,
-              mlp_kind_name(mlp), unscaled);
+  std::printf("[ metric ] %s: with %s unscaled, logits max rel diff %.2e\n", name.c_str(), head_input.c_str(),
+              unscaled);
   EXPECT_GT(unscaled, 1e-2);
 }
 
 std::string function_case_name(const ::testing::TestParamInfo<CoalescingFunction::ParamType>& info) {
-  const auto& [tied, bias, mlp] = info.param;
-  return std::string(tied ? "Tied" : "Untied") + (bias ? "Bias" : "NoBias") +
-         (mlp == MlpKind::Gelu ? "Gelu" : "Swiglu");
+  const auto& [tied, bias, mlp, variant] = info.param;
+  return std::string(variant == Variant::Decoder ? "" : variant == Variant::EncoderPostLn ? "PostLnEncoder"
+                                                                                            : "PreLnEncoder") +
+         (tied ? "Tied" : "Untied") + (bias ? "Bias" : "NoBias") + (mlp == MlpKind::Gelu ? "Gelu" : "Swiglu");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CoalescingFunction,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Values(MlpKind::Gelu, MlpKind::Swiglu)),
+                                            ::testing::Values(MlpKind::Gelu, MlpKind::Swiglu),
+                                            ::testing::Values(Variant::Decoder)),
+                         function_case_name);
+// An encoder's head is tied (model.tied_head = false is refused).
+INSTANTIATE_TEST_SUITE_P(Encoders, CoalescingFunction,
+                         ::testing::Combine(::testing::Values(true), ::testing::Bool(),
+                                            ::testing::Values(MlpKind::Gelu),
+                                            ::testing::Values(Variant::EncoderPostLn, Variant::EncoderPreLn)),
                          function_case_name);
 
 // ---- depth ----

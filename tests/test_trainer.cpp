@@ -133,6 +133,9 @@ TEST(Trainer, RotaryQkNormSoftcapResumeBitExactlyAndCheckpointsKeepTheFunction) 
   EXPECT_EQ(loaded->table().find("transformer.wpe.weight"), nullptr);
 }
 
+// A masked-LM encoder: its masks come from (train.seed, step, sample id), so resume is bit-exact.
+TEST(Trainer, MaskedLmResumeIsBitExact) { expect_resume_is_bit_exact({"model.objective=mlm", "model.norm=post"}); }
+
 // The learning rate of every step a run logged (train.log_interval = 1).
 std::vector<float> logged_lrs(const std::string& run) {
   std::vector<float> lrs;

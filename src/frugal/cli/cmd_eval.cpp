@@ -1,9 +1,11 @@
 // `frugal eval CHECKPOINT_OR_RUN_DIR [--data DIR] [--split val|train] ...`: the loss and
-// perplexity of a trained model on a prepared token shard, as text or one JSON object; the model
-// computes what its run trained (load_checkpoint_model), which the output says beyond dense weights.
+// perplexity of a trained model on a prepared token shard (an encoder's: the masked-LM loss and
+// accuracy on fixed masks), as text or one JSON object; the model computes what its run trained
+// (load_checkpoint_model), which the output says beyond dense weights.
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -12,6 +14,7 @@
 #include "frugal/core/memory.h"
 #include "frugal/core/threading.h"
 #include "frugal/data/loader.h"
+#include "frugal/data/masking.h"
 #include "frugal/data/prepare.h"
 #include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
@@ -59,15 +62,20 @@ void run_eval(const EvalArgs& a) {
                needed / (1 << 20), available / (1 << 20));
 
   const std::vector<int32_t> token_bytes = data::token_text_bytes(*tokenizer);
-  const EvalResult r = evaluate_loss(model, loader, a.batch_size, a.max_batches, single_process(), &token_bytes);
+  // An encoder is scored on the masked tokens of the validation masks every run uses.
+  std::optional<data::MaskingSpec> masking;
+  if (m.encoder()) masking = data::encoder_masking(*tokenizer);
+  const EvalResult r = evaluate_loss(model, loader, a.batch_size, a.max_batches, single_process(), &token_bytes,
+                                     masking ? &*masking : nullptr);
   if (a.json) {
-    const nlohmann::json j{{"checkpoint", dir},        {"data", shard->name()},
-                           {"split", a.split},         {"seq_len", T},
-                           {"batch_size", a.batch_size}, {"sequences", r.sequences},
-                           {"tokens", r.tokens},       {"loss", r.loss},
-                           {"perplexity", r.perplexity}, {"bytes", r.bytes},
-                           {"bits_per_byte", r.bits_per_byte}, {"seconds", r.seconds},
-                           {"methods", loaded.notes}};
+    nlohmann::json j{{"checkpoint", dir},        {"data", shard->name()},
+                     {"split", a.split},         {"seq_len", T},
+                     {"batch_size", a.batch_size}, {"sequences", r.sequences},
+                     {"tokens", r.tokens},       {"loss", r.loss},
+                     {"perplexity", r.perplexity}, {"bytes", r.bytes},
+                     {"bits_per_byte", r.bits_per_byte}, {"seconds", r.seconds},
+                     {"objective", objective_kind_name(m.objective)}, {"methods", loaded.notes}};
+    if (masking) j["accuracy"] = r.accuracy;
     io::print("{}\n", j.dump());
     return;
   }
@@ -78,6 +86,8 @@ void run_eval(const EvalArgs& a) {
   io::print("{} loss {:.4f}, perplexity {:.3f}, {:.4f} bits per byte ({} tokens, {} bytes, in {:.2f} s, "
             "{:.0f} tokens/s, {} threads)\n", a.split, r.loss, r.perplexity, r.bits_per_byte, r.tokens,
             r.bytes, r.seconds, r.tokens / r.seconds, num_threads());
+  if (masking)
+    io::print("masked-LM: {} masked tokens (the fixed validation masks), accuracy {:.4f}\n", r.tokens, r.accuracy);
 }
 
 }  // namespace

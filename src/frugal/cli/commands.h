@@ -15,6 +15,7 @@ void add_export_command(CLI::App& app);
 void add_import_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_sample_command(CLI::App& app);
+void add_fill_mask_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_experiment_command(CLI::App& app);
 

@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
   frugal::cli::add_import_command(app);
   frugal::cli::add_report_command(app);
   frugal::cli::add_sample_command(app);
+  frugal::cli::add_fill_mask_command(app);
   frugal::cli::add_eval_command(app);
   frugal::cli::add_experiment_command(app);
   int rc = 0;

@@ -23,6 +23,18 @@ void MaskingSpec::validate() const {
   FRUGAL_CHECK(maskable > 0, "masking: every id of the vocabulary is a special token; nothing can be masked");
 }
 
+int32_t encoder_vocab_size(const Tokenizer& tokenizer) { return tokenizer.vocab_size() + 1; }
+
+MaskingSpec encoder_masking(const Tokenizer& tokenizer) {
+  MaskingSpec spec;
+  spec.mask_id = tokenizer.vocab_size();
+  spec.vocab_size = encoder_vocab_size(tokenizer);
+  if (tokenizer.eot_token() >= 0) spec.specials.push_back(tokenizer.eot_token());
+  spec.specials.push_back(spec.mask_id);
+  spec.validate();
+  return spec;
+}
+
 uint64_t masking_key(uint64_t seed, int64_t step, int64_t sample_id) {
   return mix64(mix64(mix64(seed ^ 0x6D61736B696E67ull) ^ uint64_t(step)) ^ uint64_t(sample_id));
 }
@@ -56,6 +68,12 @@ void mask_sample(const MaskingSpec& spec, uint64_t key, int32_t* tokens, int32_t
     else if (how < spec.to_mask + spec.to_random)
       tokens[t] = random_token(spec, key, t);
   }
+}
+
+void mask_batch(const MaskingSpec& spec, uint64_t seed, int64_t step, int32_t* tokens, int32_t* targets,
+                const int64_t* sample_ids, int rows, int T) {
+  for (int b = 0; b < rows; ++b)
+    mask_sample(spec, masking_key(seed, step, sample_ids[b]), tokens + size_t(b) * T, targets + size_t(b) * T, T);
 }
 
 }  // namespace frugal::data

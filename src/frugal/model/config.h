@@ -52,6 +52,11 @@ struct MoeConfig {
   bool operator==(const MoeConfig&) const = default;
 };
 
+// The share of an encoder's positions the masked-LM objective predicts (data::kMaskRate, which a
+// static_assert in train/ keeps equal): what the head's FLOP count assumes, as it runs on those
+// rows only.
+inline constexpr float kMlmPredictedShare = 0.15f;
+
 struct ModelConfig {
   int vocab_size = 65;    // V: real vocabulary; the embedding is padded to padded_vocab() rows
   int block_size = 256;   // maximum sequence length T (rows of the position embedding)

@@ -267,6 +267,8 @@ LinearFormat& GPT::linear_format(int layer, Linear which) const { return blocks_
 
 void GPT::set_attention_pattern(int layer, const kernels::AttentionPattern& pattern) {
   FRUGAL_CHECK(layer >= 0 && layer < config_.n_layer, "internal: no block {}", layer);
+  FRUGAL_CHECK(pattern.is_causal() != config_.encoder(), "internal: {} attention in a {}", pattern.name(),
+               config_.encoder() ? "bidirectional encoder" : "causal decoder");
   if (blocks_[layer].attention_pattern() != pattern) format_changed_at_[layer] = ++format_changes_;
   blocks_[layer].set_attention_pattern(pattern);
 }
@@ -498,6 +500,34 @@ void GPT::logits(const int32_t* inputs, int B, int T, float* out) {
   std::vector<int32_t> no_targets(size_t(B) * T, -1);
   forward(inputs, no_targets.data(), 0.0f);
   objective_->logits(params_.data(), cur().objective, output(), out, B * T);
+}
+
+int64_t GPT::correct_predictions(const int32_t* targets) {
+  FRUGAL_CHECK(config_.encoder(), "internal: masked-token accuracy is an encoder's (model.objective = \"mlm\")");
+  FRUGAL_CHECK(stage_.begin == 0 && stage_.end == config_.n_layer, "internal: accuracy of a pipeline stage's range");
+  const int C = config_.n_embd, V = config_.vocab_size;
+  const size_t N = size_t(B_) * T_;
+  constexpr int kRows = 64;  // rows whose logits exist at once
+  std::vector<float> rows(size_t(kRows) * C), logits(size_t(kRows) * V);
+  std::vector<int32_t> wanted;
+  int64_t correct = 0;
+  const auto score = [&] {
+    const int M = static_cast<int>(wanted.size());
+    objective_->logits(params_.data(), {}, rows.data(), logits.data(), M);
+    for (int i = 0; i < M; ++i) {
+      const float* row = logits.data() + size_t(i) * V;
+      correct += std::max_element(row, row + V) - row == wanted[size_t(i)];
+    }
+    wanted.clear();
+  };
+  for (size_t n = 0; n < N; ++n) {
+    if (targets[n] < 0) continue;
+    std::copy_n(output() + n * C, C, rows.data() + wanted.size() * C);
+    wanted.push_back(targets[n]);
+    if (wanted.size() == kRows) score();
+  }
+  if (!wanted.empty()) score();
+  return correct;
 }
 
 }  // namespace frugal

@@ -232,6 +232,11 @@ class GPT {
   // Re-plans for (B, T), the whole range and one slot (keeping the recompute policy) unless
   // planned_whole(B, T). A model that is not a tensor-parallel shard only.
   void logits(const int32_t* inputs, int B, int T, float* out);
+  // An encoder's masked-token accuracy: of the rows of the last forward whose target (B·T of them,
+  // the forward's) is not -1, how many have their target as the most likely token (the largest
+  // logit over the real vocabulary, ties to the lower id). Forms the logits of those rows only, a
+  // few at a time. A whole model (not a pipeline stage or a tensor-parallel shard) only.
+  int64_t correct_predictions(const int32_t* targets);
 
 
  private:

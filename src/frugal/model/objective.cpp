@@ -304,14 +304,19 @@ void MaskedLmHead::row_logits(const float* params, const float* x, float* out, f
 void MaskedLmHead::refresh(const float* params) { copy_.refresh(params + head_, config_.vocab_size, config_.n_embd); }
 
 ComponentFlops MaskedLmHead::flops(double N, bool head_trains) const {
-  // Counted over all N rows, as if every row had a target: the head runs on the selected rows
-  // only (~15% of them under the usual masking), so this is an upper bound.
-  const double C = config_.n_embd, head = 2 * N * C * double(config_.vocab_size), dense = 2 * N * C * C;
+  // The head runs on the rows with a target only: the masked share of the N rows (the expected
+  // count; specials, never masked, make the true one a little smaller).
+  const double rows = N * kMlmPredictedShare;
+  const double C = config_.n_embd, head = 2 * rows * C * double(config_.vocab_size), dense = 2 * rows * C * C;
   ComponentFlops f;
   f.dense.forward = f.dense.backward_input = f.dense.backward_weight = head + dense;
   f.executed.forward = f.executed.backward_input = head + dense;
   f.executed.backward_weight = dense + (head_trains ? head : 0);
   return f;
+}
+
+std::string head_input_norm(const ModelConfig& config) {
+  return config.encoder() ? "lm_head.layer_norm" : "transformer.ln_f";
 }
 
 void declare_objective(ModelSpec& spec) {

@@ -86,6 +86,9 @@ class Objective {
 
 // The objective model.objective names: its tensors, and the component over a table of them.
 void declare_objective(ModelSpec& spec);
+// The LayerNorm (its name without ".weight") whose output a tied head's decoder reads: the
+// decoder's transformer.ln_f, an encoder's lm_head.layer_norm (after the head's dense layer).
+std::string head_input_norm(const ModelConfig& config);
 std::unique_ptr<Objective> make_objective(const ModelConfig& config, const ParamTable& table);
 
 // The decoder weight's bf16 working copy (rows, C) of a head whose dtype is BF16 (objectives'

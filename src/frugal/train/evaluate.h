@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "frugal/data/loader.h"
+#include "frugal/data/masking.h"
 #include "frugal/model/gpt.h"
 #include "frugal/train/process_group.h"
 
@@ -18,6 +19,8 @@ struct EvalResult {
   double perplexity = 0;  // exp(loss)
   int64_t bytes = 0;            // UTF-8 bytes the target tokens stand for (with token_bytes)
   double bits_per_byte = NAN;   // Σ loss / bytes / ln 2 (with token_bytes and bytes > 0)
+  int64_t correct = 0;      // an encoder's: masked tokens predicted right (GPT::correct_predictions)
+  double accuracy = NAN;    // an encoder's: correct / tokens
   double seconds = 0;
   int64_t batches = 0;      // evaluated, by all ranks
   int64_t batches_run = 0;  // of them, by this rank
@@ -32,9 +35,13 @@ struct EvalResult {
 // process's to the bit (the per-batch sums are added in batch order). With token_bytes (per token
 // id, the text bytes it stands for: data::token_text_bytes), also the bytes of the evaluated target
 // tokens and bits per byte, the loss in nats per token × tokens per byte / ln 2 over them.
+// An encoder (model.objective = mlm) needs `masking`: every sequence is masked with its validation
+// key (data::validation_masking_key: the same positions in every run), the loss is over the masked
+// tokens, and the result has their accuracy.
 EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, int64_t max_batches,
                          ProcessGroup& group = single_process(),
-                         const std::vector<int32_t>* token_bytes = nullptr);
+                         const std::vector<int32_t>* token_bytes = nullptr,
+                         const data::MaskingSpec* masking = nullptr);
 
 // The bytes evaluate_loss allocates for batches of batch_size sequences of T tokens on the whole
 // `model` (its activation plan and the token buffers), computed without allocating, in double so

@@ -341,11 +341,6 @@ RunSettings run_settings(const io::Config& c) {
   shape.validate();
   FRUGAL_CHECK(t.seq_len <= m.block_size, "train.seq_len = {} exceeds model.block_size = {}",
                t.seq_len, m.block_size);
-  // The encoder's model and masking exist (docs/mlm.md); the trainer does not mask batches yet, and
-  // an encoder trained on the loader's next-token targets would see them (bidirectional attention).
-  FRUGAL_CHECK(m.objective != ObjectiveKind::Mlm, "model.objective = \"mlm\" cannot be trained yet: the "
-               "trainer's masking, evaluation and vocabulary with <mask> are not built (docs/mlm.md); use "
-               "model.objective = \"causal\"");
   LocalSizes::of(shape, {0, par.tensor});    // throws when the heads or hidden units do not divide
   recompute_blocks(t.recompute, m.n_layer);  // throws for a bad block list
   const MethodSet methods = MethodSet::from_config(c);  // each method checks its keys

@@ -25,7 +25,11 @@
 #include "frugal/model/flops.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/evaluate.h"
+#include "frugal/train/fill_mask.h"
 #include "frugal/train/sampler.h"
+
+// The encoder head's FLOP count assumes the masking's share of predicted rows.
+static_assert(frugal::data::kMaskRate == frugal::kMlmPredictedShare);
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -111,10 +115,14 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   FRUGAL_CHECK(!t.data_dir.empty(), "data.dir is not set; point it at a directory made by `frugal prepare`");
   tokenizer_ = data::load_prepared_tokenizer(t.data_dir, t.data_tokenizer);
   ModelConfig& m = settings_.model;
-  if (m.vocab_size == 0) m.vocab_size = tokenizer_->vocab_size();
-  FRUGAL_CHECK(m.vocab_size >= tokenizer_->vocab_size(),
-               "model.vocab_size = {} is smaller than the tokenizer's vocabulary ({}); set it to 0 "
-               "to take the tokenizer's", m.vocab_size, tokenizer_->vocab_size());
+  // An encoder's vocabulary has <mask> after the tokenizer's tokens.
+  const int data_vocab = m.encoder() ? data::encoder_vocab_size(*tokenizer_) : tokenizer_->vocab_size();
+  if (m.vocab_size == 0) m.vocab_size = data_vocab;
+  FRUGAL_CHECK(m.vocab_size >= data_vocab,
+               "model.vocab_size = {} is smaller than the {}vocabulary ({}); set it to 0 to take the "
+               "tokenizer's", m.vocab_size, m.encoder() ? "tokenizer's plus <mask>: the encoder's " : "tokenizer's ",
+               data_vocab);
+  if (m.encoder()) masking_ = data::encoder_masking(*tokenizer_);
   check_memory_available(settings_);
   auto train = data::open_prepared_split(t.data_dir, "train", *tokenizer_);
   train_loader_ = std::make_unique<data::BatchLoader>(train, t.seq_len, data::LoaderOrder::Shuffled, t.seed);
@@ -275,16 +283,17 @@ void Trainer::stop_after_failed_output(int64_t steps_done, const std::exception&
 
 float Trainer::evaluate() {
   const TrainSettings& t = settings_.train;
-  return static_cast<float>(
-      evaluate_loss(session_->model(), *val_sets_.front().loader, t.batch_size, t.eval_batches, group_).loss);
+  return static_cast<float>(evaluate_loss(session_->model(), *val_sets_.front().loader, t.batch_size, t.eval_batches,
+                                          group_, nullptr, masking_ ? &*masking_ : nullptr).loss);
 }
 
 std::vector<Trainer::ValScore> Trainer::evaluate_all() {
   const TrainSettings& t = settings_.train;
   std::vector<ValScore> scores;
   for (const ValSet& set : val_sets_) {
-    const EvalResult r = evaluate_loss(session_->model(), *set.loader, t.batch_size, t.eval_batches, group_, &token_bytes_);
-    scores.push_back({set.name, r.loss, r.bits_per_byte});
+    const EvalResult r = evaluate_loss(session_->model(), *set.loader, t.batch_size, t.eval_batches, group_,
+                                       &token_bytes_, masking_ ? &*masking_ : nullptr);
+    scores.push_back({set.name, r.loss, r.bits_per_byte, r.accuracy});
   }
   return scores;
 }
@@ -338,9 +347,6 @@ FitResult Trainer::fit() {
     TrainContext ctx = step_->context(start_step_);
     methods_.fire(Event::FitStart, ctx);
   }
-  const BatchSource next_batch = [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
-    train_loader_->next(t.batch_size, inputs, targets, ids);
-  };
 
   FitResult result;
   Timer wall;
@@ -353,6 +359,12 @@ FitResult Trainer::fit() {
   float val_loss = NAN;
   std::vector<ValScore> scores;
   int64_t step = start_step_;
+  // An encoder's micro-batches are masked as they are drawn, from the step's key (the same masks
+  // for a sample whichever rank or micro-batch draws it).
+  const BatchSource next_batch = [&](int32_t* inputs, int32_t* targets, int64_t* ids) {
+    train_loader_->next(t.batch_size, inputs, targets, ids);
+    if (masking_) data::mask_batch(*masking_, t.seed, step, inputs, targets, ids, t.batch_size, t.seq_len);
+  };
   // Rank 0's log or progress output failed at a logged step (other ranks learn it at the next
   // step's agreement, and all stop together with a checkpoint).
   std::string output_failure;
@@ -423,6 +435,7 @@ FitResult Trainer::fit() {
           const std::string suffix = s.name == "val" ? "" : "/" + s.name;
           record["val_loss" + suffix] = static_cast<float>(s.loss);
           record["val_bpb" + suffix] = static_cast<float>(s.bits_per_byte);
+          if (masking_) record["val_accuracy" + suffix] = static_cast<float>(s.accuracy);
         }
       }
       add_routing_metrics(record);
@@ -435,7 +448,9 @@ FitResult Trainer::fit() {
           const double eta = dt * double(end_step - step - 1);
           std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
           for (const ValScore& s : scores)
-            val += s.name == "val" ? fmt::format(" bpb {:.3f}", s.bits_per_byte) : fmt::format(" {} {:.4f}", s.name, s.loss);
+            val += s.name == "val" ? fmt::format(" bpb {:.3f}{}", s.bits_per_byte,
+                                                 masking_ ? fmt::format(" acc {:.3f}", s.accuracy) : "")
+                                   : fmt::format(" {} {:.4f}", s.name, s.loss);
           if (tty) {
             const int width = 24, filled = static_cast<int>(width * double(step + 1) / end_step);
             io::print("\r\033[K[{}{}] {}/{} loss {:.4f}{} lr {:.2e} {:.0f} tok/s MFU {:.0f}% ETA {}",
@@ -504,6 +519,15 @@ void Trainer::fix_budget_steps(int64_t steps_done, double probe_seconds, double 
 
 void Trainer::print_samples() {
   const SampleSettings& s = settings_.sample;
+  if (masking_) {  // an encoder fills masks instead of continuing text
+    if (s.count == 0) return;
+    if (s.prompt.find(data::kMaskToken) == std::string::npos)
+      io::print("an encoder does not generate text; set sample.prompt to a text with {} to see its "
+                "predictions (or run frugal fill-mask)\n", data::kMaskToken);
+    else
+      print_mask_fills(session_->model(), *tokenizer_, s.prompt, 5);
+    return;
+  }
   frugal::print_samples(session_->model(), *tokenizer_, s.prompt, s.count,
                         {s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed});
 }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "frugal/data/loader.h"
+#include "frugal/data/masking.h"
 #include "frugal/data/tokenizer.h"
 #include "frugal/core/stop_signals.h"
 #include "frugal/core/timer.h"
@@ -63,6 +64,7 @@ class Trainer {
   struct ValScore {
     std::string name;
     double loss = 0, bits_per_byte = 0;
+    double accuracy = 0;  // an encoder's masked-token accuracy
   };
   std::vector<ValScore> evaluate_all();
   // Prints sample.count samples (streamed as they are generated) to stdout.
@@ -108,6 +110,7 @@ class Trainer {
   };
   std::vector<ValSet> val_sets_;
   std::vector<int32_t> token_bytes_;  // per token id, its text bytes (bits per byte)
+  std::optional<data::MaskingSpec> masking_;  // an encoder's (model.objective = mlm)
   std::unique_ptr<Session> session_;
   MethodSet methods_;
   std::unique_ptr<StepStrategy> step_;

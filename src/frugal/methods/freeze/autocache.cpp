@@ -24,7 +24,9 @@ double prefix_flops_per_byte(const GPT& model, int T, int k) {
 }
 
 bool AutoCache::pays(const TrainContext& ctx, int frozen, int64_t next_step) const {
-  if (frozen == 0 || ctx.model().config().dropout != 0.0f || ctx.num_samples <= 0) return false;
+  // With dropout, or an encoder's dynamic masks, a sample's frozen-prefix output differs at every visit.
+  const ModelConfig& m = ctx.model().config();
+  if (frozen == 0 || m.dropout != 0.0f || m.encoder() || ctx.num_samples <= 0) return false;
   const int64_t visits = (ctx.max_steps - next_step) * ctx.batch * ctx.grad_accum;
   if (visits <= ctx.num_samples) return false;  // no sample comes back
   const double bytes = double(ctx.num_samples) * ctx.seq_len * ctx.model().config().n_embd * sizeof(float);

@@ -19,7 +19,7 @@ void add_keys(io::ConfigSchema& s, const std::string& p) {
       .add_bool(p + ".adaptive", false, "also bound the schedule by the gradient-change criterion (min of both)")
       .add_int(p + ".max_frozen", -1, "most blocks ever frozen; -1: n_layer - 1; with a tied head at most n_layer - 1", Range::at_least(-1))
       .add_string(p + ".autocache", "auto", "cache the frozen prefix's output per sample: on only when "
-                  "it pays (auto), always (on; needs model.dropout = 0) or never (off)", {"auto", "on", "off"})
+                  "it pays (auto), always (on; needs model.dropout = 0 and a causal model) or never (off)", {"auto", "on", "off"})
       .add_int(p + ".cache_memory_mb", 2048, "AutoCache memory budget; entries beyond it spill to disk",
                Range::at_least(0))
       .add_string(p + ".cache_dir", "", "AutoCache spill directory; empty: <train.out_dir>/autocache");
@@ -52,6 +52,10 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
                "methods.freeze.autocache = \"on\" needs model.dropout = 0 (with dropout the frozen "
                "blocks' output differs at every visit and cannot be cached); set model.dropout = 0 "
                "or methods.freeze.autocache = \"auto\"");
+  FRUGAL_CHECK(f.autocache.mode != AutoCacheMode::On || c.get_string("model.objective") != "mlm",
+               "methods.freeze.autocache = \"on\" cannot cache an encoder's frozen blocks (model.objective = "
+               "\"mlm\" masks a sample anew at every visit, so their output changes); set "
+               "methods.freeze.autocache = \"auto\" or \"off\"");
   return std::make_unique<FreezeMethod>(f);
 }
 

@@ -58,6 +58,7 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
                "{}.distribution is '{}'; use erdos_renyi or uniform", p, distribution);
   m.erdos_renyi = distribution == "erdos_renyi";
   const std::string& attention = c.get_string(p + ".attention");
+  if (c.get_string("model.objective") == "mlm") m.dense_attention = kernels::AttentionPattern::bidirectional();
   // A length of the pattern at or past model.block_size does not do what its key says.
   const int block_size = c.get_int32("model.block_size");
   const auto length = [&](const char* key, const char* effect) {
@@ -75,9 +76,14 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
         length("attention_block", "one block would hold every earlier key (dense attention)"),
         c.get_int32(p + ".attention_summary"));
   else if (attention == "dense")
-    m.attention = kernels::AttentionPattern::causal();
+    m.attention = m.dense_attention;
   else
     fail("{}.attention is '{}'; use strided, fixed or dense", p, attention);
+  // The sparse patterns are causal ones; an encoder keeps its own attention throughout.
+  FRUGAL_CHECK(attention == "dense" || c.get_string("model.objective") != "mlm",
+               "{0}.attention = \"{1}\" is a causal sparse pattern and an encoder (model.objective = "
+               "\"mlm\") attends both ways; set {0}.attention = \"dense\" (the sparse weights still "
+               "apply)", p, attention);
   return std::make_unique<MstMethod>(m);
 }
 
@@ -109,7 +115,7 @@ int64_t MstMethod::target_step(int64_t step, int64_t max_steps) const {
 }
 
 kernels::AttentionPattern MstMethod::pattern_at(int64_t step, int64_t max_steps) const {
-  return config_.schedule.in_hold(step, max_steps) ? config_.attention : kernels::AttentionPattern::causal();
+  return config_.schedule.in_hold(step, max_steps) ? config_.attention : config_.dense_attention;
 }
 
 double MstMethod::sparsity() const {
@@ -329,7 +335,7 @@ std::string MstMethod::restore_trained_function(TrainContext& ctx) {
   set_attention(model, step, ctx.max_steps);
   const kernels::AttentionPattern pattern = pattern_at(step, ctx.max_steps);
   return fmt::format("sparse block linears at sparsity {:.3f} (the checkpoint's masks){}", sparsity(),
-                     pattern == kernels::AttentionPattern::causal() ? std::string()
+                     pattern == config_.dense_attention ? std::string()
                      : fmt::format("; {} attention in every block (the ultra-sparse hold)", pattern.name()));
 }
 

@@ -38,7 +38,9 @@ struct MstConfig {
   double drop_fraction = 0.3;    // ζ
   double random_growth = 0.25;   // share of the grown weights chosen at random (Mixed-Growing)
   bool erdos_renyi = true;       // false: the same density in every linear
-  // Pattern of the ultra-sparse hold; Causal: none.
+  // The model's own attention (causal; bidirectional in an encoder) and the pattern of the
+  // ultra-sparse hold (dense_attention: none).
+  kernels::AttentionPattern dense_attention = kernels::AttentionPattern::causal();
   kernels::AttentionPattern attention = kernels::AttentionPattern::strided(16, 16);
 };
 

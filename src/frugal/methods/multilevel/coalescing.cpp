@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "frugal/core/error.h"
+#include "frugal/model/objective.h"
 
 namespace frugal::multilevel {
 
@@ -97,10 +98,10 @@ struct AxisIndex {
 // The (rows, cols) axes of a tensor, with the features its spec declares: a linear averages its
 // output rows and sums its input columns; biases and LayerNorms average; the embeddings average
 // their feature columns; the head reads its input features summed: an untied head's columns, or
-// with a tied head the final LayerNorm.
+// with a tied head the LayerNorm before it (head_input_norm: ln_f, or an encoder's head LayerNorm).
 std::pair<Axis, Axis> axes_of(const ParamInfo& e, const ModelConfig& c) {
   const bool norm = e.role == ParamRole::NormWeight || e.role == ParamRole::NormBias;
-  const bool tied_head_input = norm && e.layer == c.n_layer && c.tied_head;
+  const bool tied_head_input = norm && c.tied_head && e.name.starts_with(head_input_norm(c) + ".");
   const Axis rows{e.features[0], tied_head_input ? Merge::Sum : Merge::Mean};
   const Axis cols{e.features[1], e.role == ParamRole::Weight ? Merge::Sum : Merge::Mean};
   return {rows, cols};
