@@ -27,6 +27,7 @@
 #include "run_cli.h"
 #include "temp_dir.h"
 #include "torch_python.h"
+#include "train_data.h"
 
 using namespace frugal;
 using frugal::testing::error_of;
@@ -294,21 +295,16 @@ TEST(HfBertExport, RefusesWhatBertForMaskedLmCannotCompute) {
   EXPECT_TRUE(contains(msg, "model.logit_softcap = 30") && contains(msg, "not capped")) << msg;
   msg = refusal([](ModelConfig& c) { c.moe.experts = 4; });
   EXPECT_TRUE(contains(msg, "model.moe.experts = 4") && contains(msg, "mixture-of-experts")) << msg;
-  // A block whose attention does not see every position.
-  GPT causal_block(encoder_config());
-  causal_block.set_attention_pattern(1, kernels::AttentionPattern::local(4));
-  msg = error_of([&] { io::export_hf_bert(causal_block, dir.file("x")); });
-  EXPECT_TRUE(contains(msg, "blocks 1 attend with local(w=4)") && contains(msg, "every position")) << msg;
-  EXPECT_FALSE(fs::exists(dir.file("x/model.safetensors")));
+  EXPECT_FALSE(fs::exists(dir.file("x")));  // refused before anything is written
   // The GPT-2 layout refuses an encoder, pre-LN ones too.
   ModelConfig pre = encoder_config();
   pre.norm = NormPlacement::Pre;
   msg = error_of([&] { io::export_hf_gpt2(GPT(pre), dir.file("g")); });
   EXPECT_TRUE(contains(msg, "model.objective = \"mlm\"") && contains(msg, "BertForMaskedLM")) << msg;
-  // An encoder's vocabulary must be its tokenizer's and the mask.
-  const auto tokenizer = char_tokenizer(dir, 60);
+  // An encoder's vocabulary must hold its tokenizer's tokens and the mask after them.
+  const auto tokenizer = char_tokenizer(dir, 69);
   msg = error_of([&] { io::export_hf(GPT(encoder_config()), *tokenizer, dir.file("t")); });
-  EXPECT_TRUE(contains(msg, "has 69 tokens, not its tokenizer's 60 plus <mask>")) << msg;
+  EXPECT_TRUE(contains(msg, "has 69 ids, too few for its tokenizer's 69 tokens and <mask>")) << msg;
 }
 
 TEST(HfBertExport, Gpt2TokenizerFilesNameTheMask) {
@@ -445,14 +441,15 @@ TEST(HfBertImport, RefusesConfigsFrugalCannotCompute) {
   EXPECT_TRUE(contains(error_of([&] { io::read_hf_bert_config(path); }), "only BERT models (model_type \"bert\")"));
 }
 
-TEST(HfBertImport, TheTokenizerMustBeTheVocabularyButTheMask) {
+TEST(HfBertImport, TheVocabularyMustHoldTheTokenizerAndTheMask) {
   TempDir dir;
   io::export_hf_bert(*perturbed_model(encoder_config()), dir.file("hf"));
   std::string msg = error_of([&] { io::import_hf(dir.file("hf"), dir.file("run")); });
   EXPECT_TRUE(contains(msg, "vocab_size 69 is not GPT-2's 50258 and the mask") && contains(msg, "--tokenizer")) << msg;
   const std::string spec = char_tokenizer(dir, 69)->spec();
   msg = error_of([&] { io::import_hf(dir.file("hf"), dir.file("run"), spec); });
-  EXPECT_TRUE(contains(msg, "has 69 tokens but the encoder 69") && contains(msg, "the mask (the last id)")) << msg;
+  EXPECT_TRUE(contains(msg, "has 69 tokens (and the encoder's <mask> after them) but the model's vocabulary only 69"))
+      << msg;
   EXPECT_FALSE(run_has_checkpoints(dir.file("run")));
 }
 
@@ -468,6 +465,50 @@ TEST(HfBertCli, ImportThenExportOfTheTransformersFixture) {
   // Our export computes the fixture's function: F32 now, token types folded into the positions.
   const Golden g = read_golden();
   EXPECT_LT(relative_error(frugal_logits(*io::read_hf(dir.file("hf")), g.ids, g.B, g.T), g.logits), 1e-4);
+}
+
+// The losses of metrics.jsonl, by step.
+std::vector<double> logged_losses(const std::string& run) {
+  std::ifstream in(run + "/metrics.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
+  }
+  return losses;
+}
+
+double mean(const std::vector<double>& v, size_t begin, size_t end) {
+  double sum = 0;
+  for (size_t i = begin; i < end; ++i) sum += v[i];
+  return sum / double(end - begin);
+}
+
+// A model transformers saved (the fixture: 65 characters and <mask>), imported with Tiny
+// Shakespeare's character tokenizer, trains on through `frugal train --init-from` (40 steps).
+TEST(HfBertCli, ATransformersSavedModelTrainsOn) {
+  TempDir dir;
+  const std::string data = frugal::testing::make_shakespeare_data(  // the whole text: its 65 characters
+      dir, fs::file_size(std::string(FRUGAL_SOURCE_DIR) + "/data/tinyshakespeare/input.txt"));
+  auto r = frugal::testing::run_frugal("import " + kFixture + " " + dir.file("imported") + " --tokenizer " + data +
+                                       "/frugal_tokenizer.json");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const std::string train = "train /dev/null --set data.dir=" + data +
+                            " --set model.objective=mlm --set model.norm=post --set model.n_layer=2 --set model.n_head=2"
+                            " --set model.n_embd=32 --set model.ffn_mult=2 --set model.block_size=16"
+                            " --set model.layernorm_eps=1e-5 --set train.seq_len=16 --set train.batch_size=32"
+                            " --set train.max_steps=40 --set train.log_interval=1 --set train.eval_interval=40"
+                            " --set train.eval_batches=2 --set optim.lr=3e-3 --set optim.warmup_steps=0";
+  r = frugal::testing::run_frugal(train + " --set train.out_dir=" + dir.file("on") + " --init-from " + dir.file("imported"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const std::vector<double> on = logged_losses(dir.file("on"));
+  ASSERT_EQ(on.size(), 40u);
+  for (double loss : on) EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_LT(mean(on, 35, 40), mean(on, 0, 5) - 0.3) << "the imported model does not learn";
+  // It started from the imported weights: the same masked batches, another first loss than from scratch.
+  r = frugal::testing::run_frugal(train + " --set train.out_dir=" + dir.file("scratch"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_GT(std::abs(logged_losses(dir.file("scratch")).at(0) - on[0]), 0.1);
 }
 
 // frugal's export loaded by transformers' BertForMaskedLM (tools/check_hf_bert.py): the same

@@ -174,12 +174,6 @@ void check_hf_bert_exportable(const ModelConfig& c) {
 void export_hf_bert(const GPT& model, const std::string& out_dir, DType dtype) {
   const ModelConfig& c = model.config();
   check_hf_bert_exportable(c);
-  std::vector<int> not_bidirectional;
-  for (int l = 0; l < c.n_layer; ++l)
-    if (model.attention_pattern(l).is_causal()) not_bidirectional.push_back(l);
-  FRUGAL_CHECK(not_bidirectional.empty(), "blocks {} attend with {}, which BertForMaskedLM cannot express (it "
-               "attends to every position), so the export would compute another function",
-               fmt::join(not_bidirectional, ", "), model.attention_pattern(not_bidirectional.front()).name());
   const std::vector<BertTensor> layout = bert_layout(c);
   check_covers(model, layout);
   create_directories(out_dir, "the export directory");

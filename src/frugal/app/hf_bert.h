@@ -40,8 +40,9 @@ void check_hf_bert_exportable(const ModelConfig& config);
 
 // Writes out_dir/config.json (a transformers BertConfig, architectures BertForMaskedLM) and
 // out_dir/model.safetensors in `dtype` (F32 or BF16, rounded to nearest even); creates out_dir.
-// Throws Error (check_hf_bert_exportable, or a block whose attention is not bidirectional) when
-// the export would compute another function.
+// Throws Error (check_hf_bert_exportable) when the export would compute another function. An
+// encoder's attention is bidirectional in every block (GPT::set_attention_pattern refuses others),
+// as BERT's.
 void export_hf_bert(const GPT& model, const std::string& out_dir, DType dtype = DType::F32);
 
 // The frugal ModelConfig a BERT config.json describes (an encoder: objective mlm, post-LN, tied).

@@ -11,6 +11,7 @@
 #include "frugal/app/hf_shared.h"
 #include "frugal/core/error.h"
 #include "frugal/data/byte_level.h"
+#include "frugal/data/masking.h"
 #include "frugal/data/text.h"
 #include "frugal/io/atomic_file.h"
 #include "frugal/io/dir_lock.h"
@@ -38,7 +39,7 @@ void add_mask_token(const std::string& dir, int mask) {
   const std::string path = (fs::path(dir) / "tokenizer.json").string();
   json j = json::parse(data::read_text_file(path));
   json token = {{"id", mask}};
-  token.update(special_token(kHfMaskToken, true));
+  token.update(special_token(std::string(data::kMaskToken), true));
   j["added_tokens"].push_back(token);
   write_file_atomic(path, j.dump(1) + "\n");
 }
@@ -68,11 +69,11 @@ HfExport export_hf(const GPT& model, const data::Tokenizer& tokenizer, const std
   HfExport out;
   int mask = -1;
   if (c.encoder()) {
-    FRUGAL_CHECK(c.vocab_size == tokenizer.vocab_size() + 1,
-                 "the encoder's vocabulary has {} tokens, not its tokenizer's {} plus {}: the mask id is "
-                 "unknown, so the export cannot name it; export an encoder trained by `frugal train` with "
-                 "model.objective = \"mlm\"", c.vocab_size, tokenizer.vocab_size(), kHfMaskToken);
-    mask = tokenizer.vocab_size();
+    FRUGAL_CHECK(c.vocab_size >= data::encoder_vocab_size(tokenizer),
+                 "the encoder's vocabulary has {} ids, too few for its tokenizer's {} tokens and {}; the "
+                 "checkpoint's tokenizer is not the one it was trained with", c.vocab_size, tokenizer.vocab_size(),
+                 data::kMaskToken);
+    mask = data::encoder_masking(tokenizer).mask_id;
     export_hf_bert(model, out_dir, dtype);
     out.architecture = "BertForMaskedLM";
   } else {
@@ -97,8 +98,8 @@ bool export_hf_tokenizer(const data::Tokenizer& tokenizer, int model_max_length,
                   {"bos_token", eot}, {"eos_token", eot}, {"unk_token", eot}, {"add_prefix_space", false}};
   if (mask_token >= 0) {
     add_mask_token(out_dir, mask_token);
-    tok_cfg["mask_token"] = kHfMaskToken;
-    tok_cfg["added_tokens_decoder"] = {{std::to_string(mask_token), special_token(kHfMaskToken, true)}};
+    tok_cfg["mask_token"] = data::kMaskToken;
+    tok_cfg["added_tokens_decoder"] = {{std::to_string(mask_token), special_token(std::string(data::kMaskToken), true)}};
     if (bpe->eot >= 0) tok_cfg["added_tokens_decoder"][std::to_string(bpe->eot)] = special_token(eot, false);
   }
   write_file_atomic(out_dir + "/tokenizer_config.json", tok_cfg.dump(2) + "\n");
@@ -123,12 +124,12 @@ std::string import_hf(const std::string& hf_dir, const std::string& out_dir, con
                "writes a new run: give it an empty or new directory", out_dir);
   const std::unique_ptr<GPT> model = read_hf(hf_dir);
   const ModelConfig& m = model->config();
-  const int beyond = m.encoder() ? 1 : 0;  // an encoder's mask, after the tokenizer's tokens
   std::string spec = tokenizer_spec;
   // Only frugal's own file name: an HF directory's tokenizer.json is Hugging Face's format.
   const std::string frugal_tokenizer = (fs::path(hf_dir) / data::kTokenizerFile).string();
   if (spec.empty() && fs::exists(frugal_tokenizer)) spec = frugal_tokenizer;
   if (spec.empty()) {
+    const int beyond = m.encoder() ? 1 : 0;  // an encoder's mask, after the tokenizer's tokens
     FRUGAL_CHECK(m.vocab_size == kGpt2VocabSize + beyond,
                  "cannot tell the tokenizer of '{}' (vocab_size {} is not GPT-2's {}{}); pass it "
                  "with --tokenizer SPEC (gpt2, gpt2:DIR or char:VOCAB_FILE)", hf_dir, m.vocab_size,
@@ -136,15 +137,10 @@ std::string import_hf(const std::string& hf_dir, const std::string& out_dir, con
     spec = "gpt2";
   }
   const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(spec);
-  if (m.encoder())
-    FRUGAL_CHECK(tokenizer->vocab_size() + 1 == m.vocab_size,
-                 "tokenizer '{}' has {} tokens but the encoder {}: an encoder's vocabulary is its tokenizer's "
-                 "tokens and the mask (the last id); pass the tokenizer the model was trained with "
-                 "(--tokenizer SPEC)", spec, tokenizer->vocab_size(), m.vocab_size);
-  else
-    FRUGAL_CHECK(tokenizer->vocab_size() <= m.vocab_size,
-                 "tokenizer '{}' has {} tokens but the model only {}; pass the tokenizer the model "
-                 "was trained with (--tokenizer SPEC)", spec, tokenizer->vocab_size(), m.vocab_size);
+  const int needed = m.encoder() ? data::encoder_vocab_size(*tokenizer) : tokenizer->vocab_size();
+  FRUGAL_CHECK(needed <= m.vocab_size, "tokenizer '{}' has {} tokens{} but the model's vocabulary only {}; pass the "
+               "tokenizer the model was trained with (--tokenizer SPEC)", spec, tokenizer->vocab_size(),
+               m.encoder() ? fmt::format(" (and the encoder's {} after them)", data::kMaskToken) : "", m.vocab_size);
 
   Config config(run_schema());
   set_model_keys(config, m);

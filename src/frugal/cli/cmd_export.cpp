@@ -10,6 +10,7 @@
 
 #include "frugal/app/hf_model.h"
 #include "frugal/cli/commands.h"
+#include "frugal/data/masking.h"
 #include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
 
@@ -56,8 +57,8 @@ void add_export_command(CLI::App& app) {
                 exported.dropped);
     if (exported.tokenizer_files) {
       io::print("tokenizer: vocab.json, merges.txt, tokenizer.json, tokenizer_config.json (AutoTokenizer loads "
-                "them){}\n", model.config().encoder() ? fmt::format("; {} is id {}", io::kHfMaskToken,
-                                                                      tokenizer->vocab_size()) : "");
+                "them){}\n", model.config().encoder() ? fmt::format("; {} is id {}", data::kMaskToken,
+                                                                      data::encoder_masking(*tokenizer).mask_id) : "");
     } else {
       io::print("tokenizer: transformers has no tokenizer matching '{}'; encode text with frugal's "
                 "({}/frugal_tokenizer.json, e.g. `frugal tokenize --tokenizer {}/frugal_tokenizer.json`)\n",
