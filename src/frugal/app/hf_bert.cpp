@@ -241,6 +241,7 @@ std::unique_ptr<GPT> read_hf_bert(const std::string& hf_dir) {
     std::copy(values.begin(), values.end(), model->params() + slice_offset(*model, t));
   }
   // BERT adds token-type row 0 to every position (token_type_ids default to 0): fold it into wpe.
+  // Zeros (an export's row) are skipped: -0 + 0 would be +0, and a round trip is bit-exact.
   const int C = c.n_embd;
   const std::vector<float> types = load(kTokenTypes, {file.type_vocab_size, C});
   float* wpe = model->params() + model->table().at("transformer.wpe.weight").offset;
