@@ -12,15 +12,17 @@
 #include <set>
 #include <sstream>
 
-#include "frugal/app/hf_gpt2.h"
+#include "frugal/app/hf_model.h"
 #include "frugal/core/error.h"
 #include "frugal/data/bpe_trainer.h"
 #include "frugal/data/corpus.h"
 #include "frugal/data/text.h"
 #include "frugal/data/tokenizer.h"
 #include "run_cli.h"
+#include "torch_python.h"
 
 namespace fs = std::filesystem;
+using frugal::testing::torch_python;
 using frugal::data::BpeModel;
 using frugal::data::PieceCounts;
 using frugal::data::read_text_file;
@@ -58,26 +60,6 @@ std::string read_data_file(const std::string& name) {
 std::unique_ptr<frugal::data::Tokenizer> write_and_load(const BpeModel& model, const fs::path& dir) {
   frugal::data::write_bpe_files(model, dir.string());
   return frugal::data::load_tokenizer("gpt2:" + dir.string());
-}
-
-// The interpreter of .venv-torch in this checkout or in the main worktree of its repository, when
-// it imports tokenizers and transformers; "" if none does.
-std::string torch_python() {
-  std::vector<fs::path> roots{FRUGAL_SOURCE_DIR};
-  if (FILE* p = ::popen("git -C " FRUGAL_SOURCE_DIR " rev-parse --path-format=absolute --git-common-dir 2>/dev/null", "r")) {
-    char buf[4096] = {};
-    const size_t n = std::fread(buf, 1, sizeof(buf) - 1, p);
-    ::pclose(p);
-    std::string dir(buf, n);
-    while (!dir.empty() && (dir.back() == '\n' || dir.back() == '\r')) dir.pop_back();
-    if (!dir.empty()) roots.push_back(fs::path(dir).parent_path());
-  }
-  for (const fs::path& root : roots) {
-    const std::string python = (root / ".venv-torch/bin/python").string();
-    if (fs::exists(python) && std::system((python + " -c 'import tokenizers, transformers' 2>/dev/null").c_str()) == 0)
-      return python;
-  }
-  return "";
 }
 
 std::vector<std::vector<int32_t>> hf_ids(const std::string& python, const fs::path& dir, const fs::path& text) {

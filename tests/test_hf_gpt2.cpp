@@ -4,6 +4,7 @@
 // (an import into a run directory in use included).
 #include "error_of.h"
 #include "frugal/app/hf_gpt2.h"
+#include "frugal/app/hf_model.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -21,9 +22,11 @@
 #include "frugal/io/safetensors.h"
 #include "frugal/kernels/ref/bf16_ref.h"
 #include "frugal/train/checkpoint.h"
+#include "hf_testing.h"
 #include "temp_dir.h"
 
 using namespace frugal;
+using frugal::testing::expect_same_params;
 using frugal::testing::TempDir;
 using nlohmann::json;
 
@@ -45,28 +48,7 @@ ModelConfig small_config(bool tied) {
   return c;
 }
 
-std::unique_ptr<GPT> random_model(const ModelConfig& c, uint64_t seed = 7) {
-  auto m = std::make_unique<GPT>(c);
-  m->init_weights(seed);
-  // Non-trivial biases and norms, so a swapped or dropped tensor shows.
-  for (const ParamInfo& p : m->table().entries()) {
-    if (p.role == ParamRole::Weight || p.role == ParamRole::Embedding) continue;
-    float* v = m->params() + p.offset;
-    for (size_t i = 0; i < p.numel; ++i) v[i] += 0.001f * static_cast<float>((i * 37 + p.offset) % 101);
-  }
-  return m;
-}
-
-// Every parameter tensor (padding rows included) has the same bits in both models.
-void expect_same_params(const GPT& a, const GPT& b) {
-  ASSERT_EQ(a.table().entries().size(), b.table().entries().size());
-  for (const ParamInfo& p : a.table().entries()) {
-    const ParamInfo& q = b.table().at(p.name);
-    ASSERT_EQ(p.shape, q.shape) << p.name;
-    EXPECT_EQ(std::memcmp(a.params() + p.offset, b.params() + q.offset, p.numel * sizeof(float)), 0)
-        << p.name << " differs";
-  }
-}
+std::unique_ptr<GPT> random_model(const ModelConfig& c) { return frugal::testing::perturbed_model(c); }
 
 void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.vocab_size, b.vocab_size);
@@ -142,14 +124,14 @@ TEST_P(HfRoundTrip, ImportWritesALoadableCheckpoint) {
   const auto model = random_model(small_config(GetParam()));
   io::export_hf_gpt2(*model, dir.file("hf"));
   const std::string checkpoint =
-      io::import_hf_gpt2(dir.file("hf"), dir.file("run"), char_tokenizer_spec(dir));
+      io::import_hf(dir.file("hf"), dir.file("run"), char_tokenizer_spec(dir));
   EXPECT_EQ(resolve_checkpoint(dir.file("run")), checkpoint);
   const auto loaded = load_checkpoint_model(checkpoint);
   expect_same_config(model->config(), loaded->config());
   expect_same_params(*model, *loaded);
   // A second import into the same run would replace (and once deleted) its checkpoints.
   const std::string again = error_of([&] {
-    io::import_hf_gpt2(dir.file("hf"), dir.file("run"), char_tokenizer_spec(dir));
+    io::import_hf(dir.file("hf"), dir.file("run"), char_tokenizer_spec(dir));
   });
   EXPECT_NE(again.find("already holds checkpoints"), std::string::npos) << again;
   EXPECT_EQ(resolve_checkpoint(dir.file("run")), checkpoint);
@@ -160,7 +142,7 @@ TEST(HfImport, RefusesARunDirectoryInUse) {
   io::export_hf_gpt2(*random_model(small_config(true)), dir.file("hf"));
   const io::DirLock training = io::DirLock::exclusive(dir.file("run"), "run directory", "wait");
   const std::string msg = error_of([&] {
-    io::import_hf_gpt2(dir.file("hf"), dir.file("run"), char_tokenizer_spec(dir));
+    io::import_hf(dir.file("hf"), dir.file("run"), char_tokenizer_spec(dir));
   });
   EXPECT_TRUE(contains(msg, "run directory " + dir.file("run") + " is in use by frugal pid " +
                                 std::to_string(::getpid()))) << msg;
@@ -375,7 +357,7 @@ TEST(HfImport, MalformedOrUnsupportedConfigs) {
 TEST(HfImport, UnknownVocabularyNeedsATokenizer) {
   TempDir dir;
   io::export_hf_gpt2(*random_model(small_config(true)), dir.file("hf"));
-  const std::string msg = error_of([&] { io::import_hf_gpt2(dir.file("hf"), dir.file("run")); });
+  const std::string msg = error_of([&] { io::import_hf(dir.file("hf"), dir.file("run")); });
   EXPECT_TRUE(contains(msg, "vocab_size 70 is not GPT-2's 50257") && contains(msg, "--tokenizer")) << msg;
 }
 

@@ -7,6 +7,13 @@ files and need no Python. Run with Debian's torch:
     /usr/bin/python3 tools/make_fixtures.py            # (re)write the fixtures
     /usr/bin/python3 tools/make_fixtures.py --check    # recompute and compare with the files
 
+With --bert it writes instead tests/data/fixtures/bert_mlm/: a tiny BertForMaskedLM created and
+saved by transformers itself (config.json + model.safetensors, as save_pretrained writes them)
+and golden.safetensors, the logits transformers computes from it on fixed input ids. It needs
+transformers, e.g. the interpreter of .venv-torch (tools/setup_torch_venv.sh):
+
+    .venv-torch/bin/python tools/make_fixtures.py --bert [--check]
+
 See tests/data/fixtures/README.md for the tensor names.
 """
 import argparse
@@ -154,12 +161,79 @@ def self_check(name, cfg, tensors, metadata):
         assert np.isfinite(array).all(), f"{name}: {key} has non-finite values"
 
 
+BERT_DIR = "bert_mlm"
+# 2 layers, width 32, 2 heads, MLP 64 (ffn_mult 2), T 16; vocab 66: a 65-token tokenizer (Tiny
+# Shakespeare's characters) and <mask> at id 65, frugal's encoder vocabulary. Two token types with
+# a non-zero row 0 (frugal folds it into the positions), hidden_act gelu_new (frugal's tanh GELU),
+# initializer_range 0.2 so that attention is far from uniform (a swapped query and key shows).
+BERT = dict(vocab_size=66, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=16, type_vocab_size=2, hidden_act="gelu_new", layer_norm_eps=1e-5,
+            initializer_range=0.2, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+BERT_MASK = 65
+
+
+def make_bert_fixture(out_dir, seed):
+    """Writes out_dir/{config.json, model.safetensors} (float16, by save_pretrained) and
+    out_dir/golden.safetensors: input_ids (I32 (2, 16), mask ids among them) and logits (F64 (2, 16,
+    66)), BertForMaskedLM's in float64 from the float16 weights."""
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.BertForMaskedLM(transformers.BertConfig(**BERT)).eval()
+    with torch.no_grad():  # non-trivial LayerNorms and biases (transformers starts them at 1 and 0)
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn(p.shape) * 0.1)
+    model = model.half()  # half the bytes; frugal's import widens F16 exactly
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir)
+    ids = torch.randint(0, BERT_MASK, (2, 16), generator=torch.Generator().manual_seed(seed))
+    ids[0, [1, 5, 6, 15]] = BERT_MASK
+    ids[1, [0, 9]] = BERT_MASK
+    reloaded = transformers.BertForMaskedLM.from_pretrained(out_dir, attn_implementation="eager")
+    reloaded = reloaded.double().eval()
+    with torch.no_grad():
+        logits = reloaded(input_ids=ids.long()).logits
+    tensors = {"input_ids": ids.to(torch.int32).numpy(), "logits": logits.numpy()}
+    metadata = {"made_by": f"tools/make_fixtures.py --bert, transformers {transformers.__version__}, "
+                           f"torch {torch.__version__}, float64 from the float16 weights"}
+    return tensors, metadata
+
+
+def main_bert(args):
+    out_dir = os.path.join(args.out, BERT_DIR)
+    if args.check:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            tensors, metadata = make_bert_fixture(tmp, SEED)
+            failed = False
+            for name in ("config.json", "model.safetensors"):
+                same = open(os.path.join(tmp, name), "rb").read() == open(os.path.join(out_dir, name), "rb").read()
+                print(f"{os.path.join(out_dir, name)}: {'identical' if same else 'DIFFERS'}")
+                failed |= not same
+            golden, _ = safetensors_io.read(os.path.join(out_dir, "golden.safetensors"))
+            err = np.abs(golden["logits"] - tensors["logits"]).max()
+            same_ids = np.array_equal(golden["input_ids"], tensors["input_ids"])
+            print(f"golden.safetensors: input ids {'identical' if same_ids else 'DIFFER'}, logits differ by {err:.3g}")
+            sys.exit(1 if failed or not same_ids or err > 1e-12 else 0)
+    tensors, metadata = make_bert_fixture(out_dir, SEED)
+    path = os.path.join(out_dir, "golden.safetensors")
+    safetensors_io.write(path, tensors, metadata)
+    sizes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in os.listdir(out_dir))
+    print(f"wrote {out_dir} ({sizes} bytes): largest |logit| {np.abs(tensors['logits']).max():.3f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=OUT_DIR, help="output directory (default tests/data/fixtures)")
     ap.add_argument("--check", action="store_true", help="recompute and compare with the existing files")
+    ap.add_argument("--bert", action="store_true", help="the BertForMaskedLM fixture (needs transformers)")
     args = ap.parse_args()
     torch.set_num_threads(1)  # fixed reduction order: the files are reproducible byte for byte
+    if args.bert:
+        main_bert(args)
+        return
     os.makedirs(args.out, exist_ok=True)
     failed = False
     for i, (name, cfg) in enumerate(VARIANTS.items()):

@@ -4,29 +4,20 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <set>
 
+#include "frugal/app/hf_shared.h"
 #include "frugal/core/error.h"
-#include "frugal/data/byte_level.h"
-#include "frugal/data/text.h"
 #include "frugal/io/atomic_file.h"
-#include "frugal/io/dir_lock.h"
-#include "frugal/kernels/ops.h"
+#include "frugal/io/config.h"
 #include "frugal/io/safetensors.h"
-#include "frugal/train/checkpoint.h"
-#include "frugal/train/run_config.h"
 
 namespace frugal::io {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-constexpr int kGpt2VocabSize = 50257;  // GPT-2's BPE vocabulary, <|endoftext|> included
 
 // One parameter as GPT-2 stores it.
 struct HfTensor {
@@ -57,65 +48,6 @@ void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
     for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
 }
 
-std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("({})", fmt::join(shape, ", ")); }
-
-// Typed access to config.json keys; errors name the file and key.
-class ConfigReader {
- public:
-  ConfigReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
-
-  const json* find(const char* key) const {
-    auto it = j_.find(key);
-    return it == j_.end() || it->is_null() ? nullptr : &*it;
-  }
-  int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
-    const json* v = find(key);
-    if (!v) return require(key, fallback);
-    FRUGAL_CHECK(v->is_number_integer(), "{}: \"{}\" is {}, expected an integer; fix the file",
-                 path_, key, v->dump());
-    return v->get<int64_t>();
-  }
-  double number(const char* key, double fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    FRUGAL_CHECK(v->is_number(), "{}: \"{}\" is {}, expected a number; fix the file", path_, key, v->dump());
-    return v->get<double>();
-  }
-  bool boolean(const char* key, bool fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    FRUGAL_CHECK(v->is_boolean(), "{}: \"{}\" is {}, expected true or false; fix the file", path_,
-                 key, v->dump());
-    return v->get<bool>();
-  }
-  std::string string(const char* key, const std::string& fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    FRUGAL_CHECK(v->is_string(), "{}: \"{}\" is {}, expected a string; fix the file", path_, key, v->dump());
-    return v->get<std::string>();
-  }
-  // Throws unless `key` is absent or has the value frugal's GPT-2 computes.
-  void expect_bool(const char* key, bool supported, const char* why) const {
-    FRUGAL_CHECK(boolean(key, supported) == supported,
-                 "{}: \"{}\" = {} is not supported: {}; only GPT-2 models with \"{}\" = {} can be imported",
-                 path_, key, !supported, why, key, supported);
-  }
-
- private:
-  int64_t require(const char* key, std::optional<int64_t> fallback) const {
-    FRUGAL_CHECK(fallback.has_value(), "{}: \"{}\" is missing; a GPT-2 config.json needs it (write it "
-                 "with transformers' GPT2Config.save_pretrained)", path_, key);
-    return *fallback;
-  }
-  const json& j_;
-  std::string path_;
-};
-
-int to_int(int64_t v, const char* key, const std::string& path) {
-  FRUGAL_CHECK(v >= 0 && v <= (int64_t(1) << 30), "{}: \"{}\" = {} is out of range; fix the file", path, key, v);
-  return static_cast<int>(v);
-}
-
 // Where a frugal parameter is in a GPT-2 file: under its own name (GPT2LMHeadModel) or without
 // the "transformer." prefix (GPT2Model, e.g. the original gpt2 checkpoint). nullptr if neither.
 const std::string* find_hf_name(const SafeTensors& st, const std::string& name,
@@ -132,24 +64,12 @@ bool is_ignorable(const std::string& name) {
   return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
 }
 
-void set_model_keys(Config& config, const ModelConfig& m) {
-  config.set("model.vocab_size", std::to_string(m.vocab_size));
-  config.set("model.block_size", std::to_string(m.block_size));
-  config.set("model.n_layer", std::to_string(m.n_layer));
-  config.set("model.n_head", std::to_string(m.n_head));
-  config.set("model.n_embd", std::to_string(m.n_embd));
-  config.set("model.ffn_mult", std::to_string(m.ffn_mult));
-  config.set("model.mlp", mlp_kind_name(m.mlp));
-  config.set("model.tied_head", m.tied_head ? "true" : "false");
-  config.set("model.bias", m.bias ? "true" : "false");
-  config.set("model.dropout", fmt::format("{}", m.dropout));
-  config.set("model.layernorm_eps", fmt::format("{}", m.layernorm_eps));
-  config.set("model.init_std", fmt::format("{}", m.init_std));
-}
-
 }  // namespace
 
 void check_hf_gpt2_exportable(const ModelConfig& c) {
+  FRUGAL_CHECK(!c.encoder(),
+               "model.objective = \"mlm\" cannot be exported in the Hugging Face GPT-2 format: "
+               "GPT2LMHeadModel is a causal decoder; an encoder exports as BertForMaskedLM (hf_bert.h)");
   FRUGAL_CHECK(c.moe.experts == 0,
                "model.moe.experts = {} cannot be exported in the Hugging Face GPT-2 format: "
                "GPT2LMHeadModel has no mixture-of-experts MLP; only dense models can be exported",
@@ -199,7 +119,6 @@ std::string hf_gpt2_inexpressible(const GPT& model) {
 
 void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_id,
                     bool allow_causal_attention, DType dtype) {
-  FRUGAL_CHECK(dtype == DType::F32 || dtype == DType::BF16, "internal: an export in {}", dtype_name(dtype));
   const ModelConfig& c = model.config();
   check_hf_gpt2_exportable(c);
   const std::string inexpressible = hf_gpt2_inexpressible(model);
@@ -230,15 +149,13 @@ void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_
       {"reorder_and_upcast_attn", false},
       {"tie_word_embeddings", c.tied_head},
       {"use_cache", true},
-      {"torch_dtype", dtype == DType::BF16 ? "bfloat16" : "float32"},
+      {"torch_dtype", hf_torch_dtype(dtype)},
   };
   if (eos_token_id >= 0) cfg["bos_token_id"] = cfg["eos_token_id"] = eos_token_id;
   write_file_atomic(out_dir + "/config.json", cfg.dump(2) + "\n");
 
   SafeTensors st;
-  st.metadata["format"] = "pt";  // transformers refuses safetensors files without it
   std::vector<float> scratch;
-  std::vector<kernels::bf16> rounded;
   for (const HfTensor& t : hf_layout(model)) {
     const float* src = model.params() + t.param->offset;
     if (t.conv1d) {
@@ -246,95 +163,42 @@ void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_
       transpose(src, t.param->shape[0], t.param->shape[1], scratch.data());
       src = scratch.data();
     }
-    // vocabulary tensors: the first V rows
-    if (dtype == DType::F32) {
-      st.put_f32(t.param->name, t.shape, src);
-      continue;
-    }
-    int64_t numel = 1;
-    for (int64_t d : t.shape) numel *= d;
-    rounded.resize(static_cast<size_t>(numel));
-    kernels::f32_to_bf16(rounded.data(), src, rounded.size());
-    st.put(t.param->name, DType::BF16, t.shape, rounded.data());
+    put_hf_tensor(st, t.param->name, t.shape, src, dtype);  // vocabulary tensors: the first V rows
   }
-  write_safetensors(out_dir + "/model.safetensors", st);
-}
-
-bool export_hf_tokenizer(const data::Tokenizer& tokenizer, int model_max_length,
-                         const std::string& out_dir) {
-  create_directories(out_dir, "the export directory");
-  write_file_atomic((fs::path(out_dir) / data::kTokenizerFile).string(), tokenizer.to_json());
-  const data::BpeModel* bpe = tokenizer.bpe_model();
-  if (!bpe) return false;
-  // vocab.json + merges.txt (GPT2Tokenizer) and tokenizer.json (the fast tokenizer).
-  data::write_bpe_files(*bpe, out_dir);
-  const std::string eot(data::kEndOfText);
-  const json tok_cfg = {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", model_max_length},
-                        {"bos_token", eot}, {"eos_token", eot}, {"unk_token", eot},
-                        {"add_prefix_space", false}};
-  write_file_atomic(out_dir + "/tokenizer_config.json", tok_cfg.dump(2) + "\n");
-  return true;
+  write_hf_weights(out_dir, st);
 }
 
 ModelConfig read_hf_gpt2_config(const std::string& path) {
-  FRUGAL_CHECK(fs::exists(path), "'{}' is missing; a Hugging Face model directory needs config.json "
-               "(save the model with save_pretrained or `frugal export --format hf`)", path);
-  json j;
-  try {
-    j = json::parse(data::read_text_file(path));
-  } catch (const json::exception& e) {
-    fail("'{}' is not valid JSON ({}); fix it or save the model again with save_pretrained", path, e.what());
-  }
-  FRUGAL_CHECK(j.is_object(), "'{}' is not a JSON object; it is not a transformers config.json", path);
-  const ConfigReader r(j, path);
-  const std::string type = r.string("model_type", "gpt2");
-  FRUGAL_CHECK(type == "gpt2", "{}: model_type \"{}\" is not supported; only GPT-2 models (model_type "
-               "\"gpt2\") can be imported", path, type);
-  const std::string act = r.string("activation_function", "gelu_new");
-  FRUGAL_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
-               "{}: activation_function \"{}\" is not supported; frugal's MLP uses the tanh GELU "
-               "(\"gelu_new\" or \"gelu_pytorch_tanh\")", path, act);
+  const json j = read_hf_config_json(path);
+  const HfConfigReader r(j, path, "GPT-2", "GPT2Config");
+  r.expect_model_type("gpt2", "gpt2");
+  r.expect_tanh_gelu("activation_function", "gelu_new");
   r.expect_bool("scale_attn_weights", true, "frugal always scales attention scores by 1/sqrt(head size)");
   r.expect_bool("scale_attn_by_inverse_layer_idx", false, "frugal has no per-layer attention scaling");
   r.expect_bool("add_cross_attention", false, "frugal has no cross-attention");
 
   ModelConfig m;
-  m.vocab_size = to_int(r.integer("vocab_size"), "vocab_size", path);
+  m.vocab_size = r.count("vocab_size");
   const int64_t n_ctx = r.integer("n_ctx", std::optional<int64_t>(1024));
-  m.block_size = to_int(r.integer("n_positions", n_ctx), "n_positions", path);
-  m.n_layer = to_int(r.integer("n_layer"), "n_layer", path);
-  m.n_head = to_int(r.integer("n_head"), "n_head", path);
-  m.n_embd = to_int(r.integer("n_embd"), "n_embd", path);
-  const int hidden = to_int(r.integer("n_inner", int64_t(4) * m.n_embd), "n_inner", path);
-  FRUGAL_CHECK(m.n_embd > 0 && hidden % m.n_embd == 0,
-               "{}: n_inner = {} is not a multiple of n_embd = {}; frugal's MLP width is "
-               "ffn_mult * n_embd", path, hidden, m.n_embd);
-  m.ffn_mult = m.n_embd > 0 ? hidden / m.n_embd : 0;
+  m.block_size = r.count("n_positions", n_ctx);
+  m.n_layer = r.count("n_layer");
+  m.n_head = r.count("n_head");
+  m.n_embd = r.count("n_embd");
+  m.ffn_mult = r.ffn_mult("n_inner", int64_t(4) * m.n_embd, "n_embd", m.n_embd);
   m.mlp = MlpKind::Gelu;
   m.bias = true;
   m.tied_head = r.boolean("tie_word_embeddings", true);
   m.dropout = 0.0f;  // inference default; a fine-tuning run config sets its own
   m.layernorm_eps = static_cast<float>(r.number("layer_norm_epsilon", 1e-5));
   m.init_std = static_cast<float>(r.number("initializer_range", 0.02));
-  try {
-    m.validate();
-  } catch (const Error& e) {
-    fail("{} describes a model frugal cannot hold: {}", path, e.what());
-  }
+  r.validate(m);
   return m;
 }
 
 std::unique_ptr<GPT> read_hf_gpt2(const std::string& hf_dir) {
   const ModelConfig config = read_hf_gpt2_config(hf_dir + "/config.json");
   const std::string st_path = hf_dir + "/model.safetensors";
-  if (!fs::exists(st_path)) {
-    FRUGAL_CHECK(!fs::exists(hf_dir + "/model.safetensors.index.json"),
-                 "'{}' is a sharded checkpoint, which frugal cannot import; save it as one file with "
-                 "save_pretrained(dir, max_shard_size=\"100GB\")", hf_dir);
-    fail("'{}' is missing; frugal imports safetensors weights only (save the model with "
-         "save_pretrained(dir, safe_serialization=True))", st_path);
-  }
-  const SafeTensors st = read_safetensors(st_path);
+  const SafeTensors st = read_hf_weights(hf_dir);
   auto model = std::make_unique<GPT>(config);
   std::fill(model->params(), model->params() + model->num_floats(), 0.0f);
 
@@ -346,11 +210,7 @@ std::unique_ptr<GPT> read_hf_gpt2(const std::string& hf_dir) {
     FRUGAL_CHECK(found, "{}: tensor '{}' is missing{}; the file does not hold this GPT-2 model "
                  "(save it again with save_pretrained)", st_path, name,
                  name == "lm_head.weight" ? " (config.json says tie_word_embeddings = false)" : "");
-    const TensorData& data = st.tensors.at(*found);
-    FRUGAL_CHECK(data.shape == t.shape, "{}: tensor '{}' has shape {}, but config.json implies {}; "
-                 "the weights do not belong to this config.json", st_path, *found,
-                 shape_str(data.shape), shape_str(t.shape));
-    const std::vector<float> values = data.to_f32(*found);
+    const std::vector<float> values = read_hf_tensor(st, st_path, *found, t.shape);
     float* dst = model->params() + t.param->offset;
     if (t.conv1d) {
       transpose(values.data(), t.shape[0], t.shape[1], dst);
@@ -367,36 +227,6 @@ std::unique_ptr<GPT> read_hf_gpt2(const std::string& hf_dir) {
                  "GPT2LMHeadModel / GPT2Model weights can be imported", st_path, name);
   }
   return model;
-}
-
-std::string import_hf_gpt2(const std::string& hf_dir, const std::string& out_dir,
-                           const std::string& tokenizer_spec) {
-  const DirLock lock = DirLock::exclusive(out_dir, "run directory",
-                                         "wait for that process to end or import into another directory");
-  FRUGAL_CHECK(!run_has_checkpoints(out_dir), "{} already holds checkpoints; `frugal import` "
-               "writes a new run: give it an empty or new directory", out_dir);
-  const std::unique_ptr<GPT> model = read_hf_gpt2(hf_dir);
-  const ModelConfig& m = model->config();
-  std::string spec = tokenizer_spec;
-  // Only frugal's own file name: an HF directory's tokenizer.json is Hugging Face's format.
-  const std::string frugal_tokenizer = (fs::path(hf_dir) / data::kTokenizerFile).string();
-  if (spec.empty() && fs::exists(frugal_tokenizer)) spec = frugal_tokenizer;
-  if (spec.empty()) {
-    FRUGAL_CHECK(m.vocab_size == kGpt2VocabSize,
-                 "cannot tell the tokenizer of '{}' (vocab_size {} is not GPT-2's {}); pass it "
-                 "with --tokenizer SPEC (gpt2, gpt2:DIR or char:VOCAB_FILE)", hf_dir, m.vocab_size,
-                 kGpt2VocabSize);
-    spec = "gpt2";
-  }
-  const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(spec);
-  FRUGAL_CHECK(tokenizer->vocab_size() <= m.vocab_size,
-               "tokenizer '{}' has {} tokens but the model only {}; pass the tokenizer the model "
-               "was trained with (--tokenizer SPEC)", spec, tokenizer->vocab_size(), m.vocab_size);
-
-  Config config(run_schema());
-  set_model_keys(config, m);
-  config.set("train.out_dir", out_dir);
-  return save_checkpoint(out_dir, config, *model, nullptr, TrainState{}, tokenizer->to_json(), 1);
 }
 
 }  // namespace frugal::io

@@ -1,7 +1,7 @@
 // Hugging Face GPT-2 interchange: a frugal model as a directory that transformers'
 // GPT2LMHeadModel.from_pretrained loads (config.json + model.safetensors, optionally the GPT-2
 // tokenizer files), and such a directory (ours or one transformers wrote) back into a frugal model
-// or checkpoint.
+// (hf_model.h dispatches between it and BERT, writes the tokenizer files and the checkpoint).
 //
 // Differences between the two layouts, all handled here:
 //   - names: frugal's are GPT2LMHeadModel's ("transformer.h.0.attn.c_attn.weight", "lm_head.weight");
@@ -16,7 +16,6 @@
 #include <memory>
 #include <string>
 
-#include "frugal/data/tokenizer.h"
 #include "frugal/io/safetensors.h"
 #include "frugal/model/config.h"
 #include "frugal/model/gpt.h"
@@ -42,12 +41,6 @@ std::string hf_gpt2_inexpressible(const GPT& model);
 void export_hf_gpt2(const GPT& model, const std::string& out_dir, int eos_token_id = -1,
                     bool allow_causal_attention = false, DType dtype = DType::F32);
 
-// Writes the tokenizer files next to an export: frugal_tokenizer.json (the tokenizer itself, which
-// `frugal import` picks up) and, for GPT-2 BPE, vocab.json + merges.txt + tokenizer_config.json so
-// transformers' AutoTokenizer loads it. Returns false when transformers has no equivalent (char).
-bool export_hf_tokenizer(const data::Tokenizer& tokenizer, int model_max_length,
-                         const std::string& out_dir);
-
 // The frugal ModelConfig a GPT-2 config.json describes. Throws Error naming the file and key for
 // malformed or unsupported configs (another model_type or activation, cross-attention, ...).
 ModelConfig read_hf_gpt2_config(const std::string& config_json_path);
@@ -55,12 +48,5 @@ ModelConfig read_hf_gpt2_config(const std::string& config_json_path);
 // Loads hf_dir/config.json + hf_dir/model.safetensors (F32, F16 or BF16; prefixed or un-prefixed
 // names) into a new model. Errors name the missing, mis-shaped or unexpected tensor.
 std::unique_ptr<GPT> read_hf_gpt2(const std::string& hf_dir);
-
-// read_hf_gpt2, then saves it as a frugal checkpoint (model only) under the run directory
-// out_dir and returns the checkpoint's path. tokenizer_spec as for data::load_tokenizer; empty:
-// hf_dir/frugal_tokenizer.json when present, else "gpt2" when the vocabulary is GPT-2's. Holds
-// out_dir's run-directory lock (io/dir_lock.h) throughout: a directory in use is refused.
-std::string import_hf_gpt2(const std::string& hf_dir, const std::string& out_dir,
-                           const std::string& tokenizer_spec = "");
 
 }  // namespace frugal::io

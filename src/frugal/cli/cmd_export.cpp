@@ -1,14 +1,16 @@
 // `frugal export --format hf CHECKPOINT_OR_RUN_DIR OUT_DIR [--allow-lossy] [--dtype bf16]`: a
-// checkpoint as a directory that transformers' GPT2LMHeadModel / AutoTokenizer load (see
-// app/hf_gpt2.h), with the weights the model computes with (masks applied), in fp32 or rounded to
-// bf16; what the format cannot express is refused, or with --allow-lossy dropped and named.
+// checkpoint as a directory that transformers' GPT2LMHeadModel (a decoder) or BertForMaskedLM (an
+// encoder) and AutoTokenizer load (see app/hf_model.h), with the weights the model computes with
+// (masks applied), in fp32 or rounded to bf16; what the format cannot express is refused, or (a
+// decoder's sparse attention) with --allow-lossy dropped and named.
 #include <fmt/format.h>
 
 #include <memory>
 #include <string>
 
-#include "frugal/app/hf_gpt2.h"
+#include "frugal/app/hf_model.h"
 #include "frugal/cli/commands.h"
+#include "frugal/data/masking.h"
 #include "frugal/io/stdout.h"
 #include "frugal/train/checkpoint.h"
 
@@ -26,7 +28,7 @@ struct ExportArgs {
 void add_export_command(CLI::App& app) {
   auto args = std::make_shared<ExportArgs>();
   CLI::App* cmd = app.add_subcommand("export", "export a checkpoint to another format");
-  cmd->add_option("--format", args->format, "output format: hf (Hugging Face GPT-2)")
+  cmd->add_option("--format", args->format, "output format: hf (Hugging Face GPT-2, or BERT for an encoder)")
       ->check(CLI::IsMember({"hf"}))
       ->capture_default_str();
   cmd->add_option("checkpoint", args->source, "run directory (its latest checkpoint) or checkpoint directory")
@@ -45,17 +47,18 @@ void add_export_command(CLI::App& app) {
     const CheckpointModel loaded = load_checkpoint_model(checkpoint);
     const GPT& model = loaded.model();
     const auto tokenizer = load_checkpoint_tokenizer(checkpoint);
-    io::export_hf_gpt2(model, args->out_dir, tokenizer->eot_token(), args->allow_lossy,
-                       args->dtype == "bf16" ? io::DType::BF16 : io::DType::F32);
-    const bool hf_tokenizer = io::export_hf_tokenizer(*tokenizer, model.config().block_size, args->out_dir);
-    io::print("exported {} ({} parameters) to {}: config.json, model.safetensors ({})\n", checkpoint,
-              model.table().num_parameters(), args->out_dir, args->dtype);
+    const io::HfExport exported = io::export_hf(model, *tokenizer, args->out_dir, args->allow_lossy,
+                                                args->dtype == "bf16" ? io::DType::BF16 : io::DType::F32);
+    io::print("exported {} ({} parameters) to {} as {}: config.json, model.safetensors ({})\n", checkpoint,
+              model.table().num_parameters(), args->out_dir, exported.architecture, args->dtype);
     for (const std::string& note : loaded.notes) io::print("{}\n", note);
-    const std::string dropped = io::hf_gpt2_inexpressible(model);
-    if (!dropped.empty())
-      io::print("dropped (--allow-lossy): {}; the exported model attends to every earlier position\n", dropped);
-    if (hf_tokenizer) {
-      io::print("tokenizer: vocab.json, merges.txt, tokenizer_config.json (AutoTokenizer loads them)\n");
+    if (!exported.dropped.empty())
+      io::print("dropped (--allow-lossy): {}; the exported model attends to every earlier position\n",
+                exported.dropped);
+    if (exported.tokenizer_files) {
+      io::print("tokenizer: vocab.json, merges.txt, tokenizer.json, tokenizer_config.json (AutoTokenizer loads "
+                "them){}\n", model.config().encoder() ? fmt::format("; {} is id {}", data::kMaskToken,
+                                                                      data::encoder_masking(*tokenizer).mask_id) : "");
     } else {
       io::print("tokenizer: transformers has no tokenizer matching '{}'; encode text with frugal's "
                 "({}/frugal_tokenizer.json, e.g. `frugal tokenize --tokenizer {}/frugal_tokenizer.json`)\n",
