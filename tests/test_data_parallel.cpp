@@ -46,6 +46,18 @@ const std::string kModel =
 class DataParallel : public testing::MpiRuns {
  protected:
   DataParallel() : MpiRuns(kModel) {}
+  // Trains `settings` for `steps` steps on 2 ranks (run `name`) and in one process with twice the
+  // accumulation, prints `what`'s largest relative difference and checks it against `tolerance`;
+  // returns the 2-rank run.
+  TrainedRun expect_two_ranks_equal_one_process(const std::string& name, const std::string& what, int steps,
+                                                const std::string& settings, double tolerance) const {
+    const TrainedRun parallel = train(name, 2, steps, settings);
+    const TrainedRun single = train(name + "-ref", 0, steps, settings + " --set train.grad_accum=2");
+    const double diff = max_relative_difference(single.steps, parallel.steps);
+    std::printf("%s: np=2 vs 1 process: max relative difference %.3g\n", what.c_str(), diff);
+    EXPECT_LE(diff, tolerance) << what;
+    return parallel;
+  }
 };
 
 // "optimizer state X MiB" of the memory plan a run printed.
@@ -153,11 +165,7 @@ TEST_F(DataParallel, MethodsRunAsInOneProcess) {
                                     "--set methods.mst.warmup_fraction=0.25 --set methods.mst.restore_fraction=0.75 "
                                     "--set methods.mst.attention_window=16 --set methods.mst.attention_stride=16",
                                     kMaskTolerance}}) {
-    const TrainedRun parallel = train("method", 2, 8, method);
-    const TrainedRun single = train("method-ref", 0, 8, method + " --set train.grad_accum=2");
-    const double diff = max_relative_difference(single.steps, parallel.steps);
-    std::printf("%s: np=2 vs 1 process: max relative difference %.3g\n", method.c_str(), diff);
-    EXPECT_LE(diff, tolerance) << method;
+    expect_two_ranks_equal_one_process("method", method, 8, method, tolerance);
   }
   // ZeRO-2 leaves each rank its shard's gradients only: adaptive freezing, which reads every
   // block's, is refused with what to use instead.
@@ -180,11 +188,8 @@ TEST_F(DataParallel, MultilevelVcycleEqualsOneProcessAndZeroStagesAndResumesOnTh
   const std::string vcycle = "--set methods.multilevel.shares=0.25,0.5,0.25";
   for (auto [moments, tolerance] : {std::pair{"mapped", kTolerance}, {"fresh", 1e-4}}) {
     const std::string settings = vcycle + " --set methods.multilevel.moments=" + moments;
-    const TrainedRun parallel = train(fmt::format("vcycle-{}", moments), 2, 8, settings);
-    const TrainedRun single = train(fmt::format("vcycle-{}-ref", moments), 0, 8, settings + " --set train.grad_accum=2");
-    const double diff = max_relative_difference(single.steps, parallel.steps);
-    std::printf("V-cycle, %s moments: np=2 vs 1 process: max relative difference %.3g\n", moments, diff);
-    EXPECT_LE(diff, tolerance) << moments;
+    const TrainedRun parallel = expect_two_ranks_equal_one_process(
+        fmt::format("vcycle-{}", moments), fmt::format("V-cycle, {} moments", moments), 8, settings, tolerance);
     ASSERT_EQ(parallel.steps.size(), 8u);
     EXPECT_EQ(parallel.steps[3].at("level"), 2);  // step 4 trains the coalesced model
     for (int stage : {1, 2})
@@ -208,11 +213,7 @@ TEST_F(DataParallel, MultilevelVcycleEqualsOneProcessAndZeroStagesAndResumesOnTh
 TEST_F(DataParallel, MixtureOfExpertsEqualsOneProcessAndZeroStages) {
   const std::string moe = "--set model.moe.experts=4 --set model.moe.every=2 --set model.moe.bias_rate=0.001 "
                           "--set model.moe.shared_expert=true";
-  const TrainedRun parallel = train("moe", 2, 8, moe);
-  const TrainedRun single = train("moe-ref", 0, 8, moe + " --set train.grad_accum=2");
-  const double diff = max_relative_difference(single.steps, parallel.steps);
-  std::printf("mixture of experts: np=2 vs 1 process: max relative difference %.3g\n", diff);
-  EXPECT_LE(diff, kTolerance);
+  const TrainedRun parallel = expect_two_ranks_equal_one_process("moe", "mixture of experts", 8, moe, kTolerance);
   expect_identical(parallel.steps, train("moe-zero2", 2, 8, moe + " --set parallel.zero=2").steps);
 }
 
@@ -221,11 +222,7 @@ TEST_F(DataParallel, MixtureOfExpertsEqualsOneProcessAndZeroStages) {
 // (to the dense tolerance; the validation masks are fixed); ZeRO-2 gives ZeRO-0's run bit for bit.
 TEST_F(DataParallel, MaskedLmEqualsOneProcessAndZeroStages) {
   const std::string mlm = "--set model.objective=mlm --set model.norm=post";
-  const TrainedRun parallel = train("mlm", 2, 8, mlm);
-  const TrainedRun single = train("mlm-ref", 0, 8, mlm + " --set train.grad_accum=2");
-  const double diff = max_relative_difference(single.steps, parallel.steps);
-  std::printf("masked LM: np=2 vs 1 process: max relative difference %.3g\n", diff);
-  EXPECT_LE(diff, kTolerance);
+  const TrainedRun parallel = expect_two_ranks_equal_one_process("mlm", "masked LM", 8, mlm, kTolerance);
   expect_identical(parallel.steps, train("mlm-zero2", 2, 8, mlm + " --set parallel.zero=2").steps);
 }
 
@@ -235,11 +232,7 @@ TEST_F(DataParallel, MaskedLmEqualsOneProcessAndZeroStages) {
 // Width 64 and 6 steps: on the reference path the Newton–Schulz iterations are naive loops.
 TEST_F(DataParallel, MuonEqualsOneProcessAndZeroStages) {
   const std::string muon = "--set optim.name=muon --set optim.muon.weight_decay=0.01 --set model.n_embd=64";
-  const TrainedRun parallel = train("muon", 2, 6, muon);
-  const TrainedRun single = train("muon-ref", 0, 6, muon + " --set train.grad_accum=2");
-  const double diff = max_relative_difference(single.steps, parallel.steps);
-  std::printf("muon: np=2 vs 1 process: max relative difference %.3g\n", diff);
-  EXPECT_LE(diff, kTolerance);
+  const TrainedRun parallel = expect_two_ranks_equal_one_process("muon", "muon", 6, muon, kTolerance);
   for (int stage : {1, 2})
     expect_identical(parallel.steps, train(fmt::format("muon-zero{}", stage), 2, 6,
                                            muon + fmt::format(" --set parallel.zero={}", stage)).steps);
