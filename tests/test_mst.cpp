@@ -13,10 +13,13 @@
 #include <map>
 #include <numeric>
 
+#include "error_of.h"
 #include "frugal/core/error.h"
 #include "frugal/core/rng.h"
 #include "frugal/methods/mst/plugin.h"
 #include "frugal/methods/mst/sparsity.h"
+#include "frugal/model/formats/sparse.h"
+#include "frugal/model/formats/sparse24.h"
 #include "frugal/train/trainer.h"
 #include "temp_dir.h"
 #include "train_data.h"
@@ -389,6 +392,41 @@ TEST(MstMethod, ResumeMidPhaseIsBitExact) {
     for (size_t i = 0; i < straight.model().num_floats(); ++i)
       ASSERT_EQ(straight.model().params()[i], resumed.model().params()[i]) << at << ": " << i;
   }
+}
+
+// Beside 2:4 every block linear has one owner: 2:4 masks the FFN linears, mst the attention
+// projections only (its densities over those); the pair trains in its hold and resumes
+// bit-exactly; 2:4 on the attention too leaves mst nothing and is refused in one line.
+TEST(MstMethod, BesideSparse24ItMasksTheAttentionProjectionsOnly) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::vector<std::string> pair = {"methods.mst.warmup_fraction=0.3", "methods.mst.restore_fraction=0.7",
+                                         "methods.sparse24.mask_interval=4", "methods.sparse24.dense_finetune_fraction=0"};
+  Trainer straight(config(data, dir.file("a"), pair), {.quiet = true});
+  const FitResult all = straight.fit();
+  for (const auto& target : method_of(straight).targets())
+    EXPECT_TRUE(target.which == GPT::Linear::Qkv || target.which == GPT::Linear::Proj) << int(target.which);
+  EXPECT_EQ(method_of(straight).targets().size(), 4u);  // 2 layers × qkv, proj
+  const GPT& model = straight.model();
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_NE(dynamic_cast<const Sparse24Format*>(&model.linear_format(l, GPT::Linear::Fc)), nullptr) << l;
+    EXPECT_NE(dynamic_cast<const Sparse24Format*>(&model.linear_format(l, GPT::Linear::FcProj)), nullptr) << l;
+    EXPECT_NE(dynamic_cast<const SparseFormat*>(&model.linear_format(l, GPT::Linear::Qkv)), nullptr) << l;
+  }
+  expect_zero_outside_masks(straight);
+
+  auto with_ckpt = pair;
+  with_ckpt.insert(with_ckpt.end(), {"train.checkpoint_interval=10", "train.keep_checkpoints=10"});
+  Trainer(config(data, dir.file("b"), with_ckpt), {.quiet = true}).fit();
+  const FitResult rest = Trainer(config(data, dir.file("c"), pair),
+                                 {.resume = dir.file("b") + "/checkpoints/step_00000010", .quiet = true}).fit();
+  ASSERT_EQ(rest.losses.size(), 10u);
+  for (size_t i = 0; i < rest.losses.size(); ++i) EXPECT_EQ(rest.losses[i], all.losses[10 + i]) << "step " << 10 + i;
+
+  const std::string refused = frugal::testing::error_of([&] {
+    Trainer t(config(data, dir.file("d"), {"methods.sparse24.include_attention=true"}), {.quiet = true});
+  });
+  EXPECT_NE(refused.find("leaving methods.mst none to mask"), std::string::npos) << refused;
 }
 
 TEST(MstMethod, BadSettingsGetOneLineErrors) {

@@ -9,6 +9,7 @@
 #include "frugal/core/profile.h"
 #include "frugal/core/rng.h"
 #include "frugal/methods/mask_codec.h"
+#include "frugal/methods/sparse24/plugin.h"
 
 namespace frugal::mst {
 
@@ -84,6 +85,14 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
                "{0}.attention = \"{1}\" is a causal sparse pattern and an encoder (model.objective = "
                "\"mlm\") attends both ways; set {0}.attention = \"dense\" (the sparse weights still "
                "apply)", p, attention);
+  // Beside 2:4, each linear has one owner: 2:4 keeps its linears (the FFN's), mst takes the rest.
+  if (c.section_present("methods.sparse24")) {
+    const bool attention24 = c.get_bool("methods.sparse24.include_attention");
+    FRUGAL_CHECK(!attention24, "methods.sparse24.include_attention = true gives every block linear to 2:4, "
+                 "leaving {} none to mask; set it to false (2:4 on the FFN, mst on the attention "
+                 "projections) or remove one of the two tables", p);
+    m.left_to_others = sparse24::masked_linears(attention24);
+  }
   return std::make_unique<MstMethod>(m);
 }
 
@@ -102,7 +111,7 @@ MethodInfo method_info() {
           "warm-up/hold/restoration, hybrid sparse attention in the hold",
           add_keys,
           make,
-          {{"sparse24", "both own the masks of the block linears"}}};
+          {}};
 }
 
 bool MstMethod::is_update_step(int64_t step, int64_t max_steps) const {
@@ -139,7 +148,9 @@ void MstMethod::build_targets(const GPT& model) {
   for (int l = 0; l < model.config().n_layer; ++l)
     for (int w = 0; w < GPT::kLinears; ++w) {
       const auto which = static_cast<GPT::Linear>(w);
-      if (model.linear_weight_offset(l, which) == GPT::kAbsent) continue;
+      if (model.linear_weight_offset(l, which) == GPT::kAbsent ||
+          std::ranges::find(config_.left_to_others, which) != config_.left_to_others.end())
+        continue;
       Target t;
       t.layer = l;
       t.which = which;

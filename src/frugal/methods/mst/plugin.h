@@ -17,6 +17,7 @@
 //   block during the hold, dense causal before and after (switched at Reconfigure points).
 // - `dynamic = false` keeps the initial mask for the whole run (the static-sparse control);
 //   constant sparsity (initial = peak = final) with `dynamic = true` is RigL.
+// Beside methods.sparse24 it leaves 2:4's linears (the FFN's) alone and masks the rest.
 // Frozen layers (methods.freeze) keep their masks. After a reshape by another method (the V-cycle
 // of methods.multilevel), the masks of the new shapes keep the largest mapped weights at the
 // current sparsity. State: the masks and counters (JSON).
@@ -42,6 +43,8 @@ struct MstConfig {
   // ultra-sparse hold (dense_attention: none).
   kernels::AttentionPattern dense_attention = kernels::AttentionPattern::causal();
   kernels::AttentionPattern attention = kernels::AttentionPattern::strided(16, 16);
+  // Block linears another mask owner holds (methods.sparse24's, when both run): never masked here.
+  std::vector<GPT::Linear> left_to_others;
 };
 
 MethodInfo method_info();

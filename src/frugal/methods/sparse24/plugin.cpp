@@ -43,6 +43,12 @@ MethodInfo method_info() {
           add_keys, make, {}};
 }
 
+std::vector<GPT::Linear> masked_linears(bool include_attention) {
+  std::vector<GPT::Linear> which = {GPT::Linear::Fc, GPT::Linear::Gate, GPT::Linear::FcProj};
+  if (include_attention) which.insert(which.begin(), {GPT::Linear::Qkv, GPT::Linear::Proj});
+  return which;
+}
+
 int64_t Sparse24Method::dense_start(int64_t max_steps) const {
   return max_steps - std::llround(static_cast<double>(max_steps) * config_.dense_finetune_fraction);
 }
@@ -52,11 +58,9 @@ void Sparse24Method::build_targets(const GPT& model) {
   FRUGAL_CHECK(c.n_embd % 4 == 0 && c.ffn_hidden() % 4 == 0,
                "methods.sparse24 needs model.n_embd ({}) and the FFN width ({}) divisible by 4 for "
                "4x4 mask blocks; change the model size or disable the method", c.n_embd, c.ffn_hidden());
-  std::vector<GPT::Linear> which = {GPT::Linear::Fc, GPT::Linear::Gate, GPT::Linear::FcProj};
-  if (config_.include_attention) which.insert(which.begin(), {GPT::Linear::Qkv, GPT::Linear::Proj});
   targets_.clear();
   for (int l = 0; l < c.n_layer; ++l)
-    for (GPT::Linear w : which) {
+    for (GPT::Linear w : masked_linears(config_.include_attention)) {
       if (model.linear_weight_offset(l, w) == GPT::kAbsent) continue;
       Target t;
       t.layer = l;

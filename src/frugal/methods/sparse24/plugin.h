@@ -35,6 +35,10 @@ struct Sparse24Config {
 
 MethodInfo method_info();
 
+// The block linears 2:4 masks: the FFN's (fc, c_gate, fc_proj), and the attention projections
+// (qkv, proj) with include_attention. Another mask owner beside it (mst) leaves these alone.
+std::vector<GPT::Linear> masked_linears(bool include_attention);
+
 class Sparse24Method final : public Method {
  public:
   explicit Sparse24Method(Sparse24Config config) : config_(config) {}
