@@ -167,12 +167,22 @@ TEST_F(DataParallel, MethodsRunAsInOneProcess) {
                                     kMaskTolerance}}) {
     expect_two_ranks_equal_one_process("method", method, 8, method, tolerance);
   }
-  // ZeRO-2 leaves each rank its shard's gradients only: adaptive freezing, which reads every
-  // block's, is refused with what to use instead.
-  const CliResult r = run_shell(mpirun(2) + " " + train_args("refused", 2, "--set parallel.zero=2 "
-                                                             "--set methods.freeze.alpha=0.5 --set methods.freeze.adaptive=true"));
-  EXPECT_NE(r.rc, 0);
-  EXPECT_TRUE(contains(r.output, "methods.freeze reads every block's gradients, which parallel.zero = 2")) << r.output;
+}
+
+// ZeRO-2 leaves each rank its shard's gradients only; at the steps where mst's topology update or
+// adaptive freezing reads every block's, the shards are all-gathered first: both give ZeRO-0's
+// run bit for bit (mst updates at steps 2, 4 and 6; adaptive freezing reads every step).
+TEST_F(DataParallel, MethodsReadingEveryGradientRunUnderZeroTwo) {
+  for (const std::string method : {"--set methods.mst.update_interval=2 --set methods.mst.sparsity_initial=0.5 "
+                                   "--set methods.mst.warmup_fraction=0.25 --set methods.mst.restore_fraction=0.75 "
+                                   "--set methods.mst.attention_window=16 --set methods.mst.attention_stride=16",
+                                   "--set methods.freeze.alpha=0.5 --set methods.freeze.interval=2 "
+                                   "--set methods.freeze.adaptive=true"}) {
+    const TrainedRun zero0 = train("reads", 2, 8, method);
+    const TrainedRun zero2 = train("reads-zero2", 2, 8, method + " --set parallel.zero=2");
+    expect_identical(zero0.steps, zero2.steps);
+    EXPECT_TRUE(contains(zero2.output, "ZeRO-2")) << zero2.output;
+  }
 }
 
 // The V-cycle under data parallelism: every rank coalesces and de-coalesces its whole model alike,

@@ -79,6 +79,12 @@ MethodSet MethodSet::from_config(const io::Config& config) {
   return MethodSet(std::move(enabled));
 }
 
+bool MethodSet::reads_all_gradients_now(const TrainContext& ctx) const {
+  return std::any_of(methods_.begin(), methods_.end(), [&](const auto& m) {
+    return m->capabilities().reads_all_gradients && m->match(Event::AfterGradReduce, ctx);
+  });
+}
+
 void MethodSet::fire(Event event, TrainContext& ctx) {
   ++counts_[static_cast<int>(event)];
   for (auto& m : methods_) {

@@ -19,6 +19,10 @@ class MethodSet {
   explicit MethodSet(std::vector<std::unique_ptr<Method>> methods);
 
   void fire(Event event, TrainContext& ctx);
+  // Whether a method that reads every block's gradients (Capabilities::reads_all_gradients) acts
+  // at this step's AfterGradReduce: a strategy that leaves ranks only their shard's gradients
+  // (ZeRO-2) gathers them whole first.
+  bool reads_all_gradients_now(const TrainContext& ctx) const;
   const std::vector<std::unique_ptr<Method>>& methods() const { return methods_; }
   bool empty() const { return methods_.empty(); }
   // Largest prefix served from cached activations by any method.

@@ -40,9 +40,6 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
       base_(world.new_communicator()),
       mesh_(std::make_unique<MpiMesh>(MeshShape::data_pipeline(world.size(), 1), base_)) {
   for (const auto& method : methods.methods()) {
-    FRUGAL_CHECK(zero_ < 2 || !method->capabilities().reads_all_gradients, "methods.{} reads every "
-                 "block's gradients, which parallel.zero = 2 leaves reduced on the rank that owns "
-                 "them only; use parallel.zero = 1 (or 0)", method->name());
     // Every rank reshapes its whole model alike at Reconfigure (the same weights, the same map);
     // each step reduces the buffer the model has then, and ZeRO re-cuts its shards (reconfigure).
     reshaping_ |= method->capabilities().changes_shapes;
@@ -150,6 +147,9 @@ void DataParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const 
   compute_seconds_ = timer.seconds();
   wait_seconds_ = reducer_->finish();
   if (defer_wte) add_embedding_grads(model);
+  // ZeRO-2 leaves each rank its shard's sums; a method reading every block's gradients at this
+  // step (mst's topology update, adaptive freezing) gets them whole, for this step only.
+  if (zero_ == 2 && methods_.reads_all_gradients_now(ctx)) allgather_shards(model.grads(), begin);
 
   add_ranks_results(world_, losses, model, r);
 }

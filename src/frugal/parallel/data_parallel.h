@@ -10,7 +10,9 @@
 //      its shard (1/N of the flat buffer); the updated parameters are all-gathered;
 //   2  as 1, but gradients are reduce-scattered: a rank receives the sums of its shard only, and
 //      the gradient norm is one chained sum over the shards in order (bit-identical to one
-//      process's). Methods that read every block's gradients (freeze) need stage 0 or 1.
+//      process's). At a step where a method reads every block's gradients (mst's topology
+//      update, adaptive freezing) the reduced shards are all-gathered first, whole on every rank
+//      for that step.
 // A method that reshapes the model (the V-cycle) runs under every stage: the ranks reshape alike,
 // and ZeRO gathers the moments whole around the reshape and cuts the new buffer's again.
 #pragma once
