@@ -159,6 +159,22 @@ TEST(Report, DenseFlopsSaving) {
   EXPECT_TRUE(contains(markdown(t), "| 225 TFLOP | 25.0% |")) << markdown(t);
 }
 
+// Encoders log their masked-token accuracy at each evaluation: a column of its final value, for
+// every run that logged it (a dash for one that did not), and none when no run did.
+TEST(Report, MaskedTokenAccuracyColumn) {
+  TempDir tmp;
+  const auto base = read_run(make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12));
+  const auto encoder = read_run(make_run(tmp.path() / "encoder", {2.9, 2.4, 1.9}, 1.0, 1e12, [](int step) {
+    return step % 100 == 0 ? fmt::format(", \"val_accuracy\": {}", step / 1000.0) : std::string();
+  }));
+  const ReportTable t = compare_runs({base, encoder}, std::nullopt);
+  EXPECT_NEAR(*t.rows[1].final_val_accuracy, 0.3, 1e-12);
+  EXPECT_TRUE(contains(markdown(t), "| final val accuracy |")) << markdown(t);
+  EXPECT_TRUE(contains(markdown(t), "| encoder | 300 | 1.9000 | 0.3000 | -0.1000 |")) << markdown(t);
+  EXPECT_TRUE(contains(markdown(t), "| base | 300 | 2.0000 | — | +0.0000 |")) << markdown(t);
+  EXPECT_FALSE(contains(markdown(compare_runs({base}, std::nullopt)), "accuracy")) << markdown(t);
+}
+
 TEST(Report, MalformedLinesNameFileAndLine) {
   TempDir tmp;
   const std::string good = R"({"step": 1, "loss": 3, "flops": 1, "wall_s": 1})" "\n";

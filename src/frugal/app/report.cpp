@@ -165,6 +165,7 @@ ReportTable compare_runs(const std::vector<RunMetrics>& runs, std::optional<doub
     if (!evals.empty()) {
       row.final_val_loss = evals.back()->val_loss;
       row.final_val_bpb = evals.back()->get("val_bpb");
+      row.final_val_accuracy = evals.back()->get("val_accuracy");
     }
     row.to_target = first_crossing(r, table.target);
     table.rows.push_back(std::move(row));
@@ -211,22 +212,27 @@ std::string markdown(const ReportTable& table) {
                                  [](const ReportRow& r) { return r.dense_flops.has_value(); });
   const bool bpb = std::any_of(table.rows.begin(), table.rows.end(),
                                [](const ReportRow& r) { return r.final_val_bpb.has_value(); });
+  const bool accuracy = std::any_of(table.rows.begin(), table.rows.end(),
+                                    [](const ReportRow& r) { return r.final_val_accuracy.has_value(); });
   std::string out = fmt::format(
       "Target validation loss: **{:.4f}** ({}). Baseline: `{}`.\n\n", table.target,
       table.target_given ? "given" : "the baseline's final validation loss", table.rows[0].name);
-  out += fmt::format("| run | steps | final val loss |{} gap vs baseline | wall-clock | training FLOPs |",
-                     bpb ? " final val bits/byte |" : "");
+  out += fmt::format("| run | steps | final val loss |{}{} gap vs baseline | wall-clock | training FLOPs |",
+                     bpb ? " final val bits/byte |" : "", accuracy ? " final val accuracy |" : "");
   if (dense) out += " saved vs dense |";
   out += " step at target | time to target | speed-up | FLOPs to target | FLOPs reduction |\n";
-  out += bpb ? "| --- | ---: | ---: | ---: | ---: | ---: | ---: |" : "| --- | ---: | ---: | ---: | ---: | ---: |";
+  out += "| --- | ---: | ---: | ---: | ---: | ---: |";
+  if (bpb) out += " ---: |";
+  if (accuracy) out += " ---: |";
   if (dense) out += " ---: |";
   out += " ---: | ---: | ---: | ---: | ---: |\n";
   auto seconds = [](double s) { return fmt::format("{:.1f} s", s); };
   auto percent = [](double v) { return fmt::format("{:.1f}%", 100 * v); };
   for (const ReportRow& r : table.rows) {
-    out += fmt::format("| {} | {} | {} |{} {} | {} | {} |", markdown_cell(r.name), r.steps,
+    out += fmt::format("| {} | {} | {} |{}{} {} | {} | {} |", markdown_cell(r.name), r.steps,
                        or_dash(r.final_val_loss, [](double v) { return fmt::format("{:.4f}", v); }),
                        bpb ? fmt::format(" {} |", or_dash(r.final_val_bpb, [](double v) { return fmt::format("{:.4f}", v); })) : "",
+                       accuracy ? fmt::format(" {} |", or_dash(r.final_val_accuracy, [](double v) { return fmt::format("{:.4f}", v); })) : "",
                        or_dash(r.loss_gap, [](double v) { return fmt::format("{:+.4f}", v); }),
                        seconds(r.wall_s), format_flops(r.flops));
     if (dense) {

@@ -54,6 +54,7 @@ struct ReportRow {
   int64_t steps = 0;                      // last logged step
   std::optional<double> final_val_loss;   // last evaluation
   std::optional<double> final_val_bpb;    // its bits per byte (val_bpb), when logged
+  std::optional<double> final_val_accuracy;  // an encoder's masked-token accuracy (val_accuracy)
   double wall_s = 0, flops = 0;           // at the last logged line
   std::optional<double> dense_flops;      // when the run logs dense_flops (sparse / frozen methods)
   std::optional<double> saved_vs_dense;   // 1 - flops / dense_flops
