@@ -186,6 +186,56 @@ TEST_F(Pipeline, ACheckpointAfterARepartitionResumesBitExactly) {
   }
 }
 
+// Methods that choose per block (2:4 and mst masks from the weights and gradients, adaptive
+// freezing's gradient norms) decide on the stage that holds the block and hand the result to the
+// other stages: one process's run bit for bit (one replica, an untied head).
+TEST_F(Pipeline, BlockDecisionsAreMadeWhereTheBlockLivesAndGiveOneProcesssRun) {
+  const std::string sparse24 = "--set methods.sparse24.mask_interval=2 --set methods.sparse24.dense_finetune_fraction=0.25";
+  const std::string mst = "--set methods.mst.update_interval=2 --set methods.mst.attention_window=8 "
+                          "--set methods.mst.attention_stride=8 --set methods.mst.warmup_fraction=0.25";
+  const std::string adaptive = kFreeze + " --set methods.freeze.adaptive=true";
+  const std::string stages = " --set parallel.pipeline_stages=2 --set parallel.autopipe_cost=parameters";
+  const TrainedRun dense = train("dense", 0, 8, "");
+  for (const auto& [name, args] : std::vector<std::pair<std::string, std::string>>{
+           {"sparse24", sparse24}, {"mst", mst}, {"sparse24+mst", sparse24 + " " + mst}, {"adaptive", adaptive}}) {
+    SCOPED_TRACE(name);
+    const TrainedRun single = train(name + "-single", 0, 8, args);
+    const TrainedRun two = train(name + "-k2", 2, 8, args + stages);
+    EXPECT_TRUE(contains(two.output, "pipeline: 2 stages")) << two.output;
+    expect_identical(single.steps, two.steps);
+    EXPECT_NE(single.steps.back()["loss"], dense.steps.back()["loss"]) << "the method changed nothing";
+  }
+}
+
+// A V-cycle of three levels (4, 2, 1 blocks) under 2 stages, with mst masks following each
+// reshape: the whole model is gathered for the Reconfigure, each level gets its own pipeline (the
+// 1-block level as 1 stage × 2 replicas), and checkpoints inside each layout resume bit-exactly.
+TEST_F(Pipeline, TheVCycleGetsAPipelinePerLevelAndResumesBitExactly) {
+  const std::string args =
+      "--set methods.multilevel.levels=3 --set methods.multilevel.shares=0.1,0.2,0.2,0.2,0.3 "
+      "--set methods.multilevel.width_factor=1 --set methods.multilevel.moments=mapped "
+      "--set methods.mst.update_interval=3 --set methods.mst.attention=dense";
+  const std::string stages = " --set parallel.pipeline_stages=2 --set parallel.autopipe_cost=parameters "
+                             "--set train.checkpoint_interval=1 --set train.keep_checkpoints=12";
+  const TrainedRun single = train("single", 0, 12, args);
+  const TrainedRun two = train("k2", 2, 12, args + stages);
+  EXPECT_LE(max_relative_difference(single.steps, two.steps), kTolerance);
+  // Bit for bit until the 1-block level's replicas sum gradients (steps 1-4).
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(single.steps[i]["loss"], two.steps[i]["loss"]) << "step " << i + 1;
+  std::vector<std::pair<int, int>> layouts;  // of the steps after each reshape
+  for (const nlohmann::json& step : two.steps)
+    if (step.contains("repartition")) layouts.emplace_back(step["repartition"]["stages"], step["repartition"]["replicas"]);
+  EXPECT_EQ(layouts, (std::vector<std::pair<int, int>>{{2, 1}, {1, 2}, {2, 1}, {2, 1}}));
+  for (int at : {3, 6, 9}) {  // level 2 on 2 stages, level 3 on 2 replicas, level 2 again
+    const std::string copy = fmt::format("copy{}", at);
+    fs::copy(two.dir, tmp_.file(copy), fs::copy_options::recursive);
+    const CliResult r = run_shell(mpirun(2) + " " + train_args(copy, 12, args + stages) + " --resume " +
+                                  tmp_.file(copy) + fmt::format("/checkpoints/step_{:08}", at));
+    ASSERT_EQ(r.rc, 0) << r.output;
+    expect_identical(two.steps, metrics(tmp_.file(copy)));
+  }
+}
+
 TEST_F(Pipeline, BadLayoutsAreRefusedWithWhatToDo) {
   struct Case {
     std::string program, extra, message;
@@ -195,7 +245,8 @@ TEST_F(Pipeline, BadLayoutsAreRefusedWithWhatToDo) {
            {mpirun(2), "--set parallel.pipeline_stages=3", "does not divide the 2 ranks"},
            {mpirun(2), "--set parallel.pipeline_stages=2 --set train.grad_accum=3", "train.grad_accum = 3 must be a multiple of 2"},
            {mpirun(2), "--set parallel.pipeline_stages=2 --set parallel.zero=1", "parallel.zero = 1 is not supported"},
-           {mpirun(2), "--set parallel.pipeline_stages=2 --set methods.mst.update_interval=2", "methods.mst chooses sparsity masks"},
+           {mpirun(4), "--set parallel.pipeline_stages=4 --set train.grad_accum=6 --set parallel.elastic=false --set methods.multilevel.levels=2 --set train.max_steps=20",
+            "with a V-cycle level of fewer blocks than stages"},
            // One micro-batch of the whole model fits; GPipe's 8192 of a stage in flight (~330 GB) do not.
            {mpirun(2), "--set parallel.pipeline_stages=2 --set parallel.schedule=gpipe --set train.batch_size=64 "
                        "--set train.grad_accum=8192", "needs more memory than the machine has available"}}) {

@@ -57,4 +57,20 @@ void decode_mask(const std::string& text, std::span<uint8_t> mask, const std::st
   for (size_t i = 0; i < mask.size(); ++i) mask[i] = (bytes[i / 8] >> (i % 8)) & 1u;
 }
 
+void share_masks(const TrainContext& ctx, std::span<const BlockMask> masks) {
+  if (!ctx.share_blocks) return;
+  const BlockRange& held = ctx.model().range();
+  std::vector<int> layers;
+  std::vector<std::string> blobs;
+  for (const BlockMask& b : masks) {
+    layers.push_back(b.layer);
+    blobs.push_back(held.contains(b.layer) ? encode_mask(*b.mask) : std::string());
+  }
+  ctx.share_blocks(layers, blobs);
+  for (size_t i = 0; i < masks.size(); ++i)
+    if (!held.contains(masks[i].layer))
+      decode_mask(blobs[i], *masks[i].mask, fmt::format("the mask of block {} from the pipeline stage that holds it",
+                                                        masks[i].layer));
+}
+
 }  // namespace frugal

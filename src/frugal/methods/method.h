@@ -47,6 +47,9 @@ struct Capabilities {
   // Reads gradients of the whole model after their reduction (AfterGradReduce and later); a
   // data-parallel run with ZeRO stage 2 leaves each rank only its shard's.
   bool reads_all_gradients = false;
+  // With changes_shapes: the fewest blocks the model has at any point of the run (a pipeline
+  // needs at least one per stage); 0: the configured model's.
+  int fewest_blocks = 0;
 };
 
 // The view of training a method gets at each event. Fields are valid as noted.
@@ -82,6 +85,14 @@ struct TrainContext {
   // stored during the step, so that a sample revisited on another replica is served there too.
   std::function<void(const void* mine, size_t bytes, void* all)> allgather_replicas;
   int replicas = 1;
+  // Set by a strategy whose ranks hold different blocks (a pipeline's stages; null when every
+  // rank's model holds every block). Collectives over the ranks of one pipeline: every one of them
+  // calls it at the same event or none does. share_blocks: blobs[i] is block layers[i]'s; the
+  // entries of the blocks this rank's model holds stay, the others become their holder's (a mask
+  // a stage chose from its weights reaches every rank). sum_over_stages: every value summed over
+  // the stages, each adding its blocks' part (0 elsewhere), e.g. per-block gradient statistics.
+  std::function<void(std::span<const int> layers, std::vector<std::string>& blobs)> share_blocks;
+  std::function<void(std::span<double> values)> sum_over_stages;
   bool request_reconfigure = false;  // set by a method to get a Reconfigure event after this step
   nlohmann::json* metrics = nullptr; // the current step's log record; methods add their keys
 };

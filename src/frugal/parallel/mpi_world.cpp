@@ -78,6 +78,23 @@ std::function<void(const void*, size_t, void*)> MpiWorld::allgather_over(MPI_Com
   };
 }
 
+std::vector<std::string> MpiWorld::allgather_bytes(MPI_Comm comm, const std::string& mine, const std::string& what) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(size), offsets(size, 0);
+  MPI_Request request;
+  MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm, &request);
+  wait(request, what);
+  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+  std::string all(static_cast<size_t>(offsets.back() + lengths.back()), '\0');
+  MPI_Iallgatherv(mine.data(), length, MPI_BYTE, all.data(), lengths.data(), offsets.data(), MPI_BYTE, comm, &request);
+  wait(request, what);
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r) out.push_back(all.substr(offsets[r], lengths[r]));
+  return out;
+}
+
 void MpiWorld::barrier() {
   MPI_Request request;
   MPI_Ibarrier(comm_, &request);

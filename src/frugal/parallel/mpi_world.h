@@ -12,6 +12,7 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "frugal/train/process_group.h"
 
@@ -37,6 +38,9 @@ class MpiWorld final : public ProcessGroup {
   MPI_Comm new_communicator() const;
   // The TrainContext::allgather_replicas of a strategy whose replicas are the ranks of `comm`.
   std::function<void(const void*, size_t, void*)> allgather_over(MPI_Comm comm);
+  // Every rank of `comm`'s bytes (of any length), in rank order; `what` names the exchange if a
+  // rank stops answering.
+  std::vector<std::string> allgather_bytes(MPI_Comm comm, const std::string& mine, const std::string& what);
   // Seconds without progress before wait() gives up (parallel.timeout).
   void set_timeout(double seconds) { timeout_ = seconds; }
   // Waits for `request`. After the timeout: finds out which ranks no longer answer, prints

@@ -51,24 +51,26 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
                "-np with a multiple of it (stages × data-parallel replicas)", K, N);
   FRUGAL_CHECK(K <= L, "parallel.pipeline_stages = {} exceeds model.n_layer = {}: every stage needs "
                "a block", K, L);
+  // A method that reshapes the model (the V-cycle) may leave fewer blocks than stages: the
+  // pipeline then runs fewer stages (stages_for), the freed ranks as replicas.
+  int fewest_blocks = L;
+  for (const auto& method : methods.methods()) {
+    const Capabilities c = method->capabilities();
+    if (!c.changes_shapes) continue;
+    reshaping_ = true;
+    if (c.fewest_blocks > 0) fewest_blocks = std::min(fewest_blocks, c.fewest_blocks);
+  }
   // Every layout the run may take splits the step's micro-batches evenly over its replicas.
-  const int most_replicas = elastic_ ? N : N / K;
+  const int most_replicas = elastic_ || fewest_blocks < K ? N : N / K;
   FRUGAL_CHECK(M % most_replicas == 0 && M >= K, "train.grad_accum = {} must be a multiple of {} "
                "(the most data-parallel replicas this run may have{}) and at least parallel."
                "pipeline_stages = {}; it is the step's micro-batch count over all ranks (the "
                "pipeline's M; {} to {} fill a pipeline of {} stages well)", M, most_replicas,
-               elastic_ ? ", with parallel.elastic" : "", K, K, 6 * K, K);
+               elastic_ ? ", with parallel.elastic" : fewest_blocks < K ? ", with a V-cycle level of fewer "
+               "blocks than stages" : "", K, K, 6 * K, K);
   FRUGAL_CHECK(settings.parallel.zero == 0, "parallel.zero = {} is not supported with "
                "parallel.pipeline_stages > 1 (each stage already keeps only its own slice of the "
                "optimizer's work); set parallel.zero = 0", settings.parallel.zero);
-  for (const auto& method : methods.methods()) {
-    const Capabilities c = method->capabilities();
-    FRUGAL_CHECK(!c.changes_shapes && !c.owns_masks && !c.reads_all_gradients, "methods.{} {}, which "
-                 "the pipeline's stages do not follow yet; run it with parallel.pipeline_stages = 1",
-                 method->name(), c.changes_shapes ? "reshapes the model mid-run"
-                                 : c.owns_masks   ? "chooses sparsity masks from every block's weights"
-                                                  : "reads every block's gradients");
-  }
   dp_settings_.train.grad_accum = M / N;  // only used once the pipeline is one stage long
   base_ = world.new_communicator();
   held_.assign(N, BlockRange::whole(session.model().config()));
@@ -214,6 +216,7 @@ void PipelineStep::apply(const PipelineLayout& layout) {
     dp_->set_num_samples(num_samples_);
     return;
   }
+  dp_.reset();  // a pipeline again (after a reshape that made the model deeper)
   const int K = layout.stages, k = stage();
   per_replica_ = t.grad_accum / layout.replicas;
   slots_ = gpipe_ ? per_replica_ : std::min(K - k, per_replica_);
@@ -244,31 +247,43 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   micro_.resize(per_replica_);
 }
 
+PipelineLayout PipelineStep::plan_layout() {
+  const ModelConfig config = session_.model().config();
+  const int L = config.n_layer, K = stages_for(L);
+  if (balance_parameters_) {
+    costs_ = parameter_costs(config);
+  } else {  // the whole model leaves every rank (for its stage of an even cut) before the measurement
+    PipelineLayout even{K, world_.size() / K, {}};
+    for (int k = 0; k <= K; ++k) even.bounds.push_back(k * L / K);
+    hold(ranges(even));
+    costs_ = measure_costs();
+  }
+  measured_ = true;
+  const int frozen = session_.model().frozen_prefix();
+  limit_ = can_partition(L, frozen, K) ? slowest_stage(costs_, frozen, balance_stages(costs_, frozen, K)) : 0;
+  layout_frozen_ = frozen;
+  layout_reshapes_ = session_.reshapes();
+  const PipelineLayout layout = autopipe(costs_, frozen, K, world_.size(), limit_, elastic_);
+  apply(layout);
+  return layout;
+}
+
+int PipelineStep::stages_for(int n_layer) const {
+  int stages = std::min(settings_.parallel.pipeline_stages, n_layer);
+  while (world_.size() % stages != 0) --stages;
+  return stages;
+}
+
 StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
   if (!applied_) {
     if (!measured_) {
-      const int K = settings_.parallel.pipeline_stages, L = session_.model().config().n_layer;
-      if (balance_parameters_) {
-        costs_ = parameter_costs(session_.model().config());
-      } else {  // the whole model leaves every rank (for its stage of an even cut) before the measurement
-        PipelineLayout even{K, world_.size() / K, {}};
-        for (int k = 0; k <= K; ++k) even.bounds.push_back(k * L / K);
-        hold(ranges(even));
-        costs_ = measure_costs();
-      }
-      measured_ = true;
-      const int frozen = session_.model().frozen_prefix();
-      limit_ = can_partition(L, frozen, K)
-                   ? slowest_stage(costs_, frozen, balance_stages(costs_, frozen, K))
-                   : 0;
-      layout_frozen_ = frozen;
-      const PipelineLayout start = autopipe(costs_, frozen, K, world_.size(), limit_, elastic_);
-      apply(start);
+      const PipelineLayout start = plan_layout();
       if (world_.is_writer())
         io::print("pipeline: {} (costliest stage {}){}\n", start.describe(),
-                  describe_cost(slowest_stage(costs_, frozen, start.bounds)),
+                  describe_cost(slowest_stage(costs_, layout_frozen_, start.bounds)),
                   start.stages == 1 ? "" : describe_stage_plans());
     } else {
+      layout_reshapes_ = session_.reshapes();  // the checkpoint's layout was made for its model
       apply(layout_);
     }
   }
@@ -281,11 +296,48 @@ StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohma
       (*record)["pipeline_replicas"] = layout_.replicas;
       (*record)["pipeline_repartitions"] = repartitions_;
     }
+    if (session_.reshapes() != layout_reshapes_) follow_reshape(step, record);
     return r;
   }
   const StepResult r = run_events(step, next_batch, record);
-  if (session_.model().frozen_prefix() != layout_frozen_) repartition(step, record);
+  if (session_.reshapes() != layout_reshapes_)
+    follow_reshape(step, record);
+  else if (session_.model().frozen_prefix() != layout_frozen_)
+    repartition(step, record);
   return r;
+}
+
+void PipelineStep::reconfigure(TrainContext& ctx) {
+  // A method that may reshape the model maps every block: the methods act on the whole model,
+  // gathered on every rank, alike everywhere (the next step holds the stage again, or
+  // follow_reshape lays out a pipeline for the new model).
+  if (reshaping_) synchronize();
+  StepStrategy::reconfigure(ctx);
+}
+
+void PipelineStep::follow_reshape(int64_t step, nlohmann::json* record) {
+  // Every rank holds the whole model now (gathered around the Reconfigure, or data parallel).
+  const ModelConfig config = session_.model().config();  // a copy: plan_layout rebuilds the model
+  held_.assign(world_.size(), BlockRange::whole(config));
+  const PipelineLayout before = layout_;
+  Timer timer;
+  ++repartitions_;
+  const PipelineLayout next = plan_layout();
+  const double seconds = timer.seconds();
+  if (record) {
+    (*record)["event"] = "repartition";
+    (*record)["pipeline_stages"] = next.stages;
+    (*record)["pipeline_replicas"] = next.replicas;
+    (*record)["pipeline_repartitions"] = repartitions_;
+    (*record)["repartition"] = {{"reshaped", config.n_layer}, {"from", before.describe()}, {"to", next.describe()},
+                                {"stages", next.stages}, {"replicas", next.replicas}, {"bounds", next.bounds},
+                                {"limit_s", limit_}, {"seconds", seconds}};
+  }
+  if (world_.is_writer())
+    io::print("pipeline: after step {}, the model reshaped to {} blocks (width {}): {} -> {} (costliest "
+              "stage {}; {:.0f} ms){}\n", step + 1, config.n_layer, config.n_embd, before.describe(),
+              next.describe(), describe_cost(slowest_stage(costs_, layout_frozen_, next.bounds)), 1e3 * seconds,
+              next.stages == 1 ? "" : describe_stage_plans());
 }
 
 void PipelineStep::forward(TrainContext& ctx, int64_t step, int micro, StepResult& r) {
@@ -360,6 +412,39 @@ void PipelineStep::begin_context(TrainContext& ctx) {
     ctx.allgather_replicas = world_.allgather_over(replicas());
     ctx.replicas = layout_.replicas;
   }
+  // The step-level events fire on every rank, each holding its stage's blocks: what a method
+  // decides for a block (a mask, a gradient statistic) is made by the stage that holds it and
+  // handed to the others of its pipeline (the replicas' stages decide alike).
+  ctx.share_blocks = [this](std::span<const int> layers, std::vector<std::string>& blobs) {
+    share_blocks(layers, blobs);
+  };
+  ctx.sum_over_stages = [this](std::span<double> values) {
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, pipe(), &request);
+    world_.wait(request, "summing a method's per-block values over the pipeline's stages");
+  };
+}
+
+void PipelineStep::share_blocks(std::span<const int> layers, std::vector<std::string>& blobs) {
+  const BlockRange mine = held_[world_.rank()];
+  // This rank's blobs of the blocks it holds, each as (index, bytes, blob), after every stage's.
+  std::string packed;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (!mine.contains(layers[i])) continue;
+    const uint64_t header[2] = {i, blobs[i].size()};
+    packed.append(reinterpret_cast<const char*>(header), sizeof header);
+    packed += blobs[i];
+  }
+  const std::vector<std::string> all = world_.allgather_bytes(pipe(), packed, "sharing a method's per-block data "
+                                                              "between the pipeline's stages");
+  for (const std::string& theirs : all)
+    for (size_t at = 0; at < theirs.size();) {
+      uint64_t header[2];
+      std::memcpy(header, theirs.data() + at, sizeof header);
+      at += sizeof header;
+      if (!mine.contains(layers[header[0]])) blobs[header[0]] = theirs.substr(at, header[1]);
+      at += header[1];
+    }
 }
 
 void PipelineStep::reset_gradients() {

@@ -53,13 +53,16 @@ class PipelineStep final : public StepStrategy {
 
  protected:
   // The pieces of a pipeline's step (more than one stage; StepStrategy::run_events).
-  void begin_context(TrainContext& ctx) override;  // the first stages' replicas share caches
+  // The first stages' replicas share caches; every stage shares per-block decisions (share_blocks).
+  void begin_context(TrainContext& ctx) override;
   void reset_gradients() override;                 // and the stage's activation plan
   // The schedule; the tied head's gradient; the replicas' all-reduce; losses and FLOPs summed.
   void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
   float clip_gradients() override;  // the norm chained through the stages
   void update(float lr) override;   // the stage's slice; the tied head's weights sent on
   void add_metrics(nlohmann::json& record) override;  // "pipeline": bubble and busy time per stage
+  // With a method that may reshape the model: the whole model on every rank around the event.
+  void reconfigure(TrainContext& ctx) override;
 
  private:
   // One micro-batch of this replica: its tokens, targets and sample ids (B·T, B·T, B).
@@ -88,6 +91,14 @@ class PipelineStep final : public StepStrategy {
   void apply(const PipelineLayout& layout);
   // After a Reconfigure that moved the frozen prefix: AutoPipe + AutoDP.
   void repartition(int64_t step, nlohmann::json* record);
+  // The stages of the current model's pipeline: parallel.pipeline_stages, or fewer for a model of
+  // fewer blocks (the most that divide the ranks).
+  int stages_for(int n_layer) const;
+  // The current model's unit costs (measured, or bytes), the starting limit and AutoPipe's layout,
+  // made current (apply): at the first step and after a reshape.
+  PipelineLayout plan_layout();
+  // After a Reconfigure that reshaped the model (held whole on every rank): a pipeline for it.
+  void follow_reshape(int64_t step, nlohmann::json* record);
   // Whether this stage takes part in a tied head's exchanges of the token embedding (its
   // gradient to the first stage, the updated weights back): the first and the last stage, while
   // the embeddings train.
@@ -97,6 +108,8 @@ class PipelineStep final : public StepStrategy {
   void forward(TrainContext& ctx, int64_t step, int micro, StepResult& r);
   void backward(TrainContext& ctx, int micro);
   int slot_of(int micro) const { return micro % slots_; }
+  // TrainContext::share_blocks over this replica's stages.
+  void share_blocks(std::span<const int> layers, std::vector<std::string>& blobs);
   // Sends the slot's copy of `data` (B·T·C floats) to pipeline rank `to` after the slot's previous send finished.
   void send(std::vector<float>& buffer, MPI_Request& request, const float* data, int to, int tag);
   void receive(float* out, int from, int tag, const std::string& what);
@@ -114,6 +127,8 @@ class PipelineStep final : public StepStrategy {
   std::string status_;       // for the progress line
   double limit_ = 0;         // the costliest stage of the starting layout
   int layout_frozen_ = 0;    // the frozen prefix the layout was made for
+  int64_t layout_reshapes_ = 0;  // the session's reshape count the layout was made for
+  bool reshaping_ = false;   // a method may reshape the model
   int64_t repartitions_ = 0; // so far in the run
   MPI_Comm base_ = MPI_COMM_NULL;
   std::unique_ptr<MpiMesh> mesh_;  // the layout's data × pipeline mesh over base_

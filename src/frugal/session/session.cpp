@@ -67,6 +67,8 @@ void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
                "reshaped (a pipeline stage is re-partitioned by its strategy)");
   FRUGAL_CHECK(!optim_->sharded(), "internal: a method reshaped the model while the optimizer state "
                "is sharded (the data-parallel step gathers it whole around Reconfigure)");
+  formats_.clear();
+  patterns_.clear();
   rebuild(next, BlockRange::whole(next), map, true);
   ++reshapes_;
 }
@@ -76,6 +78,24 @@ void Session::repartition(const BlockRange& range, const ReshapeMap& fill, Tenso
   tensor_ = tensor;
   // Before the first step the moments are zero: allocating them now would take their memory early.
   rebuild(model_->config(), range, fill, optim_->steps_taken() > 0);
+  install_block_settings();
+}
+
+void Session::set_linear_format(int layer, GPT::Linear which, std::shared_ptr<LinearFormat> format) {
+  if (model_->range().contains(layer)) model_->set_linear_format(layer, which, format);
+  formats_[{layer, which}] = std::move(format);
+}
+
+void Session::set_attention_pattern(int layer, const kernels::AttentionPattern& pattern) {
+  if (model_->range().contains(layer)) model_->set_attention_pattern(layer, pattern);
+  patterns_.insert_or_assign(layer, pattern);
+}
+
+void Session::install_block_settings() {
+  for (const auto& [key, format] : formats_)
+    if (model_->range().contains(key.first)) model_->set_linear_format(key.first, key.second, format);
+  for (const auto& [layer, pattern] : patterns_)
+    if (model_->range().contains(layer)) model_->set_attention_pattern(layer, pattern);
 }
 
 void Session::rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments) {

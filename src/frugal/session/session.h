@@ -6,10 +6,13 @@
 // Everything that depends on the shapes (parameter table, gradient and moment buffers, activation
 // arena) is rebuilt; the step count, frozen prefix and LR scale carry over; linear formats and
 // attention patterns do not: the new model starts dense and causal, and a method that owns formats
-// installs its own on the new shapes (Capabilities::follows_reshape).
+// installs its own on the new shapes (Capabilities::follows_reshape). A re-partition (another block
+// range or tensor shard of the same shapes) keeps what methods installed through the session, on
+// every block, held or not: each model it builds gets the formats and patterns of its blocks.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -119,6 +122,14 @@ class Session {
   // reshape needs: data parallelism gathers the shards first and cuts them again after).
   void reshard_optimizer(size_t begin, size_t end, const float* m_whole, const float* v_whole);
 
+  // What a method installs on block `layer` (its format for a linear, null: the default one; its
+  // attention pattern), kept for every block of the model whether or not this process's model
+  // holds it, and installed on each model a re-partition builds (a pipeline stage's blocks moving
+  // between ranks, the whole model gathered for a checkpoint); a reshape forgets them all. The
+  // model's own setters (GPT::set_linear_format) install on it alone.
+  void set_linear_format(int layer, GPT::Linear which, std::shared_ptr<LinearFormat> format);
+  void set_attention_pattern(int layer, const kernels::AttentionPattern& pattern);
+
   // How many reshapes this session (and the run it continues) went through.
   int64_t reshapes() const { return reshapes_; }
 
@@ -134,6 +145,8 @@ class Session {
   // (without `moments`, the map sees none and the new optimizer's stay zero); the frozen prefix
   // and AdamW's step count carry over.
   void rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments);
+  // Installs the kept formats and patterns of the blocks the model holds.
+  void install_block_settings();
 
   SessionOptions options_;
   // model_ before optim_: the optimizer refers to the model's parameter table.
@@ -143,6 +156,9 @@ class Session {
   LrSchedule schedule_;
   double lr_scale_ = 1.0;
   int64_t reshapes_ = 0;
+  // What methods installed through the session, by block (and linear).
+  std::map<std::pair<int, GPT::Linear>, std::shared_ptr<LinearFormat>> formats_;
+  std::map<int, kernels::AttentionPattern> patterns_;
   std::optional<int64_t> budget_steps_;
 };
 

@@ -123,11 +123,15 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
       autocache_.store(ctx, frozen_);
       break;
     case Event::AfterGradReduce: {  // accumulate per-block gradient norms over the interval
-      norm_sum_.resize(L, 0.0);
+      std::vector<double> norm(L, 0.0);
       for (int l = frozen_; l < L; ++l) {
+        if (!model.range().contains(l)) continue;  // its pipeline stage measures it
         const auto [b, e] = model.table().layer_range(l);
-        norm_sum_[l] += std::sqrt(kernels::sum_squares(model.grads() + b, e - b));
+        norm[l] = std::sqrt(kernels::sum_squares(model.grads() + b, e - b));
       }
+      if (ctx.sum_over_stages) ctx.sum_over_stages(norm);  // every rank gets every block's
+      norm_sum_.resize(L, 0.0);
+      for (int l = 0; l < L; ++l) norm_sum_[l] += norm[l];
       ++norm_samples_;
       break;
     }

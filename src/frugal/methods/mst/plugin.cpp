@@ -139,8 +139,14 @@ std::vector<double> MstMethod::densities_at(int64_t step, int64_t max_steps) con
   return layer_densities(shapes, 1 - config_.schedule.at(step, max_steps), !config_.erdos_renyi);
 }
 
-void MstMethod::set_attention(GPT& model, int64_t step, int64_t max_steps) const {
-  for (int l = 0; l < model.config().n_layer; ++l) model.set_attention_pattern(l, pattern_at(step, max_steps));
+void MstMethod::set_attention(Session& session, int64_t step, int64_t max_steps) const {
+  for (int l = 0; l < session.model().config().n_layer; ++l) session.set_attention_pattern(l, pattern_at(step, max_steps));
+}
+
+std::vector<BlockMask> MstMethod::block_masks() {
+  std::vector<BlockMask> masks;
+  for (Target& t : targets_) masks.push_back({t.layer, &t.mask});
+  return masks;
 }
 
 void MstMethod::build_targets(const GPT& model) {
@@ -166,8 +172,11 @@ void MstMethod::follow_reshape(TrainContext& ctx) {
   for (size_t k = 0; k < targets_.size(); ++k) {
     Target& t = targets_[k];
     t.active = active_count(density[k], t.size());
-    t.mask = magnitude_mask({model.params() + model.linear_weight_offset(t.layer, t.which), static_cast<size_t>(t.size())}, t.active);
+    t.mask.assign(static_cast<size_t>(t.size()), 0);
+    if (model.range().contains(t.layer))  // else its pipeline stage chooses it
+      t.mask = magnitude_mask({model.params() + model.linear_weight_offset(t.layer, t.which), static_cast<size_t>(t.size())}, t.active);
   }
+  share_masks(ctx, block_masks());
   apply_masks_to_state(ctx);
   reshapes_seen_ = ctx.session.reshapes();
   pending_install_ = true;
@@ -189,6 +198,7 @@ void MstMethod::apply_masks_to_state(TrainContext& ctx) const {
   const bool moments = optim.steps_taken() > 0;  // else unallocated or zero
   for (const Target& t : targets_) {
     const size_t off = model.linear_weight_offset(t.layer, t.which);
+    if (off == GPT::kAbsent) continue;  // held by another pipeline stage
     for (int64_t i = 0; i < t.size(); ++i) {
       if (t.mask[i]) continue;
       model.params()[off + i] = 0;
@@ -207,19 +217,22 @@ void MstMethod::update_topology(TrainContext& ctx) {
   last_pruned_ = last_grown_ = 0;
   for (size_t k = 0; k < targets_.size(); ++k) {
     Target& t = targets_[k];
-    const size_t off = model.linear_weight_offset(t.layer, t.which);
-    if (off < model.trainable_begin()) continue;  // frozen: no gradient, its mask stays
+    if (t.layer < model.frozen_prefix()) continue;  // frozen: no gradient, its mask stays
     const UpdateCounts counts = update_counts(t.size(), t.active, active_count(density[k], t.size()), zeta);
-    const UpdateResult r = drop_and_grow(t.mask, {model.params() + off, static_cast<size_t>(t.size())},
-                                         {model.grads() + off, static_cast<size_t>(t.size())}, counts,
-                                         config_.random_growth, key, k);
-    for (int64_t i : r.dropped) model.params()[off + i] = 0;
-    for (const std::vector<int64_t>* changed : {&r.dropped, &r.grown})
-      for (int64_t i : *changed) zero_moments(optim, off + i);  // grown weights are 0 already
+    const size_t off = model.linear_weight_offset(t.layer, t.which);
+    if (off != GPT::kAbsent) {  // else its pipeline stage drops and grows, from its gradients
+      const UpdateResult r = drop_and_grow(t.mask, {model.params() + off, static_cast<size_t>(t.size())},
+                                           {model.grads() + off, static_cast<size_t>(t.size())}, counts,
+                                           config_.random_growth, key, k);
+      for (int64_t i : r.dropped) model.params()[off + i] = 0;
+      for (const std::vector<int64_t>* changed : {&r.dropped, &r.grown})
+        for (int64_t i : *changed) zero_moments(optim, off + i);  // grown weights are 0 already
+    }
     t.active += counts.grow - counts.prune;
     last_pruned_ += counts.prune;
     last_grown_ += counts.grow;
   }
+  share_masks(ctx, block_masks());
   ++updates_;
   pending_install_ = true;
 }
@@ -229,24 +242,26 @@ void MstMethod::mask_gradients(TrainContext& ctx) const {
   GPT& model = ctx.model();
   for (const Target& t : targets_) {
     const size_t off = model.linear_weight_offset(t.layer, t.which);
-    if (off < model.trainable_begin() || t.active == t.size()) continue;
+    if (off == GPT::kAbsent || off < model.trainable_begin() || t.active == t.size()) continue;
     float* g = model.grads() + off;
     const uint8_t* m = t.mask.data();
     for (int64_t i = 0; i < t.size(); ++i) g[i] = m[i] ? g[i] : 0.0f;
   }
 }
 
-void MstMethod::install_formats(GPT& model) {
+void MstMethod::install_formats(Session& session) {
+  const GPT& model = session.model();
   for (Target& t : targets_) {
     if (t.active == t.size()) {  // full: the dense format
-      if (t.format) model.set_linear_format(t.layer, t.which, nullptr);
+      if (t.format) session.set_linear_format(t.layer, t.which, nullptr);
       t.format.reset();
     } else if (!t.format) {
       t.format = std::make_shared<SparseFormat>(t.OC, t.IC, t.mask);
-      model.set_linear_format(t.layer, t.which, t.format);
+      session.set_linear_format(t.layer, t.which, t.format);
     } else {
       t.format->set_mask(t.mask);
-      t.format->refresh(model.params() + model.linear_weight_offset(t.layer, t.which), t.OC, t.IC);
+      if (model.range().contains(t.layer))  // the others refresh where they are installed
+        t.format->refresh(model.params() + model.linear_weight_offset(t.layer, t.which), t.OC, t.IC);
     }
   }
 }
@@ -275,9 +290,9 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
     case Event::FitStart:  // after --init-from or a resume, the weights and state are final here
       if (!have_masks_) initial_masks(ctx.seed, ctx.max_steps);
       apply_masks_to_state(ctx);
-      install_formats(model);
+      install_formats(ctx.session);
       reshapes_seen_ = ctx.session.reshapes();
-      set_attention(model, ctx.step, ctx.max_steps);
+      set_attention(ctx.session, ctx.step, ctx.max_steps);
       break;
     case Event::BatchStart: {  // growth reads the dense gradient of an update step
       const bool dense = is_update_step(ctx.step, ctx.max_steps);
@@ -298,9 +313,9 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
       break;
     case Event::Reconfigure:
       if (ctx.session.reshapes() != reshapes_seen_) follow_reshape(ctx);
-      if (pending_install_) install_formats(model);
+      if (pending_install_) install_formats(ctx.session);
       pending_install_ = false;
-      set_attention(model, ctx.step + 1, ctx.max_steps);
+      set_attention(ctx.session, ctx.step + 1, ctx.max_steps);
       break;
     case Event::BatchEnd:
       if (!ctx.metrics) break;
@@ -339,11 +354,10 @@ void MstMethod::load_state(const nlohmann::json& s) {
 
 std::string MstMethod::restore_trained_function(TrainContext& ctx) {
   if (!have_masks_) return {};
-  GPT& model = ctx.model();
-  install_formats(model);
+  install_formats(ctx.session);
   // No Reconfigure follows the last step: a final checkpoint keeps the last step's pattern.
   const int64_t step = std::min(ctx.step, ctx.max_steps - 1);
-  set_attention(model, step, ctx.max_steps);
+  set_attention(ctx.session, step, ctx.max_steps);
   const kernels::AttentionPattern pattern = pattern_at(step, ctx.max_steps);
   return fmt::format("sparse block linears at sparsity {:.3f} (the checkpoint's masks){}", sparsity(),
                      pattern == config_.dense_attention ? std::string()

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "frugal/kernels/attention_pattern.h"
+#include "frugal/methods/mask_codec.h"
 #include "frugal/methods/method.h"
 #include "frugal/methods/mst/sparsity.h"
 #include "frugal/model/formats/sparse.h"
@@ -99,9 +100,12 @@ class MstMethod final : public Method {
   void apply_masks_to_state(TrainContext& ctx) const;
   void update_topology(TrainContext& ctx);
   void mask_gradients(TrainContext& ctx) const;
-  void install_formats(GPT& model);
+  // Through the session, on every block (held or not); refreshed from the weights of the held ones.
+  void install_formats(Session& session);
+  // Every target's mask with its block, for share_masks.
+  std::vector<BlockMask> block_masks();
   kernels::AttentionPattern pattern_at(int64_t step, int64_t max_steps) const;
-  void set_attention(GPT& model, int64_t step, int64_t max_steps) const;
+  void set_attention(Session& session, int64_t step, int64_t max_steps) const;
   // Every target's Erdős–Rényi (or uniform) density for the schedule's sparsity at `step`.
   std::vector<double> densities_at(int64_t step, int64_t max_steps) const;
 

@@ -106,7 +106,8 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   model.n_head = c.get_int32("model.n_head");
   model.n_embd = c.get_int32("model.n_embd");
   model.ffn_mult = c.get_int32("model.ffn_mult");
-  level_maps(model, v.specs);
+  v.fewest_blocks = model.n_layer;
+  for (const LevelMap& map : level_maps(model, v.specs)) v.fewest_blocks = std::min(v.fewest_blocks, map.small.n_layer);
   return std::make_unique<VCycleMethod>(std::move(v), c.get_int("train.max_steps"));
 }
 

@@ -33,6 +33,7 @@ struct VCycleConfig {
   std::vector<CoalesceSpec> specs; // per transition
   MomentRule moments = MomentRule::Fresh;
   LrShape lr_shape = LrShape::Segment;
+  int fewest_blocks = 0;           // of any level, for Capabilities
 };
 
 MethodInfo method_info();
@@ -45,7 +46,9 @@ class VCycleMethod final : public Method {
  public:
   VCycleMethod(VCycleConfig config, int64_t max_steps);
   std::string name() const override { return "multilevel"; }
-  Capabilities capabilities() const override { return {.changes_shapes = true}; }
+  Capabilities capabilities() const override {
+    return {.changes_shapes = true, .fewest_blocks = config_.fewest_blocks};
+  }
   // The methods that follow its reshapes fire after it at Reconfigure.
   std::vector<std::string> runs_before() const override { return {"freeze", "sparse24", "mst"}; }
   bool match(Event event, const TrainContext& ctx) const override;

@@ -71,30 +71,39 @@ void Sparse24Method::build_targets(const GPT& model) {
     }
 }
 
-double Sparse24Method::compute_masks(GPT& model) {
-  size_t changed = 0, total = 0;
-  std::vector<uint8_t> fresh;
-  for (Target& t : targets_) {
+double Sparse24Method::compute_masks(const TrainContext& ctx) {
+  const GPT& model = ctx.model();
+  std::vector<std::vector<uint8_t>> fresh(targets_.size());
+  std::vector<BlockMask> shared;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    const Target& t = targets_[i];
+    fresh[i].resize(t.mask.size());
+    shared.push_back({t.layer, &fresh[i]});
+    if (!model.range().contains(t.layer)) continue;  // another pipeline stage chooses it
     const float* W = model.params() + model.linear_weight_offset(t.layer, t.which);
-    fresh.resize(t.mask.size());
     if (config_.transposable)
-      transposable_mask_24(W, t.OC, t.IC, fresh.data());
+      transposable_mask_24(W, t.OC, t.IC, fresh[i].data());
     else
-      row_mask_24(W, t.OC, t.IC, fresh.data());
-    changed += static_cast<size_t>(std::llround(flip_rate(t.mask.data(), fresh.data(), fresh.size()) * fresh.size()));
-    total += fresh.size();
-    t.mask.swap(fresh);
+      row_mask_24(W, t.OC, t.IC, fresh[i].data());
+  }
+  share_masks(ctx, shared);
+  size_t changed = 0, total = 0;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    Target& t = targets_[i];
+    changed += static_cast<size_t>(std::llround(flip_rate(t.mask.data(), fresh[i].data(), fresh[i].size()) * fresh[i].size()));
+    total += fresh[i].size();
+    t.mask.swap(fresh[i]);
   }
   const bool first = !have_masks_;
   have_masks_ = true;
   return first || total == 0 ? 0.0 : static_cast<double>(changed) / static_cast<double>(total);
 }
 
-void Sparse24Method::install(GPT& model, bool sparse) {
+void Sparse24Method::install(Session& session, bool sparse) {
   for (Target& t : targets_) {
     if (sparse && !t.format)
       t.format = std::make_shared<Sparse24Format>(t.OC, t.IC, t.mask, config_.transposable, config_.mvue);
-    model.set_linear_format(t.layer, t.which, sparse ? t.format : nullptr);
+    session.set_linear_format(t.layer, t.which, sparse ? t.format : nullptr);
   }
   installed_ = sparse;
 }
@@ -105,17 +114,18 @@ void Sparse24Method::apply_masked_decay(TrainContext& ctx) const {
   const float lambda = static_cast<float>(config_.decay);
   for (const Target& t : targets_) {
     const size_t offset = model.linear_weight_offset(t.layer, t.which);
-    if (offset < model.trainable_begin()) continue;  // frozen: no gradient, no update
+    // Frozen (no gradient, no update) or held by another pipeline stage.
+    if (offset == GPT::kAbsent || offset < model.trainable_begin()) continue;
     add_masked_decay(model.grads() + offset, model.params() + offset, t.mask.data(), t.mask.size(), lambda);
   }
 }
 
-void Sparse24Method::follow_reshape(GPT& model) {
-  build_targets(model);
+void Sparse24Method::follow_reshape(TrainContext& ctx) {
+  build_targets(ctx.model());
   installed_ = false;
   if (finetune_) return;
-  compute_masks(model);
-  install(model, true);
+  compute_masks(ctx);
+  install(ctx.session, true);
 }
 
 bool Sparse24Method::match(Event event, const TrainContext& ctx) const {
@@ -140,8 +150,8 @@ void Sparse24Method::apply(Event event, TrainContext& ctx) {
       finetune_ = finetune_ || ctx.step >= dense_start(ctx.max_steps);
       reshapes_seen_ = ctx.session.reshapes();
       if (!finetune_) {
-        if (!have_masks_) compute_masks(model);
-        install(model, true);
+        if (!have_masks_) compute_masks(ctx);
+        install(ctx.session, true);
       }
       break;
     case Event::BatchStart:
@@ -163,19 +173,20 @@ void Sparse24Method::apply(Event event, TrainContext& ctx) {
     }
     case Event::Reconfigure:
       if (ctx.session.reshapes() != reshapes_seen_) {
-        follow_reshape(model);
+        follow_reshape(ctx);
         reshapes_seen_ = ctx.session.reshapes();
         if (pending_ == Pending::UpdateMasks) pending_ = Pending::None;  // searched just now
       }
       if (pending_ == Pending::GoDense) {
-        install(model, false);
+        install(ctx.session, false);
         finetune_ = true;
       } else if (pending_ == Pending::UpdateMasks) {
-        flip_rate_ = compute_masks(model);
+        flip_rate_ = compute_masks(ctx);
         ++mask_updates_;
         for (Target& t : targets_) {
           t.format->set_mask(t.mask);
-          t.format->refresh(model.params() + model.linear_weight_offset(t.layer, t.which), t.OC, t.IC);
+          if (model.range().contains(t.layer))  // the others refresh where they are installed
+            t.format->refresh(model.params() + model.linear_weight_offset(t.layer, t.which), t.OC, t.IC);
         }
         if (ctx.metrics) (*ctx.metrics)["flip_rate"] = flip_rate_;
       }
@@ -211,7 +222,7 @@ void Sparse24Method::load_state(const nlohmann::json& s) {
 
 std::string Sparse24Method::restore_trained_function(TrainContext& ctx) {
   if (finetune_ || !have_masks_) return {};  // dense fine-tuning (or never sparse): dense weights
-  install(ctx.model(), true);
+  install(ctx.session, true);
   return fmt::format("2:4 sparse weights of the sparse phase: the checkpoint's {} 2:4 masks on {} "
                      "linears", config_.transposable ? "transposable" : "row-wise", targets_.size());
 }

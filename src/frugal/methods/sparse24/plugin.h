@@ -72,12 +72,14 @@ class Sparse24Method final : public Method {
 
  private:
   void build_targets(const GPT& model);
-  // Recomputes every mask from the current weights; returns the flip rate against the old masks.
-  double compute_masks(GPT& model);
-  void install(GPT& model, bool sparse);
+  // Recomputes every mask from the current weights (of the blocks this rank holds; the others'
+  // come from their holder); returns the flip rate against the old masks.
+  double compute_masks(const TrainContext& ctx);
+  // Installs (sparse) or removes the formats through the session, on every block, held or not.
+  void install(Session& session, bool sparse);
   void apply_masked_decay(TrainContext& ctx) const;
   // After a reshape: targets, masks and formats of the new model's linears (masks from its weights).
-  void follow_reshape(GPT& model);
+  void follow_reshape(TrainContext& ctx);
 
   enum class Pending { None, UpdateMasks, GoDense };
   Sparse24Config config_;
