@@ -19,6 +19,13 @@
 // step count, learning rate, frozen prefix and loader position advance identically on every rank
 // (each runs the same loop and draws every micro-batch), and are checked at a re-partition.
 //
+// Methods run on every rank's stage: what they decide per block (2:4 and mst masks, adaptive
+// freezing's gradient norms) is decided by the stage that holds the block and shared with the
+// others (TrainContext::share_blocks, sum_over_stages); the session keeps the formats and patterns
+// they install for every block across re-partitions. A method that may reshape the model (the
+// V-cycle) acts on the whole model, gathered on every rank around each Reconfigure; after a
+// reshape the pipeline is laid out again for the new model (fewer stages for fewer blocks).
+//
 // When a method freezes blocks (the Reconfigure safe point), the stages are re-balanced and,
 // with parallel.elastic, the pipeline is halved while its slowest stage stays no slower than at
 // the start (AutoPipe); the freed ranks become data-parallel replicas (AutoDP). A pipeline of one
