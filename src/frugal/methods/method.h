@@ -85,6 +85,9 @@ struct TrainContext {
   // stored during the step, so that a sample revisited on another replica is served there too.
   std::function<void(const void* mine, size_t bytes, void* all)> allgather_replicas;
   int replicas = 1;
+  // With allgather_replicas: the replicas' forwards meet inside the model (expert parallelism's
+  // token exchanges), so a micro-batch may skip a block's forward only where every replica skips it.
+  bool replicas_in_lockstep = false;
   // Set by a strategy whose ranks hold different blocks (a pipeline's stages; null when every
   // rank's model holds every block). Collectives over the ranks of one pipeline: every one of them
   // calls it at the same event or none does. share_blocks: blobs[i] is block layers[i]'s; the

@@ -94,14 +94,8 @@ ExpertParallelStep::ExpertParallelStep(Session& session, MethodSet& methods, con
   const int P = settings.parallel.expert, N = world.size();
   FRUGAL_CHECK(N % P == 0, "parallel.expert = {} does not divide the {} ranks; run mpirun -np with a "
                "multiple of {}", P, N, P);
-  // The degree against the experts, tensor parallelism, ZeRO and pipelines: refused with the config
-  // (train/run_config.cpp).
-  // (A mixture of experts runs with freezing only, and a frozen prefix that AutoCache serves on
-  // some ranks would skip the exchanges the others wait in.)
-  for (const auto& method : methods.methods())
-    FRUGAL_CHECK(false, "methods.{} does not run with parallel.expert = {} yet (each rank holds some of the "
-                 "experts, and every rank must run every mixture); remove it or set parallel.expert = 1",
-                 method->name(), P);
+  // The degree against the experts, tensor parallelism, ZeRO, pipelines and the methods a mixture
+  // of experts does not run with (all but freezing): refused with the config (train/run_config.cpp).
   base_ = world.new_communicator();
   mesh_ = std::make_unique<MpiMesh>(data_expert(N / P, P), base_);
   comm_ = std::make_unique<MpiExpertCollectives>(world, mesh_->group(Dim::Expert));
@@ -136,6 +130,7 @@ void ExpertParallelStep::synchronize() { hold(false); }
 void ExpertParallelStep::begin_context(TrainContext& ctx) {
   ctx.allgather_replicas = world_.allgather_over(base_);
   ctx.replicas = world_.size();
+  ctx.replicas_in_lockstep = true;  // every rank runs every mixture's exchanges (AutoCache serves alike)
 }
 
 void ExpertParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,

@@ -72,9 +72,10 @@ void AutoCache::serve(TrainContext& ctx, int frozen) {
     format_version_ = version;
   }
   const int B = ctx.batch;
-  // The deepest level <= frozen that every sample of the micro-batch holds.
+  // The deepest level <= frozen that every sample of the micro-batch holds, read into batch_ (0: none).
+  int served = 0;
   const std::vector<int> first = cache_->levels(ctx.sample_ids[0]);
-  for (auto level = first.rbegin(); level != first.rend(); ++level) {
+  for (auto level = first.rbegin(); level != first.rend() && served == 0; ++level) {
     if (*level > frozen) continue;
     bool all = true;
     for (int b = 1; b < B && all; ++b) all = cache_->has(ctx.sample_ids[b], *level);
@@ -82,16 +83,24 @@ void AutoCache::serve(TrainContext& ctx, int frozen) {
     const size_t floats = cache_->sample_floats();
     try {
       for (int b = 0; b < B; ++b) cache_->read(ctx.sample_ids[b], *level, batch_.data() + b * floats);
+      served = *level;
     } catch (const SpillError& e) {
       lose_cache(e);
       break;  // computed, as a miss
     }
-    ctx.prefix_output = batch_.data();
-    ctx.prefix_blocks = *level;
-    ++hits_;
+  }
+  if (ctx.replicas_in_lockstep && ctx.replicas > 1) {  // served only where every replica is served alike
+    std::vector<int> all(ctx.replicas);
+    ctx.allgather_replicas(&served, sizeof served, all.data());
+    if (std::ranges::any_of(all, [&](int level) { return level != served; })) served = 0;
+  }
+  if (served == 0) {
+    ++misses_;
     return;
   }
-  ++misses_;
+  ctx.prefix_output = batch_.data();
+  ctx.prefix_blocks = served;
+  ++hits_;
 }
 
 void AutoCache::store(const TrainContext& ctx, int frozen) {
