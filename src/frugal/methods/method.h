@@ -97,6 +97,9 @@ struct TrainContext {
   std::function<void(std::span<const int> layers, std::vector<std::string>& blobs)> share_blocks;
   std::function<void(std::span<double> values)> sum_over_stages;
   bool request_reconfigure = false;  // set by a method to get a Reconfigure event after this step
+  // At Reconfigure (match and apply): a method that fired before this one reshaped the session in
+  // this event; a follows_reshape method re-derives its state for the new shapes.
+  bool reshaped = false;
   nlohmann::json* metrics = nullptr; // the current step's log record; methods add their keys
 };
 

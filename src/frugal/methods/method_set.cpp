@@ -87,7 +87,9 @@ bool MethodSet::reads_all_gradients_now(const TrainContext& ctx) const {
 
 void MethodSet::fire(Event event, TrainContext& ctx) {
   ++counts_[static_cast<int>(event)];
+  const int64_t at_start = ctx.session.reshapes();
   for (auto& m : methods_) {
+    ctx.reshaped = ctx.session.reshapes() != at_start;
     if (!m->match(event, ctx)) continue;
     const int64_t reshapes = ctx.session.reshapes();
     m->apply(event, ctx);
@@ -96,6 +98,7 @@ void MethodSet::fire(Event event, TrainContext& ctx) {
                  "internal: method {} reshaped the session at {}; reshape only at Reconfigure, "
                  "and declare Capabilities::changes_shapes", m->name(), event_name(event));
   }
+  ctx.reshaped = false;
 }
 
 std::vector<std::string> MethodSet::restore_trained_function(TrainContext& ctx) {

@@ -80,7 +80,6 @@ void FreezeMethod::restart(TrainContext& ctx) {
   model.set_frozen_prefix(frozen_);
   autocache_.drop();
   autocache_.update(ctx, frozen_, ctx.step + 1);
-  reshapes_seen_ = ctx.session.reshapes();
 }
 
 bool FreezeMethod::match(Event event, const TrainContext& ctx) const {
@@ -112,7 +111,6 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
       model.set_frozen_prefix(frozen_);
       break;
     case Event::FitStart:  // after a resume, load_state() may have moved the boundary
-      reshapes_seen_ = ctx.session.reshapes();
       model.set_frozen_prefix(frozen_);
       autocache_.update(ctx, frozen_, ctx.step);
       break;
@@ -151,7 +149,7 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
       break;
     }
     case Event::Reconfigure:
-      if (ctx.session.reshapes() != reshapes_seen_) {
+      if (ctx.reshaped) {
         restart(ctx);
       } else if (target_ != frozen_) {
         frozen_ = target_;

@@ -49,7 +49,6 @@ class FreezeMethod final : public Method {
   int frozen_ = 0, target_ = 0, intervals_done_ = 0;
   std::vector<double> norm_sum_, prev_norm_;
   int norm_samples_ = 0;
-  int64_t reshapes_seen_ = 0;  // the session's reshape count the frozen prefix belongs to
 };
 
 }  // namespace frugal::freeze

@@ -178,7 +178,6 @@ void MstMethod::follow_reshape(TrainContext& ctx) {
   }
   share_masks(ctx, block_masks());
   apply_masks_to_state(ctx);
-  reshapes_seen_ = ctx.session.reshapes();
   pending_install_ = true;
 }
 
@@ -275,7 +274,7 @@ bool MstMethod::match(Event event, const TrainContext& ctx) const {
     case Event::BatchEnd: return true;
     case Event::AfterGradReduce: return is_update_step(ctx.step, ctx.max_steps);
     case Event::Reconfigure:  // none after the last step: the model keeps the pattern it ended with
-      return pending_install_ || ctx.session.reshapes() != reshapes_seen_ || (ctx.step + 1 < ctx.max_steps &&
+      return pending_install_ || ctx.reshaped || (ctx.step + 1 < ctx.max_steps &&
                                   pattern_at(ctx.step + 1, ctx.max_steps) != pattern_at(ctx.step, ctx.max_steps));
     default: return false;
   }
@@ -291,7 +290,6 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
       if (!have_masks_) initial_masks(ctx.seed, ctx.max_steps);
       apply_masks_to_state(ctx);
       install_formats(ctx.session);
-      reshapes_seen_ = ctx.session.reshapes();
       set_attention(ctx.session, ctx.step, ctx.max_steps);
       break;
     case Event::BatchStart: {  // growth reads the dense gradient of an update step
@@ -312,7 +310,7 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
       if (match(Event::Reconfigure, ctx)) ctx.request_reconfigure = true;
       break;
     case Event::Reconfigure:
-      if (ctx.session.reshapes() != reshapes_seen_) follow_reshape(ctx);
+      if (ctx.reshaped) follow_reshape(ctx);
       if (pending_install_) install_formats(ctx.session);
       pending_install_ = false;
       set_attention(ctx.session, ctx.step + 1, ctx.max_steps);

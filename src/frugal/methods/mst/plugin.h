@@ -113,7 +113,6 @@ class MstMethod final : public Method {
   std::vector<Target> targets_;
   bool have_masks_ = false, pending_install_ = false;
   int64_t updates_ = 0, last_pruned_ = 0, last_grown_ = 0;
-  int64_t reshapes_seen_ = 0;  // Session::reshapes() the targets were built for
 };
 
 }  // namespace frugal::mst

@@ -135,7 +135,7 @@ bool Sparse24Method::match(Event event, const TrainContext& ctx) const {
     case Event::BatchStart: return installed_ && config_.mvue;
     case Event::BeforeOptimStep: return installed_ && config_.decay > 0;
     case Event::AfterOptimStep: return installed_;
-    case Event::Reconfigure: return pending_ != Pending::None || ctx.session.reshapes() != reshapes_seen_;
+    case Event::Reconfigure: return pending_ != Pending::None || ctx.reshaped;
     default: return false;
   }
 }
@@ -148,7 +148,6 @@ void Sparse24Method::apply(Event event, TrainContext& ctx) {
       break;
     case Event::FitStart:  // after --init-from or a resume, the weights and state are final here
       finetune_ = finetune_ || ctx.step >= dense_start(ctx.max_steps);
-      reshapes_seen_ = ctx.session.reshapes();
       if (!finetune_) {
         if (!have_masks_) compute_masks(ctx);
         install(ctx.session, true);
@@ -172,9 +171,8 @@ void Sparse24Method::apply(Event event, TrainContext& ctx) {
       break;
     }
     case Event::Reconfigure:
-      if (ctx.session.reshapes() != reshapes_seen_) {
+      if (ctx.reshaped) {
         follow_reshape(ctx);
-        reshapes_seen_ = ctx.session.reshapes();
         if (pending_ == Pending::UpdateMasks) pending_ = Pending::None;  // searched just now
       }
       if (pending_ == Pending::GoDense) {

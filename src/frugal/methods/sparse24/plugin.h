@@ -88,7 +88,6 @@ class Sparse24Method final : public Method {
   Pending pending_ = Pending::None;
   int64_t mask_updates_ = 0;
   double flip_rate_ = 0;
-  int64_t reshapes_seen_ = 0;  // the session's reshape count the targets belong to
 };
 
 }  // namespace frugal::sparse24
