@@ -79,12 +79,14 @@ void DataParallelStep::reconfigure(TrainContext& ctx) {
   // reshape, and the new buffer is cut again (its moments copied out of the whole ones).
   const size_t total = session_.model().table().total();
   if (zero_ >= 1) {
-    const AdamW& shard = session_.optim();
-    std::vector<float> m(total), v(total);
-    std::copy_n(session_.optim().m(), shard.shard_end() - shard.shard_begin(), m.data() + shard.shard_begin());
-    std::copy_n(session_.optim().v(), shard.shard_end() - shard.shard_begin(), v.data() + shard.shard_begin());
-    allgather_shards(m.data(), 0);
-    allgather_shards(v.data(), 0);
+    AdamW& shard = session_.optim();
+    const auto gather = [&](const float* moment) {  // this rank's shard, then every rank's
+      std::vector<float> whole(total);
+      std::copy_n(moment, shard.shard_end() - shard.shard_begin(), whole.data() + shard.shard_begin());
+      allgather_shards(whole.data(), 0);
+      return whole;
+    };
+    const std::vector<float> m = gather(shard.m()), v = gather(shard.v());
     session_.reshard_optimizer(0, total, m.data(), v.data());
   }
   StepStrategy::reconfigure(ctx);
