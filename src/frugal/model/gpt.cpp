@@ -265,6 +265,18 @@ void GPT::set_linear_format(int layer, Linear which, std::shared_ptr<LinearForma
 
 LinearFormat& GPT::linear_format(int layer, Linear which) const { return blocks_.at(layer).format(which); }
 
+std::optional<LinearCut> GPT::linear_cut(int layer, Linear which) const {
+  const size_t offset = linear_weight_offset(layer, which);
+  const auto weight = std::ranges::find_if(table_.entries(), [&](const ParamInfo& e) { return e.offset == offset; });
+  FRUGAL_CHECK(offset != kAbsent && weight != table_.entries().end(), "internal: block {} holds no such linear", layer);
+  const ShardCoord shard = table_.shard();
+  if (shard.group_of(weight->placement).size == 1) return std::nullopt;
+  const auto [oc, ic] = linear_shape(which);
+  return LinearCut{oc, ic, [spec = static_cast<const TensorSpec&>(*weight), shard](const uint8_t* whole, uint8_t* part) {
+                     spec.copy_local(whole, part, shard);
+                   }};
+}
+
 void GPT::set_attention_pattern(int layer, const kernels::AttentionPattern& pattern) {
   FRUGAL_CHECK(layer >= 0 && layer < config_.n_layer, "internal: no block {}", layer);
   FRUGAL_CHECK(pattern.is_causal() != config_.encoder(), "internal: {} attention in a {}", pattern.name(),

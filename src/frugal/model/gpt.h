@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,9 @@ class GPT {
   kernels::DType linear_dtype() const { return linear_dtype_; }
   // The format block `layer`'s linear runs with; never null.
   LinearFormat& linear_format(int layer, Linear which) const;
+  // How this rank's part of a linear of a tensor shard maps from the whole linear (empty when this
+  // rank holds the whole linear): what a whole linear's format is cut by (LinearFormat::cut).
+  std::optional<LinearCut> linear_cut(int layer, Linear which) const;
   // Changes whenever set_linear_format gives one of blocks [0, blocks) another format: what a
   // cache of those blocks' outputs (AutoCache) must be invalidated on. 0 before any change.
   uint64_t prefix_format_version(int blocks) const;

@@ -5,8 +5,19 @@
 // whatever derived copy it needs (a mask it owns, a packed weight) and re-derives it in
 // `refresh()`, which the trainer calls after every optimizer step.
 #pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
 
 namespace frugal {
+
+// A tensor-parallel rank's part of a whole linear: its local (OC, IC) and how the entries of a
+// whole (OC, IC) array map into it (the weight's placement: rows of a column-parallel linear,
+// columns of a row-parallel one).
+struct LinearCut {
+  int OC = 0, IC = 0;
+  std::function<void(const uint8_t* whole, uint8_t* part)> copy;
+};
 
 class LinearFormat {
  public:
@@ -34,6 +45,10 @@ class LinearFormat {
   virtual double forward_density() const = 0;         // Y = X · S(W)ᵀ
   virtual double backward_input_density() const = 0;  // dX = dY · S(W)
   virtual double weight_grad_density() const = 0;     // dW += dYᵀ · X
+  // The format of this rank's part of the linear under tensor parallelism, installed on each shard
+  // the model is cut into (Session keeps the whole one). Throws Error for a format that has no
+  // part (the default formats are never cut: a shard builds its own).
+  virtual std::shared_ptr<LinearFormat> cut(const LinearCut& cut) const;
 };
 
 }  // namespace frugal

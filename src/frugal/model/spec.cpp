@@ -56,6 +56,10 @@ void TensorSpec::copy_local(const float* global, float* local, const ShardCoord&
   for_each_local_run(*this, shard, [&](size_t g, size_t l, size_t n) { std::copy_n(global + g, n, local + l); });
 }
 
+void TensorSpec::copy_local(const uint8_t* global, uint8_t* local, const ShardCoord& shard) const {
+  for_each_local_run(*this, shard, [&](size_t g, size_t l, size_t n) { std::copy_n(global + g, n, local + l); });
+}
+
 void TensorSpec::copy_global(const float* local, float* global, const ShardCoord& shard) const {
   for_each_local_run(*this, shard, [&](size_t g, size_t l, size_t n) { std::copy_n(local + l, n, global + g); });
 }

@@ -108,6 +108,8 @@ struct TensorSpec {
   // back (to_global): what loading and gathering a sharded tensor do.
   void copy_local(const float* global, float* local, const ShardCoord& shard) const;
   void copy_global(const float* local, float* global, const ShardCoord& shard) const;
+  // copy_local of a 0/1 mask laid out like the tensor (a sparsity method's mask of a weight).
+  void copy_local(const uint8_t* global, uint8_t* local, const ShardCoord& shard) const;
 };
 
 class ModelSpec {

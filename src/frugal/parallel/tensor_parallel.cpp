@@ -93,14 +93,14 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
   FRUGAL_CHECK(settings.model.moe.experts == 0, "model.moe.experts = {} with parallel.tensor = {}: a mixture "
                "of experts under tensor parallelism is not built yet; set one of them to its default (0, 1)",
                settings.model.moe.experts, T);
+  // Masks and reshapes are chosen on the whole model, gathered around the Reconfigure (reconfigure);
+  // a method that reads whole gradients at every step's events would need them gathered too.
   for (const auto& method : methods.methods()) {
     const Capabilities c = method->capabilities();
-    FRUGAL_CHECK(!c.changes_shapes && !c.owns_masks && !c.reads_all_gradients, "methods.{} {}, which "
-                 "tensor parallelism does not follow yet (each rank holds a slice of them); run it with "
-                 "parallel.tensor = 1", method->name(),
-                 c.changes_shapes ? "reshapes the model mid-run"
-                 : c.owns_masks   ? "chooses sparsity masks from every block's weights"
-                                  : "reads every block's gradients");
+    FRUGAL_CHECK(!c.reads_all_gradients, "methods.{} reads every block's whole gradients, which tensor "
+                 "parallelism splits over its ranks (not gathered yet); run it with parallel.tensor = 1",
+                 method->name());
+    whole_at_reconfigure_ = whole_at_reconfigure_ || c.changes_shapes || c.owns_masks;
   }
   LocalSizes::of(settings.model, {0, T});  // the heads and hidden units divide (checked with the config too)
   base_ = world.new_communicator();
@@ -133,6 +133,13 @@ StepResult TensorParallelStep::run(int64_t step, const BatchSource& next_batch, 
 }
 
 void TensorParallelStep::synchronize() { hold(false); }
+
+void TensorParallelStep::reconfigure(TrainContext& ctx) {
+  // The methods choose masks (from whole linears) and reshape on the whole model, alike on every
+  // rank; the next step cuts it again, the formats with it (Session::set_linear_format).
+  if (whole_at_reconfigure_) hold(false);
+  StepStrategy::reconfigure(ctx);
+}
 
 void TensorParallelStep::begin_context(TrainContext& ctx) {
   if (replicas() == 1) return;

@@ -16,7 +16,10 @@
 // shard at the first step; synchronize() (before evaluation, checkpoints and samples) gathers the
 // whole model, weights and moments, on every rank, and the next step scatters it again: so
 // checkpoints, evaluation, sampling and export are one process's, and a run resumes at any
-// tensor degree. Pipeline × tensor and ZeRO are refused (not built yet).
+// tensor degree. A method that owns masks or reshapes acts on the whole model, gathered around
+// the Reconfigure; the next step cuts it again with its formats (LinearFormat::cut). Pipeline ×
+// tensor, ZeRO and methods that read whole gradients (mst, adaptive freezing) are refused (not
+// built yet).
 #pragma once
 #include <memory>
 #include <vector>
@@ -80,6 +83,8 @@ class TensorParallelStep final : public StepStrategy {
   void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
   float clip_gradients() override;  // split tensors' squares summed over the group, replicated once
   void add_metrics(nlohmann::json& record) override;  // "comm": seconds inside the collectives
+  // With a method that owns masks or reshapes: the whole model on every rank around the event.
+  void reconfigure(TrainContext& ctx) override;
 
  private:
   // Rebuilds the session around this rank's shard (sharded) or the whole model (gathered from
@@ -93,6 +98,7 @@ class TensorParallelStep final : public StepStrategy {
   MPI_Comm base_;
   std::unique_ptr<MpiMesh> mesh_;  // data D × tensor T over base_
   std::unique_ptr<MpiTensorCollectives> comm_;
+  bool whole_at_reconfigure_ = false;  // a method owns masks or reshapes (reconfigure)
   bool sharded_ = false;
   double compute_seconds_ = 0;  // the step's micro-batches
   Timer update_timer_;          // from clipping on

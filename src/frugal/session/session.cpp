@@ -82,8 +82,14 @@ void Session::repartition(const BlockRange& range, const ReshapeMap& fill, Tenso
 }
 
 void Session::set_linear_format(int layer, GPT::Linear which, std::shared_ptr<LinearFormat> format) {
-  if (model_->range().contains(layer)) model_->set_linear_format(layer, which, format);
+  install_format(layer, which, format);
   formats_[{layer, which}] = std::move(format);
+}
+
+void Session::install_format(int layer, GPT::Linear which, const std::shared_ptr<LinearFormat>& format) {
+  if (!model_->range().contains(layer)) return;
+  const std::optional<LinearCut> cut = format ? model_->linear_cut(layer, which) : std::nullopt;
+  model_->set_linear_format(layer, which, cut ? format->cut(*cut) : format);
 }
 
 void Session::set_attention_pattern(int layer, const kernels::AttentionPattern& pattern) {
@@ -92,8 +98,7 @@ void Session::set_attention_pattern(int layer, const kernels::AttentionPattern& 
 }
 
 void Session::install_block_settings() {
-  for (const auto& [key, format] : formats_)
-    if (model_->range().contains(key.first)) model_->set_linear_format(key.first, key.second, format);
+  for (const auto& [key, format] : formats_) install_format(key.first, key.second, format);
   for (const auto& [layer, pattern] : patterns_)
     if (model_->range().contains(layer)) model_->set_attention_pattern(layer, pattern);
 }

@@ -125,8 +125,9 @@ class Session {
   // What a method installs on block `layer` (its format for a linear, null: the default one; its
   // attention pattern), kept for every block of the model whether or not this process's model
   // holds it, and installed on each model a re-partition builds (a pipeline stage's blocks moving
-  // between ranks, the whole model gathered for a checkpoint); a reshape forgets them all. The
-  // model's own setters (GPT::set_linear_format) install on it alone.
+  // between ranks, the whole model gathered for a checkpoint, a tensor shard: which gets the
+  // format's part, LinearFormat::cut); a reshape forgets them all. The model's own setters
+  // (GPT::set_linear_format) install on it alone.
   void set_linear_format(int layer, GPT::Linear which, std::shared_ptr<LinearFormat> format);
   void set_attention_pattern(int layer, const kernels::AttentionPattern& pattern);
 
@@ -147,6 +148,9 @@ class Session {
   void rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments);
   // Installs the kept formats and patterns of the blocks the model holds.
   void install_block_settings();
+  // Installs a whole linear's format on the model if it holds the block: this rank's part of it
+  // (LinearFormat::cut) when the model is a tensor shard that splits the linear.
+  void install_format(int layer, GPT::Linear which, const std::shared_ptr<LinearFormat>& format);
 
   SessionOptions options_;
   // model_ before optim_: the optimizer refers to the model's parameter table.

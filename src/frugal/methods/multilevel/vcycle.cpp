@@ -107,7 +107,15 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   model.n_embd = c.get_int32("model.n_embd");
   model.ffn_mult = c.get_int32("model.ffn_mult");
   v.fewest_blocks = model.n_layer;
-  for (const LevelMap& map : level_maps(model, v.specs)) v.fewest_blocks = std::min(v.fewest_blocks, map.small.n_layer);
+  const int tensor = c.get_int32("parallel.tensor");
+  for (const LevelMap& map : level_maps(model, v.specs)) {
+    v.fewest_blocks = std::min(v.fewest_blocks, map.small.n_layer);
+    // Every level is split over the tensor-parallel ranks by heads and hidden units.
+    FRUGAL_CHECK(map.small.n_head % tensor == 0 && map.small.ffn_hidden() % tensor == 0, "{}: a level of {} "
+                 "heads and {} hidden units does not split over parallel.tensor = {} ranks; set parallel.tensor "
+                 "to a divisor of every level's heads, or a width_factor that keeps them", kPrefix,
+                 map.small.n_head, map.small.ffn_hidden(), tensor);
+  }
   return std::make_unique<VCycleMethod>(std::move(v), c.get_int("train.max_steps"));
 }
 

@@ -33,6 +33,9 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   s.dense_finetune_fraction = c.get_float(p + ".dense_finetune_fraction");
   s.include_attention = c.get_bool(p + ".include_attention");
   s.mvue = c.get_bool(p + ".mvue");
+  FRUGAL_CHECK(!s.mvue || c.get_int32("parallel.tensor") == 1, "{}.mvue draws its random numbers per whole "
+               "linear, which parallel.tensor = {} splits; set {}.mvue = false or parallel.tensor = 1", p,
+               c.get_int32("parallel.tensor"), p);
   return std::make_unique<Sparse24Method>(s);
 }
 
@@ -116,7 +119,9 @@ void Sparse24Method::apply_masked_decay(TrainContext& ctx) const {
     const size_t offset = model.linear_weight_offset(t.layer, t.which);
     // Frozen (no gradient, no update) or held by another pipeline stage.
     if (offset == GPT::kAbsent || offset < model.trainable_begin()) continue;
-    add_masked_decay(model.grads() + offset, model.params() + offset, t.mask.data(), t.mask.size(), lambda);
+    // The installed format's mask: this rank's part of the linear's under tensor parallelism.
+    const std::span<const uint8_t> mask = dynamic_cast<const MaskedFormat&>(model.linear_format(t.layer, t.which)).mask();
+    add_masked_decay(model.grads() + offset, model.params() + offset, mask.data(), mask.size(), lambda);
   }
 }
 

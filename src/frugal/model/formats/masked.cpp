@@ -21,6 +21,16 @@ void MaskedFormat::set_mask(std::span<const uint8_t> mask) {
   ++mask_version_;
 }
 
+std::vector<uint8_t> MaskedFormat::cut_mask(const LinearCut& cut) const {
+  std::vector<uint8_t> part(static_cast<size_t>(cut.OC) * cut.IC);
+  cut.copy(mask_.data(), part.data());
+  return part;
+}
+
+std::shared_ptr<LinearFormat> MaskedFormat::cut(const LinearCut& cut) const {
+  return std::make_shared<MaskedFormat>(cut.OC, cut.IC, cut_mask(cut));
+}
+
 void MaskedFormat::check_shape(int OC, int C) const {
   FRUGAL_CHECK(OC == OC_ && C == IC_, "internal: the {} format of a ({}, {}) linear installed on a "
                "({}, {}) one", name(), OC_, IC_, OC, C);

@@ -10,6 +10,7 @@
 // function, computed with 2:4 kernels.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -38,8 +39,11 @@ class MaskedFormat : public LinearFormat {
   double forward_density() const override { return 1.0; }
   double backward_input_density() const override { return 1.0; }
   double weight_grad_density() const override { return 1.0; }
+  std::shared_ptr<LinearFormat> cut(const LinearCut& cut) const override;
 
  protected:
+  // The part of the mask the cut keeps, (cut.OC, cut.IC).
+  std::vector<uint8_t> cut_mask(const LinearCut& cut) const;
   // Throws unless (OC, C) is the shape the format was built for.
   void check_shape(int OC, int C) const;
   // masked_ (OC,IC) = W ⊙ M from weight (OC,IC).

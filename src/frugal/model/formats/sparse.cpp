@@ -10,6 +10,12 @@ namespace frugal {
 SparseFormat::SparseFormat(int OC, int IC, std::span<const uint8_t> mask, double break_even)
     : MaskedFormat(OC, IC, mask), break_even_(break_even), packed_(kernels::sparse_linear_new_weight()) {}
 
+std::shared_ptr<LinearFormat> SparseFormat::cut(const LinearCut& cut) const {
+  auto part = std::make_shared<SparseFormat>(cut.OC, cut.IC, cut_mask(cut), break_even_);
+  part->set_dense_weight_grad(dense_weight_grad_);
+  return part;
+}
+
 void SparseFormat::refresh(const float* weight, int OC, int C) {
   FRUGAL_PROFILE("sparse refresh");
   check_shape(OC, C);

@@ -54,6 +54,7 @@ class SparseFormat final : public MaskedFormat {
   double weight_grad_density() const override {
     return dense_weight_grad_ ? 1.0 : forward_density();
   }
+  std::shared_ptr<LinearFormat> cut(const LinearCut& cut) const override;
 
  private:
   double break_even_;

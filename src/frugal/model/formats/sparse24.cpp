@@ -13,6 +13,10 @@ Sparse24Format::Sparse24Format(int OC, int IC, std::span<const uint8_t> mask, bo
       mvue_(mvue),
       packed_(kernels::sparse24_new_weight()) {}
 
+std::shared_ptr<LinearFormat> Sparse24Format::cut(const LinearCut& cut) const {
+  return std::make_shared<Sparse24Format>(cut.OC, cut.IC, cut_mask(cut), transposable_, mvue_);
+}
+
 void Sparse24Format::refresh(const float* weight, int OC, int C) {
   FRUGAL_PROFILE("sparse24 refresh");
   check_shape(OC, C);

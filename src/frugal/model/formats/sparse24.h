@@ -36,6 +36,8 @@ class Sparse24Format final : public MaskedFormat {
   double forward_density() const override { return 0.5; }
   double backward_input_density() const override { return transposable_ ? 0.5 : 1.0; }
   double weight_grad_density() const override { return 1.0; }
+  // A 2:4 mask cut along rows, or along columns at multiples of 4, stays 2:4 (transposable too).
+  std::shared_ptr<LinearFormat> cut(const LinearCut& cut) const override;
 
   // Key of the MVUE random numbers; every backward() after this call draws from mix(key, calls).
   void set_random_key(uint64_t key) {
