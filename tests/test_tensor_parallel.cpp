@@ -115,6 +115,14 @@ TEST_F(TensorParallel, MasksAndReshapesAreChosenWholeAndCutPerRank) {
   compare("vcycle", "--set model.n_head=4 --set methods.multilevel.shares=0.25,0.5,0.25", 8);
 }
 
+// Adaptive freezing's per-block gradient norms: each rank's squares of its split tensors and rank
+// 0's of the replicated ones, summed over the group (TrainContext::sum_over_parts); the blocks
+// freeze at the step one process freezes them (step 6 here, where the schedule alone says 2).
+TEST_F(TensorParallel, AdaptiveFreezingSumsEachBlocksPartsOverTheGroup) {
+  compare("adaptive-freeze", "--set methods.freeze.alpha=0.5 --set methods.freeze.interval=2 "
+          "--set methods.freeze.autocache=off --set methods.freeze.adaptive=true", 8);
+}
+
 TEST_F(TensorParallel, UnsupportedLayoutsAndMethodsAreRefusedWithWhatToDo) {
   struct Case {
     std::string program, extra, message;

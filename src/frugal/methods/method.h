@@ -47,6 +47,9 @@ struct Capabilities {
   // Reads gradients of the whole model after their reduction (AfterGradReduce and later); a
   // data-parallel run with ZeRO stage 2 leaves each rank only its shard's.
   bool reads_all_gradients = false;
+  // With reads_all_gradients: only per-block sums over them, added over the ranks that hold
+  // parts of a block (TrainContext::sum_over_parts), so a tensor-parallel shard serves it.
+  bool gradient_sums_only = false;
   // With changes_shapes: the fewest blocks the model has at any point of the run (a pipeline
   // needs at least one per stage); 0: the configured model's.
   int fewest_blocks = 0;
@@ -88,14 +91,18 @@ struct TrainContext {
   // With allgather_replicas: the replicas' forwards meet inside the model (expert parallelism's
   // token exchanges), so a micro-batch may skip a block's forward only where every replica skips it.
   bool replicas_in_lockstep = false;
-  // Set by a strategy whose ranks hold different blocks (a pipeline's stages; null when every
-  // rank's model holds every block). Collectives over the ranks of one pipeline: every one of them
-  // calls it at the same event or none does. share_blocks: blobs[i] is block layers[i]'s; the
-  // entries of the blocks this rank's model holds stay, the others become their holder's (a mask
-  // a stage chose from its weights reaches every rank). sum_over_stages: every value summed over
-  // the stages, each adding its blocks' part (0 elsewhere), e.g. per-block gradient statistics.
+  // Set by a strategy whose ranks each hold part of the model (null when every rank's model is
+  // whole): collectives over the ranks that together hold one copy of it, every one of which calls
+  // them at the same event, or none does.
+  // share_blocks (a pipeline's stages): blobs[i] is block layers[i]'s; the entries of the blocks
+  // this rank's model holds stay, the others become their holder's (a mask a stage chose from its
+  // weights reaches every rank).
+  // sum_over_parts (a pipeline's stages, a tensor group): every value summed over those ranks,
+  // each adding the part of the model it holds (0 for blocks it does not hold; a tensor that every
+  // rank of a tensor group holds whole is added by its rank 0 only), e.g. per-block gradient sums
+  // of squares.
   std::function<void(std::span<const int> layers, std::vector<std::string>& blobs)> share_blocks;
-  std::function<void(std::span<double> values)> sum_over_stages;
+  std::function<void(std::span<double> values)> sum_over_parts;
   bool request_reconfigure = false;  // set by a method to get a Reconfigure event after this step
   // At Reconfigure (match and apply): a method that fired before this one reshaped the session in
   // this event; a follows_reshape method re-derives its state for the new shapes.

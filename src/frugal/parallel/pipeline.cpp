@@ -418,7 +418,7 @@ void PipelineStep::begin_context(TrainContext& ctx) {
   ctx.share_blocks = [this](std::span<const int> layers, std::vector<std::string>& blobs) {
     share_blocks(layers, blobs);
   };
-  ctx.sum_over_stages = [this](std::span<double> values) {
+  ctx.sum_over_parts = [this](std::span<double> values) {
     MPI_Request request;
     MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, pipe(), &request);
     world_.wait(request, "summing a method's per-block values over the pipeline's stages");

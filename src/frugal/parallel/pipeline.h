@@ -21,7 +21,7 @@
 //
 // Methods run on every rank's stage: what they decide per block (2:4 and mst masks, adaptive
 // freezing's gradient norms) is decided by the stage that holds the block and shared with the
-// others (TrainContext::share_blocks, sum_over_stages); the session keeps the formats and patterns
+// others (TrainContext::share_blocks, sum_over_parts); the session keeps the formats and patterns
 // they install for every block across re-partitions. A method that may reshape the model (the
 // V-cycle) acts on the whole model, gathered on every rank around each Reconfigure; after a
 // reshape the pipeline is laid out again for the new model (fewer stages for fewer blocks).

@@ -64,6 +64,20 @@ double MpiTensorCollectives::sum(double x) {
   return total;
 }
 
+void MpiTensorCollectives::sum_each(std::span<double> values) {
+  const size_t n = values.size();
+  std::vector<double> all(n * size_);
+  MPI_Request request;
+  MPI_Iallgather(values.data(), static_cast<int>(n), MPI_DOUBLE, all.data(), static_cast<int>(n), MPI_DOUBLE,
+                 group_, &request);
+  world_.wait(request, "the tensor-parallel group's sums");
+  for (size_t i = 0; i < n; ++i) {
+    double total = 0;
+    for (int r = 0; r < size_; ++r) total += all[r * n + i];
+    values[i] = total;
+  }
+}
+
 // ---- TensorParallelStep ----
 
 namespace {
@@ -97,9 +111,9 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
   // a method that reads whole gradients at every step's events would need them gathered too.
   for (const auto& method : methods.methods()) {
     const Capabilities c = method->capabilities();
-    FRUGAL_CHECK(!c.reads_all_gradients, "methods.{} reads every block's whole gradients, which tensor "
-                 "parallelism splits over its ranks (not gathered yet); run it with parallel.tensor = 1",
-                 method->name());
+    FRUGAL_CHECK(!c.reads_all_gradients || c.gradient_sums_only, "methods.{} reads every block's whole "
+                 "gradients, which tensor parallelism splits over its ranks (not gathered yet); run it with "
+                 "parallel.tensor = 1", method->name());
     whole_at_reconfigure_ = whole_at_reconfigure_ || c.changes_shapes || c.owns_masks;
   }
   LocalSizes::of(settings.model, {0, T});  // the heads and hidden units divide (checked with the config too)
@@ -142,6 +156,8 @@ void TensorParallelStep::reconfigure(TrainContext& ctx) {
 }
 
 void TensorParallelStep::begin_context(TrainContext& ctx) {
+  // Per-block sums over the group's parts, added in rank order (the same bits on every rank).
+  ctx.sum_over_parts = [this](std::span<double> values) { comm_->sum_each(values); };
   if (replicas() == 1) return;
   ctx.allgather_replicas = world_.allgather_over(mesh_->group(Dim::Data));
   ctx.replicas = replicas();

@@ -22,6 +22,7 @@
 // built yet).
 #pragma once
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "frugal/core/timer.h"
@@ -46,6 +47,8 @@ class MpiTensorCollectives final : public TensorCollectives {
   void all_reduce_max(float* x, size_t n) override;
   // Every rank's x, added in rank order (the same bits on every rank).
   double sum(double x);
+  // The same for each of `values`, in place, in one exchange.
+  void sum_each(std::span<double> values);
   // Gathers every rank's `local` (n floats each) into `out` (size · n), in rank order.
   void all_gather(const float* local, size_t n, float* out);
 

@@ -65,6 +65,25 @@ MethodInfo method_info() {
   return {"freeze", "progressive layer freezing (PipeTransformer) and fixed frozen prefixes", add_keys, make, {}};
 }
 
+std::vector<double> FreezeMethod::block_grad_squares(GPT& model) const {
+  const int L = model.config().n_layer;
+  const ShardCoord& shard = model.table().shard();
+  std::vector<double> squares(L, 0.0);
+  for (int l = frozen_; l < L; ++l) {
+    if (!model.range().contains(l)) continue;  // its pipeline stage adds it
+    if (shard.size == 1) {  // the whole block
+      const auto [b, e] = model.table().layer_range(l);
+      squares[l] = kernels::sum_squares(model.grads() + b, e - b);
+      continue;
+    }
+    // A tensor shard: its part of every split tensor; the tensors each rank holds whole, once.
+    for (const ParamInfo& t : model.table().entries())
+      if (t.layer == l && (shard.group_of(t.placement).size > 1 || shard.rank == 0))
+        squares[l] += kernels::sum_squares(model.grads() + t.offset, t.numel);
+  }
+  return squares;
+}
+
 int FreezeMethod::cap(const GPT& model) const {
   const int L = model.config().n_layer;
   return config_.max_frozen < 0 ? L - 1 : std::min(config_.max_frozen, L);
@@ -121,15 +140,10 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
       autocache_.store(ctx, frozen_);
       break;
     case Event::AfterGradReduce: {  // accumulate per-block gradient norms over the interval
-      std::vector<double> norm(L, 0.0);
-      for (int l = frozen_; l < L; ++l) {
-        if (!model.range().contains(l)) continue;  // its pipeline stage measures it
-        const auto [b, e] = model.table().layer_range(l);
-        norm[l] = std::sqrt(kernels::sum_squares(model.grads() + b, e - b));
-      }
-      if (ctx.sum_over_stages) ctx.sum_over_stages(norm);  // every rank gets every block's
+      std::vector<double> squares = block_grad_squares(model);
+      if (ctx.sum_over_parts) ctx.sum_over_parts(squares);  // every rank gets every block's
       norm_sum_.resize(L, 0.0);
-      for (int l = 0; l < L; ++l) norm_sum_[l] += norm[l];
+      for (int l = frozen_; l < L; ++l) norm_sum_[l] += std::sqrt(squares[l]);
       ++norm_samples_;
       break;
     }

@@ -26,7 +26,8 @@ class FreezeMethod final : public Method {
   std::string name() const override { return "freeze"; }
   Capabilities capabilities() const override {
     // Only the adaptive criterion reads gradients (every trainable block's norms).
-    return {.changes_trainable_set = true, .follows_reshape = true, .reads_all_gradients = config_.adaptive};
+    return {.changes_trainable_set = true, .follows_reshape = true, .reads_all_gradients = config_.adaptive,
+            .gradient_sums_only = true};
   }
   bool match(Event event, const TrainContext& ctx) const override;
   void apply(Event event, TrainContext& ctx) override;
@@ -41,6 +42,9 @@ class FreezeMethod final : public Method {
 
  private:
   int cap(const GPT& model) const;
+  // Each trainable block's sum of squared gradients over the part of it this rank holds (see
+  // TrainContext::sum_over_parts); 0 for frozen blocks and those of other pipeline stages.
+  std::vector<double> block_grad_squares(GPT& model) const;
   // After a reshape: freezing starts again on the new model (the configured prefix, the schedule's
   // intervals and the adaptive criterion's norms from zero, AutoCache emptied).
   void restart(TrainContext& ctx);
