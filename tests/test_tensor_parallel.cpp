@@ -106,13 +106,16 @@ TEST_F(TensorParallel, ACheckpointResumesBitExactlyAndInOneProcess) {
   EXPECT_LE(max_relative_difference(straight.steps, metrics(tmp_.file("one"))), kTolerance);
 }
 
-// 2:4 masks and the V-cycle's reshapes are chosen on the whole model, gathered around the
+// 2:4 and mst masks and the V-cycle's reshapes are chosen on the whole model, gathered around the
 // Reconfigure; each rank's shard gets its part of every mask (LinearFormat::cut), and the masked
-// decay reads that part. The V-cycle's small level (2 of 4 heads, half the width) splits too.
+// decay reads that part; mst's growth reads whole gradients, gathered with the model at its update
+// steps. The V-cycle's small level (2 of 4 heads, half the width) splits too.
 TEST_F(TensorParallel, MasksAndReshapesAreChosenWholeAndCutPerRank) {
   compare("sparse24", "--set methods.sparse24.mask_interval=2 --set methods.sparse24.dense_finetune_fraction=0.25 "
           "--set methods.sparse24.include_attention=true", 8);
   compare("vcycle", "--set model.n_head=4 --set methods.multilevel.shares=0.25,0.5,0.25", 8);
+  compare("mst", "--set methods.mst.update_interval=2 --set methods.mst.attention_window=8 "
+          "--set methods.mst.attention_stride=8", 8);
 }
 
 // Adaptive freezing's per-block gradient norms: each rank's squares of its split tensors and rank
@@ -133,7 +136,6 @@ TEST_F(TensorParallel, UnsupportedLayoutsAndMethodsAreRefusedWithWhatToDo) {
            {mpirun(2), kTensor2 + " --set parallel.pipeline_stages=2", "pipeline × tensor parallelism is not built yet"},
            {mpirun(2), kTensor2 + " --set parallel.zero=1", "set parallel.zero = 0"},
            {mpirun(2), kTensor2 + " --set model.moe.experts=4", "a mixture of experts under tensor parallelism"},
-           {mpirun(2), kTensor2 + " --set methods.mst.update_interval=2", "methods.mst reads every block's whole gradients"},
            {mpirun(2), kTensor2 + " --set methods.sparse24.mvue=true", "methods.sparse24.mvue draws its random numbers per whole linear"},
            {mpirun(2), kTensor2 + " --set methods.multilevel.shares=0.05,0.65,0.3", "a level of 1 heads and 128 hidden units does not split"},
            {mpirun(2), "--set parallel.tensor=3", "set parallel.tensor to a divisor of both"}}) {

@@ -79,9 +79,10 @@ MethodSet MethodSet::from_config(const io::Config& config) {
   return MethodSet(std::move(enabled));
 }
 
-bool MethodSet::reads_all_gradients_now(const TrainContext& ctx) const {
+bool MethodSet::reads_all_gradients_now(const TrainContext& ctx, bool sums_serve) const {
   return std::any_of(methods_.begin(), methods_.end(), [&](const auto& m) {
-    return m->capabilities().reads_all_gradients && m->match(Event::AfterGradReduce, ctx);
+    const Capabilities c = m->capabilities();
+    return c.reads_all_gradients && !(sums_serve && c.gradient_sums_only) && m->match(Event::AfterGradReduce, ctx);
   });
 }
 

@@ -21,8 +21,9 @@ class MethodSet {
   void fire(Event event, TrainContext& ctx);
   // Whether a method that reads every block's gradients (Capabilities::reads_all_gradients) acts
   // at this step's AfterGradReduce: a strategy that leaves ranks only their shard's gradients
-  // (ZeRO-2) gathers them whole first.
-  bool reads_all_gradients_now(const TrainContext& ctx) const;
+  // (ZeRO-2) gathers them whole first. With `sums_serve`, not counting the methods that read only
+  // per-block sums (gradient_sums_only), which a strategy serves with TrainContext::sum_over_parts.
+  bool reads_all_gradients_now(const TrainContext& ctx, bool sums_serve = false) const;
   const std::vector<std::unique_ptr<Method>>& methods() const { return methods_; }
   bool empty() const { return methods_.empty(); }
   // Largest prefix served from cached activations by any method.

@@ -9,7 +9,7 @@
 namespace frugal::parallel {
 
 void hold_shard(Session& session, bool sharded, Placement::Kind kind, TensorCollectives& comm,
-                const AllGather& all_gather) {
+                const AllGather& all_gather, bool gradients) {
   const ShardCoord coord = comm.coord();
   // rank r's place in the group `kind` splits over, its other places this rank's
   const auto rank_at = [&](int r) {
@@ -20,13 +20,14 @@ void hold_shard(Session& session, bool sharded, Placement::Kind kind, TensorColl
   // The routing the metrics have not taken yet stays with the model.
   const RoutingStats window = session.model().take_routing();
   // Between steps the gradients are spent: their memory goes before the new session takes its own.
-  release_pages(session.model().grads(), sizeof(float) * session.model().num_floats());
+  if (!gradients) release_pages(session.model().grads(), sizeof(float) * session.model().num_floats());
   session.repartition(session.model().range(), [&](const NamedTensors& from, const NamedTensors& to) {
     std::vector<float> parts;  // gathering: every rank's part of one tensor, in rank order
     for (const ParamInfo& e : to.table().entries()) {
       const ParamInfo& local = (sharded ? to : from).table().at(e.name);
       const int ranks = coord.group_of(e.placement).size;
-      for (auto get : {&NamedTensors::param, &NamedTensors::m, &NamedTensors::v}) {
+      for (auto get : {&NamedTensors::param, &NamedTensors::m, &NamedTensors::v, &NamedTensors::grad}) {
+        if (get == &NamedTensors::grad && !gradients) continue;
         const std::span<float> src = (from.*get)(e.name), dst = (to.*get)(e.name);
         if (dst.empty()) continue;  // no moments yet
         if (sharded) {

@@ -20,7 +20,9 @@ using AllGather = std::function<void(const float* local, size_t n, float* out)>;
 // Rebuilds `session` around this rank's shard (sharded: the model built with `comm`, whose coord()
 // places this rank; the tensors of placement `kind` cut to its part, weights and AdamW's moments)
 // or around the whole model (gathered with all_gather over the group that `kind` splits over).
+// With `gradients`, the step's gradients move along (cut or gathered like the weights): a method
+// reads them whole mid-step; without, they are spent and the new model's start at zero.
 void hold_shard(Session& session, bool sharded, Placement::Kind kind, TensorCollectives& comm,
-                const AllGather& all_gather);
+                const AllGather& all_gather, bool gradients = false);
 
 }  // namespace frugal::parallel

@@ -108,12 +108,9 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
                "of experts under tensor parallelism is not built yet; set one of them to its default (0, 1)",
                settings.model.moe.experts, T);
   // Masks and reshapes are chosen on the whole model, gathered around the Reconfigure (reconfigure);
-  // a method that reads whole gradients at every step's events would need them gathered too.
+  // a step whose AfterGradReduce reads whole gradients gathers them with it (run_micro_batches).
   for (const auto& method : methods.methods()) {
     const Capabilities c = method->capabilities();
-    FRUGAL_CHECK(!c.reads_all_gradients || c.gradient_sums_only, "methods.{} reads every block's whole "
-                 "gradients, which tensor parallelism splits over its ranks (not gathered yet); run it with "
-                 "parallel.tensor = 1", method->name());
     whole_at_reconfigure_ = whole_at_reconfigure_ || c.changes_shapes || c.owns_masks;
   }
   LocalSizes::of(settings.model, {0, T});  // the heads and hidden units divide (checked with the config too)
@@ -133,10 +130,10 @@ TensorParallelStep::~TensorParallelStep() {
   MPI_Comm_free(&base_);
 }
 
-void TensorParallelStep::hold(bool sharded) {
+void TensorParallelStep::hold(bool sharded, bool gradients) {
   if (sharded == sharded_) return;
   hold_shard(session_, sharded, Placement::Kind::Sharded, *comm_,
-             [this](const float* local, size_t n, float* out) { comm_->all_gather(local, n, out); });
+             [this](const float* local, size_t n, float* out) { comm_->all_gather(local, n, out); }, gradients);
   sharded_ = sharded;
 }
 
@@ -184,6 +181,9 @@ void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, cons
     all_reduce_sum(world_, mesh_->group(Dim::Data), model.grads() + begin, model.num_floats() - begin,
                    comm_dtype(settings_.parallel), staged_, "the sum of the gradients over the tensor group's replicas");
   }
+  // A method reads whole linears' gradients at this AfterGradReduce (mst's growth): the whole model
+  // with its gradients on every rank until the clip (which cuts it again).
+  if (methods_.reads_all_gradients_now(ctx, true)) hold(false, true);
   // The loss: every micro-batch's, added in one-process order.
   std::vector<double> all_losses(count);
   MPI_Request request;
@@ -197,6 +197,7 @@ void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, cons
 }
 
 float TensorParallelStep::clip_gradients() {
+  hold(true, true);  // back to the shard if a method read the gradients whole
   update_timer_.reset();
   GPT& model = session_.model();
   const size_t begin = model.trainable_begin();

@@ -18,8 +18,9 @@
 // checkpoints, evaluation, sampling and export are one process's, and a run resumes at any
 // tensor degree. A method that owns masks or reshapes acts on the whole model, gathered around
 // the Reconfigure; the next step cuts it again with its formats (LinearFormat::cut). Pipeline ×
-// tensor, ZeRO and methods that read whole gradients (mst, adaptive freezing) are refused (not
-// built yet).
+// tensor and ZeRO are refused (not built yet). A step whose AfterGradReduce reads whole linears'
+// gradients (mst's growth) gathers the model with its gradients for it and cuts it again before
+// the clip; adaptive freezing's per-block sums are added over the group (sum_over_parts).
 #pragma once
 #include <memory>
 #include <span>
@@ -91,8 +92,9 @@ class TensorParallelStep final : public StepStrategy {
 
  private:
   // Rebuilds the session around this rank's shard (sharded) or the whole model (gathered from
-  // every rank's shard); a no-op when it already is.
-  void hold(bool sharded);
+  // every rank's shard); a no-op when it already is. With `gradients`, the step's gradients move
+  // along (mid-step, for a method that reads them whole).
+  void hold(bool sharded, bool gradients = false);
   int replicas() const { return mesh_->shape().size(Dim::Data); }
   int replica() const { return mesh_->coordinate(Dim::Data); }
 

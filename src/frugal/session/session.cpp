@@ -69,7 +69,7 @@ void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
                "is sharded (the data-parallel step gathers it whole around Reconfigure)");
   formats_.clear();
   patterns_.clear();
-  rebuild(next, BlockRange::whole(next), map, true);
+  rebuild(next, BlockRange::whole(next), map, true, false);
   ++reshapes_;
 }
 
@@ -77,7 +77,7 @@ void Session::repartition(const BlockRange& range, const ReshapeMap& fill, Tenso
   FRUGAL_CHECK(!optim_->sharded(), "internal: a session with a sharded optimizer is re-partitioned");
   tensor_ = tensor;
   // Before the first step the moments are zero: allocating them now would take their memory early.
-  rebuild(model_->config(), range, fill, optim_->steps_taken() > 0);
+  rebuild(model_->config(), range, fill, optim_->steps_taken() > 0, true);
   install_block_settings();
 }
 
@@ -103,15 +103,16 @@ void Session::install_block_settings() {
     if (model_->range().contains(layer)) model_->set_attention_pattern(layer, pattern);
 }
 
-void Session::rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments) {
+void Session::rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments,
+                      bool gradients) {
   auto next_model = std::make_unique<GPT>(config, range, tensor_);
   next_model->set_linear_dtype(options_.linear_dtype);
   auto next_optim = std::make_unique<AdamW>(next_model->table(), options_.optim);
   if (map) {
     const NamedTensors from(model_->table(), model_->params(), moments ? optim_->m() : nullptr,
-                            moments ? optim_->v() : nullptr);
+                            moments ? optim_->v() : nullptr, gradients ? model_->grads() : nullptr);
     const NamedTensors to(next_model->table(), next_model->params(), moments ? next_optim->m() : nullptr,
-                          moments ? next_optim->v() : nullptr);
+                          moments ? next_optim->v() : nullptr, gradients ? next_model->grads() : nullptr);
     map(from, to);
   }
   next_model->set_frozen_prefix(std::min(model_->frozen_prefix(), config.n_layer));

@@ -32,13 +32,16 @@ namespace frugal {
 // not allocated: m and v are then null and their views empty.
 class NamedTensors {
  public:
-  NamedTensors(const ParamTable& table, float* params, float* m, float* v)
-      : table_(table), params_(params), m_(m), v_(v) {}
+  NamedTensors(const ParamTable& table, float* params, float* m, float* v, float* grads = nullptr)
+      : table_(table), params_(params), m_(m), v_(v), grads_(grads) {}
   const ParamTable& table() const { return table_; }
   // The tensor's floats (numel of them); throws Error when the table has no such name.
   std::span<float> param(std::string_view name) const { return view(params_, 0, name); }
   std::span<float> m(std::string_view name) const { return view(m_, table_.owned_begin(), name); }
   std::span<float> v(std::string_view name) const { return view(v_, table_.owned_begin(), name); }
+  // The model's gradient of the tensor (empty when not given: a reshape's map has none; a
+  // re-partition's does, for a strategy that moves a step's gradients along).
+  std::span<float> grad(std::string_view name) const { return view(grads_, 0, name); }
   // The whole flat buffers (table().total() floats; the moments from owned_begin()), for maps over
   // the complete layout.
   std::span<float> params() const { return {params_, table_.total()}; }
@@ -52,7 +55,7 @@ class NamedTensors {
     return {base, base ? table_.total() - table_.owned_begin() : 0};
   }
   const ParamTable& table_;
-  float *params_, *m_, *v_;
+  float *params_, *m_, *v_, *grads_;
 };
 
 // Fills the new model's tensors (all zero before the call) from the old model's.
@@ -108,7 +111,7 @@ class Session {
   // Rebuilds the session around `range` of the same model (a pipeline stage's blocks, or the
   // whole model), `fill` filling its weights and moments (from this session's tensors and from
   // the processes that hold the others; before the optimizer's first step `fill` sees no moments,
-  // which are zero). With `tensor`, the new model is this rank's shard of that tensor-parallel
+  // which are zero; it also sees both models' gradients, which a strategy may move along). With `tensor`, the new model is this rank's shard of that tensor-parallel
   // group (GPT's constructor; it must outlive the session); without, it is not split. Call only
   // between steps; references to the old model and optimizer are invalid afterwards.
   void repartition(const BlockRange& range, const ReshapeMap& fill, TensorCollectives* tensor = nullptr);
@@ -143,9 +146,10 @@ class Session {
   void set_default_schedule(int64_t max_steps);  // warm-up + the optim config's decay (lr_at) over max_steps
   void plan(GPT& model) const;  // the activation plan of the options' (B, T) and recompute policy
   // Replaces the model by one of `config` holding `range` (tensor_'s shard of it), filled by `map`
-  // (without `moments`, the map sees none and the new optimizer's stay zero); the frozen prefix
-  // and AdamW's step count carry over.
-  void rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments);
+  // (without `moments`, the map sees none and the new optimizer's stay zero; with `gradients` it
+  // sees both models' gradient buffers); the frozen prefix and AdamW's step count carry over.
+  void rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments,
+               bool gradients);
   // Installs the kept formats and patterns of the blocks the model holds.
   void install_block_settings();
   // Installs a whole linear's format on the model if it holds the block: this rank's part of it

@@ -294,8 +294,13 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
       break;
     case Event::BatchStart: {  // growth reads the dense gradient of an update step
       const bool dense = is_update_step(ctx.step, ctx.max_steps);
-      for (Target& t : targets_)
-        if (t.format) t.format->set_dense_weight_grad(dense);
+      for (Target& t : targets_) {
+        if (!t.format) continue;
+        t.format->set_dense_weight_grad(dense);
+        // Under tensor parallelism the model runs this rank's part of the format (LinearFormat::cut).
+        if (model.range().contains(t.layer))
+          if (auto* part = dynamic_cast<SparseFormat*>(&model.linear_format(t.layer, t.which))) part->set_dense_weight_grad(dense);
+      }
       break;
     }
     case Event::AfterGradReduce:
