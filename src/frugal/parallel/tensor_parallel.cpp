@@ -13,6 +13,7 @@
 #include "frugal/parallel/grad_norm.h"
 #include "frugal/parallel/shards.h"
 #include "frugal/parallel/wire.h"
+#include "frugal/parallel/zero.h"
 
 namespace frugal::parallel {
 
@@ -81,15 +82,13 @@ bool is_split(const TensorSpec& t) { return t.placement.kind == Placement::Kind:
 
 TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
                                        MpiWorld& world)
-    : StepStrategy(session, methods, settings), world_(world) {
+    : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero) {
   const int T = settings.parallel.tensor, N = world.size();
   FRUGAL_CHECK(N % T == 0, "parallel.tensor = {} does not divide the {} ranks; run mpirun -np with a "
                "multiple of {}", T, N, T);
   FRUGAL_CHECK(settings.parallel.pipeline_stages == 1, "parallel.pipeline_stages = {} with parallel.tensor "
                "= {}: pipeline × tensor parallelism is not built yet; set one of them to 1",
                settings.parallel.pipeline_stages, T);
-  FRUGAL_CHECK(settings.parallel.zero == 0, "parallel.zero = {} with parallel.tensor = {}: ZeRO with tensor "
-               "parallelism is not built yet; set parallel.zero = 0", settings.parallel.zero, T);
   FRUGAL_CHECK(settings.model.moe.experts == 0, "model.moe.experts = {} with parallel.tensor = {}: a mixture "
                "of experts under tensor parallelism is not built yet; set one of them to its default (0, 1)",
                settings.model.moe.experts, T);
@@ -108,6 +107,7 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
   comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor));
   name_ = N == T ? fmt::format("tensor-parallel over {} ranks", T)
                  : fmt::format("tensor-parallel over {} ranks × {} data-parallel replicas", T, N / T);
+  if (zero_ > 0) name_ += fmt::format(", ZeRO-{}", zero_);
 }
 
 TensorParallelStep::~TensorParallelStep() {
@@ -121,9 +121,27 @@ TensorParallelStep::~TensorParallelStep() {
 
 void TensorParallelStep::hold(bool sharded) {
   if (sharded == sharded_) return;
+  // ZeRO: the moments are whole on every replica while the session is, cut again with the shard.
+  if (!sharded && zero_ > 0) gather_moments(world_, mesh_->group(Dim::Data), zero_shards_, session_);
   hold_shard(session_, sharded, Placement::Kind::Sharded, *comm_,
              [this](const float* local, size_t n, float* out) { comm_->all_gather(local, n, out); });
   sharded_ = sharded;
+  if (sharded && zero_ > 0) {
+    zero_shards_ = zero_shard_bounds(session_.model().table(), replicas(), settings_.optim.muon.enabled);
+    cut_moments(session_, zero_shards_[replica()], zero_shards_[replica() + 1]);
+  }
+}
+
+size_t TensorParallelStep::resident_gradient_bytes() const {
+  if (zero_ < 2 || !sharded_) return StepStrategy::resident_gradient_bytes();
+  return (zero_shards_[replica() + 1] - zero_shards_[replica()]) * sizeof(float);
+}
+
+void TensorParallelStep::reset_gradients() {
+  if (zero_ < 2) return StepStrategy::reset_gradients();
+  GPT& model = session_.model();
+  zero_keeping_shard(model.grads(), model.trainable_begin(), model.num_floats(), zero_shards_[replica()],
+                     zero_shards_[replica() + 1]);
 }
 
 StepResult TensorParallelStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
@@ -156,10 +174,15 @@ void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, cons
   for (int skipped = (d + 1) * A; skipped < count; ++skipped) draw(next_batch);
   compute_seconds_ = timer.seconds();
   GPT& model = session_.model();
-  if (D > 1) {  // each shard's gradients summed over its replicas
-    const size_t begin = model.trainable_begin();
-    all_reduce_sum(world_, mesh_->group(Dim::Data), model.grads() + begin, model.num_floats() - begin,
-                   comm_dtype(settings_.parallel), staged_, "the sum of the gradients over the tensor group's replicas");
+  if (D > 1) {  // each shard's gradients summed over its replicas (ZeRO-2: each replica gets its part's sums)
+    const size_t begin = model.trainable_begin(), total = model.num_floats();
+    const char* what = "the sum of the gradients over the tensor group's replicas";
+    if (zero_ == 2)
+      reduce_scatter_sum(world_, mesh_->group(Dim::Data), model.grads(), begin, total, zero_shards_,
+                         comm_dtype(settings_.parallel), staged_, counts_, what);
+    else
+      all_reduce_sum(world_, mesh_->group(Dim::Data), model.grads() + begin, total - begin,
+                     comm_dtype(settings_.parallel), staged_, what);
   }
   // The loss: every micro-batch's, added in one-process order.
   std::vector<double> all_losses(count);
@@ -176,14 +199,28 @@ void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, cons
 float TensorParallelStep::clip_gradients() {
   update_timer_.reset();
   GPT& model = session_.model();
-  const size_t begin = model.trainable_begin();
   // Σ g² of the split tensors on each rank, added over the group in rank order, and of the
-  // replicated ones (the same on every rank) once.
-  const SplitSquares squares = split_sum_squares(model.table(), model.grads(), begin, is_split);
+  // replicated ones (the same on every rank) once; under ZeRO-2 each replica holds the sums of its
+  // part of the shard, and the replicas chain their parts in order (the same bits as ZeRO-0's).
+  size_t lo = model.trainable_begin(), hi = model.num_floats();
+  MPI_Comm chain = MPI_COMM_SELF;
+  if (zero_ == 2) {
+    lo = std::max(lo, zero_shards_[replica()]), hi = zero_shards_[replica() + 1];
+    chain = mesh_->group(Dim::Data);
+  }
+  const SplitSquares squares = chained_split_squares(world_, chain, model.table(), model.grads(), lo, hi, is_split);
   const double sum = comm_->sum(squares.split) + squares.replicated;
   const float norm = static_cast<float>(std::sqrt(sum));
-  session_.optim().clip_to(model.grads(), begin, norm);
+  if (lo < hi) session_.optim().clip_to(model.grads(), lo, norm, hi);
   return norm;
+}
+
+void TensorParallelStep::update(float lr) {
+  StepStrategy::update(lr);
+  GPT& model = session_.model();  // ZeRO: each replica updated its part of the shard
+  if (zero_ > 0)
+    allgather_shards(world_, mesh_->group(Dim::Data), zero_shards_, model.params(), model.trainable_begin(),
+                     "the all-gather of the updated parameters over the replicas");
 }
 
 void TensorParallelStep::add_metrics(nlohmann::json& record) {

@@ -16,7 +16,10 @@
 // shard at the first step; synchronize() (before evaluation, checkpoints and samples) gathers the
 // whole model, weights and moments, on every rank, and the next step scatters it again: so
 // checkpoints, evaluation, sampling and export are one process's, and a run resumes at any
-// tensor degree. Pipeline × tensor and ZeRO are refused (not built yet).
+// tensor degree. With D > 1, ZeRO (parallel.zero) shards each tensor shard's AdamW moments (1) and
+// gradients (2) over its D replicas as DataParallelStep does over its ranks (zero.h): each
+// replica updates its part and the parts are all-gathered; the moments are gathered whole around
+// synchronize(), so checkpoints are the same as ZeRO-0's.
 #pragma once
 #include <memory>
 #include <vector>
@@ -72,13 +75,17 @@ class TensorParallelStep final : public StepStrategy {
   double tokens_per_step(int64_t step) const override { return StepStrategy::tokens_per_step(step) * replicas(); }
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   void synchronize() override;
+  // ZeRO-2: this replica's part of the shard (the rest takes memory only while reduced).
+  size_t resident_gradient_bytes() const override;
 
  protected:
   void begin_context(TrainContext& ctx) override;  // the replicas share their caches
+  void reset_gradients() override;                 // ZeRO-2: other replicas' parts released
   // The replica's micro-batches on every rank of its tensor group; each shard's gradients summed
   // over the replicas; losses added in one process's order; FLOPs summed over every rank.
   void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
   float clip_gradients() override;  // split tensors' squares summed over the group, replicated once
+  void update(float lr) override;   // ZeRO-1/2: the replicas' updated parts all-gathered
   void add_metrics(nlohmann::json& record) override;  // "comm": seconds inside the collectives
 
  private:
@@ -89,6 +96,8 @@ class TensorParallelStep final : public StepStrategy {
   int replica() const { return mesh_->coordinate(Dim::Data); }
 
   MpiWorld& world_;
+  int zero_;  // parallel.zero: AdamW's moments (1) and the gradients (2) sharded over the D replicas
+  std::vector<size_t> zero_shards_;  // replica d's part of this rank's shard: [d], [d + 1]
   std::string name_;
   MPI_Comm base_;
   std::unique_ptr<MpiMesh> mesh_;  // data D × tensor T over base_
@@ -97,6 +106,7 @@ class TensorParallelStep final : public StepStrategy {
   double compute_seconds_ = 0;  // the step's micro-batches
   Timer update_timer_;          // from clipping on
   std::vector<kernels::bf16> staged_;  // the replicas' gradient sum on a bf16 wire (parallel/wire.h)
+  std::vector<int> counts_;            // ZeRO-2's reduce-scatter: floats per replica
 };
 
 }  // namespace frugal::parallel
