@@ -67,28 +67,10 @@ double MpiTensorCollectives::sum(double x) {
 
 // ---- TensorParallelStep ----
 
-namespace {
-
-MeshShape data_tensor(int D, int T) {
-  MeshShape shape;
-  shape.sizes[static_cast<int>(Dim::Data)] = D;
-  shape.sizes[static_cast<int>(Dim::Tensor)] = T;
-  return shape;
-}
-
-bool is_split(const TensorSpec& t) { return t.placement.kind == Placement::Kind::Sharded; }
-
-}  // namespace
-
-TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
-                                       MpiWorld& world)
-    : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero) {
-  const int T = settings.parallel.tensor, N = world.size();
-  FRUGAL_CHECK(N % T == 0, "parallel.tensor = {} does not divide the {} ranks; run mpirun -np with a "
-               "multiple of {}", T, N, T);
-  FRUGAL_CHECK(settings.parallel.pipeline_stages == 1, "parallel.pipeline_stages = {} with parallel.tensor "
-               "= {}: pipeline × tensor parallelism is not built yet; set one of them to 1",
-               settings.parallel.pipeline_stages, T);
+void check_tensor_parallel(const RunSettings& settings, const MethodSet& methods, int ranks) {
+  const int T = settings.parallel.tensor;
+  FRUGAL_CHECK(ranks % T == 0, "parallel.tensor = {} does not divide the {} ranks; run mpirun -np with a "
+               "multiple of {}", T, ranks, T);
   FRUGAL_CHECK(settings.model.moe.experts == 0, "model.moe.experts = {} with parallel.tensor = {}: a mixture "
                "of experts under tensor parallelism is not built yet; set one of them to its default (0, 1)",
                settings.model.moe.experts, T);
@@ -102,8 +84,22 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
                                   : "reads every block's gradients");
   }
   LocalSizes::of(settings.model, {0, T});  // the heads and hidden units divide (checked with the config too)
+}
+
+float tensor_grad_norm(MpiWorld& world, MPI_Comm chain, MpiTensorCollectives& group, const ParamTable& table,
+                       const float* grads, size_t lo, size_t hi) {
+  const auto is_split = [](const ParamInfo& e) { return e.placement.kind == Placement::Kind::Sharded; };
+  const SplitSquares squares = chained_split_squares(world, chain, table, grads, lo, hi, is_split);
+  return static_cast<float>(std::sqrt(group.sum(squares.split) + squares.replicated));
+}
+
+TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
+                                       MpiWorld& world)
+    : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero) {
+  const int T = settings.parallel.tensor, N = world.size();
+  check_tensor_parallel(settings, methods, N);
   base_ = world.new_communicator();
-  mesh_ = std::make_unique<MpiMesh>(data_tensor(N / T, T), base_);
+  mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(N / T, 1, T), base_);
   comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor));
   name_ = N == T ? fmt::format("tensor-parallel over {} ranks", T)
                  : fmt::format("tensor-parallel over {} ranks × {} data-parallel replicas", T, N / T);
@@ -199,18 +195,15 @@ void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, cons
 float TensorParallelStep::clip_gradients() {
   update_timer_.reset();
   GPT& model = session_.model();
-  // Σ g² of the split tensors on each rank, added over the group in rank order, and of the
-  // replicated ones (the same on every rank) once; under ZeRO-2 each replica holds the sums of its
-  // part of the shard, and the replicas chain their parts in order (the same bits as ZeRO-0's).
+  // Under ZeRO-2 each replica holds the sums of its part of the shard, and the replicas chain their
+  // parts in order (the same bits as ZeRO-0's).
   size_t lo = model.trainable_begin(), hi = model.num_floats();
   MPI_Comm chain = MPI_COMM_SELF;
   if (zero_ == 2) {
     lo = std::max(lo, zero_shards_[replica()]), hi = zero_shards_[replica() + 1];
     chain = mesh_->group(Dim::Data);
   }
-  const SplitSquares squares = chained_split_squares(world_, chain, model.table(), model.grads(), lo, hi, is_split);
-  const double sum = comm_->sum(squares.split) + squares.replicated;
-  const float norm = static_cast<float>(std::sqrt(sum));
+  const float norm = tensor_grad_norm(world_, chain, *comm_, model.table(), model.grads(), lo, hi);
   if (lo < hi) session_.optim().clip_to(model.grads(), lo, norm, hi);
   return norm;
 }

@@ -67,6 +67,20 @@ class MpiTensorCollectives final : public TensorCollectives {
   int calls_ = 0;
 };
 
+// The global gradient norm of a tensor-parallel model whose shard's flat gradient buffer is cut into
+// consecutive slices grads[lo, hi) held by the consecutive ranks of `chain` (ZeRO-2 replicas,
+// pipeline stages; MPI_COMM_SELF: this rank holds it all): Σ g² of the split tensors chained
+// through `chain` and added over the tensor group in rank order, plus the replicated tensors' (the
+// same on every rank of the group) once. Every rank of both groups calls it; all get the same bits.
+float tensor_grad_norm(MpiWorld& world, MPI_Comm chain, MpiTensorCollectives& group, const ParamTable& table,
+                       const float* grads, size_t lo, size_t hi);
+
+// Refuses, with what to do, what tensor parallelism over `ranks` ranks (settings.parallel.tensor
+// per group; alone, with data replicas or as a pipeline's stages) does not run: a degree that does
+// not divide the ranks, the heads or the hidden units, a mixture of experts, and methods that
+// reshape the model, own masks or read every block's gradients.
+void check_tensor_parallel(const RunSettings& settings, const MethodSet& methods, int ranks);
+
 class TensorParallelStep final : public StepStrategy {
  public:
   TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);
