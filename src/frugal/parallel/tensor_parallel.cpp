@@ -104,6 +104,9 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
   name_ = N == T ? fmt::format("tensor-parallel over {} ranks", T)
                  : fmt::format("tensor-parallel over {} ranks × {} data-parallel replicas", T, N / T);
   if (zero_ > 0) name_ += fmt::format(", ZeRO-{}", zero_);
+  shard_table_ = ParamTable::build(session.model().config(), BlockRange::whole(session.model().config()),
+                                   comm_->coord());
+  zero_shards_ = zero_shard_bounds(shard_table_, replicas(), settings.optim.muon.enabled);
 }
 
 TensorParallelStep::~TensorParallelStep() {
@@ -122,14 +125,25 @@ void TensorParallelStep::hold(bool sharded) {
   hold_shard(session_, sharded, Placement::Kind::Sharded, *comm_,
              [this](const float* local, size_t n, float* out) { comm_->all_gather(local, n, out); });
   sharded_ = sharded;
-  if (sharded && zero_ > 0) {
-    zero_shards_ = zero_shard_bounds(session_.model().table(), replicas(), settings_.optim.muon.enabled);
-    cut_moments(session_, zero_shards_[replica()], zero_shards_[replica() + 1]);
-  }
+  if (sharded && zero_ > 0) cut_moments(session_, zero_shards_[replica()], zero_shards_[replica() + 1]);
+}
+
+MemoryPlan TensorParallelStep::memory_plan() const {
+  const TrainSettings& t = settings_.train;
+  const ModelConfig& config = session_.model().config();
+  const BlockRange whole = BlockRange::whole(config);
+  return GPT::estimate_memory(config, t.batch_size, t.seq_len, session_.model().recompute(), whole, whole, 1,
+                              comm_->coord());
+}
+
+size_t TensorParallelStep::optimizer_bytes() const {
+  const size_t first = shard_table_.owned_begin(), total = shard_table_.total();
+  const size_t floats = zero_ > 0 ? zero_shards_[replica() + 1] - std::max(first, zero_shards_[replica()]) : total - first;
+  return 2 * floats * sizeof(float);
 }
 
 size_t TensorParallelStep::resident_gradient_bytes() const {
-  if (zero_ < 2 || !sharded_) return StepStrategy::resident_gradient_bytes();
+  if (zero_ < 2) return shard_table_.total() * sizeof(float);
   return (zero_shards_[replica() + 1] - zero_shards_[replica()]) * sizeof(float);
 }
 

@@ -89,8 +89,12 @@ class TensorParallelStep final : public StepStrategy {
   double tokens_per_step(int64_t step) const override { return StepStrategy::tokens_per_step(step) * replicas(); }
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   void synchronize() override;
-  // ZeRO-2: this replica's part of the shard (the rest takes memory only while reduced).
+  // This rank's shard (ZeRO-2: this replica's part of it; the rest takes memory only while reduced).
   size_t resident_gradient_bytes() const override;
+  // The shard's plan and its moments (ZeRO: this replica's part), though the session is whole
+  // until the first step.
+  MemoryPlan memory_plan() const override;
+  size_t optimizer_bytes() const override;
 
  protected:
   void begin_context(TrainContext& ctx) override;  // the replicas share their caches
@@ -111,6 +115,7 @@ class TensorParallelStep final : public StepStrategy {
 
   MpiWorld& world_;
   int zero_;  // parallel.zero: AdamW's moments (1) and the gradients (2) sharded over the D replicas
+  ParamTable shard_table_;            // this rank's shard's
   std::vector<size_t> zero_shards_;  // replica d's part of this rank's shard: [d], [d + 1]
   std::string name_;
   MPI_Comm base_;
