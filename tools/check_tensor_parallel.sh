@@ -13,11 +13,8 @@
 set -euo pipefail
 bin=${1:-build/frugal} data=${2:-runs/data/shakespeare-char} steps=${3:-30}
 out=$(mktemp -d)
-model="--set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.dropout=0.1
-  --set train.batch_size=2 --set train.seq_len=64 --set model.block_size=64 --set train.log_interval=1
-  --set train.eval_interval=5 --set train.eval_batches=2 --set sample.count=0 --set optim.warmup_steps=2
-  --set optim.grad_clip=0.5 --set model.tied_head=$([ "${HEAD:-tied}" = untied ] && echo false || echo true)
-  --set data.dir=$data --set train.max_steps=$steps --overwrite"
+source "$(dirname "$0")/exactness_model.sh"
+model="$exactness_model --set model.tied_head=$([ "${HEAD:-tied}" = untied ] && echo false || echo true)"
 train() {  # NAME NP ARGS...: NP 0 is one process
   local name=$1 np=$2
   shift 2
