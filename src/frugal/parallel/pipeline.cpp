@@ -236,7 +236,8 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   const int K = layout.stages, k = stage();
   per_replica_ = t.grad_accum / layout.replicas;
   slots_ = gpipe_ ? per_replica_ : std::min(K - k, per_replica_);
-  // The stage's memory with its micro-batches in flight (the trainer checked one of the whole model).
+  // The stage's memory with its micro-batches in flight (the trainer checked one of the whole model, or
+  // of its tensor shard).
   const BlockRange stage_range = ranges(layout)[world_.rank()];
   const ShardCoord shard{tensor_rank(), tensor_};  // the stage's tensor shard
   const MemoryPlan plan = GPT::estimate_memory(config, t.batch_size, t.seq_len, recompute, stage_range,
