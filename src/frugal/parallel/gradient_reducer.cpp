@@ -4,12 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "frugal/core/error.h"
-#include "frugal/core/memory.h"
 #include "frugal/core/timer.h"
-#include "frugal/kernels/ops.h"
 #include "frugal/parallel/wire.h"
 
 namespace frugal::parallel {
