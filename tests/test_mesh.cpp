@@ -43,6 +43,18 @@ TEST(Mesh, DataTimesPipelineIsStageKOfReplicaD) {
   EXPECT_EQ(MeshShape{}.describe(), "1 rank");
 }
 
+// A pipeline of tensor groups: rank (d·K + k)·T + t, each stage's T tensor ranks consecutive.
+TEST(Mesh, DataTimesPipelineTimesTensorIsTensorRankTOfStageKOfReplicaD) {
+  const MeshShape shape = MeshShape::data_pipeline(2, 3, 2);
+  EXPECT_EQ(shape.describe(), "data 2 × pipeline 3 × tensor 2");
+  for (int rank = 0; rank < 12; ++rank) {
+    const MeshCoordinates c = shape.coordinates(rank);
+    EXPECT_EQ(rank, (coordinate(c, Dim::Data) * 3 + coordinate(c, Dim::Pipeline)) * 2 + coordinate(c, Dim::Tensor));
+    EXPECT_EQ(coordinate(c, Dim::Tensor), rank % 2);
+    EXPECT_EQ(coordinate(c, Dim::Pipeline), rank / 2 % 3);
+  }
+}
+
 #ifdef FRUGAL_HAVE_MPI
 // Run by the test below on each of 4 ranks (mpirun -np 4): a data 2 × pipeline 2 mesh; each rank
 // checks its coordinates and the world ranks of each of its groups, in coordinate order.

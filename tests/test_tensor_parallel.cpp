@@ -1,10 +1,13 @@
 // Tensor parallelism under mpirun (parallel/tensor_parallel.h), through the `frugal` binary: two
 // ranks each holding a shard of every block, the vocabulary-parallel embedding and head, give one
 // process's losses and validation losses within 1e-6 relative over 30 steps with dropout and
-// clipping, and gradient norms within 5e-5 (tied and untied heads, GELU and SwiGLU,
-// recomputation, progressive freezing), and so do two data-parallel replicas of such a group
-// (np 4) against one process with the same global batch; a checkpoint resumes bit-exactly at the same degree and in one process; layouts and
-// methods it does not support are refused at start-up with what to do.
+// clipping, and gradient norms within 1e-6 (untied SwiGLU, recomputation, progressive freezing)
+// or 2e-5 (a tied head, whose loss spikes amplify rounding; see kTiedNormTolerance), and so do two
+// data-parallel replicas of such a group (np 4) and a pipeline of two such groups (np 4) against
+// one process with the same global batch; ZeRO-1/2 over the replicas give ZeRO-0's run bit for
+// bit; a pipeline of tensor groups re-partitions as blocks freeze and gives the tensor group's
+// run bit for bit; checkpoints resume bit-exactly at the same layout and in one process; layouts
+// and methods it does not support are refused at start-up with what to do.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -33,21 +36,24 @@ const std::string kTensor2 = "--set parallel.tensor=2";
 
 // The row-parallel projections' partial products are summed after their GEMMs, which rounds
 // differently from one process's GEMM over the whole inner dimension: losses and validation losses
-// stay within 1e-6 over 30 steps. The gradient norm is more sensitive to those last bits once
-// training is under way (from about step 15 here); data parallelism over 2 ranks, whose gradient
-// sums round differently too, differs from one process by up to 3.4e-6 on the same 30 steps.
-constexpr double kTolerance = 1e-6, kNormTolerance = 5e-5;
+// stay within 1e-6 over 30 steps, and so do the gradient norms of an untied head. With the tied
+// head of kModel the loss spikes at steps 14-15 (the norm jumps from 1.0 to 4.6) and amplifies
+// any rounding difference in the norm to ~1e-5 there: one process on the reference kernels
+// (FRUGAL_ISA=ref) differs from one process on the default ones by 9.7e-6 in the norm on these
+// 30 steps, tensor 2 by up to 1.2e-5 (measured on the three paths; docs/parallel.md).
+constexpr double kTolerance = 1e-6, kTiedNormTolerance = 2e-5;
 
 class TensorParallel : public testing::MpiRuns {
  protected:
   TensorParallel() : MpiRuns(kModel) {}
   // Trains `extra` `steps` steps in one process and over tensor 2 and compares them.
-  void compare(const std::string& name, const std::string& extra, int steps = 30) {
-    compare(name, train(name + "-one", 0, steps, extra), 2, extra, "tensor-parallel over 2 ranks");
+  void compare(const std::string& name, const std::string& extra, double norm_tolerance, int steps = 30) {
+    compare(name, train(name + "-one", 0, steps, extra), 2, extra, "tensor-parallel over 2 ranks", norm_tolerance);
   }
-  // Compares `one` with `extra` trained as long over tensor 2 on `np` ranks, which `layout` names.
-  void compare(const std::string& name, const TrainedRun& one, int np, const std::string& extra,
-               const std::string& layout) {
+  // Compares `one` with `extra` trained as long over tensor 2 on `np` ranks, which `layout` names;
+  // returns that run.
+  TrainedRun compare(const std::string& name, const TrainedRun& one, int np, const std::string& extra,
+                     const std::string& layout, double norm_tolerance) {
     const int steps = static_cast<int>(one.steps.size());
     const TrainedRun two = train(name + "-t2", np, steps, extra + " " + kTensor2);
     EXPECT_TRUE(contains(two.output, layout)) << two.output;
@@ -61,14 +67,27 @@ class TensorParallel : public testing::MpiRuns {
                 "(gradient norm); %d of %d losses bit-identical\n", name.c_str(), layout.c_str(), steps, losses,
                 norms, identical, steps);
     EXPECT_LE(losses, kTolerance) << name;
-    EXPECT_LE(norms, kNormTolerance) << name;
+    EXPECT_LE(norms, norm_tolerance) << name;
+    return two;
+  }
+  // Resumes a copy of `run` (trained with `args` on `np` ranks) from its checkpoint after step
+  // `from` and expects its steps bit for bit.
+  void expect_resumes_bit_exactly(const TrainedRun& run, int np, const std::string& args, int from) {
+    const std::string again = tmp_.file(fs::path(run.dir).filename().string() + "-again");
+    fs::copy(run.dir, again, fs::copy_options::recursive);
+    const int steps = static_cast<int>(run.steps.size());
+    const CliResult r = run_shell(mpirun(np) + " " + train_args(fs::path(again).filename().string(), steps, args) +
+                                  fmt::format(" --resume {}/checkpoints/step_{:08d}", again, from));
+    ASSERT_EQ(r.rc, 0) << r.output;
+    expect_identical(run.steps, metrics(again));
   }
 };
 
 TEST_F(TensorParallel, TwoRanksEqualOneProcessWithinTheTolerance) {
-  compare("tied-gelu", "");
-  compare("untied-swiglu-recompute", "--set model.tied_head=false --set model.mlp=swiglu --set train.recompute=all");
-  compare("freeze", "--set methods.freeze.alpha=0.5 --set methods.freeze.interval=4", 12);
+  compare("tied-gelu", "", kTiedNormTolerance);
+  compare("untied-swiglu-recompute", "--set model.tied_head=false --set model.mlp=swiglu --set train.recompute=all",
+          kTolerance);
+  compare("freeze", "--set methods.freeze.alpha=0.5 --set methods.freeze.interval=4", kTolerance, 12);
 }
 
 // With 2 threads per rank the frozen prefix, which one process runs sample by sample on parallel
@@ -86,7 +105,47 @@ TEST_F(TensorParallel, AFrozenPrefixOnSeveralThreadsPerRank) {
 // Data 2 × tensor 2 (np 4): each tensor group runs half of the step's micro-batches.
 TEST_F(TensorParallel, DataTimesTensorEqualsOneProcessWithTheSameGlobalBatch) {
   compare("data2-tensor2", train("one-a4", 0, 30, "--set train.grad_accum=4"), 4, "",
-          "tensor-parallel over 2 ranks × 2 data-parallel replicas");
+          "tensor-parallel over 2 ranks × 2 data-parallel replicas", kTiedNormTolerance);
+}
+
+// ZeRO-1 and ZeRO-2 over the replicas of data 2 × tensor 2: each tensor shard's moments (and
+// gradients) in two parts, one per replica; the same bits as ZeRO-0, and a ZeRO-2 checkpoint
+// (gathered whole) resumes bit for bit.
+TEST_F(TensorParallel, ZeroOverTheReplicasGivesZeroZerosRunBitForBitAndResumes) {
+  const std::string args = kTensor2 + " --set train.checkpoint_interval=3 --set train.keep_checkpoints=10";
+  const TrainedRun zero0 = train("zero0", 4, 6, args);
+  for (int zero : {1, 2}) {
+    const std::string stage = fmt::format(" --set parallel.zero={}", zero);
+    const TrainedRun run = train(fmt::format("zero{}", zero), 4, 6, args + stage);
+    EXPECT_TRUE(contains(run.output, fmt::format("2 data-parallel replicas, ZeRO-{}", zero))) << run.output;
+    expect_identical(zero0.steps, run.steps);
+    if (zero == 2) expect_resumes_bit_exactly(run, 4, args + stage, 3);
+  }
+}
+
+// Pipeline 2 × tensor 2 (np 4): each stage a tensor group holding its block's shards, the tied
+// head's token embedding exchanged between the same tensor ranks of the first and last stage.
+TEST_F(TensorParallel, PipelineTimesTensorEqualsOneProcessAndResumesBitExactly) {
+  const std::string pipeline = "--set parallel.pipeline_stages=2";
+  const std::string keep = " --set train.checkpoint_interval=15 --set train.keep_checkpoints=10";
+  const TrainedRun one = train("one", 0, 30, "");
+  const TrainedRun run = compare("pipeline2-tensor2", one, 4, pipeline + keep,
+                                 "pipeline of 2 stages × 1 replica × tensor 2", kTiedNormTolerance);
+  expect_resumes_bit_exactly(run, 4, pipeline + keep + " " + kTensor2, 15);
+}
+
+// As blocks freeze, AutoPipe re-balances a pipeline of tensor groups (the blocks move whole
+// between gathering and cutting the shards again): the run is the tensor group's alone bit for
+// bit (an untied head: a tied one's gradient adds across the stages in another order).
+TEST_F(TensorParallel, PipelineTimesTensorRepartitionsAsBlocksFreezeAsTheTensorGroupTrains) {
+  const std::string freeze = "--set model.n_layer=4 --set model.tied_head=false --set methods.freeze.alpha=0.5 "
+                             "--set methods.freeze.interval=4 --set methods.freeze.max_frozen=2 " + kTensor2;
+  const TrainedRun tensor = train("tensor", 2, 12, freeze);
+  const TrainedRun pipeline = train("pipeline", 4, 12, freeze + " --set parallel.pipeline_stages=2 "
+                                    "--set parallel.elastic=false");
+  EXPECT_TRUE(contains(pipeline.output, "blocks [0, 2) [2, 4) -> 2 stages × 1 replica, blocks [0, 3) [3, 4)"))
+      << pipeline.output;
+  expect_identical(tensor.steps, pipeline.steps);
 }
 
 TEST_F(TensorParallel, ACheckpointResumesBitExactlyAndInOneProcess) {
@@ -112,10 +171,10 @@ TEST_F(TensorParallel, ACheckpointResumesBitExactlyAndInOneProcess) {
 // steps. The V-cycle's small level (2 of 4 heads, half the width) splits too.
 TEST_F(TensorParallel, MasksAndReshapesAreChosenWholeAndCutPerRank) {
   compare("sparse24", "--set methods.sparse24.mask_interval=2 --set methods.sparse24.dense_finetune_fraction=0.25 "
-          "--set methods.sparse24.include_attention=true", 8);
-  compare("vcycle", "--set model.n_head=4 --set methods.multilevel.shares=0.25,0.5,0.25", 8);
+          "--set methods.sparse24.include_attention=true", kTolerance, 8);
+  compare("vcycle", "--set model.n_head=4 --set methods.multilevel.shares=0.25,0.5,0.25", kTolerance, 8);
   compare("mst", "--set methods.mst.update_interval=2 --set methods.mst.attention_window=8 "
-          "--set methods.mst.attention_stride=8", 8);
+          "--set methods.mst.attention_stride=8", kTolerance, 8);
 }
 
 // Adaptive freezing's per-block gradient norms: each rank's squares of its split tensors and rank
@@ -123,7 +182,7 @@ TEST_F(TensorParallel, MasksAndReshapesAreChosenWholeAndCutPerRank) {
 // freeze at the step one process freezes them (step 6 here, where the schedule alone says 2).
 TEST_F(TensorParallel, AdaptiveFreezingSumsEachBlocksPartsOverTheGroup) {
   compare("adaptive-freeze", "--set methods.freeze.alpha=0.5 --set methods.freeze.interval=2 "
-          "--set methods.freeze.autocache=off --set methods.freeze.adaptive=true", 8);
+          "--set methods.freeze.autocache=off --set methods.freeze.adaptive=true", kTolerance, 8);
 }
 
 TEST_F(TensorParallel, UnsupportedLayoutsAndMethodsAreRefusedWithWhatToDo) {
@@ -133,9 +192,12 @@ TEST_F(TensorParallel, UnsupportedLayoutsAndMethodsAreRefusedWithWhatToDo) {
   for (const Case& c : std::vector<Case>{
            {FRUGAL_BINARY, kTensor2, "parallel.tensor = 2 needs that many processes: run under mpirun -np 2"},
            {mpirun(2), "--set parallel.tensor=4 --set model.n_head=4", "parallel.tensor = 4 does not divide the 2 ranks"},
-           {mpirun(2), kTensor2 + " --set parallel.pipeline_stages=2", "pipeline × tensor parallelism is not built yet"},
-           {mpirun(2), kTensor2 + " --set parallel.zero=1", "set parallel.zero = 0"},
-           {mpirun(2), kTensor2 + " --set model.moe.experts=4", "a mixture of experts under tensor parallelism"},
+           {mpirun(2), kTensor2 + " --set parallel.pipeline_stages=2", "run mpirun -np with a multiple of 4"},
+           {mpirun(4), kTensor2 + " --set parallel.pipeline_stages=2 --set methods.freeze.alpha=0.5",
+            "set parallel.elastic = false"},
+           {mpirun(4), kTensor2 + " --set parallel.pipeline_stages=2 --set methods.sparse24.mask_interval=2",
+            "methods.sparse24 with parallel.pipeline_stages > 1 and parallel.tensor = 2 is not built yet"},
+           {mpirun(2), kTensor2 + " --set model.moe.experts=4", "model.moe does not run under tensor parallelism"},
            {mpirun(2), kTensor2 + " --set methods.sparse24.mvue=true", "methods.sparse24.mvue draws its random numbers per whole linear"},
            {mpirun(2), kTensor2 + " --set methods.multilevel.shares=0.05,0.65,0.3", "a level of 1 heads and 128 hidden units does not split"},
            {mpirun(2), "--set parallel.tensor=3", "set parallel.tensor to a divisor of both"}}) {

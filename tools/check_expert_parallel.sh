@@ -10,12 +10,9 @@
 set -euo pipefail
 bin=${1:-build/frugal} data=${2:-runs/data/shakespeare-char} steps=${3:-30}
 out=$(mktemp -d)
-model="--set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.dropout=0.1
-  --set train.batch_size=2 --set train.seq_len=64 --set model.block_size=64 --set train.log_interval=1
-  --set train.eval_interval=5 --set train.eval_batches=2 --set sample.count=0 --set optim.warmup_steps=2
-  --set optim.grad_clip=0.5 --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.bias_rate=0.001
-  --set model.moe.aux_loss_coef=0.01 --set model.moe.z_loss_coef=0.001 --set model.moe.shared_expert=true
-  --set data.dir=$data --set train.max_steps=$steps --overwrite"
+source "$(dirname "$0")/exactness_model.sh"
+model="$exactness_model --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.bias_rate=0.001
+  --set model.moe.aux_loss_coef=0.01 --set model.moe.z_loss_coef=0.001 --set model.moe.shared_expert=true"
 mpi="mpirun --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -np 2"
 $mpi "$bin" train configs/shakespeare-char.toml $model --set parallel.expert=2 --set train.out_dir="$out/expert2" >/dev/null
 $mpi "$bin" train configs/shakespeare-char.toml $model --set train.out_dir="$out/data2" >/dev/null

@@ -10,30 +10,9 @@
 #include "frugal/core/timer.h"
 #include "frugal/kernels/ops.h"
 #include "frugal/parallel/grad_norm.h"
+#include "frugal/parallel/zero.h"
 
 namespace frugal::parallel {
-namespace {
-
-// Rank r's ZeRO shard begins at bounds[r]: N nearly equal pieces of the flat buffer, cut at
-// multiples of 16 floats (the parameter table aligns every tensor so, so a shard's part of the
-// gradient-norm stream is whole groups of 8). With Muon, a cut inside a Muon matrix moves to the
-// matrix's start, so each rank orthogonalises whole matrices it owns (AdamW's element-wise update
-// can be cut anywhere).
-std::vector<size_t> shard_bounds_of(const ParamTable& table, int ranks, bool muon) {
-  const size_t total = table.total();
-  std::vector<size_t> bounds(ranks + 1);
-  for (int r = 0; r < ranks; ++r) {
-    bounds[r] = total * r / ranks / 16 * 16;
-    if (muon)
-      for (const ParamInfo& e : table.entries())
-        if (muon_matrices(e).count > 0 && e.offset < bounds[r] && bounds[r] < e.offset + e.numel) bounds[r] = e.offset;
-  }
-  bounds[ranks] = total;
-  return bounds;
-}
-
-}  // namespace
-
 DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
                                    MpiWorld& world)
     : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero),
@@ -44,7 +23,7 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
     // each step reduces the buffer the model has then, and ZeRO re-cuts its shards (reconfigure).
     reshaping_ |= method->capabilities().changes_shapes;
   }
-  shards_ = shard_bounds_of(session.model().table(), world.size(), settings.optim.muon.enabled);
+  shards_ = zero_shard_bounds(session.model().table(), world.size(), settings.optim.muon.enabled);
   if (zero_ >= 1) session.shard_optimizer(shards_[replica()], shards_[replica() + 1]);
   // ZeRO-2 releases the other shards' gradient pages every step (GradientReducer) and takes them
   // again in the next backward: in huge pages, that costs 512 times fewer page faults.
@@ -77,38 +56,17 @@ void DataParallelStep::reconfigure(TrainContext& ctx) {
   if (!reshaping_) return StepStrategy::reconfigure(ctx);
   // Under ZeRO the reshape's map needs the whole moments: every rank gathers them, the methods
   // reshape, and the new buffer is cut again (its moments copied out of the whole ones).
-  const size_t total = session_.model().table().total();
-  if (zero_ >= 1) {
-    AdamW& shard = session_.optim();
-    const auto gather = [&](const float* moment) {  // this rank's shard, then every rank's
-      std::vector<float> whole(total);
-      std::copy_n(moment, shard.shard_end() - shard.shard_begin(), whole.data() + shard.shard_begin());
-      allgather_shards(whole.data(), 0);
-      return whole;
-    };
-    const std::vector<float> m = gather(shard.m()), v = gather(shard.v());
-    session_.reshard_optimizer(0, total, m.data(), v.data());
-  }
+  if (zero_ >= 1) gather_moments(world_, replicas(), shards_, session_);
   StepStrategy::reconfigure(ctx);
-  shards_ = shard_bounds_of(session_.model().table(), world_.size(), settings_.optim.muon.enabled);
-  if (zero_ >= 1) {
-    AdamW& whole = session_.optim();
-    const size_t now = session_.model().table().total();
-    const std::vector<float> m(whole.m(), whole.m() + now), v(whole.v(), whole.v() + now);
-    session_.reshard_optimizer(shards_[replica()], shards_[replica() + 1], m.data(), v.data());
-  }
+  shards_ = zero_shard_bounds(session_.model().table(), world_.size(), settings_.optim.muon.enabled);
+  if (zero_ >= 1) cut_moments(session_, shards_[replica()], shards_[replica() + 1]);
 }
 
 void DataParallelStep::reset_gradients() {
   if (zero_ < 2) return StepStrategy::reset_gradients();
-  // zero_grad that leaves the other ranks' shards without memory until written
   GPT& model = session_.model();
-  const size_t begin = model.trainable_begin(), total = model.num_floats();
-  const int rank = replica();
-  const size_t own = std::clamp(shards_[rank], begin, total), own_end = std::clamp(shards_[rank + 1], begin, total);
-  zero_releasing_pages(model.grads() + begin, sizeof(float) * (own - begin));
-  std::memset(model.grads() + own, 0, sizeof(float) * (own_end - own));
-  zero_releasing_pages(model.grads() + own_end, sizeof(float) * (total - own_end));
+  zero_keeping_shard(model.grads(), model.trainable_begin(), model.num_floats(), shards_[replica()],
+                     shards_[replica() + 1]);
 }
 
 void DataParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
@@ -209,17 +167,7 @@ void DataParallelStep::add_embedding_grads(GPT& model) {
 }
 
 void DataParallelStep::allgather_shards(float* buffer, size_t begin) {
-  const int N = world_.size();
-  std::vector<int> counts(N), displs(N);
-  for (int r = 0; r < N; ++r) {
-    const size_t lo = std::max(begin, shards_[r]), hi = std::max(lo, shards_[r + 1]);
-    counts[r] = static_cast<int>(hi - lo);
-    displs[r] = static_cast<int>(lo - begin);
-  }
-  MPI_Request request;
-  MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buffer + begin, counts.data(), displs.data(), MPI_FLOAT,
-                  replicas(), &request);
-  world_.wait(request, "the all-gather of the shards");
+  parallel::allgather_shards(world_, replicas(), shards_, buffer, begin, "the all-gather of the shards");
 }
 
 }  // namespace frugal::parallel

@@ -1,7 +1,9 @@
 // The chained gradient norm; see grad_norm.h.
 #include "frugal/parallel/grad_norm.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "frugal/core/memory.h"
 #include "frugal/kernels/ops.h"
@@ -31,16 +33,55 @@ float chained_grad_norm(MpiWorld& world, MPI_Comm comm, const float* grads, size
   return static_cast<float>(std::sqrt(sum));
 }
 
+namespace {
+
+struct SplitStreams {
+  kernels::SumSquaresStream split, replicated;
+};
+
+// Feeds each trainable tensor's part inside [lo, hi) (with its padding) to its stream.
+void feed_split(SplitStreams& streams, const ParamTable& table, const float* grads, size_t lo, size_t hi,
+                const std::function<bool(const ParamInfo&)>& is_split) {
+  constexpr size_t kAlignFloats = kAlign / sizeof(float);
+  for (const ParamInfo& e : table.entries()) {
+    const size_t padded = (e.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+    const size_t b = std::max(lo, e.offset), end = std::min(hi, e.offset + padded);
+    if (b < end) kernels::sum_squares_feed(is_split(e) ? streams.split : streams.replicated, grads + b, end - b);
+  }
+}
+
+}  // namespace
+
 SplitSquares split_sum_squares(const ParamTable& table, const float* grads, size_t begin,
                                const std::function<bool(const ParamInfo&)>& is_split) {
-  constexpr size_t kAlignFloats = kAlign / sizeof(float);
-  kernels::SumSquaresStream split, replicated;
-  for (const ParamInfo& e : table.entries()) {
-    if (e.offset < begin) continue;  // frozen
-    const size_t n = (e.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-    kernels::sum_squares_feed(is_split(e) ? split : replicated, grads + e.offset, n);
+  SplitStreams streams;
+  feed_split(streams, table, grads, begin, SIZE_MAX, is_split);
+  return {kernels::sum_squares_finish(streams.split), kernels::sum_squares_finish(streams.replicated)};
+}
+
+SplitSquares chained_split_squares(MpiWorld& world, MPI_Comm comm, const ParamTable& table, const float* grads,
+                                   size_t lo, size_t hi, const std::function<bool(const ParamInfo&)>& is_split) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  SplitStreams streams;
+  MPI_Request request;
+  if (rank > 0) {
+    MPI_Irecv(&streams, sizeof streams, MPI_BYTE, rank - 1, 0, comm, &request);
+    world.wait(request, "the gradient norm");
   }
-  return {kernels::sum_squares_finish(split), kernels::sum_squares_finish(replicated)};
+  feed_split(streams, table, grads, lo, hi, is_split);
+  double sums[2] = {0, 0};
+  if (rank + 1 < size) {
+    MPI_Isend(&streams, sizeof streams, MPI_BYTE, rank + 1, 0, comm, &request);
+    world.wait(request, "the gradient norm");
+  } else {
+    sums[0] = kernels::sum_squares_finish(streams.split);
+    sums[1] = kernels::sum_squares_finish(streams.replicated);
+  }
+  MPI_Ibcast(sums, 2, MPI_DOUBLE, size - 1, comm, &request);
+  world.wait(request, "the gradient norm");
+  return {sums[0], sums[1]};
 }
 
 }  // namespace frugal::parallel

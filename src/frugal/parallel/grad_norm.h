@@ -26,5 +26,11 @@ struct SplitSquares {
 };
 SplitSquares split_sum_squares(const ParamTable& table, const float* grads, size_t begin,
                                const std::function<bool(const ParamInfo&)>& is_split);
+// The same two sums when consecutive slices grads[lo, hi) of the buffer live on consecutive ranks
+// of `comm` (ZeRO-2 shards of a tensor shard, the stages of a pipeline of tensor groups): both
+// streams chained up the ranks in order, so the sums are those of split_sum_squares over the whole
+// buffer to the bit; every rank gets them. lo and hi fall on multiples of 8 floats.
+SplitSquares chained_split_squares(MpiWorld& world, MPI_Comm comm, const ParamTable& table, const float* grads,
+                                   size_t lo, size_t hi, const std::function<bool(const ParamInfo&)>& is_split);
 
 }  // namespace frugal::parallel

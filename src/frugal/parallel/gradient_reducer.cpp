@@ -4,12 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "frugal/core/error.h"
-#include "frugal/core/memory.h"
 #include "frugal/core/timer.h"
-#include "frugal/kernels/ops.h"
 #include "frugal/parallel/wire.h"
 
 namespace frugal::parallel {
@@ -99,27 +96,7 @@ void GradientReducer::communicate() {
 void GradientReducer::reduce(const Bucket& b) {
   const std::string what = fmt::format("the reduction of gradients [{}, {})", b.begin, b.end);
   if (mode_ == Mode::AllReduce) return all_reduce_sum(world_, comm_, grads_ + b.begin, b.end - b.begin, wire_, staged_, what);
-  // Reduce-scatter, in place: rank r's sum of the bucket's part inside its shard lands at the
-  // bucket's start (of the bf16 payload staged on a bf16 wire) and moves to where it belongs; the
-  // rest of the bucket is no longer needed.
-  const bool bf16 = wire_ == kernels::DType::BF16;
-  void* payload = wire_payload(grads_ + b.begin, b.end - b.begin, wire_, staged_);
-  MPI_Request request;
-  const int n = world_.size(), me = world_.rank();
-  counts_.assign(n, 0);
-  for (int r = 0; r < n; ++r) {
-    const size_t lo = std::max(b.begin, shards_[r]), hi = std::min(b.end, shards_[r + 1]);
-    counts_[r] = lo < hi ? static_cast<int>(hi - lo) : 0;
-  }
-  MPI_Ireduce_scatter(MPI_IN_PLACE, payload, counts_.data(), wire_type(wire_), wire_sum(wire_), comm_, &request);
-  world_.wait(request, what);
-  const size_t own = std::max(b.begin, shards_[me]);
-  const size_t own_end = own + counts_[me];
-  if (counts_[me] > 0 && bf16) kernels::bf16_to_f32(grads_ + own, staged_.data(), counts_[me]);
-  if (counts_[me] > 0 && !bf16) std::memmove(grads_ + own, grads_ + b.begin, sizeof(float) * counts_[me]);
-  const size_t keep_begin = counts_[me] > 0 ? own : b.end, keep_end = counts_[me] > 0 ? own_end : b.end;
-  release_pages(grads_ + b.begin, sizeof(float) * (keep_begin - b.begin));
-  release_pages(grads_ + keep_end, sizeof(float) * (b.end - keep_end));
+  reduce_scatter_sum(world_, comm_, grads_, b.begin, b.end, shards_, wire_, staged_, counts_, what);
 }
 
 }  // namespace frugal::parallel

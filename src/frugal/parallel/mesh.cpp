@@ -12,10 +12,11 @@ const char* dim_name(Dim dim) {
   return names[static_cast<int>(dim)];
 }
 
-MeshShape MeshShape::data_pipeline(int data, int pipeline) {
+MeshShape MeshShape::data_pipeline(int data, int pipeline, int tensor) {
   MeshShape shape;
   shape.sizes[static_cast<int>(Dim::Data)] = data;
   shape.sizes[static_cast<int>(Dim::Pipeline)] = pipeline;
+  shape.sizes[static_cast<int>(Dim::Tensor)] = tensor;
   return shape;
 }
 

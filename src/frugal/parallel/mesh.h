@@ -7,8 +7,10 @@
 // tensor-parallel group, which communicates inside every block, is the ranks nearest each other,
 // on one machine first):
 //   rank = ((data · P + pipeline) · E + expert) · T + tensor
-// Pipelines run with expert and tensor of size 1: rank = d·K + k, stage k of data-parallel replica
-// d. Tensor parallelism runs data × tensor (rank = d·T + t) and expert parallelism data × expert
+// Pipelines run data × pipeline × tensor (expert 1): rank = (d·K + k)·T + t, tensor rank t of
+// stage k of data-parallel replica d (without tensor parallelism d·K + k); a stage's T ranks are
+// consecutive, and the pipeline group of a rank (its stages) the ranks of equal d and t. Tensor
+// parallelism alone runs data × tensor (rank = d·T + t) and expert parallelism data × expert
 // (rank = d·E + e: the expert group is E consecutive ranks, each a data-parallel rank for the
 // replicated tensors; its experts are reduced over the data group, the ranks of equal e).
 #pragma once
@@ -25,8 +27,8 @@ using MeshCoordinates = std::array<int, kDims>;  // indexed by Dim
 
 struct MeshShape {
   std::array<int, kDims> sizes{1, 1, 1, 1};  // indexed by Dim; each >= 1
-  // Data × pipeline (expert and tensor 1).
-  static MeshShape data_pipeline(int data, int pipeline);
+  // Data × pipeline × tensor (expert 1).
+  static MeshShape data_pipeline(int data, int pipeline, int tensor = 1);
   int size(Dim dim) const { return sizes[static_cast<int>(dim)]; }
   int ranks() const;  // the product of the sizes
   // The coordinates of `rank` (0 <= rank < ranks()) and back.

@@ -13,6 +13,7 @@
 #include "frugal/core/timer.h"
 #include "frugal/io/stdout.h"
 #include "frugal/parallel/grad_norm.h"
+#include "frugal/parallel/shards.h"
 #include "frugal/parallel/wire.h"
 
 namespace frugal::parallel {
@@ -42,13 +43,15 @@ UnitCosts costs_from_json(const nlohmann::json& j) {
 }  // namespace
 
 PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world)
-    : StepStrategy(session, methods, settings), world_(world), dp_settings_(settings),
+    : StepStrategy(session, methods, settings), world_(world), tensor_(settings.parallel.tensor),
+      dp_settings_(settings),
       gpipe_(settings.parallel.schedule == "gpipe"), elastic_(settings.parallel.elastic),
       balance_parameters_(settings.parallel.autopipe_cost == "parameters") {
   const int K = settings.parallel.pipeline_stages, N = world.size(), M = settings.train.grad_accum;
-  const int L = session.model().config().n_layer;
-  FRUGAL_CHECK(N % K == 0, "parallel.pipeline_stages = {} does not divide the {} ranks; run mpirun "
-               "-np with a multiple of it (stages × data-parallel replicas)", K, N);
+  const int L = session.model().config().n_layer, T = tensor_;
+  FRUGAL_CHECK(N % (K * T) == 0, "parallel.pipeline_stages = {}{} does not divide the {} ranks; run mpirun "
+               "-np with a multiple of {} (stages × {}data-parallel replicas)", K,
+               T > 1 ? fmt::format(" × parallel.tensor = {}", T) : "", N, K * T, T > 1 ? "tensor ranks × " : "");
   FRUGAL_CHECK(K <= L, "parallel.pipeline_stages = {} exceeds model.n_layer = {}: every stage needs "
                "a block", K, L);
   // A method that reshapes the model (the V-cycle) may leave fewer blocks than stages: the
@@ -61,7 +64,8 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
     if (c.fewest_blocks > 0) fewest_blocks = std::min(fewest_blocks, c.fewest_blocks);
   }
   // Every layout the run may take splits the step's micro-batches evenly over its replicas.
-  const int most_replicas = elastic_ || fewest_blocks < K ? N : N / K;
+  const int G = groups();  // ranks of one tensor coordinate: the pipeline's ranks
+  const int most_replicas = elastic_ || fewest_blocks < K ? G : G / K;
   FRUGAL_CHECK(M % most_replicas == 0 && M >= K, "train.grad_accum = {} must be a multiple of {} "
                "(the most data-parallel replicas this run may have{}) and at least parallel."
                "pipeline_stages = {}; it is the step's micro-batch count over all ranks (the "
@@ -73,14 +77,20 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
                "optimizer's work); set parallel.zero = 0", settings.parallel.zero);
   dp_settings_.train.grad_accum = M / N;  // only used once the pipeline is one stage long
   base_ = world.new_communicator();
+  if (T > 1) start_tensor_groups(methods);
   held_.assign(N, BlockRange::whole(session.model().config()));
   layout_.stages = K;
-  layout_.replicas = N / K;
-  mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(N / K, K), base_);
-  name_ = fmt::format("pipeline of {}, {}", describe_shape(K, N / K), gpipe_ ? "GPipe" : "1F1B");
+  layout_.replicas = G / K;
+  mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(G / K, K, T), base_);
+  name_ = describe_layout(describe_shape(K, G / K));
 }
 
 PipelineStep::~PipelineStep() {
+  // A stage's tensor shard refers to tensor_comm_: gather it first (unless an error is ending the
+  // run, when the other ranks may never join, and the session goes too).
+  if (std::uncaught_exceptions() == 0) hold_tensor_shard(false);
+  tensor_comm_.reset();
+  if (tensor_group_ != MPI_COMM_NULL) MPI_Comm_free(&tensor_group_);
   dp_.reset();
   mesh_.reset();
   MPI_Comm_free(&base_);
@@ -94,7 +104,7 @@ std::pair<size_t, size_t> PipelineStep::slice() const {
 
 std::vector<BlockRange> PipelineStep::ranges(const PipelineLayout& layout) const {
   const int K = layout.stages;
-  const MeshShape shape = MeshShape::data_pipeline(layout.replicas, K);
+  const MeshShape shape = MeshShape::data_pipeline(layout.replicas, K, tensor_);
   std::vector<BlockRange> out;
   for (int rank = 0; rank < world_.size(); ++rank) {
     const int k = coordinate(shape.coordinates(rank), Dim::Pipeline);
@@ -104,6 +114,15 @@ std::vector<BlockRange> PipelineStep::ranges(const PipelineLayout& layout) const
 }
 
 void PipelineStep::hold(const std::vector<BlockRange>& next) {
+  // With tensor parallelism the blocks move whole, and a stage's ranks then cut them to their shards.
+  const bool shard = tensor_ > 1 && !(next[world_.rank()] == BlockRange::whole(session_.model().config()));
+  if (held_ == next && sharded_ == shard) return;
+  hold_tensor_shard(false);
+  move_blocks(next);
+  hold_tensor_shard(shard);
+}
+
+void PipelineStep::move_blocks(const std::vector<BlockRange>& next) {
   if (held_ == next) return;
   const int me = world_.rank(), L = session_.model().config().n_layer;
   const std::vector<TensorMove> moves = tensor_moves(session_.model().config(), held_, next);
@@ -206,9 +225,9 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   const TrainSettings& t = settings_.train;
   layout_ = layout;
   applied_ = true;
-  name_ = fmt::format("pipeline of {}, {}", layout.describe(), gpipe_ ? "GPipe" : "1F1B");
+  name_ = describe_layout(layout.describe());
   mesh_.reset();  // before the new one: MPI_Comm_free is collective like the split
-  mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(layout.replicas, layout.stages), base_);
+  mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(layout.replicas, layout.stages, tensor_), base_);
   if (layout.stages == 1) {  // data parallelism: the DataParallelStep runs the steps
     hold(ranges(layout));
     session_.model().plan(t.batch_size, t.seq_len, recompute);
@@ -220,11 +239,13 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   const int K = layout.stages, k = stage();
   per_replica_ = t.grad_accum / layout.replicas;
   slots_ = gpipe_ ? per_replica_ : std::min(K - k, per_replica_);
-  // The stage's memory with its micro-batches in flight (the trainer checked one of the whole model).
+  // The stage's memory with its micro-batches in flight (the trainer checked one of the whole model, or
+  // of its tensor shard).
   const BlockRange stage_range = ranges(layout)[world_.rank()];
+  const ShardCoord shard{tensor_rank(), tensor_};  // the stage's tensor shard
   const MemoryPlan plan = GPT::estimate_memory(config, t.batch_size, t.seq_len, recompute, stage_range,
-                                               stage_range, slots_);
-  const ParamTable stage_table = ParamTable::build(config, stage_range);
+                                               stage_range, slots_, shard);
+  const ParamTable stage_table = ParamTable::build(config, stage_range, shard);
   const size_t optimizer = 2 * sizeof(float) * (stage_table.total() - stage_table.owned_begin());  // AdamW's m and v
   const double needed = double(optimizer) + plan.parameters + plan.gradients + plan.activations + plan.scratch +
                         working_copy_bound(plan, t);
@@ -253,7 +274,7 @@ PipelineLayout PipelineStep::plan_layout() {
   if (balance_parameters_) {
     costs_ = parameter_costs(config);
   } else {  // the whole model leaves every rank (for its stage of an even cut) before the measurement
-    PipelineLayout even{K, world_.size() / K, {}};
+    PipelineLayout even{K, groups() / K, {}};
     for (int k = 0; k <= K; ++k) even.bounds.push_back(k * L / K);
     hold(ranges(even));
     costs_ = measure_costs();
@@ -263,14 +284,14 @@ PipelineLayout PipelineStep::plan_layout() {
   limit_ = can_partition(L, frozen, K) ? slowest_stage(costs_, frozen, balance_stages(costs_, frozen, K)) : 0;
   layout_frozen_ = frozen;
   layout_reshapes_ = session_.reshapes();
-  const PipelineLayout layout = autopipe(costs_, frozen, K, world_.size(), limit_, elastic_);
+  const PipelineLayout layout = autopipe(costs_, frozen, K, groups(), limit_, elastic_);
   apply(layout);
   return layout;
 }
 
 int PipelineStep::stages_for(int n_layer) const {
   int stages = std::min(settings_.parallel.pipeline_stages, n_layer);
-  while (world_.size() % stages != 0) --stages;
+  while (groups() % stages != 0) --stages;
   return stages;
 }
 
@@ -523,9 +544,9 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
   // the first stages), each rank's busy and schedule seconds and the floats its session holds:
   // one sum over the ranks, where each value comes from one rank and the others add zeros.
   std::vector<double> v(M + 8 + 3 * N, 0.0);
-  if (k == K - 1)
+  if (k == K - 1 && tensor_rank() == 0)  // a stage's tensor ranks all have them
     for (int j = 0; j < Mr; ++j) v[d * Mr + j] = losses_[j];
-  if (k == 0) {
+  if (k == 0) {  // with tensor parallelism, each rank its shard's
     const double flops[8] = {r.executed.forward, r.executed.backward_input, r.executed.backward_weight,
                              r.executed.optimizer, r.dense.forward, r.dense.backward_input,
                              r.dense.backward_weight, r.dense.optimizer};
@@ -561,7 +582,8 @@ bool PipelineStep::tied_exchange() const {
 
 float PipelineStep::clip_gradients() {
   GPT& model = session_.model();
-  const float norm = chained_grad_norm(world_, pipe(), model.grads(), lo_, hi_);
+  const float norm = tensor_ > 1 ? tensor_grad_norm(world_, pipe(), *tensor_comm_, model.table(), model.grads(), lo_, hi_)
+                                 : chained_grad_norm(world_, pipe(), model.grads(), lo_, hi_);
   if (lo_ < hi_) session_.optim().clip_to(model.grads(), lo_, norm, hi_);
   return norm;
 }
@@ -623,7 +645,7 @@ void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
     FRUGAL_CHECK(std::equal(mine.begin(), mine.end(), all.begin() + rank * mine.size()), "internal: rank "
                  "{} disagrees on the step, learning rate, frozen prefix or optimizer step at a "
                  "pipeline re-partition", rank);
-  const PipelineLayout next = autopipe(costs_, frozen, layout_.stages, world_.size(), limit_, elastic_);
+  const PipelineLayout next = autopipe(costs_, frozen, layout_.stages, groups(), limit_, elastic_);
   layout_frozen_ = frozen;
   ++repartitions_;
   apply(next);
@@ -663,15 +685,48 @@ void PipelineStep::load_state(const nlohmann::json& state) {
   layout.stages = state.at("stages");
   layout.replicas = state.at("replicas");
   layout.bounds = state.at("bounds").get<std::vector<int>>();
-  FRUGAL_CHECK(layout.stages * layout.replicas == world_.size(), "the checkpoint's pipeline ({}) ran "
-               "on {} ranks; resume it with mpirun -np {}", layout.describe(),
-               layout.stages * layout.replicas, layout.stages * layout.replicas);
+  const int ranks = layout.stages * layout.replicas * tensor_;
+  FRUGAL_CHECK(ranks == world_.size(), "the checkpoint's pipeline ({}{}) ran on {} ranks; resume it with "
+               "mpirun -np {}", layout.describe(), tensor_ > 1 ? fmt::format(", tensor {}", tensor_) : "", ranks,
+               ranks);
   layout_ = layout;
   layout_frozen_ = state.at("frozen");
   limit_ = state.at("limit_s");
   repartitions_ = state.at("repartitions");
   costs_ = costs_from_json(state.at("costs"));
   measured_ = true;
+}
+
+void PipelineStep::start_tensor_groups(const MethodSet& methods) {
+  check_tensor_parallel(settings_, methods, world_.size());
+  // A stage of tensor shards would choose masks, reshape or sum per-block gradient statistics over
+  // its shards and its peers at once: not built yet (each works under one of the two alone).
+  for (const auto& method : methods.methods()) {
+    const Capabilities c = method->capabilities();
+    FRUGAL_CHECK(!c.changes_shapes && !c.owns_masks && !c.reads_all_gradients, "methods.{} with "
+                 "parallel.pipeline_stages > 1 and parallel.tensor = {} is not built yet (it runs under "
+                 "either alone); set one of them to 1", method->name(), tensor_);
+  }
+  FRUGAL_CHECK(!elastic_ || std::ranges::none_of(methods.methods(), [](const auto& method) {
+                 return method->capabilities().changes_trainable_set;
+               }), "parallel.elastic = true with parallel.tensor = {} and a method that freezes blocks: "
+               "AutoDP's one-stage layout does not hold tensor shards yet; set parallel.elastic = false "
+               "(the stages are still re-balanced as blocks freeze)", tensor_);
+  // The tensor groups never change (a re-partition changes data × pipeline only): T consecutive ranks.
+  MPI_Comm_split(base_, world_.rank() / tensor_, world_.rank() % tensor_, &tensor_group_);
+  tensor_comm_ = std::make_unique<MpiTensorCollectives>(world_, tensor_group_);
+}
+
+void PipelineStep::hold_tensor_shard(bool sharded) {
+  if (sharded == sharded_) return;
+  hold_shard(session_, sharded, Placement::Kind::Sharded, *tensor_comm_,
+             [this](const float* local, size_t n, float* out) { tensor_comm_->all_gather(local, n, out); });
+  sharded_ = sharded;
+}
+
+std::string PipelineStep::describe_layout(const std::string& shape) const {
+  return fmt::format("pipeline of {}{}, {}", shape, tensor_ > 1 ? fmt::format(" × tensor {}", tensor_) : "",
+                     gpipe_ ? "GPipe" : "1F1B");
 }
 
 }  // namespace frugal::parallel

@@ -31,6 +31,20 @@
 // the start (AutoPipe); the freed ranks become data-parallel replicas (AutoDP). A pipeline of one
 // stage is data parallelism: the step then runs as DataParallelStep (overlapped bucket
 // all-reduce). Per-stage busy time, the bubble and every re-partition go into the metrics.
+//
+// With parallel.tensor = T > 1 the mesh is data D × pipeline K × tensor T (rank (d·K + k)·T + t,
+// mesh.h): each stage is a tensor group of T consecutive ranks, each holding its Megatron shard
+// (tensor_parallel.h) of the stage's blocks, and running every micro-batch of the stage together.
+// The residual stream between stages is replicated over the group, so tensor rank t of stage k
+// sends its activations to tensor rank t of stage k + 1 and its input gradients back (its pipeline
+// group): B·S·C floats per rank and micro-batch (S the sequence length), T times that between two
+// stages: as many bytes as one send and a broadcast inside the next group, without the
+// broadcast's extra hop on the critical path. A tied head's exchanges pair the same tensor ranks of the first and last stage (the same
+// vocabulary rows). The gradient norm chains the split and replicated sums through the stages and
+// adds the split ones over the group. Blocks move between ranks whole: a re-partition or
+// synchronize() gathers each stage's shards first and, unless the model is then whole, cuts them
+// again. AutoDP (parallel.elastic with a freezing method) is refused: its one-stage layout is data
+// parallelism without tensor shards.
 #pragma once
 #include <memory>
 #include <string>
@@ -41,6 +55,7 @@
 #include "frugal/parallel/mpi_mesh.h"
 #include "frugal/parallel/mpi_world.h"
 #include "frugal/parallel/partition.h"
+#include "frugal/parallel/tensor_parallel.h"
 #include "frugal/train/step.h"
 
 namespace frugal::parallel {
@@ -78,6 +93,8 @@ class PipelineStep final : public StepStrategy {
     std::vector<int64_t> ids;
   };
   int stage() const { return mesh_->coordinate(Dim::Pipeline); }
+  int tensor_rank() const { return world_.rank() % tensor_; }
+  int groups() const { return world_.size() / tensor_; }  // the ranks of one tensor coordinate
   int replica() const { return mesh_->coordinate(Dim::Data); }
   MPI_Comm pipe() const { return mesh_->group(Dim::Pipeline); }     // this replica's stages
   MPI_Comm replicas() const { return mesh_->group(Dim::Data); }     // this stage's replicas
@@ -91,8 +108,17 @@ class PipelineStep final : public StepStrategy {
   // The block range each rank holds under `layout` (the whole model when it has one stage).
   std::vector<BlockRange> ranges(const PipelineLayout& layout) const;
   // Rebuilds this rank's session around next[rank], the blocks that change owner moving between
-  // the ranks with their weights and moments. Every rank calls it with the same `next`.
+  // the ranks with their weights and moments (whole: with tensor parallelism the stage's ranks
+  // gather their shards first and cut them again after, unless next is the whole model). Every
+  // rank calls it with the same `next`.
   void hold(const std::vector<BlockRange>& next);
+  void move_blocks(const std::vector<BlockRange>& next);
+  // Tensor parallelism: refuses what it does not run, makes the tensor groups and their collectives.
+  void start_tensor_groups(const MethodSet& methods);
+  // Rebuilds the session around this rank's tensor shard of its blocks, or gathers them whole.
+  void hold_tensor_shard(bool sharded);
+  // "pipeline of 2 stages × 1 replica × tensor 2, 1F1B" from a layout's shape.
+  std::string describe_layout(const std::string& shape) const;
   // Makes `layout` current: the ranks' blocks, communicators, the stage's activation plan,
   // DataParallelStep for one stage.
   void apply(const PipelineLayout& layout);
@@ -123,6 +149,10 @@ class PipelineStep final : public StepStrategy {
   void wait_sends();
 
   MpiWorld& world_;
+  int tensor_;  // parallel.tensor: each stage a tensor group of T consecutive ranks
+  MPI_Comm tensor_group_ = MPI_COMM_NULL;
+  std::unique_ptr<MpiTensorCollectives> tensor_comm_;
+  bool sharded_ = false;  // the session holds this rank's tensor shard of its blocks
   RunSettings dp_settings_;  // the DataParallelStep's: its grad_accum is per rank
   std::string name_;
   bool gpipe_, elastic_;

@@ -13,6 +13,7 @@
 #include "frugal/parallel/grad_norm.h"
 #include "frugal/parallel/shards.h"
 #include "frugal/parallel/wire.h"
+#include "frugal/parallel/zero.h"
 
 namespace frugal::parallel {
 
@@ -80,45 +81,42 @@ void MpiTensorCollectives::sum_each(std::span<double> values) {
 
 // ---- TensorParallelStep ----
 
-namespace {
-
-MeshShape data_tensor(int D, int T) {
-  MeshShape shape;
-  shape.sizes[static_cast<int>(Dim::Data)] = D;
-  shape.sizes[static_cast<int>(Dim::Tensor)] = T;
-  return shape;
-}
-
-bool is_split(const TensorSpec& t) { return t.placement.kind == Placement::Kind::Sharded; }
-
-}  // namespace
-
-TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
-                                       MpiWorld& world)
-    : StepStrategy(session, methods, settings), world_(world) {
-  const int T = settings.parallel.tensor, N = world.size();
-  FRUGAL_CHECK(N % T == 0, "parallel.tensor = {} does not divide the {} ranks; run mpirun -np with a "
-               "multiple of {}", T, N, T);
-  FRUGAL_CHECK(settings.parallel.pipeline_stages == 1, "parallel.pipeline_stages = {} with parallel.tensor "
-               "= {}: pipeline × tensor parallelism is not built yet; set one of them to 1",
-               settings.parallel.pipeline_stages, T);
-  FRUGAL_CHECK(settings.parallel.zero == 0, "parallel.zero = {} with parallel.tensor = {}: ZeRO with tensor "
-               "parallelism is not built yet; set parallel.zero = 0", settings.parallel.zero, T);
+void check_tensor_parallel(const RunSettings& settings, const MethodSet& methods, int ranks) {
+  const int T = settings.parallel.tensor;
+  FRUGAL_CHECK(ranks % T == 0, "parallel.tensor = {} does not divide the {} ranks; run mpirun -np with a "
+               "multiple of {}", T, ranks, T);
   FRUGAL_CHECK(settings.model.moe.experts == 0, "model.moe.experts = {} with parallel.tensor = {}: a mixture "
                "of experts under tensor parallelism is not built yet; set one of them to its default (0, 1)",
                settings.model.moe.experts, T);
+  LocalSizes::of(settings.model, {0, T});  // the heads and hidden units divide (checked with the config too)
+}
+
+float tensor_grad_norm(MpiWorld& world, MPI_Comm chain, MpiTensorCollectives& group, const ParamTable& table,
+                       const float* grads, size_t lo, size_t hi) {
+  const auto is_split = [](const ParamInfo& e) { return e.placement.kind == Placement::Kind::Sharded; };
+  const SplitSquares squares = chained_split_squares(world, chain, table, grads, lo, hi, is_split);
+  return static_cast<float>(std::sqrt(group.sum(squares.split) + squares.replicated));
+}
+
+TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
+                                       MpiWorld& world)
+    : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero) {
+  const int T = settings.parallel.tensor, N = world.size();
+  check_tensor_parallel(settings, methods, N);
   // Masks and reshapes are chosen on the whole model, gathered around the Reconfigure (reconfigure);
   // a step whose AfterGradReduce reads whole gradients gathers them with it (run_micro_batches).
-  for (const auto& method : methods.methods()) {
-    const Capabilities c = method->capabilities();
-    whole_at_reconfigure_ = whole_at_reconfigure_ || c.changes_shapes || c.owns_masks;
-  }
-  LocalSizes::of(settings.model, {0, T});  // the heads and hidden units divide (checked with the config too)
+  whole_at_reconfigure_ = std::ranges::any_of(methods.methods(), [](const auto& method) {
+    return method->capabilities().changes_shapes || method->capabilities().owns_masks;
+  });
   base_ = world.new_communicator();
-  mesh_ = std::make_unique<MpiMesh>(data_tensor(N / T, T), base_);
+  mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(N / T, 1, T), base_);
   comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor));
   name_ = N == T ? fmt::format("tensor-parallel over {} ranks", T)
                  : fmt::format("tensor-parallel over {} ranks × {} data-parallel replicas", T, N / T);
+  if (zero_ > 0) name_ += fmt::format(", ZeRO-{}", zero_);
+  shard_table_ = ParamTable::build(session.model().config(), BlockRange::whole(session.model().config()),
+                                   comm_->coord());
+  zero_shards_ = zero_shard_bounds(shard_table_, replicas(), settings.optim.muon.enabled);
 }
 
 TensorParallelStep::~TensorParallelStep() {
@@ -132,9 +130,38 @@ TensorParallelStep::~TensorParallelStep() {
 
 void TensorParallelStep::hold(bool sharded, bool gradients) {
   if (sharded == sharded_) return;
+  // ZeRO: the moments are whole on every replica while the session is, cut again with the shard.
+  if (!sharded && zero_ > 0) gather_moments(world_, mesh_->group(Dim::Data), zero_shards_, session_);
   hold_shard(session_, sharded, Placement::Kind::Sharded, *comm_,
              [this](const float* local, size_t n, float* out) { comm_->all_gather(local, n, out); }, gradients);
   sharded_ = sharded;
+  if (sharded && zero_ > 0) cut_moments(session_, zero_shards_[replica()], zero_shards_[replica() + 1]);
+}
+
+MemoryPlan TensorParallelStep::memory_plan() const {
+  const TrainSettings& t = settings_.train;
+  const ModelConfig& config = session_.model().config();
+  const BlockRange whole = BlockRange::whole(config);
+  return GPT::estimate_memory(config, t.batch_size, t.seq_len, session_.model().recompute(), whole, whole, 1,
+                              comm_->coord());
+}
+
+size_t TensorParallelStep::optimizer_bytes() const {
+  const size_t first = shard_table_.owned_begin(), total = shard_table_.total();
+  const size_t floats = zero_ > 0 ? zero_shards_[replica() + 1] - std::max(first, zero_shards_[replica()]) : total - first;
+  return 2 * floats * sizeof(float);
+}
+
+size_t TensorParallelStep::resident_gradient_bytes() const {
+  if (zero_ < 2) return shard_table_.total() * sizeof(float);
+  return (zero_shards_[replica() + 1] - zero_shards_[replica()]) * sizeof(float);
+}
+
+void TensorParallelStep::reset_gradients() {
+  if (zero_ < 2) return StepStrategy::reset_gradients();
+  GPT& model = session_.model();
+  zero_keeping_shard(model.grads(), model.trainable_begin(), model.num_floats(), zero_shards_[replica()],
+                     zero_shards_[replica() + 1]);
 }
 
 StepResult TensorParallelStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
@@ -176,13 +203,22 @@ void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, cons
   for (int skipped = (d + 1) * A; skipped < count; ++skipped) draw(next_batch);
   compute_seconds_ = timer.seconds();
   GPT& model = session_.model();
-  if (D > 1) {  // each shard's gradients summed over its replicas
-    const size_t begin = model.trainable_begin();
-    all_reduce_sum(world_, mesh_->group(Dim::Data), model.grads() + begin, model.num_floats() - begin,
-                   comm_dtype(settings_.parallel), staged_, "the sum of the gradients over the tensor group's replicas");
+  if (D > 1) {  // each shard's gradients summed over its replicas (ZeRO-2: each replica gets its part's sums)
+    const size_t begin = model.trainable_begin(), total = model.num_floats();
+    const char* what = "the sum of the gradients over the tensor group's replicas";
+    if (zero_ == 2)
+      reduce_scatter_sum(world_, mesh_->group(Dim::Data), model.grads(), begin, total, zero_shards_,
+                         comm_dtype(settings_.parallel), staged_, counts_, what);
+    else
+      all_reduce_sum(world_, mesh_->group(Dim::Data), model.grads() + begin, total - begin,
+                     comm_dtype(settings_.parallel), staged_, what);
   }
-  // A method reads whole linears' gradients at this AfterGradReduce (mst's growth): the whole model
-  // with its gradients on every rank until the clip (which cuts it again).
+  // A method reads every gradient at this AfterGradReduce: under ZeRO-2 the replicas share their
+  // parts' sums first; for whole linears' gradients (mst's growth) the whole model with its
+  // gradients is on every rank until the clip (which cuts it again).
+  if (zero_ == 2 && methods_.reads_all_gradients_now(ctx))
+    allgather_shards(world_, mesh_->group(Dim::Data), zero_shards_, model.grads(), model.trainable_begin(),
+                     "the all-gather of the gradients' parts for a method that reads them all");
   if (methods_.reads_all_gradients_now(ctx, true)) hold(false, true);
   // The loss: every micro-batch's, added in one-process order.
   std::vector<double> all_losses(count);
@@ -200,14 +236,25 @@ float TensorParallelStep::clip_gradients() {
   hold(true, true);  // back to the shard if a method read the gradients whole
   update_timer_.reset();
   GPT& model = session_.model();
-  const size_t begin = model.trainable_begin();
-  // Σ g² of the split tensors on each rank, added over the group in rank order, and of the
-  // replicated ones (the same on every rank) once.
-  const SplitSquares squares = split_sum_squares(model.table(), model.grads(), begin, is_split);
-  const double sum = comm_->sum(squares.split) + squares.replicated;
-  const float norm = static_cast<float>(std::sqrt(sum));
-  session_.optim().clip_to(model.grads(), begin, norm);
+  // Under ZeRO-2 each replica holds the sums of its part of the shard, and the replicas chain their
+  // parts in order (the same bits as ZeRO-0's).
+  size_t lo = model.trainable_begin(), hi = model.num_floats();
+  MPI_Comm chain = MPI_COMM_SELF;
+  if (zero_ == 2) {
+    lo = std::max(lo, zero_shards_[replica()]), hi = zero_shards_[replica() + 1];
+    chain = mesh_->group(Dim::Data);
+  }
+  const float norm = tensor_grad_norm(world_, chain, *comm_, model.table(), model.grads(), lo, hi);
+  if (lo < hi) session_.optim().clip_to(model.grads(), lo, norm, hi);
   return norm;
+}
+
+void TensorParallelStep::update(float lr) {
+  StepStrategy::update(lr);
+  GPT& model = session_.model();  // ZeRO: each replica updated its part of the shard
+  if (zero_ > 0)
+    allgather_shards(world_, mesh_->group(Dim::Data), zero_shards_, model.params(), model.trainable_begin(),
+                     "the all-gather of the updated parameters over the replicas");
 }
 
 void TensorParallelStep::add_metrics(nlohmann::json& record) {

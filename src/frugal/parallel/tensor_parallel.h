@@ -16,11 +16,14 @@
 // shard at the first step; synchronize() (before evaluation, checkpoints and samples) gathers the
 // whole model, weights and moments, on every rank, and the next step scatters it again: so
 // checkpoints, evaluation, sampling and export are one process's, and a run resumes at any
-// tensor degree. A method that owns masks or reshapes acts on the whole model, gathered around
-// the Reconfigure; the next step cuts it again with its formats (LinearFormat::cut). Pipeline ×
-// tensor and ZeRO are refused (not built yet). A step whose AfterGradReduce reads whole linears'
-// gradients (mst's growth) gathers the model with its gradients for it and cuts it again before
-// the clip; adaptive freezing's per-block sums are added over the group (sum_over_parts).
+// tensor degree. With D > 1, ZeRO (parallel.zero) shards each tensor shard's AdamW moments (1) and
+// gradients (2) over its D replicas as DataParallelStep does over its ranks (zero.h): each
+// replica updates its part and the parts are all-gathered; the moments are gathered whole around
+// synchronize(), so checkpoints are the same as ZeRO-0's. A method that owns masks or reshapes
+// acts on the whole model, gathered around the Reconfigure; the next step cuts it again with its
+// formats (LinearFormat::cut). A step whose AfterGradReduce reads whole linears' gradients (mst's
+// growth) gathers the model with its gradients for it and cuts it again before the clip; adaptive
+// freezing's per-block sums are added over the group (sum_over_parts).
 #pragma once
 #include <memory>
 #include <span>
@@ -71,6 +74,20 @@ class MpiTensorCollectives final : public TensorCollectives {
   int calls_ = 0;
 };
 
+// The global gradient norm of a tensor-parallel model whose shard's flat gradient buffer is cut into
+// consecutive slices grads[lo, hi) held by the consecutive ranks of `chain` (ZeRO-2 replicas,
+// pipeline stages; MPI_COMM_SELF: this rank holds it all): Σ g² of the split tensors chained
+// through `chain` and added over the tensor group in rank order, plus the replicated tensors' (the
+// same on every rank of the group) once. Every rank of both groups calls it; all get the same bits.
+float tensor_grad_norm(MpiWorld& world, MPI_Comm chain, MpiTensorCollectives& group, const ParamTable& table,
+                       const float* grads, size_t lo, size_t hi);
+
+// Refuses, with what to do, what tensor parallelism over `ranks` ranks (settings.parallel.tensor
+// per group; alone, with data replicas or as a pipeline's stages) does not run: a degree that does
+// not divide the ranks, the heads or the hidden units, a mixture of experts, and methods that
+// reshape the model, own masks or read every block's gradients.
+void check_tensor_parallel(const RunSettings& settings, const MethodSet& methods, int ranks);
+
 class TensorParallelStep final : public StepStrategy {
  public:
   TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings, MpiWorld& world);
@@ -79,13 +96,21 @@ class TensorParallelStep final : public StepStrategy {
   double tokens_per_step(int64_t step) const override { return StepStrategy::tokens_per_step(step) * replicas(); }
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   void synchronize() override;
+  // This rank's shard (ZeRO-2: this replica's part of it; the rest takes memory only while reduced).
+  size_t resident_gradient_bytes() const override;
+  // The shard's plan and its moments (ZeRO: this replica's part), though the session is whole
+  // until the first step.
+  MemoryPlan memory_plan() const override;
+  size_t optimizer_bytes() const override;
 
  protected:
   void begin_context(TrainContext& ctx) override;  // the replicas share their caches
+  void reset_gradients() override;                 // ZeRO-2: other replicas' parts released
   // The replica's micro-batches on every rank of its tensor group; each shard's gradients summed
   // over the replicas; losses added in one process's order; FLOPs summed over every rank.
   void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
   float clip_gradients() override;  // split tensors' squares summed over the group, replicated once
+  void update(float lr) override;   // ZeRO-1/2: the replicas' updated parts all-gathered
   void add_metrics(nlohmann::json& record) override;  // "comm": seconds inside the collectives
   // With a method that owns masks or reshapes: the whole model on every rank around the event.
   void reconfigure(TrainContext& ctx) override;
@@ -99,6 +124,9 @@ class TensorParallelStep final : public StepStrategy {
   int replica() const { return mesh_->coordinate(Dim::Data); }
 
   MpiWorld& world_;
+  int zero_;  // parallel.zero: AdamW's moments (1) and the gradients (2) sharded over the D replicas
+  ParamTable shard_table_;            // this rank's shard's
+  std::vector<size_t> zero_shards_;  // replica d's part of this rank's shard: [d], [d + 1]
   std::string name_;
   MPI_Comm base_;
   std::unique_ptr<MpiMesh> mesh_;  // data D × tensor T over base_
@@ -108,6 +136,7 @@ class TensorParallelStep final : public StepStrategy {
   double compute_seconds_ = 0;  // the step's micro-batches
   Timer update_timer_;          // from clipping on
   std::vector<kernels::bf16> staged_;  // the replicas' gradient sum on a bf16 wire (parallel/wire.h)
+  std::vector<int> counts_;            // ZeRO-2's reduce-scatter: floats per replica
 };
 
 }  // namespace frugal::parallel

@@ -2,8 +2,10 @@
 #include "frugal/parallel/wire.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "frugal/core/error.h"
+#include "frugal/core/memory.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::parallel {
@@ -53,6 +55,32 @@ void all_reduce_sum(MpiWorld& world, MPI_Comm comm, float* x, size_t n, kernels:
                  comm, &request);
   world.wait(request, what);
   if (wire == kernels::DType::BF16) kernels::bf16_to_f32(x, staged.data(), n);
+}
+
+void reduce_scatter_sum(MpiWorld& world, MPI_Comm comm, float* buffer, size_t b, size_t e,
+                        const std::vector<size_t>& bounds, kernels::DType wire, std::vector<kernels::bf16>& staged,
+                        std::vector<int>& counts, const std::string& what) {
+  // Rank r's sum of its part lands at the range's start (of the bf16 payload staged on a bf16
+  // wire) and moves to where it belongs.
+  int n = 1, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  FRUGAL_CHECK(bounds.size() == size_t(n) + 1, "internal: a reduce-scatter needs one shard per rank");
+  void* payload = wire_payload(buffer + b, e - b, wire, staged);
+  counts.assign(n, 0);
+  for (int r = 0; r < n; ++r) {
+    const size_t lo = std::max(b, bounds[r]), hi = std::min(e, bounds[r + 1]);
+    counts[r] = lo < hi ? static_cast<int>(hi - lo) : 0;
+  }
+  MPI_Request request;
+  MPI_Ireduce_scatter(MPI_IN_PLACE, payload, counts.data(), wire_type(wire), wire_sum(wire), comm, &request);
+  world.wait(request, what);
+  const size_t own = std::max(b, bounds[me]), own_end = own + counts[me];
+  if (counts[me] > 0 && wire == kernels::DType::BF16) kernels::bf16_to_f32(buffer + own, staged.data(), counts[me]);
+  if (counts[me] > 0 && wire != kernels::DType::BF16) std::memmove(buffer + own, buffer + b, sizeof(float) * counts[me]);
+  const size_t keep_begin = counts[me] > 0 ? own : e, keep_end = counts[me] > 0 ? own_end : e;
+  release_pages(buffer + b, sizeof(float) * (keep_begin - b));
+  release_pages(buffer + keep_end, sizeof(float) * (e - keep_end));
 }
 
 }  // namespace frugal::parallel

@@ -28,4 +28,12 @@ void* wire_payload(float* x, size_t n, kernels::DType wire, std::vector<kernels:
 void all_reduce_sum(MpiWorld& world, MPI_Comm comm, float* x, size_t n, kernels::DType wire,
                     std::vector<kernels::bf16>& staged, const std::string& what);
 
+// Reduce-scatter of buffer[b, e) over the ranks of comm, in place: rank r's part of it, [bounds[r],
+// bounds[r + 1]) ∩ [b, e) (bounds: one offset per rank and the end, indexed like the buffer), gets
+// its sum over the ranks, sent as `wire`; the pages of the rest of [b, e) are released (no longer
+// needed). `counts` and `staged` are scratch kept between calls.
+void reduce_scatter_sum(MpiWorld& world, MPI_Comm comm, float* buffer, size_t b, size_t e,
+                        const std::vector<size_t>& bounds, kernels::DType wire, std::vector<kernels::bf16>& staged,
+                        std::vector<int>& counts, const std::string& what);
+
 }  // namespace frugal::parallel

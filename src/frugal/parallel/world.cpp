@@ -81,7 +81,7 @@ StepStrategyFactory World::step_strategy() {
 #ifdef FRUGAL_HAVE_MPI
   if (parallel())
     return [&world = *mpi_](Session& session, MethodSet& methods, const RunSettings& settings) -> std::unique_ptr<StepStrategy> {
-      if (settings.parallel.tensor > 1)
+      if (settings.parallel.tensor > 1 && settings.parallel.pipeline_stages == 1)
         return std::make_unique<TensorParallelStep>(session, methods, settings, world);
       if (settings.parallel.expert > 1)
         return std::make_unique<ExpertParallelStep>(session, methods, settings, world);

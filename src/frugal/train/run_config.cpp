@@ -122,7 +122,8 @@ io::ConfigSchema run_schema() {
       .add_int("train.keep_checkpoints", t.keep_checkpoints, "newest checkpoints kept", Range::at_least(1));
   ParallelSettings par;
   s.add_int("parallel.zero", par.zero, "under mpirun: ZeRO stage; 0 keeps AdamW's state on every "
-            "rank, 1 shards it over the ranks, 2 also reduces each rank's gradients only for its shard",
+            "rank, 1 shards it over the ranks (with parallel.tensor, each shard's over its data-parallel "
+            "replicas), 2 also reduces each rank's gradients only for its shard",
             Range::closed(0, 2))
       .add_float("parallel.bucket_mb", par.bucket_mb, "under mpirun: MiB of gradients per all-reduce "
                  "bucket, started while the backward pass goes on", Range::above(0))
@@ -141,8 +142,8 @@ io::ConfigSchema run_schema() {
                   "moments it holds (the stages' memory)", {"time", "parameters"})
       .add_int("parallel.tensor", par.tensor, "under mpirun: tensor-parallel ranks T (Megatron-style: "
                "attention heads, MLP hidden units and the vocabulary split over T ranks, which run "
-               "every micro-batch together); model.n_head and the MLP's hidden units must divide by T; "
-               "1: none", Range::at_least(1))
+               "every micro-batch together; with parallel.pipeline_stages, each stage is such a group); "
+               "model.n_head and the MLP's hidden units must divide by T; 1: none", Range::at_least(1))
       .add_int("parallel.expert", par.expert, "under mpirun: expert-parallel ranks P (each holds E/P of "
                "every mixture's experts; tokens travel to their experts' ranks by all-to-all); the P "
                "ranks of a group are data-parallel for everything else, ranks / P groups; "

@@ -17,17 +17,21 @@ double working_copy_bound(const MemoryPlan& plan, const TrainSettings& t) {
 void check_memory_available(const RunSettings& settings) {
   const ModelConfig& m = settings.model;
   const TrainSettings& t = settings.train;
-  const MemoryPlan plan =
-      GPT::estimate_memory(m, t.batch_size, t.seq_len, recompute_blocks(t.recompute, m.n_layer));
+  // Under tensor parallelism each rank holds a shard (the largest: rank 0's).
+  const int tensor = settings.parallel.tensor;
+  const BlockRange whole = BlockRange::whole(m);
+  const MemoryPlan plan = GPT::estimate_memory(m, t.batch_size, t.seq_len, recompute_blocks(t.recompute, m.n_layer),
+                                               whole, whole, 1, {0, tensor});
   const double optimizer = 2.0 * plan.parameters;  // AdamW's m and v
   const double needed = optimizer + plan.parameters + plan.gradients + plan.activations + plan.scratch +
                         working_copy_bound(plan, t);
   const double available = static_cast<double>(available_memory_bytes());
-  FRUGAL_CHECK(needed <= available, "this run needs more memory than the machine has: {} (model.n_layer "
+  FRUGAL_CHECK(needed <= available, "this run needs more memory than the machine has: {}{} (model.n_layer "
                "= {}, model.n_embd = {}, model.vocab_size = {}, model.block_size = {}, train.batch_size "
                "= {}, train.seq_len = {}), {:.1f} MiB available; make the model or the batch smaller, "
                "or set train.recompute = \"all\" to keep fewer activations",
-               plan.describe(static_cast<size_t>(std::min(optimizer, 0x1p63))), m.n_layer, m.n_embd,
+               plan.describe(static_cast<size_t>(std::min(optimizer, 0x1p63))),
+               tensor > 1 ? fmt::format(" per rank of parallel.tensor = {}", tensor) : "", m.n_layer, m.n_embd,
                m.vocab_size, m.block_size, t.batch_size, t.seq_len, available / (1024.0 * 1024.0));
 }
 

@@ -69,6 +69,11 @@ class StepStrategy {
   // Bytes of gradients this process holds between steps: the whole buffer, unless the strategy
   // keeps only a shard of it (ZeRO-2).
   virtual size_t resident_gradient_bytes() const { return session_.model().num_floats() * sizeof(float); }
+  // The memory plan of the model this process trains with and the bytes of AdamW's moments it
+  // keeps (the start-up line): the session's, unless the strategy cuts the session at its first
+  // step (tensor parallelism: this rank's shard).
+  virtual MemoryPlan memory_plan() const { return session_.model().memory_plan(); }
+  virtual size_t optimizer_bytes() const { return session_.optim().state_bytes(); }
 
   // Tokens optimizer step `step` trains on, over all ranks (the throughput the trainer logs); by
   // default B·T·(its accumulation count: train.grad_accum after the batch warm-up) (one process,

@@ -318,13 +318,13 @@ FitResult Trainer::fit() {
               group_.size() > 1 ? fmt::format(" per rank, {} ranks ({})", group_.size(), step_->name()) : "");
     io::print("kernels: {} (FRUGAL_ISA), dense GEMM {}, precision {}\n", kernels::kernel_backend_name(),
               kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()), describe_precision(settings_.train));
-    const MemoryPlan plan = session_->model().memory_plan();
-    const size_t optimizer = session_->optim().state_bytes();
+    const MemoryPlan plan = step_->memory_plan();
+    const size_t optimizer = step_->optimizer_bytes();
     io::print("{}{}\n", plan.describe(optimizer),
               group_.size() > 1
                   ? fmt::format(" per rank; weights, gradients and optimizer state {:.2f} bytes per "
                                 "parameter between steps", double(plan.parameters + step_->resident_gradient_bytes() +
-                                                                  optimizer) / session_->model().num_floats())
+                                                                  optimizer) / (plan.parameters / sizeof(float)))
                   : "");
     io::print("data: {} train / {} val sequences of {} tokens; run directory {}\n",
               train_loader_->num_samples(), val_sets_.front().loader->num_samples(), t.seq_len, t.out_dir);
