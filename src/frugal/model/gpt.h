@@ -36,6 +36,8 @@ namespace frugal {
 struct MemoryPlan {
   size_t parameters = 0, gradients = 0, activations = 0, scratch = 0;
   size_t working_copies = 0;  // the weights' bf16 working copies (train.precision = "bf16")
+  // BF16: the linears' inputs among the activations are kept in bf16 (BlockActs)
+  kernels::DType activation_dtype = kernels::DType::F32;
   std::string describe(size_t optimizer_state_bytes) const;
 };
 
@@ -92,14 +94,17 @@ class GPT {
   // building or allocating anything (absurd sizes give huge byte counts, saturated at 2^63, never
   // an overflow): to refuse a run before allocating. `range`: the part of the model allocated
   // (parameters and gradients); `stage` and `slots`: the part executed and its activation slots
-  // (default: range and 1); `shard`: the rank of a tensor-parallel group (default: the whole model).
+  // (default: range and 1); `shard`: the rank of a tensor-parallel group (default: the whole model);
+  // `dtype`: the activation dtype, the linear dtype of the model (set_linear_dtype).
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
-                                    const std::vector<bool>& recompute);
+                                    const std::vector<bool>& recompute,
+                                    kernels::DType dtype = kernels::DType::F32);
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
                                     const std::vector<bool>& recompute, const BlockRange& range);
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
                                     const std::vector<bool>& recompute, const BlockRange& range,
-                                    const BlockRange& stage, int slots, const ShardCoord& shard = {});
+                                    const BlockRange& stage, int slots, const ShardCoord& shard = {},
+                                    kernels::DType dtype = kernels::DType::F32);
 
   // Blocks [0, k) and the embeddings are frozen: no backward, no weight gradients (k = 0: none).
   // With a tied head, freezing the embedding also freezes the head.
@@ -139,7 +144,8 @@ class GPT {
   void set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format);
   // The element type the block linears' GEMMs compute in by default (train.precision): F32
   // (DenseFormat) or BF16 (Bf16Format: bf16 operands, fp32 sums, fp32 master weights). Installs
-  // the new default on every linear that has the old one.
+  // the new default on every linear that has the old one. It is also the activation dtype of the
+  // plan (BF16: the linears' inputs stored in bf16); a planned model is planned again.
   void set_linear_dtype(kernels::DType dtype);
   kernels::DType linear_dtype() const { return linear_dtype_; }
   // The format block `layer`'s linear runs with; never null.
@@ -276,7 +282,8 @@ class GPT {
   };
   static void lay_out(const ModelConfig& config, const ShardCoord& shard, const Objective& objective,
                       double N, const std::vector<bool>& recompute, const BlockRange& stage,
-                      int slots, const Take& take_activation, const Take& take_scratch, Layout& out);
+                      int slots, kernels::DType dtype, const Take& take_activation, const Take& take_scratch,
+                      Layout& out);
 
   ModelConfig config_;
   BlockRange range_;

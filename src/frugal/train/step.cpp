@@ -18,7 +18,7 @@ void check_memory_available(const RunSettings& settings) {
   const ModelConfig& m = settings.model;
   const TrainSettings& t = settings.train;
   const MemoryPlan plan =
-      GPT::estimate_memory(m, t.batch_size, t.seq_len, recompute_blocks(t.recompute, m.n_layer));
+      GPT::estimate_memory(m, t.batch_size, t.seq_len, recompute_blocks(t.recompute, m.n_layer), linear_dtype(t));
   const double optimizer = 2.0 * plan.parameters;  // AdamW's m and v
   const double needed = optimizer + plan.parameters + plan.gradients + plan.activations + plan.scratch +
                         working_copy_bound(plan, t);
