@@ -288,6 +288,10 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
                   bool decay) {
   Adamw::table().update(p, g, m, v, n, s, decay);
 }
+void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
+                       bool decay) {
+  Adamw::table().update_bf16(p, p16, g, m, v, n, s, decay);
+}
 
 void newton_schulz(float* x, int R, int C, int steps) { NewtonSchulz::table().orthogonalise(x, R, C, steps); }
 void qk_transform_forward(float* qkv, float* inv_rms, int B, int T, int pos0, int C, int NH, const QkTransform& t) {

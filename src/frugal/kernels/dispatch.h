@@ -108,6 +108,7 @@ struct MoeKernels {
 };
 struct AdamwKernels {
   decltype(&kernels::adamw_update) update;
+  decltype(&kernels::adamw_update_bf16) update_bf16;
 };
 struct NewtonSchulzKernels {
   decltype(&kernels::newton_schulz) orthogonalise;

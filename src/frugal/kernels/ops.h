@@ -357,6 +357,10 @@ struct AdamWStep {
 // Decoupled decay p -= lr * wd * p is applied only when `decay` is true.
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay);
+// adamw_update writing the updated p rounded to bf16 into p16 (n) as well: the bf16 working copy
+// of a bf16 model's weights (f32_to_bf16 of the updated p, bit for bit) without a pass of its own.
+void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
+                       bool decay);
 
 // ---- newton_schulz: Muon's orthogonalisation of an update matrix (optim/muon.h) ----
 // The quintic Newton–Schulz iteration's coefficients (Keller Jordan's Muon): chosen for the

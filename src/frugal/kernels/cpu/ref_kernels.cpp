@@ -113,6 +113,11 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
                   bool decay) {
   ref::adamw_update(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.t, decay);
 }
+void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
+                       bool decay) {
+  ref::adamw_update(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.t, decay);
+  f32_to_bf16_ref(p16, p, n);
+}
 
 // ---- the sparse families: the CPU packing (its checks and its layout, which the packed weight's
 // other readers use), plus the dense W and mask the reference products read ----
@@ -200,7 +205,7 @@ const ElementwiseKernels elementwise_ref{&ref::residual_forward<float>,
 const LmHeadKernels lm_head_ref{&lm_head_cross_entropy, &lm_head_cross_entropy_split, &lm_head_logits,
                                  &ref::lm_head_cross_entropy_bf16, &ref::lm_head_cross_entropy_split_bf16,
                                  &ref::lm_head_softcap<float>};
-const AdamwKernels adamw_ref{&adamw_update};
+const AdamwKernels adamw_ref{&adamw_update, &adamw_update_bf16};
 const NewtonSchulzKernels newton_schulz_ref{&ref::newton_schulz<float>};
 const QkTransformKernels qk_transform_ref{&ref::qk_transform_forward<float>, &ref::qk_transform_backward<float>};
 const MoeKernels moe_ref{&ref::moe_router_forward<float>, &ref::moe_router_backward<float>,
