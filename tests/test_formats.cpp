@@ -4,7 +4,8 @@
 // MaskedFormat with its 2:4 mask; SparseFormat computing MaskedFormat's function with the weight
 // gradient at the kept entries (or dense on request), on either side of its break-even density;
 // every format's mask is its own copy; shape checks. Bf16Format on rounded operands, on an input
-// stored in bf16, and a bf16 model's plan of bf16 linear inputs.
+// stored in bf16, a bf16 model's plan of bf16 linear inputs, and its working copies written by
+// the optimizer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "frugal/model/formats/masked.h"
 #include "frugal/model/formats/sparse.h"
 #include "frugal/model/formats/sparse24.h"
+#include "frugal/optim/adamw.h"
 #include "gradcheck.h"
 
 using namespace frugal;
@@ -190,6 +192,53 @@ TEST(Bf16Format, ABf16ModelKeepsItsLinearInputsInBf16) {
   const float fp32_loss = reference.forward(tokens.data(), targets.data(), 1.0f);
   EXPECT_NE(loss, fp32_loss);
   EXPECT_NEAR(loss, fp32_loss, 2e-2);
+}
+
+// An optimizer update through GPT::update_params writes the bf16 working copies of the linears and
+// of the head (AdamW: adamw_update_bf16), and the next forward rounds none of them again: three
+// AdamW steps give the losses of a model whose copies are rounded from the weights (params()), bit
+// for bit; an update that changes a weight without writing its copy leaves the old copy in use
+// (what shows that nothing re-rounds it), and a change through params() is rounded again.
+TEST(Bf16Format, AnOptimizerUpdateWritesTheWorkingCopies) {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.block_size = 8;
+  c.vocab_size = 11;
+  const int B = 2, T = 8, N = B * T;
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int i = 0; i < N; ++i) tokens[i] = (5 * i) % 11, targets[i] = (5 * i + 2) % 11;
+  GPT fused(c), rounded(c);
+  for (GPT* model : {&fused, &rounded}) {
+    model->init_weights(3);
+    model->set_linear_dtype(kernels::DType::BF16);
+    model->plan(B, T);
+  }
+  AdamW fused_optim(fused.table(), {}), rounded_optim(rounded.table(), {});
+  for (int step = 0; step < 3; ++step) {
+    for (GPT* model : {&fused, &rounded}) {
+      model->zero_grad();
+      model->forward(tokens.data(), targets.data(), 1.0f);
+      model->backward();
+    }
+    fused.update_params([&](float* params, const std::vector<WorkingCopy>& copies) {
+      EXPECT_EQ(copies.size(), size_t(c.n_layer) * 4 + 1);  // qkv, proj, fc, fc_proj per block; the head
+      fused_optim.update(params, fused.grads(), 0, 1e-2f, 0, copies);
+    });
+    rounded_optim.update(rounded.params(), rounded.grads(), 0, 1e-2f);
+    EXPECT_EQ(fused.forward(tokens.data(), targets.data(), 0.0f),
+              rounded.forward(tokens.data(), targets.data(), 0.0f)) << "step " << step;
+  }
+  const float before = fused.forward(tokens.data(), targets.data(), 0.0f);
+  const size_t fc = fused.linear_weight_offset(0, GPT::Linear::Fc);
+  const auto [oc, ic] = fused.linear_shape(GPT::Linear::Fc);
+  fused.update_params([&](float* params, const std::vector<WorkingCopy>&) {
+    for (int i = 0; i < oc * ic; ++i) params[fc + i] *= -1.0f;  // the copy not written
+  });
+  EXPECT_EQ(fused.forward(tokens.data(), targets.data(), 0.0f), before);
+  fused.params()[fc] += 0.0f;  // a change through params(): every copy rounded again
+  EXPECT_NE(fused.forward(tokens.data(), targets.data(), 0.0f), before);
 }
 
 // set_linear_dtype puts a Bf16Format on the linears that have the default format, leaves a

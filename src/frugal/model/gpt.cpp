@@ -164,7 +164,7 @@ void GPT::init_weights(uint64_t seed) {
     }
     std::fill(p + n, p + e.numel, 0.0f);
   }
-  formats_stale_ = true;  // the formats' working copies (bf16 weights) derive from the new weights
+  mark_stale();  // the formats' working copies (bf16 weights) derive from the new weights
 }
 
 void GPT::plan(int B, int T, std::vector<bool> recompute) {
@@ -319,18 +319,32 @@ void GPT::set_linear_dtype(kernels::DType dtype) {
 }
 
 void GPT::refresh_formats() {
-  formats_stale_ = true;
+  mark_stale();
   prepare_formats();
 }
 
 void GPT::prepare_formats() const {
   if (!formats_stale_) return;
   for_each_linear([&](int, Linear, LinearFormat& format, size_t offset, int oc, int ic) {
+    if (copies_written_ && dynamic_cast<const Bf16Format*>(&format)) return;  // update_params wrote it
     format.refresh(params_.data() + offset, oc, ic);
   });
   for (int l = range_.begin; l < range_.end; ++l) blocks_[l].refresh_mlp(params_.data());
-  objective_->refresh(params_.data());
-  formats_stale_ = false;
+  if (!copies_written_) objective_->refresh(params_.data());
+  formats_stale_ = copies_written_ = false;
+}
+
+void GPT::update_params(const ParamUpdate& update) {
+  std::vector<WorkingCopy> copies;
+  if (!formats_stale_) {
+    for_each_linear([&](int, Linear, LinearFormat& format, size_t offset, int oc, int ic) {
+      if (auto* bf16 = dynamic_cast<Bf16Format*>(&format)) copies.push_back({offset, size_t(oc) * ic, bf16->working_copy()});
+    });
+    if (const WorkingCopy head = objective_->working_copy(); head.data) copies.push_back(head);
+  }
+  update(params_.data(), copies);
+  mark_stale();
+  copies_written_ = !copies.empty();
 }
 
 void GPT::write_effective_weights() {

@@ -52,7 +52,7 @@ class GPT {
   const ModelConfig& config() const { return config_; }
   const BlockRange& range() const { return range_; }
   const ParamTable& table() const { return table_; }
-  float* params() { return formats_stale_ = true, params_.data(); }
+  float* params() { return mark_stale(), params_.data(); }
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
   size_t num_floats() const { return table_.total(); }
@@ -163,6 +163,14 @@ class GPT {
   // pipeline move) are what the formats compute with.
   void refresh_formats();
   void prepare_formats() const;
+  // An optimizer update of the parameters: update(params, copies) changes them and writes the bf16
+  // rounding of every parameter it changes inside `copies` there (AdamW: adamw_update_bf16). The
+  // copies are the current bf16 working copies of the Bf16Format linears and of the head (none
+  // when they are stale), so that the next forward rounds none of them again: on a bf16 model this
+  // replaces a pass over the weights a step. The other formats and a mixture's copies are
+  // refreshed as after params().
+  using ParamUpdate = std::function<void(float* params, const std::vector<WorkingCopy>& copies)>;
+  void update_params(const ParamUpdate& update);
   // Writes into every block linear's weight the weight its format computes with (W ⊙ M for a
   // masked format: LinearFormat::write_effective_weight), then refreshes the formats: params()
   // then hold the weights of the function the model computes, which dense formats compute too.
@@ -292,6 +300,12 @@ class GPT {
   std::shared_ptr<LinearFormat> dense_;  // the DenseFormat every fp32 linear starts with
   kernels::DType linear_dtype_ = kernels::DType::F32;
   mutable bool formats_stale_ = false;  // params() was handed out since the last refresh_formats()
+  // Since then only update_params changed the weights, writing the Bf16Formats' and the head's copies.
+  mutable bool copies_written_ = false;
+  void mark_stale() const {
+    formats_stale_ = true;
+    copies_written_ = false;
+  }
   TokenEmbedding embedding_;
   std::vector<TransformerBlock> blocks_;  // all n_layer; those outside range_ hold no tensors
   std::unique_ptr<Objective> objective_;

@@ -158,7 +158,10 @@ float StepStrategy::clip_gradients() {
 
 void StepStrategy::update(float lr) {
   GPT& model = session_.model();
-  session_.optim().update(model.params(), model.grads(), model.trainable_begin(), lr);
+  // the bf16 working copies of a bf16 model are written by the update (GPT::update_params)
+  model.update_params([&](float* params, const std::vector<WorkingCopy>& copies) {
+    session_.optim().update(params, model.grads(), model.trainable_begin(), lr, 0, copies);
+  });
   model.balance_experts();
 }
 

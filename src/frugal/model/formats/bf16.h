@@ -26,6 +26,9 @@ class Bf16Format final : public LinearFormat {
                           int C, int OC) override;
   void backward_bf16_input(float* dinp, float* dweight, float* dbias, const float* dout, const kernels::bf16* inp,
                            const float* weight, int N, int C, int OC, bool accumulate_dinp) override;
+  // The bf16 weight (OC, C) of the last refresh(), which an optimizer may update in place
+  // (GPT::update_params).
+  kernels::bf16* working_copy() { return weight_.data(); }
   double forward_density() const override { return 1.0; }
   double backward_input_density() const override { return 1.0; }
   double weight_grad_density() const override { return 1.0; }
