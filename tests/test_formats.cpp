@@ -58,6 +58,17 @@ Products run(LinearFormat& f, const std::vector<float>& W, const std::vector<flo
   return p;
 }
 
+// A 2-block model of width 16 over 11 tokens, 8 positions.
+ModelConfig tiny_model() {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.block_size = 8;
+  c.vocab_size = 11;
+  return c;
+}
+
 struct Inputs {
   std::vector<double> W = random_vector(size_t(OC) * IC, 1), bias = random_vector(OC, 2),
                       X = random_vector(size_t(N) * IC, 3), dY = random_vector(size_t(N) * OC, 4);
@@ -154,12 +165,7 @@ TEST(Bf16Format, TakesAnInputStoredInBf16AsTheFp32InputItWasRoundedFrom) {
 // (C): (2C + H)/2 - C/2 floats fewer, exactly what GPT::estimate_memory says for the BF16 dtype;
 // setting the dtype re-plans a planned model, and it trains within 2e-2 of the fp32 loss.
 TEST(Bf16Format, ABf16ModelKeepsItsLinearInputsInBf16) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 8;
-  c.vocab_size = 11;
+  const ModelConfig c = tiny_model();
   const int B = 2, T = 8, N = B * T;
   const double C = c.n_embd, H = double(c.ffn_hidden());
   const MemoryPlan fp32 = GPT::estimate_memory(c, B, T, {});
@@ -200,12 +206,7 @@ TEST(Bf16Format, ABf16ModelKeepsItsLinearInputsInBf16) {
 // for bit; an update that changes a weight without writing its copy leaves the old copy in use
 // (what shows that nothing re-rounds it), and a change through params() is rounded again.
 TEST(Bf16Format, AnOptimizerUpdateWritesTheWorkingCopies) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 8;
-  c.vocab_size = 11;
+  const ModelConfig c = tiny_model();
   const int B = 2, T = 8, N = B * T;
   std::vector<int32_t> tokens(N), targets(N);
   for (int i = 0; i < N; ++i) tokens[i] = (5 * i) % 11, targets[i] = (5 * i + 2) % 11;
@@ -244,12 +245,7 @@ TEST(Bf16Format, AnOptimizerUpdateWritesTheWorkingCopies) {
 // set_linear_dtype puts a Bf16Format on the linears that have the default format, leaves a
 // method's format alone, and null restores the precision's default.
 TEST(Bf16Format, IsTheDefaultOfABf16Model) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 8;
-  c.vocab_size = 11;
+  const ModelConfig c = tiny_model();
   GPT model(c);
   const auto [oc, ic] = model.linear_shape(GPT::Linear::Fc);
   model.set_linear_format(1, GPT::Linear::Fc, std::make_shared<MaskedFormat>(oc, ic, std::vector<uint8_t>(size_t(oc) * ic, 1)));

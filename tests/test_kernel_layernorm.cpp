@@ -65,7 +65,9 @@ TEST(Kernels, LayerNormBf16OutputIsTheRoundedFp32Output) {
                                 N, C, 1e-5f);
       EXPECT_TRUE(got_both == want);
       EXPECT_EQ(o_both, o);
-      if (bias) EXPECT_EQ(first_outside_bf16_rounding(got, exact, 4e-5), -1);
+      if (bias) {
+        EXPECT_EQ(first_outside_bf16_rounding(got, exact, 4e-5), -1);
+      }
     }
     // With a zero weight the output is the bias: the rounding of ties (to even), NaN, infinities,
     // the largest float and subnormals is the reference's (ref::to_bf16) bit for bit.
