@@ -9,6 +9,7 @@
 //   forward  = 2 products (Q·Kᵀ, P·V)                                = 4·B·NH·HS·pairs(T)
 //   backward = 5 products (Q·Kᵀ recomputed, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K)
 //                                                                     = 10·B·NH·HS·pairs(T)
+//   forward bf16 (attention_forward_bf16: the output in bf16 too) = the forward's
 // Each rate is the best wall-clock time of `reps` calls (the machine is shared: the best call is
 // the one least disturbed by other processes).
 // Usage: bench_attention [threads=2] [reps=20]
@@ -48,6 +49,10 @@ Seconds bench_attention(int B, int T, int C, int NH, int reps,
     frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, pattern);
   }, reps);
   print("forward:", s.forward, fwd_flops);
+  std::vector<frugal::kernels::bf16> out16(n);
+  print(" forward bf16:", best_seconds([&] {
+    frugal::kernels::attention_forward_bf16(out.data(), out16.data(), lse.data(), qkv.data(), B, T, C, NH, pattern);
+  }, reps), fwd_flops);
   s.backward = best_seconds([&] {
     frugal::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(),
                                         lse.data(), B, T, C, NH, pattern);

@@ -3,6 +3,7 @@
 // Bytes counted (float32, each activation tensor read or written once; the (C) parameters and
 // their gradients are negligible):
 //   forward  = inp read + out written + mean, rstd written         = 4·(2·N·C + 2·N)
+//   forward with a bf16 output (train.precision = "bf16": the linears' input) = 4·(1.5·N·C + 2·N)
 //   backward = dout, inp read + dinp read and written (it adds) + mean, rstd read
 //                                                                   = 4·(4·N·C + 2·N)
 // Each rate is the best wall-clock time of `reps` calls (bench/kernel_bench.h).
@@ -31,6 +32,11 @@ void bench_layernorm(int N, int C, int reps) {
     frugal::kernels::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
                                        bias.data(), N, C, 1e-5f);
   }, reps), 4.0 * (2.0 * n + 2.0 * N));
+  std::vector<frugal::kernels::bf16> out16(n);
+  print_bandwidth(" forward bf16:", best_seconds([&] {
+    frugal::kernels::layernorm_forward_bf16(out16.data(), nullptr, mean.data(), rstd.data(), inp.data(), weight.data(),
+                                            bias.data(), N, C, 1e-5f);
+  }, reps), 4.0 * (1.5 * n + 2.0 * N));
   print_bandwidth(" backward:", best_seconds([&] {
     frugal::kernels::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
                                         weight.data(), mean.data(), rstd.data(), N, C);

@@ -49,7 +49,7 @@ struct MlpUnderTest {
     else
       mlp = std::make_unique<DenseMlp>(c, sizes, prefix, model.table(), dense);
     allocate_layout(arena, [&](const Take& take) {
-      mlp->lay_out(N, take, acts);
+      mlp->lay_out(N, take, acts, kernels::DType::F32);
       mlp->lay_out_scratch(N, take, scratch);
     });
     for (Buffer<float>* b : {&x, &out, &dout, &din}) b->resize(size_t(N) * c.n_embd);
@@ -57,8 +57,8 @@ struct MlpUnderTest {
     fill_normal(dout, 3);
   }
   FeedForward::Report step() {
-    FeedForward::Report report = mlp->forward(model.params(), acts, x.data(), out.data(), N, true, solo);
-    mlp->backward(model.params(), model.grads(), acts, x.data(), dout.data(), din.data(), scratch, N, 1.0f, solo);
+    FeedForward::Report report = mlp->forward(model.params(), acts, {x.data()}, out.data(), N, true, solo);
+    mlp->backward(model.params(), model.grads(), acts, {x.data()}, dout.data(), din.data(), scratch, N, 1.0f, solo);
     return report;
   }
 };

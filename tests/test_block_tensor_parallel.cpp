@@ -72,7 +72,7 @@ struct RankBlock {
         block(c, shard, 0, table, std::make_shared<DenseFormat>()) {
     const double N = kB * kT;
     allocate_layout(arena, [&](const Take& take) {
-      block.lay_out_internals(N, take, acts);
+      block.lay_out_internals(N, take, acts, kernels::DType::F32);
       acts.res_out = take(N * c.n_embd);
       dres = take(N * c.n_embd);
       block.lay_out_scratch(N, take, scratch);

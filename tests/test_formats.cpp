@@ -3,7 +3,9 @@
 // masked-out weights contributing nothing; Sparse24Format computing the same function as a
 // MaskedFormat with its 2:4 mask; SparseFormat computing MaskedFormat's function with the weight
 // gradient at the kept entries (or dense on request), on either side of its break-even density;
-// every format's mask is its own copy; shape checks.
+// every format's mask is its own copy; shape checks. Bf16Format on rounded operands, on an input
+// stored in bf16, a bf16 model's plan of bf16 linear inputs, and its working copies written by
+// the optimizer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +21,7 @@
 #include "frugal/model/formats/masked.h"
 #include "frugal/model/formats/sparse.h"
 #include "frugal/model/formats/sparse24.h"
+#include "frugal/optim/adamw.h"
 #include "gradcheck.h"
 
 using namespace frugal;
@@ -53,6 +56,17 @@ Products run(LinearFormat& f, const std::vector<float>& W, const std::vector<flo
   f.backward(p.dinp.data(), p.dweight.data(), p.dbias.data(), dY.data(), X.data(), W.data(), N, IC,
              OC, false);
   return p;
+}
+
+// A 2-block model of width 16 over 11 tokens, 8 positions.
+ModelConfig tiny_model() {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.block_size = 8;
+  c.vocab_size = 11;
+  return c;
 }
 
 struct Inputs {
@@ -112,15 +126,126 @@ TEST(Bf16Format, IsTheDenseMatmulOfRoundedOperands) {
   EXPECT_GT(max_error_rel_to_max(got.out.data(), fp32.out.data(), got.out.size()), 0.0);
 }
 
+// A linear's input stored in bf16 (the activations of a bf16 model): Bf16Format computes on it
+// exactly what it computes on the fp32 input it was rounded from (so storing the activations in
+// bf16 changes no bf16 run's numbers), and a format computing in fp32 (DenseFormat) computes on
+// its values widened to fp32.
+TEST(Bf16Format, TakesAnInputStoredInBf16AsTheFp32InputItWasRoundedFrom) {
+  const Inputs in;
+  std::vector<kernels::bf16> x16(in.x.size());
+  kernels::f32_to_bf16(x16.data(), in.x.data(), in.x.size());
+  std::vector<float> widened(in.x.size());
+  kernels::bf16_to_f32(widened.data(), x16.data(), x16.size());
+  ASSERT_NE(widened, in.x);
+  const auto run_bf16_input = [&](LinearFormat& f) {
+    f.refresh(in.w.data(), OC, IC);
+    Products p{std::vector<float>(size_t(N) * OC), std::vector<float>(size_t(N) * IC),
+               std::vector<float>(in.w.size(), 0.0f), std::vector<float>(OC, 0.0f)};
+    f.forward_bf16_input(p.out.data(), x16.data(), in.w.data(), in.b.data(), N, IC, OC);
+    f.backward_bf16_input(p.dinp.data(), p.dweight.data(), p.dbias.data(), in.dy.data(), x16.data(), in.w.data(),
+                          N, IC, OC, false);
+    return p;
+  };
+  const auto expect_same = [](const Products& got, const Products& want) {
+    EXPECT_EQ(got.out, want.out);
+    EXPECT_EQ(got.dinp, want.dinp);
+    EXPECT_EQ(got.dweight, want.dweight);
+    EXPECT_EQ(got.dbias, want.dbias);
+  };
+  Bf16Format bf16;
+  EXPECT_TRUE(bf16.bf16_input());
+  expect_same(run_bf16_input(bf16), run(bf16, in.w, in.b, in.x, in.dy));
+  DenseFormat dense;
+  EXPECT_FALSE(dense.bf16_input());
+  expect_same(run_bf16_input(dense), run(dense, in.w, in.b, widened, in.dy));
+}
+
+// A bf16 model plans its linears' inputs in bf16 (BlockActs): per block and row, ln_1's and ln_2's
+// outputs (C each) and the MLP activation (H) in bf16 only, and the attention output also in bf16
+// (C): (2C + H)/2 - C/2 floats fewer, exactly what GPT::estimate_memory says for the BF16 dtype;
+// setting the dtype re-plans a planned model, and it trains within 2e-2 of the fp32 loss.
+TEST(Bf16Format, ABf16ModelKeepsItsLinearInputsInBf16) {
+  const ModelConfig c = tiny_model();
+  const int B = 2, T = 8, N = B * T;
+  const double C = c.n_embd, H = double(c.ffn_hidden());
+  const MemoryPlan fp32 = GPT::estimate_memory(c, B, T, {});
+  const MemoryPlan bf16 = GPT::estimate_memory(c, B, T, {}, kernels::DType::BF16);
+  const double saved = c.n_layer * N * ((2 * C + H) / 2 - C / 2) * sizeof(float);
+  EXPECT_EQ(double(fp32.activations) - double(bf16.activations), saved);
+  EXPECT_EQ(bf16.scratch, fp32.scratch);
+  EXPECT_EQ(bf16.activation_dtype, kernels::DType::BF16);
+  EXPECT_NE(bf16.describe(0).find("activations 0.0 MiB (linear inputs in bf16)"), std::string::npos);
+
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int i = 0; i < N; ++i) tokens[i] = (3 * i) % 11, targets[i] = (3 * i + 1) % 11;
+  const auto loss_of = [&](GPT& model, bool dtype_after_plan) {
+    model.init_weights(7);
+    if (!dtype_after_plan) model.set_linear_dtype(kernels::DType::BF16);
+    model.plan(B, T);
+    if (dtype_after_plan) model.set_linear_dtype(kernels::DType::BF16);
+    EXPECT_EQ(model.memory_plan().activations, bf16.activations);
+    const float loss = model.forward(tokens.data(), targets.data(), 1.0f);
+    model.backward();
+    return loss;
+  };
+  GPT before(c), after(c), reference(c);
+  const float loss = loss_of(before, false);
+  EXPECT_EQ(loss_of(after, true), loss);
+  EXPECT_EQ(std::vector<float>(after.grads(), after.grads() + after.table().total()),
+            std::vector<float>(before.grads(), before.grads() + before.table().total()));
+  reference.init_weights(7);
+  reference.plan(B, T);
+  const float fp32_loss = reference.forward(tokens.data(), targets.data(), 1.0f);
+  EXPECT_NE(loss, fp32_loss);
+  EXPECT_NEAR(loss, fp32_loss, 2e-2);
+}
+
+// An optimizer update through GPT::update_params writes the bf16 working copies of the linears and
+// of the head (AdamW: adamw_update_bf16), and the next forward rounds none of them again: three
+// AdamW steps give the losses of a model whose copies are rounded from the weights (params()), bit
+// for bit; an update that changes a weight without writing its copy leaves the old copy in use
+// (what shows that nothing re-rounds it), and a change through params() is rounded again.
+TEST(Bf16Format, AnOptimizerUpdateWritesTheWorkingCopies) {
+  const ModelConfig c = tiny_model();
+  const int B = 2, T = 8, N = B * T;
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int i = 0; i < N; ++i) tokens[i] = (5 * i) % 11, targets[i] = (5 * i + 2) % 11;
+  GPT fused(c), rounded(c);
+  for (GPT* model : {&fused, &rounded}) {
+    model->init_weights(3);
+    model->set_linear_dtype(kernels::DType::BF16);
+    model->plan(B, T);
+  }
+  AdamW fused_optim(fused.table(), {}), rounded_optim(rounded.table(), {});
+  for (int step = 0; step < 3; ++step) {
+    for (GPT* model : {&fused, &rounded}) {
+      model->zero_grad();
+      model->forward(tokens.data(), targets.data(), 1.0f);
+      model->backward();
+    }
+    fused.update_params([&](float* params, const std::vector<WorkingCopy>& copies) {
+      EXPECT_EQ(copies.size(), size_t(c.n_layer) * 4 + 1);  // qkv, proj, fc, fc_proj per block; the head
+      fused_optim.update(params, fused.grads(), 0, 1e-2f, 0, copies);
+    });
+    rounded_optim.update(rounded.params(), rounded.grads(), 0, 1e-2f);
+    EXPECT_EQ(fused.forward(tokens.data(), targets.data(), 0.0f),
+              rounded.forward(tokens.data(), targets.data(), 0.0f)) << "step " << step;
+  }
+  const float before = fused.forward(tokens.data(), targets.data(), 0.0f);
+  const size_t fc = fused.linear_weight_offset(0, GPT::Linear::Fc);
+  const auto [oc, ic] = fused.linear_shape(GPT::Linear::Fc);
+  fused.update_params([&](float* params, const std::vector<WorkingCopy>&) {
+    for (int i = 0; i < oc * ic; ++i) params[fc + i] *= -1.0f;  // the copy not written
+  });
+  EXPECT_EQ(fused.forward(tokens.data(), targets.data(), 0.0f), before);
+  fused.params()[fc] += 0.0f;  // a change through params(): every copy rounded again
+  EXPECT_NE(fused.forward(tokens.data(), targets.data(), 0.0f), before);
+}
+
 // set_linear_dtype puts a Bf16Format on the linears that have the default format, leaves a
 // method's format alone, and null restores the precision's default.
 TEST(Bf16Format, IsTheDefaultOfABf16Model) {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 8;
-  c.vocab_size = 11;
+  const ModelConfig c = tiny_model();
   GPT model(c);
   const auto [oc, ic] = model.linear_shape(GPT::Linear::Fc);
   model.set_linear_format(1, GPT::Linear::Fc, std::make_shared<MaskedFormat>(oc, ic, std::vector<uint8_t>(size_t(oc) * ic, 1)));

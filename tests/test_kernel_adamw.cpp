@@ -1,4 +1,5 @@
-// The adamw kernel family (the fused AdamW update): the CPU kernel against the naive reference.
+// The adamw kernel family (the fused AdamW update): the CPU kernel against the naive reference, and
+// the update that writes the bf16 working copy too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,4 +20,27 @@ TEST(Kernels, AdamWMatchesReference) {
     EXPECT_LT(max_rel_error(to_d(m1), to_d(m2)), 1e-6);
     EXPECT_LT(max_rel_error(to_d(v1), to_d(v2)), 1e-6);
   }
+}
+
+// The update writing the bf16 working copy too: on every path (the reference's too) p, m and v are
+// adamw_update's bit for bit and p16 their rounding (n = 45: the masked tail too).
+TEST(Kernels, AdamWBf16CopyIsTheRoundedUpdate) {
+  const size_t n = 45;
+  auto p = to_f(random_vector(n, 27)), g = to_f(random_vector(n, 28));
+  auto m = to_f(random_vector(n, 29, 0.1)), v = to_f(random_vector(n, 30, 0.1));
+  for (auto& x : v) x = std::fabs(x);
+  const k::AdamWStep step{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+  on_every_isa([&] {
+    for (bool decay : {false, true}) {
+      auto p1 = p, m1 = m, v1 = v, p2 = p, m2 = m, v2 = v;
+      k::adamw_update(p1.data(), g.data(), m1.data(), v1.data(), n, step, decay);
+      std::vector<k::bf16> want(n), got(n);
+      k::f32_to_bf16(want.data(), p1.data(), n);
+      k::adamw_update_bf16(p2.data(), got.data(), g.data(), m2.data(), v2.data(), n, step, decay);
+      EXPECT_EQ(p2, p1);
+      EXPECT_EQ(m2, m1);
+      EXPECT_EQ(v2, v1);
+      EXPECT_TRUE(got == want);
+    }
+  }, /*with_reference=*/true);
 }

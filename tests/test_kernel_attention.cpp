@@ -3,7 +3,8 @@
 // differences (causal and sparse patterns), the optimised CPU kernels (float; AVX2 and, where the
 // CPU has it, AVX-512) against the reference (fp64) on many shapes and every pattern kind,
 // thread-count determinism, Strided's decomposition (window + residue classes) at its edges, decode
-// against the forward's last row, and that tiles a pattern leaves empty are never computed.
+// against the forward's last row, that tiles a pattern leaves empty are never computed, and the
+// forward's bf16 output.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -263,6 +264,37 @@ TEST_P(AttentionOptimised, MatchesReferenceForEveryPattern) {
   const Shape s = GetParam();
   for (const AttentionPattern& pattern : patterns())
     expect_matches_reference(random_qkv(s, 10 + s.T), s, pattern);
+}
+
+// The forward writing its output in bf16 too (the projection's input under train.precision =
+// "bf16"): on every path (the reference's too) and every pattern (Strided's rows are final only
+// after its residue classes), out is attention_forward's bit for bit and out16 its rounding.
+TEST(AttentionOptimised, Bf16OutputIsTheRoundedOutput) {
+  const Shape s{2, 70, 32, 2};
+  const std::vector<float> qkv = to_float(random_qkv(s, 5));
+  const size_t n = size_t(s.B) * s.T * s.C;
+  for (const AttentionPattern& pattern : patterns()) {
+    SCOPED_TRACE(pattern.name());
+    const auto check = [&] {
+      std::vector<float> out(n), lse(size_t(s.B) * s.NH * s.T), out_b(n, NAN), lse_b(lse.size(), NAN);
+      frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, pattern);
+      std::vector<frugal::kernels::bf16> want(n), got(n);
+      frugal::kernels::f32_to_bf16(want.data(), out.data(), n);
+      frugal::kernels::attention_forward_bf16(out_b.data(), got.data(), lse_b.data(), qkv.data(), s.B, s.T, s.C,
+                                              s.NH, pattern);
+      EXPECT_EQ(out_b, out);
+      EXPECT_EQ(lse_b, lse);
+      EXPECT_TRUE(got == want);
+    };
+    for_each_isa(check);
+    const Isa before = frugal::kernels::attention_active_isa();
+    attention_set_isa(Isa::Ref);
+    {
+      SCOPED_TRACE("ref");
+      check();
+    }
+    attention_set_isa(before);
+  }
 }
 
 // Scores that grow along the sequence (up to ~60): the forward's running softmax shift must move

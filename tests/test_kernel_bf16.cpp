@@ -26,17 +26,6 @@ std::vector<bf16> rounded(const std::vector<float>& x) {
   return out;
 }
 
-// Runs `check` on every optimised instruction set, then restores the widest.
-template <class F>
-void on_every_isa(F check) {
-  for (const k::Isa isa : k::available_isas()) {
-    k::set_kernel_isa(isa);
-    SCOPED_TRACE(k::isa_name(isa));
-    check();
-  }
-  k::set_kernel_isa(k::max_isa());
-}
-
 }  // namespace
 
 TEST(KernelBf16, ReferenceRoundsToNearestEven) {

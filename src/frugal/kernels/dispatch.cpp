@@ -123,6 +123,10 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         int N, int C) {
   Layernorm::table().backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
+void layernorm_forward_bf16(bf16* out16, float* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int N, int C, float eps) {
+  Layernorm::table().forward_bf16(out16, out, mean, rstd, inp, weight, bias, N, C, eps);
+}
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC) {
@@ -197,6 +201,10 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
                        const AttentionPattern& pattern) {
   Attention::table().forward(out, lse, qkv, B, T, C, NH, pattern);
 }
+void attention_forward_bf16(float* out, bf16* out16, float* lse, const float* qkv, int B, int T, int C,
+                            int NH, const AttentionPattern& pattern) {
+  Attention::table().forward_bf16(out, out16, lse, qkv, B, T, C, NH, pattern);
+}
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH,
                         const AttentionPattern& pattern) {
@@ -223,6 +231,11 @@ void gated_forward(float* out, const float* gate, const float* up, size_t n, Gat
 void gated_backward(float* dgate, float* dup, const float* dout, const float* gate,
                     const float* up, size_t n, GateAct act) {
   Activations::table().gated_backward(dgate, dup, dout, gate, up, n, act);
+}
+void gelu_forward_bf16(bf16* out, const float* inp, size_t n) { Activations::table().gelu_forward_bf16(out, inp, n); }
+void relu2_forward_bf16(bf16* out, const float* inp, size_t n) { Activations::table().relu2_forward_bf16(out, inp, n); }
+void gated_forward_bf16(bf16* out, const float* gate, const float* up, size_t n, GateAct act) {
+  Activations::table().gated_forward_bf16(out, gate, up, n, act);
 }
 
 void residual_forward(float* out, const float* a, const float* b, size_t n) {
@@ -274,6 +287,10 @@ void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay) {
   Adamw::table().update(p, g, m, v, n, s, decay);
+}
+void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
+                       bool decay) {
+  Adamw::table().update_bf16(p, p16, g, m, v, n, s, decay);
 }
 
 void newton_schulz(float* x, int R, int C, int steps) { NewtonSchulz::table().orthogonalise(x, R, C, steps); }

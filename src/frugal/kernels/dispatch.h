@@ -34,6 +34,7 @@ struct EncoderKernels {
 struct LayernormKernels {
   decltype(&kernels::layernorm_forward) forward;
   decltype(&kernels::layernorm_backward) backward;
+  decltype(&kernels::layernorm_forward_bf16) forward_bf16;
 };
 struct MatmulKernels {
   decltype(&kernels::matmul_forward) forward;
@@ -64,6 +65,7 @@ struct SparseLinearKernels {
 };
 struct AttentionKernels {
   decltype(&kernels::attention_forward) forward;
+  decltype(&kernels::attention_forward_bf16) forward_bf16;
   decltype(&kernels::attention_backward) backward;
   decltype(&kernels::attention_decode) decode;
 };
@@ -74,6 +76,9 @@ struct ActivationsKernels {
   decltype(&kernels::gated_backward) gated_backward;
   decltype(&kernels::relu2_forward) relu2_forward;
   decltype(&kernels::relu2_backward) relu2_backward;
+  decltype(&kernels::gelu_forward_bf16) gelu_forward_bf16;
+  decltype(&kernels::relu2_forward_bf16) relu2_forward_bf16;
+  decltype(&kernels::gated_forward_bf16) gated_forward_bf16;
 };
 struct ElementwiseKernels {
   decltype(&kernels::residual_forward) residual_forward;
@@ -103,6 +108,7 @@ struct MoeKernels {
 };
 struct AdamwKernels {
   decltype(&kernels::adamw_update) update;
+  decltype(&kernels::adamw_update_bf16) update_bf16;
 };
 struct NewtonSchulzKernels {
   decltype(&kernels::newton_schulz) orthogonalise;

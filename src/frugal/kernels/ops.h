@@ -54,6 +54,12 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C);
+// layernorm_forward writing the output as the bf16 input of the linears it feeds (train.precision =
+// "bf16"): out16 (N,C) = the output rounded to nearest even, and out (N,C) the fp32 output as well
+// when not null (the residual stream of a post-LN block); statistics and math in fp32, so out16 is
+// exactly f32_to_bf16 of layernorm_forward's out on the same path.
+void layernorm_forward_bf16(bf16* out16, float* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int N, int C, float eps);
 
 // ---- matmul: dense linear (the only BLAS call sites are in kernels/cpu/) ----
 // out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias (OC) or null
@@ -160,6 +166,10 @@ void sparse_linear_backward_weight(float* dweight, const float* dout, const floa
 // thread, no (T,T) matrix.
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                        const AttentionPattern& pattern);
+// attention_forward writing its output in bf16 as well (the projection's input under
+// train.precision = "bf16"): out16 (B,T,C) = out rounded to nearest even, bit for bit.
+void attention_forward_bf16(float* out, bf16* out16, float* lse, const float* qkv, int B, int T, int C,
+                            int NH, const AttentionPattern& pattern);
 // dqkv (B,T,3C) =; dout (B,T,C), qkv, out, lse from the forward with the same pattern
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH,
@@ -210,6 +220,12 @@ void gated_forward(float* out, const float* gate, const float* up, size_t n, Gat
 // dgate (n) =, dup (n) =
 void gated_backward(float* dgate, float* dup, const float* dout, const float* gate,
                     const float* up, size_t n, GateAct act);
+// The three forwards writing bf16 (the input of the MLP's output projection under train.precision =
+// "bf16", which no backward reads in fp32): fp32 math, out (n) = the fp32 forward's result rounded to
+// nearest even, bit for bit on the same path.
+void gelu_forward_bf16(bf16* out, const float* inp, size_t n);
+void relu2_forward_bf16(bf16* out, const float* inp, size_t n);
+void gated_forward_bf16(bf16* out, const float* gate, const float* up, size_t n, GateAct act);
 
 // ---- elementwise: residual stream, dropout, scaling, sum of squares ----
 // out (n) = a + b
@@ -341,6 +357,10 @@ struct AdamWStep {
 // Decoupled decay p -= lr * wd * p is applied only when `decay` is true.
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay);
+// adamw_update writing the updated p rounded to bf16 into p16 (n) as well: the bf16 working copy
+// of a bf16 model's weights (f32_to_bf16 of the updated p, bit for bit) without a pass of its own.
+void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
+                       bool decay);
 
 // ---- newton_schulz: Muon's orthogonalisation of an update matrix (optim/muon.h) ----
 // The quintic Newton–Schulz iteration's coefficients (Keller Jordan's Muon): chosen for the

@@ -56,17 +56,23 @@ TransformerBlock::TransformerBlock(const ModelConfig& config, const ShardCoord& 
   ln2_b_ = table.offset_of(p + "ln_2.bias");
 }
 
-void TransformerBlock::lay_out_internals(double N, const Take& take, BlockActs& a) const {
+void TransformerBlock::lay_out_internals(double N, const Take& take, BlockActs& a, kernels::DType dtype) const {
   const double C = config_.n_embd;
-  a.ln1 = take(N * C);
+  const bool bf16 = dtype == kernels::DType::BF16, post = config_.norm == NormPlacement::Post;
+  // ln1 feeds the qkv projection (pre-LN) or is h, the MLP's input and residual (post-LN); ln2 feeds
+  // the MLP (pre-LN) or is the sum before ln_2 (post-LN)
+  const bool ln1_16 = bf16 && (!post || mlp_->bf16_input()), ln2_16 = bf16 && !post && mlp_->bf16_input();
+  a.ln1 = ln1_16 && !post ? nullptr : take(N * C);
+  a.ln1_16 = ln1_16 ? take_bf16(take, N * C) : nullptr;
   a.ln1_mean = take(N);
   a.ln1_rstd = take(N);
-  attention_.lay_out(N, take, a.attn);
+  attention_.lay_out(N, take, a.attn, dtype);
   a.res_mid = take(N * C);
-  a.ln2 = take(N * C);
+  a.ln2 = ln2_16 ? nullptr : take(N * C);
+  a.ln2_16 = ln2_16 ? take_bf16(take, N * C) : nullptr;
   a.ln2_mean = take(N);
   a.ln2_rstd = take(N);
-  mlp_->lay_out(N, take, a.mlp);
+  mlp_->lay_out(N, take, a.mlp, dtype);
 }
 
 void TransformerBlock::lay_out_scratch(double N, const Take& take, BlockScratch& scratch) const {
@@ -80,11 +86,12 @@ void TransformerBlock::lay_out_scratch(double N, const Take& take, BlockScratch&
 
 BlockActs TransformerBlock::rows(const BlockActs& all, size_t row0) const {
   const size_t C = config_.n_embd;
-  return {all.ln1 + row0 * C,     all.ln1_mean + row0, all.ln1_rstd + row0,
+  const auto at = [](auto* p, size_t off) { return p ? p + off : nullptr; };
+  return {at(all.ln1, row0 * C),  all.ln1_mean + row0,    all.ln1_rstd + row0,
           attention_.rows(all.attn, row0),
-          all.res_mid + row0 * C, all.ln2 + row0 * C,  all.ln2_mean + row0, all.ln2_rstd + row0,
+          all.res_mid + row0 * C, at(all.ln2, row0 * C),  all.ln2_mean + row0, all.ln2_rstd + row0,
           mlp_->rows(all.mlp, row0),
-          all.res_out + row0 * C};
+          all.res_out + row0 * C, at(all.ln1_16, row0 * C), at(all.ln2_16, row0 * C)};
 }
 
 const LinearSlot& TransformerBlock::linear(BlockLinear which) const {
@@ -118,19 +125,29 @@ FeedForward::Report TransformerBlock::forward(const float* params, const BlockAc
   const float eps = config_.layernorm_eps;
   const bool post = config_.norm == NormPlacement::Post;
   const auto P = [params](size_t off) { return off == kAbsent ? nullptr : params + off; };
+  // out (fp32) and/or out16 (bf16) = a LayerNorm of in, keeping its mean and rstd
+  const auto layernorm = [&](float* out, k::bf16* out16, float* mean, float* rstd, const float* in, size_t w,
+                             size_t b) {
+    if (out16)
+      k::layernorm_forward_bf16(out16, out, mean, rstd, in, P(w), P(b), N, C, eps);
+    else
+      k::layernorm_forward(out, mean, rstd, in, P(w), P(b), N, C, eps);
+  };
   // attention branch, on ln_1(x) (pre-LN) or on x (post-LN)
-  if (!post) k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(ln1_w_), P(ln1_b_), N, C, eps);
-  attention_.forward(params, a.attn, post ? x : a.ln1, branch, B, T, lead_, comm, cache);
+  if (!post) layernorm(a.ln1, a.ln1_16, a.ln1_mean, a.ln1_rstd, x, ln1_w_, ln1_b_);
+  attention_.forward(params, a.attn, post ? LinearInput{x} : LinearInput{a.ln1, a.ln1_16}, branch, B, T, lead_,
+                     comm, cache);
   k::dropout_apply(branch, NC, dropout.p, site_key(dropout.step_key, layer_, 0), dropout.first);
   k::residual_forward(a.res_mid, x, branch, NC);
   // MLP branch, on h: ln_2(res_mid) (pre-LN; h = res_mid) or h = ln_1(res_mid) (post-LN)
   const float* h = a.res_mid;
-  const float* mlp_in = a.ln2;
+  LinearInput mlp_in{a.ln2, a.ln2_16};
   if (post) {
-    k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.res_mid, P(ln1_w_), P(ln1_b_), N, C, eps);
-    h = mlp_in = a.ln1;
+    layernorm(a.ln1, a.ln1_16, a.ln1_mean, a.ln1_rstd, a.res_mid, ln1_w_, ln1_b_);
+    h = a.ln1;
+    mlp_in = {a.ln1, a.ln1_16};
   } else {
-    k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res_mid, P(ln2_w_), P(ln2_b_), N, C, eps);
+    layernorm(a.ln2, a.ln2_16, a.ln2_mean, a.ln2_rstd, a.res_mid, ln2_w_, ln2_b_);
   }
   FeedForward::Report report = mlp_->forward(params, a.mlp, mlp_in, branch, N, lead_, comm);
   k::dropout_apply(branch, NC, dropout.p, site_key(dropout.step_key, layer_, 1), dropout.first);
@@ -167,8 +184,8 @@ void TransformerBlock::backward(const float* params, float* grads, const BlockAc
     dout = s.dsum;
   }
   // MLP branch: d loss / d its input into dln
-  mlp_->backward(params, grads, a.mlp, post ? a.ln1 : a.ln2, branch_grad(dout, 1), s.dln, s.mlp, N,
-                 aux_scale, comm);
+  mlp_->backward(params, grads, a.mlp, post ? LinearInput{a.ln1, a.ln1_16} : LinearInput{a.ln2, a.ln2_16},
+                 branch_grad(dout, 1), s.dln, s.mlp, N, aux_scale, comm);
   if (post) {
     // d h = the branch's + the residual's; through ln_1 to d (x + attention branch), in dres
     k::residual_forward(s.dln, s.dln, s.dsum, NC);
@@ -180,7 +197,8 @@ void TransformerBlock::backward(const float* params, float* grads, const BlockAc
                           a.ln2_rstd, N, C);
   }
   // attention branch: d loss / d its input into dln
-  attention_.backward(params, grads, a.attn, post ? x : a.ln1, branch_grad(dres, 0), s.dln, s.attn, B, T, comm);
+  attention_.backward(params, grads, a.attn, post ? LinearInput{x} : LinearInput{a.ln1, a.ln1_16},
+                      branch_grad(dres, 0), s.dln, s.attn, B, T, comm);
   if (post) {
     if (need_dinp) k::residual_forward(dres, dres, s.dln, NC);
   } else {

@@ -25,12 +25,16 @@ namespace frugal {
 // Pre-LN: ln1 = ln_1(x), res_mid = x + attention branch, ln2 = ln_2(res_mid), res_out = res_mid +
 // MLP branch. Post-LN: res_mid = x + attention branch, ln1 = ln_1(res_mid), ln2 = ln1 + MLP
 // branch, res_out = ln_2(ln2). Each LayerNorm keeps its mean and rstd.
+// Laid out with activation dtype BF16, a LayerNorm output that a branch's linears read is kept in
+// bf16 too (ln1_16, ln2_16; else null), and only in bf16 when nothing else reads it (pre-LN: ln1
+// always, ln2 when the MLP takes a bf16 input; the fp32 pointer is then null).
 struct BlockActs {
   float *ln1, *ln1_mean, *ln1_rstd;
   Attention::Acts attn;
   float *res_mid, *ln2, *ln2_mean, *ln2_rstd;
   FeedForward::Acts mlp;
   float* res_out;
+  kernels::bf16 *ln1_16, *ln2_16;
 };
 
 // What a block's backward works in, shared by every block (and micro-batch) of a model (dsum:
@@ -56,8 +60,9 @@ class TransformerBlock {
   TransformerBlock(const ModelConfig& config, const ShardCoord& shard, int layer,
                    const ParamTable& table, const std::shared_ptr<LinearFormat>& dense);
 
-  // Lays out the internals of N rows (every field but res_out), then the backward scratch.
-  void lay_out_internals(double N, const Take& take, BlockActs& a) const;
+  // Lays out the internals of N rows (every field but res_out) with the activation dtype (F32, or
+  // BF16: the linears' inputs in bf16, see BlockActs), then the backward scratch.
+  void lay_out_internals(double N, const Take& take, BlockActs& a, kernels::DType dtype) const;
   void lay_out_scratch(double N, const Take& take, BlockScratch& scratch) const;
   // BlockActs of rows [row0, row0 + n) within `all` (the same fields, offset).
   BlockActs rows(const BlockActs& all, size_t row0) const;

@@ -34,15 +34,28 @@ LinearSlot LinearSlot::find(const ParamTable& table, const std::string& prefix, 
   return {table.offset_of(prefix + ".weight"), table.offset_of(prefix + ".bias"), OC, IC, std::move(format)};
 }
 
-void LinearSlot::forward(const float* params, float* out, const float* inp, int N, bool with_bias) const {
+namespace {
+// Whether `format` takes inp's bf16 values: when it computes in bf16, or they are all there is.
+bool takes_bf16(const LinearFormat& format, const LinearInput& inp) {
+  return inp.b16 && (format.bf16_input() || !inp.f32);
+}
+}  // namespace
+
+void LinearSlot::forward(const float* params, float* out, const LinearInput& inp, int N, bool with_bias) const {
   const float* b = with_bias && bias != kAbsent ? params + bias : nullptr;
-  format->forward(out, inp, params + weight, b, N, IC, OC);
+  if (takes_bf16(*format, inp))
+    format->forward_bf16_input(out, inp.b16, params + weight, b, N, IC, OC);
+  else
+    format->forward(out, inp.f32, params + weight, b, N, IC, OC);
 }
 
 void LinearSlot::backward(const float* params, float* grads, float* dinp, const float* dout,
-                          const float* inp, int N, bool accumulate_dinp) const {
-  format->backward(dinp, grads + weight, bias != kAbsent ? grads + bias : nullptr, dout, inp,
-                   params + weight, N, IC, OC, accumulate_dinp);
+                          const LinearInput& inp, int N, bool accumulate_dinp) const {
+  float* db = bias != kAbsent ? grads + bias : nullptr;
+  if (takes_bf16(*format, inp))
+    format->backward_bf16_input(dinp, grads + weight, db, dout, inp.b16, params + weight, N, IC, OC, accumulate_dinp);
+  else
+    format->backward(dinp, grads + weight, db, dout, inp.f32, params + weight, N, IC, OC, accumulate_dinp);
 }
 
 void LinearSlot::add_flops(double N, bool runs, bool trains, ComponentFlops& f) const {
@@ -78,11 +91,12 @@ void Attention::declare(ModelSpec& spec, const std::string& prefix, int layer) {
                  projection_init(spec.config()));
 }
 
-void Attention::lay_out(double N, const Take& take, Acts& a) const {
+void Attention::lay_out(double N, const Take& take, Acts& a, kernels::DType dtype) const {
   a.qkv = take(3 * N * sizes_.attn_width);
   a.att = take(N * sizes_.attn_width);
   a.lse = take(sizes_.n_head * N);
   a.inv_rms = transform_.norm ? take(2 * sizes_.n_head * N) : nullptr;
+  a.att16 = dtype == kernels::DType::BF16 ? take_bf16(take, N * sizes_.attn_width) : nullptr;
 }
 
 void Attention::lay_out_scratch(double N, const Take& take, Scratch& scratch) const {
@@ -93,7 +107,7 @@ void Attention::lay_out_scratch(double N, const Take& take, Scratch& scratch) co
 Attention::Acts Attention::rows(const Acts& all, size_t row0) const {
   const size_t W = sizes_.attn_width, NH = sizes_.n_head;
   return {all.qkv + row0 * 3 * W, all.att + row0 * W, all.lse + row0 * NH,
-          all.inv_rms ? all.inv_rms + row0 * 2 * NH : nullptr};
+          all.inv_rms ? all.inv_rms + row0 * 2 * NH : nullptr, all.att16 ? all.att16 + row0 * W : nullptr};
 }
 
 Attention::Attention(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
@@ -105,16 +119,19 @@ Attention::Attention(const ModelConfig& config, const LocalSizes& sizes, const s
       full_(config.encoder() ? kernels::AttentionPattern::bidirectional() : kernels::AttentionPattern::causal()),
       pattern_(full_) {}
 
-void Attention::forward(const float* params, const Acts& a, const float* in, float* out, int B, int T,
+void Attention::forward(const float* params, const Acts& a, const LinearInput& in, float* out, int B, int T,
                         bool lead, TensorCollectives& comm, const KvCache* cache) const {
   const int W = sizes_.attn_width, NH = sizes_.n_head;
   qkv_.forward(params, a.qkv, in, B * T);
   k::qk_transform_forward(a.qkv, a.inv_rms, B, T, cache ? cache->pos0 : 0, W, NH, transform_);
   if (!cache) {
-    k::attention_forward(a.att, a.lse, a.qkv, B, T, W, NH, pattern_);
+    if (a.att16)  // and the projection's bf16 input
+      k::attention_forward_bf16(a.att, a.att16, a.lse, a.qkv, B, T, W, NH, pattern_);
+    else
+      k::attention_forward(a.att, a.lse, a.qkv, B, T, W, NH, pattern_);
   } else {
-    FRUGAL_CHECK(B == 1 && (cache->pos0 == 0 || T == 1),
-                 "internal: decoding runs one window: a prefill from position 0 or one new row");
+    FRUGAL_CHECK(B == 1 && (cache->pos0 == 0 || T == 1) && !a.att16,
+                 "internal: decoding runs one window in fp32: a prefill from position 0 or one new row");
     for (int i = 0; i < T; ++i) {  // qkv row i = [q | k | v] -> cache row pos0 + i
       const float* row = a.qkv + size_t(i) * 3 * W;
       std::memcpy(cache->keys + size_t(cache->pos0 + i) * W, row + W, sizeof(float) * W);
@@ -126,15 +143,15 @@ void Attention::forward(const float* params, const Acts& a, const float* in, flo
       k::attention_decode(a.att, a.qkv, cache->keys, cache->values, cache->pos0 + 1, W, NH, pattern_);
   }
   // row-parallel: the partial products meet in the sum, which holds the bias once
-  proj_.forward(params, out, a.att, B * T, lead);
+  proj_.forward(params, out, {a.att, a.att16}, B * T, lead);
   comm.all_reduce_sum(out, size_t(B) * T * proj_.OC);
 }
 
-void Attention::backward(const float* params, float* grads, const Acts& a, const float* in,
+void Attention::backward(const float* params, float* grads, const Acts& a, const LinearInput& in,
                          const float* dout, float* din, const Scratch& s, int B, int T,
                          TensorCollectives& comm) const {
   const int N = B * T;
-  proj_.backward(params, grads, s.datt, dout, a.att, N, false);
+  proj_.backward(params, grads, s.datt, dout, {a.att, a.att16}, N, false);
   k::attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, B, T, sizes_.attn_width, sizes_.n_head, pattern_);
   k::qk_transform_backward(s.dqkv, a.qkv, a.inv_rms, B, T, sizes_.attn_width, sizes_.n_head, transform_);
   qkv_.backward(params, grads, din, s.dqkv, in, N, false);
@@ -166,6 +183,15 @@ void mlp_activation_forward(MlpKind kind, float* act, const float* gate, const f
     k::gated_forward(act, gate, fc, n, kind == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
 }
 
+void mlp_activation_forward(MlpKind kind, kernels::bf16* act16, const float* gate, const float* fc, size_t n) {
+  if (kind == MlpKind::Gelu)
+    k::gelu_forward_bf16(act16, fc, n);
+  else if (kind == MlpKind::Relu2)
+    k::relu2_forward_bf16(act16, fc, n);
+  else
+    k::gated_forward_bf16(act16, gate, fc, n, kind == MlpKind::Geglu ? k::GateAct::Gelu : k::GateAct::Silu);
+}
+
 void mlp_activation_backward(MlpKind kind, float* dgate, float* dfc, const float* dact, const float* gate,
                              const float* fc, size_t n) {
   if (kind == MlpKind::Gelu)
@@ -194,18 +220,23 @@ DenseMlp::DenseMlp(const ModelConfig& config, const LocalSizes& sizes, const std
       gate_(LinearSlot::find(table, prefix + kGate, sizes.ffn_hidden, config.n_embd, dense)),
       proj_(LinearSlot::find(table, prefix + kMlpProj, config.n_embd, sizes.ffn_hidden, dense)) {}
 
-void DenseMlp::lay_out(double N, const Take& take, Acts& a) const {
+void DenseMlp::lay_out(double N, const Take& take, Acts& a, kernels::DType dtype) const {
   a[Fc] = take(N * hidden_);
   a[Gate] = config_gated(kind_) ? take(N * hidden_) : nullptr;
-  a[Act] = take(N * hidden_);
+  const bool bf16 = dtype == kernels::DType::BF16;
+  a[Act] = bf16 ? nullptr : take(N * hidden_);
+  a[Act16] = bf16 ? reinterpret_cast<float*>(take_bf16(take, N * hidden_)) : nullptr;
 }
 
-void DenseMlp::lay_out_scratch(double N, const Take& take, Scratch& s) const { lay_out(N, take, s); }
+void DenseMlp::lay_out_scratch(double N, const Take& take, Scratch& s) const {
+  lay_out(N, take, s, kernels::DType::F32);
+}
 
 FeedForward::Acts DenseMlp::rows(const Acts& all, size_t row0) const {
   const size_t off = row0 * hidden_;
   Acts a{};
   for (int p : {Fc, Gate, Act}) a[p] = all[p] ? all[p] + off : nullptr;
+  a[Act16] = all[Act16] ? reinterpret_cast<float*>(act16(all) + off) : nullptr;
   return a;
 }
 
@@ -217,20 +248,23 @@ const LinearSlot& DenseMlp::linear(BlockLinear which) const {
   return which == BlockLinear::Fc ? fc_ : which == BlockLinear::Gate ? gate_ : proj_;
 }
 
-FeedForward::Report DenseMlp::forward(const float* params, const Acts& a, const float* in, float* out,
+FeedForward::Report DenseMlp::forward(const float* params, const Acts& a, const LinearInput& in, float* out,
                                       int N, bool lead, TensorCollectives& comm) const {
   fc_.forward(params, a[Fc], in, N);
   if (gate_.present()) gate_.forward(params, a[Gate], in, N);
-  mlp_activation_forward(kind_, a[Act], a[Gate], a[Fc], size_t(N) * hidden_);
-  proj_.forward(params, out, a[Act], N, lead);  // row-parallel, as the attention's projection
+  if (act16(a))
+    mlp_activation_forward(kind_, act16(a), a[Gate], a[Fc], size_t(N) * hidden_);
+  else
+    mlp_activation_forward(kind_, a[Act], a[Gate], a[Fc], size_t(N) * hidden_);
+  proj_.forward(params, out, {a[Act], act16(a)}, N, lead);  // row-parallel, as the attention's projection
   comm.all_reduce_sum(out, size_t(N) * proj_.OC);
   return {};
 }
 
-void DenseMlp::backward(const float* params, float* grads, const Acts& a, const float* in,
+void DenseMlp::backward(const float* params, float* grads, const Acts& a, const LinearInput& in,
                         const float* dout, float* din, const Scratch& s, int N, float /*aux_scale*/,
                         TensorCollectives& comm) const {
-  proj_.backward(params, grads, s[Act], dout, a[Act], N, false);
+  proj_.backward(params, grads, s[Act], dout, {a[Act], act16(a)}, N, false);
   mlp_activation_backward(kind_, s[Gate], s[Fc], s[Act], a[Gate], a[Fc], size_t(N) * hidden_);
   fc_.backward(params, grads, din, s[Fc], in, N, false);
   if (gate_.present()) gate_.backward(params, grads, din, s[Gate], in, N, true);

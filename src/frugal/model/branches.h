@@ -10,8 +10,13 @@
 // A branch maps its input (N, C), the normalised residual stream, to its output (N, C) before
 // dropout; a row-parallel projection's partial sums meet at TensorCollectives::all_reduce_sum,
 // and so do the column-parallel input gradients in the backward.
+// Laid out with activation dtype BF16 (train.precision = "bf16"), a branch keeps the input of each
+// linear it computes in bf16 (the attention output also in fp32, which its backward reads; the
+// MLP activation only in bf16), written so by the kernel producing it (kernels/ops.h), and the
+// linears read it as it is (model/linear_format.h): no rounding pass, half the bytes.
 #pragma once
 #include <array>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +36,10 @@ namespace frugal {
 // Hands out aligned pieces of an arena in call order: take(n) returns room for n floats (null when
 // only counting, as the memory estimate does).
 using Take = std::function<float*(double floats)>;
+// Room for n bf16 values from `take` (null when only counting).
+inline kernels::bf16* take_bf16(const Take& take, double n) {
+  return reinterpret_cast<kernels::bf16*>(take(std::ceil(n / 2)));
+}
 // Sizes `arena` for what lay_out takes (each piece 64-byte aligned), then runs lay_out again
 // handing out its pieces in order.
 void allocate_layout(Buffer<float>& arena, const std::function<void(const Take&)>& lay_out);
@@ -51,9 +60,9 @@ struct LinearSlot {
                          std::shared_ptr<LinearFormat> format);
   bool present() const { return weight != kAbsent; }
   // out (N, OC) = inp (N, IC) · Wᵀ (+ b when with_bias)
-  void forward(const float* params, float* out, const float* inp, int N, bool with_bias = true) const;
+  void forward(const float* params, float* out, const LinearInput& inp, int N, bool with_bias = true) const;
   // dinp (N, IC) = (or += when accumulate) dout · W; dW, db += (into grads)
-  void backward(const float* params, float* grads, float* dinp, const float* dout, const float* inp,
+  void backward(const float* params, float* grads, float* dinp, const float* dout, const LinearInput& inp,
                 int N, bool accumulate_dinp) const;
   // Adds its dense and executed FLOPs over N rows to f (the forward when runs, the backward's
   // products when trains), scaled by the format's densities.
@@ -72,15 +81,17 @@ class Attention {
  public:
   struct Acts {
     // (N, 3W) (q and k after the QK transform, when there is one), (N, W), (B, NH, T), and the
-    // QK-norm's (N, 2, NH) inverse RMS (null without QK-norm)
+    // QK-norm's (N, 2, NH) inverse RMS (null without QK-norm); att16 (N, W): att in bf16, the
+    // projection's input (activation dtype BF16; else null)
     float *qkv, *att, *lse, *inv_rms;
+    kernels::bf16* att16;
   };
   struct Scratch {
     float *dqkv, *datt;
   };
   // `prefix`attn.c_attn and `prefix`attn.c_proj of block `layer`.
   static void declare(ModelSpec& spec, const std::string& prefix, int layer);
-  void lay_out(double N, const Take& take, Acts& a) const;
+  void lay_out(double N, const Take& take, Acts& a, kernels::DType dtype) const;
   void lay_out_scratch(double N, const Take& take, Scratch& scratch) const;
   Acts rows(const Acts& all, size_t row0) const;
 
@@ -92,10 +103,10 @@ class Attention {
   void set_pattern(const kernels::AttentionPattern& p) { pattern_ = p; }
 
   // out (B·T, C) = the branch of in (B·T, C); `lead`: the rank that adds the projection's bias.
-  void forward(const float* params, const Acts& a, const float* in, float* out, int B, int T,
+  void forward(const float* params, const Acts& a, const LinearInput& in, float* out, int B, int T,
                bool lead, TensorCollectives& comm, const KvCache* cache) const;
   // din (B·T, C) = d loss / d in (overwritten) from dout, d loss / d out; weight gradients +=.
-  void backward(const float* params, float* grads, const Acts& a, const float* in, const float* dout,
+  void backward(const float* params, float* grads, const Acts& a, const LinearInput& in, const float* dout,
                 float* din, const Scratch& s, int B, int T, TensorCollectives& comm) const;
   void add_flops(int B, int T, bool runs, bool trains, ComponentFlops& f) const;
 
@@ -122,17 +133,21 @@ class FeedForward {
     std::vector<std::pair<std::string, float>> auxiliary;
     std::vector<int64_t> load;
   };
-  virtual void lay_out(double N, const Take& take, Acts& a) const = 0;
+  // dtype: the activation dtype (BF16: the linears' inputs in bf16, see the header comment).
+  virtual void lay_out(double N, const Take& take, Acts& a, kernels::DType dtype) const = 0;
   virtual void lay_out_scratch(double N, const Take& take, Scratch& s) const = 0;
   virtual Acts rows(const Acts& all, size_t row0) const = 0;
   // The slot of an MLP linear (Fc, Gate, FcProj; not present when the MLP lacks it).
   virtual LinearSlot& linear(BlockLinear which) = 0;
   virtual const LinearSlot& linear(BlockLinear which) const = 0;
-  virtual Report forward(const float* params, const Acts& a, const float* in, float* out, int N,
+  // Whether, laid out with activation dtype BF16, it may take its input in bf16 only (an MLP whose
+  // first GEMMs are LinearSlots'); otherwise `in` holds it in fp32.
+  virtual bool bf16_input() const { return false; }
+  virtual Report forward(const float* params, const Acts& a, const LinearInput& in, float* out, int N,
                          bool lead, TensorCollectives& comm) const = 0;
   // din (N, C) = d loss / d in (overwritten); weight gradients +=. aux_scale: the gradient scale
   // of the auxiliary losses (the micro-batch's grad_scale).
-  virtual void backward(const float* params, float* grads, const Acts& a, const float* in,
+  virtual void backward(const float* params, float* grads, const Acts& a, const LinearInput& in,
                         const float* dout, float* din, const Scratch& s, int N, float aux_scale,
                         TensorCollectives& comm) const = 0;
   virtual void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const = 0;
@@ -145,8 +160,10 @@ class FeedForward {
 };
 
 // The MLP's activation on n hidden values: act = gelu(fc), or act(gate) · fc when gated (GEGLU:
-// GELU, SwiGLU: SiLU); and its backward, dgate (gated only) and dfc overwritten.
+// GELU, SwiGLU: SiLU), in fp32 or in bf16 (act16; fp32 math); and its backward, dgate (gated only)
+// and dfc overwritten.
 void mlp_activation_forward(MlpKind kind, float* act, const float* gate, const float* fc, size_t n);
+void mlp_activation_forward(MlpKind kind, kernels::bf16* act16, const float* gate, const float* fc, size_t n);
 void mlp_activation_backward(MlpKind kind, float* dgate, float* dfc, const float* dact, const float* gate,
                              const float* fc, size_t n);
 
@@ -157,19 +174,24 @@ class DenseMlp final : public FeedForward {
   static void declare(ModelSpec& spec, const std::string& prefix, int layer, int64_t hidden);
   DenseMlp(const ModelConfig& config, const LocalSizes& sizes, const std::string& prefix,
            const ParamTable& table, const std::shared_ptr<LinearFormat>& dense);
-  void lay_out(double N, const Take& take, Acts& a) const override;
+  void lay_out(double N, const Take& take, Acts& a, kernels::DType dtype) const override;
   void lay_out_scratch(double N, const Take& take, Scratch& s) const override;
   Acts rows(const Acts& all, size_t row0) const override;
   LinearSlot& linear(BlockLinear which) override;
   const LinearSlot& linear(BlockLinear which) const override;
-  Report forward(const float* params, const Acts& a, const float* in, float* out, int N, bool lead,
+  bool bf16_input() const override { return true; }
+  Report forward(const float* params, const Acts& a, const LinearInput& in, float* out, int N, bool lead,
                  TensorCollectives& comm) const override;
-  void backward(const float* params, float* grads, const Acts& a, const float* in, const float* dout,
+  void backward(const float* params, float* grads, const Acts& a, const LinearInput& in, const float* dout,
                 float* din, const Scratch& s, int N, float aux_scale, TensorCollectives& comm) const override;
   void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const override;
 
  private:
-  enum Place { Fc, Gate, Act };  // (N, H) each, Gate only when gated; the scratch's: their gradients
+  // (N, H) each, Gate only when gated; Act in fp32 or (activation dtype BF16) Act16 in bf16, the
+  // other null (Act16 holds a kernels::bf16*). The scratch's: Fc, Gate, Act, their gradients.
+  enum Place { Fc, Gate, Act, Act16 };
+  // The activation's bf16 values (null in fp32).
+  static kernels::bf16* act16(const Acts& a) { return reinterpret_cast<kernels::bf16*>(a[Act16]); }
   MlpKind kind_;
   int hidden_;  // this rank's hidden units
   LinearSlot fc_, gate_, proj_;

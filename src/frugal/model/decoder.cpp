@@ -30,7 +30,8 @@ Decoder::Decoder(const GPT& model) : model_(model) {
   allocate_layout(internals_, [&](const Take& take) {
     std::array<bool, 2> laid_out{};
     for (int l = 0; l < m.n_layer; ++l)
-      if (!std::exchange(laid_out[kind(l)], true)) model.block(l).lay_out_internals(double(T), take, acts_[kind(l)]);
+      if (!std::exchange(laid_out[kind(l)], true))
+        model.block(l).lay_out_internals(double(T), take, acts_[kind(l)], kernels::DType::F32);
   });
   for (BlockActs& a : acts_) a.res_mid = a.res_out = x_.data();
 }

@@ -19,8 +19,9 @@ std::string MemoryPlan::describe(size_t optimizer_state_bytes) const {
   auto mib = [](double b) { return b / (1024.0 * 1024.0); };
   return fmt::format(
       "memory plan: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB, "
-      "activations {:.1f} MiB, backward scratch {:.1f} MiB{}, total {:.1f} MiB",
-      mib(parameters), mib(gradients), mib(optimizer_state_bytes), mib(activations), mib(scratch),
+      "activations {:.1f} MiB{}, backward scratch {:.1f} MiB{}, total {:.1f} MiB",
+      mib(parameters), mib(gradients), mib(optimizer_state_bytes), mib(activations),
+      activation_dtype == kernels::DType::BF16 ? " (linear inputs in bf16)" : "", mib(scratch),
       working_copies > 0 ? fmt::format(", bf16 weight copies {:.1f} MiB", mib(working_copies)) : "",
       mib(double(parameters) + gradients + optimizer_state_bytes + activations + scratch + working_copies));
 }
@@ -36,8 +37,10 @@ MemoryPlan GPT::memory_plan() const {
   return plan;
 }
 
-MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute) {
-  return estimate_memory(c, B, T, recompute, BlockRange::whole(c));
+MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute,
+                                kernels::DType dtype) {
+  const BlockRange whole = BlockRange::whole(c);
+  return estimate_memory(c, B, T, recompute, whole, whole, 1, {}, dtype);
 }
 
 MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute,
@@ -47,7 +50,7 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
 
 MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::vector<bool>& recompute,
                                 const BlockRange& range, const BlockRange& stage, int slots,
-                                const ShardCoord& shard) {
+                                const ShardCoord& shard, kernels::DType dtype) {
   // In floats, each tensor rounded up to the alignment as ParamTable::build and plan() lay them
   // out, in double: absurd sizes give huge numbers instead of overflowing.
   constexpr double A = kAlign / sizeof(float);
@@ -69,17 +72,17 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
   };
   Layout layout;
   lay_out(c, shard, *make_objective(c, ParamTable{}), double(B) * T, recompute, stage,
-          slots, count(&activations), count(&scratch), layout);
+          slots, dtype, count(&activations), count(&scratch), layout);
   auto bytes = [](double floats) {
     const double b = floats * sizeof(float);
     return b < 0x1p63 ? static_cast<size_t>(b) : size_t{1} << 63;
   };
-  return {bytes(parameters), bytes(parameters), bytes(activations), bytes(scratch)};
+  return {bytes(parameters), bytes(parameters), bytes(activations), bytes(scratch), 0, dtype};
 }
 
 void GPT::lay_out(const ModelConfig& c, const ShardCoord& shard, const Objective& objective, double N,
                   const std::vector<bool>& recompute, const BlockRange& stage, int slots,
-                  const Take& take_activation, const Take& take_scratch, Layout& out) {
+                  kernels::DType dtype, const Take& take_activation, const Take& take_scratch, Layout& out) {
   const auto recomputed = [&](int l) { return l < int(recompute.size()) && recompute[l]; };
   // The blocks of one kind (a dense or a mixture-of-experts MLP) lay out alike: a prototype without
   // tensors per kind present in the stage does it.
@@ -92,7 +95,7 @@ void GPT::lay_out(const ModelConfig& c, const ShardCoord& shard, const Objective
   std::array<bool, 2> any_recomputed{};
   for (int l = stage.begin; l < stage.end; ++l) any_recomputed[kind(l)] |= recomputed(l);
   for (int i : {0, 1})
-    if (any_recomputed[i]) prototype[i]->lay_out_internals(N, take_scratch, shared[i]);
+    if (any_recomputed[i]) prototype[i]->lay_out_internals(N, take_scratch, shared[i], dtype);
   // Per slot: the stage's input, each block's internals (unless recomputed) and output; with the
   // head, what the objective keeps.
   out.slots.assign(slots, Slot{});
@@ -104,7 +107,7 @@ void GPT::lay_out(const ModelConfig& c, const ShardCoord& shard, const Objective
       if (recomputed(l))
         s.acts[l] = shared[kind(l)];
       else
-        prototype[kind(l)]->lay_out_internals(N, take_activation, s.acts[l]);
+        prototype[kind(l)]->lay_out_internals(N, take_activation, s.acts[l], dtype);
       s.acts[l].res_out = take_activation(N * c.n_embd);
     }
     if (stage.head) objective.lay_out(N, take_activation, s.objective);
@@ -161,7 +164,7 @@ void GPT::init_weights(uint64_t seed) {
     }
     std::fill(p + n, p + e.numel, 0.0f);
   }
-  formats_stale_ = true;  // the formats' working copies (bf16 weights) derive from the new weights
+  mark_stale();  // the formats' working copies (bf16 weights) derive from the new weights
 }
 
 void GPT::plan(int B, int T, std::vector<bool> recompute) {
@@ -185,7 +188,8 @@ void GPT::plan(int B, int T, std::vector<bool> recompute, const BlockRange& stag
   T_ = T;
   stage_ = stage;
   recompute_ = std::move(recompute);
-  const MemoryPlan planned = estimate_memory(config_, B, T, recompute_, range_, stage_, slots, table_.shard());
+  const MemoryPlan planned =
+      estimate_memory(config_, B, T, recompute_, range_, stage_, slots, table_.shard(), linear_dtype_);
   constexpr size_t A = kAlign / sizeof(float);
   // Hands out the arena in order, counting activations and backward scratch apart.
   arena_.resize((planned.activations + planned.scratch) / sizeof(float));
@@ -201,7 +205,7 @@ void GPT::plan(int B, int T, std::vector<bool> recompute, const BlockRange& stag
   };
   Layout layout;
   lay_out(config_, table_.shard(), *objective_, double(B) * T, recompute_,
-          stage_, slots, take(&activations), take(&scratch), layout);
+          stage_, slots, linear_dtype_, take(&activations), take(&scratch), layout);
   slots_ = std::move(layout.slots);
   for (Slot& s : slots_) {
     s.tokens.assign(size_t(B) * T, 0);
@@ -323,21 +327,36 @@ void GPT::set_linear_dtype(kernels::DType dtype) {
   for (int l = range_.begin; l < range_.end; ++l) blocks_[l].set_mlp_dtype(dtype);
   objective_->set_dtype(dtype);
   refresh_formats();
+  if (B_ > 0) plan(B_, T_, recompute_, stage_, slots());  // the activations' dtype changed
 }
 
 void GPT::refresh_formats() {
-  formats_stale_ = true;
+  mark_stale();
   prepare_formats();
 }
 
 void GPT::prepare_formats() const {
   if (!formats_stale_) return;
   for_each_linear([&](int, Linear, LinearFormat& format, size_t offset, int oc, int ic) {
+    if (copies_written_ && dynamic_cast<const Bf16Format*>(&format)) return;  // update_params wrote it
     format.refresh(params_.data() + offset, oc, ic);
   });
   for (int l = range_.begin; l < range_.end; ++l) blocks_[l].refresh_mlp(params_.data());
-  objective_->refresh(params_.data());
-  formats_stale_ = false;
+  if (!copies_written_) objective_->refresh(params_.data());
+  formats_stale_ = copies_written_ = false;
+}
+
+void GPT::update_params(const ParamUpdate& update) {
+  std::vector<WorkingCopy> copies;
+  if (!formats_stale_) {
+    for_each_linear([&](int, Linear, LinearFormat& format, size_t offset, int oc, int ic) {
+      if (auto* bf16 = dynamic_cast<Bf16Format*>(&format)) copies.push_back({offset, size_t(oc) * ic, bf16->working_copy()});
+    });
+    if (const WorkingCopy head = objective_->working_copy(); head.data) copies.push_back(head);
+  }
+  update(params_.data(), copies);
+  mark_stale();
+  copies_written_ = !copies.empty();
 }
 
 void GPT::write_effective_weights() {

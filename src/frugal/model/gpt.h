@@ -37,6 +37,8 @@ namespace frugal {
 struct MemoryPlan {
   size_t parameters = 0, gradients = 0, activations = 0, scratch = 0;
   size_t working_copies = 0;  // the weights' bf16 working copies (train.precision = "bf16")
+  // BF16: the linears' inputs among the activations are kept in bf16 (BlockActs)
+  kernels::DType activation_dtype = kernels::DType::F32;
   std::string describe(size_t optimizer_state_bytes) const;
 };
 
@@ -51,7 +53,7 @@ class GPT {
   const ModelConfig& config() const { return config_; }
   const BlockRange& range() const { return range_; }
   const ParamTable& table() const { return table_; }
-  float* params() { return formats_stale_ = true, params_.data(); }
+  float* params() { return mark_stale(), params_.data(); }
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
   size_t num_floats() const { return table_.total(); }
@@ -93,14 +95,17 @@ class GPT {
   // building or allocating anything (absurd sizes give huge byte counts, saturated at 2^63, never
   // an overflow): to refuse a run before allocating. `range`: the part of the model allocated
   // (parameters and gradients); `stage` and `slots`: the part executed and its activation slots
-  // (default: range and 1); `shard`: the rank of a tensor-parallel group (default: the whole model).
+  // (default: range and 1); `shard`: the rank of a tensor-parallel group (default: the whole model);
+  // `dtype`: the activation dtype, the linear dtype of the model (set_linear_dtype).
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
-                                    const std::vector<bool>& recompute);
+                                    const std::vector<bool>& recompute,
+                                    kernels::DType dtype = kernels::DType::F32);
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
                                     const std::vector<bool>& recompute, const BlockRange& range);
   static MemoryPlan estimate_memory(const ModelConfig& config, int B, int T,
                                     const std::vector<bool>& recompute, const BlockRange& range,
-                                    const BlockRange& stage, int slots, const ShardCoord& shard = {});
+                                    const BlockRange& stage, int slots, const ShardCoord& shard = {},
+                                    kernels::DType dtype = kernels::DType::F32);
 
   // Blocks [0, k) and the embeddings are frozen: no backward, no weight gradients (k = 0: none).
   // With a tied head, freezing the embedding also freezes the head.
@@ -140,7 +145,8 @@ class GPT {
   void set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format);
   // The element type the block linears' GEMMs compute in by default (train.precision): F32
   // (DenseFormat) or BF16 (Bf16Format: bf16 operands, fp32 sums, fp32 master weights). Installs
-  // the new default on every linear that has the old one.
+  // the new default on every linear that has the old one. It is also the activation dtype of the
+  // plan (BF16: the linears' inputs stored in bf16); a planned model is planned again.
   void set_linear_dtype(kernels::DType dtype);
   kernels::DType linear_dtype() const { return linear_dtype_; }
   // The format block `layer`'s linear runs with; never null.
@@ -161,6 +167,14 @@ class GPT {
   // pipeline move) are what the formats compute with.
   void refresh_formats();
   void prepare_formats() const;
+  // An optimizer update of the parameters: update(params, copies) changes them and writes the bf16
+  // rounding of every parameter it changes inside `copies` there (AdamW: adamw_update_bf16). The
+  // copies are the current bf16 working copies of the Bf16Format linears and of the head (none
+  // when they are stale), so that the next forward rounds none of them again: on a bf16 model this
+  // replaces a pass over the weights a step. The other formats and a mixture's copies are
+  // refreshed as after params().
+  using ParamUpdate = std::function<void(float* params, const std::vector<WorkingCopy>& copies)>;
+  void update_params(const ParamUpdate& update);
   // Writes into every block linear's weight the weight its format computes with (W ⊙ M for a
   // masked format: LinearFormat::write_effective_weight), then refreshes the formats: params()
   // then hold the weights of the function the model computes, which dense formats compute too.
@@ -280,7 +294,8 @@ class GPT {
   };
   static void lay_out(const ModelConfig& config, const ShardCoord& shard, const Objective& objective,
                       double N, const std::vector<bool>& recompute, const BlockRange& stage,
-                      int slots, const Take& take_activation, const Take& take_scratch, Layout& out);
+                      int slots, kernels::DType dtype, const Take& take_activation, const Take& take_scratch,
+                      Layout& out);
 
   ModelConfig config_;
   BlockRange range_;
@@ -289,6 +304,12 @@ class GPT {
   std::shared_ptr<LinearFormat> dense_;  // the DenseFormat every fp32 linear starts with
   kernels::DType linear_dtype_ = kernels::DType::F32;
   mutable bool formats_stale_ = false;  // params() was handed out since the last refresh_formats()
+  // Since then only update_params changed the weights, writing the Bf16Formats' and the head's copies.
+  mutable bool copies_written_ = false;
+  void mark_stale() const {
+    formats_stale_ = true;
+    copies_written_ = false;
+  }
   TokenEmbedding embedding_;
   std::vector<TransformerBlock> blocks_;  // all n_layer; those outside range_ hold no tensors
   std::unique_ptr<Objective> objective_;

@@ -4,10 +4,18 @@
 // kernels/ops.h). The master weight in the flat parameter buffer stays dense; a format keeps
 // whatever derived copy it needs (a mask it owns, a packed weight) and re-derives it in
 // `refresh()`, which the trainer calls after every optimizer step.
+//
+// A linear's input may be stored in bf16 only (train.precision = "bf16": the LayerNorm and the MLP
+// activation write their outputs for the linears in bf16, model/branches.h): forward_bf16_input and
+// backward_bf16_input take it, by default widened to fp32 for forward/backward; a format computing
+// in bf16 (Bf16Format) reads it as it is and says so in bf16_input().
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+
+#include "frugal/kernels/dtype.h"
 
 namespace frugal {
 
@@ -17,6 +25,16 @@ namespace frugal {
 struct LinearCut {
   int OC = 0, IC = 0;
   std::function<void(const uint8_t* whole, uint8_t* part)> copy;
+};
+
+// The rows a linear reads: fp32, bf16 or both (b16 then holds f32 rounded to nearest even).
+struct LinearInput {
+  const float* f32 = nullptr;
+  const kernels::bf16* b16 = nullptr;
+  // Rows from row0 on, of `width` values each.
+  LinearInput from_row(size_t row0, size_t width) const {
+    return {f32 ? f32 + row0 * width : nullptr, b16 ? b16 + row0 * width : nullptr};
+  }
 };
 
 class LinearFormat {
@@ -40,6 +58,15 @@ class LinearFormat {
   virtual void backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, int N, int C, int OC,
                         bool accumulate_dinp) = 0;
+  // Whether the format computes on bf16 inputs: given an input in both types, it takes the bf16.
+  virtual bool bf16_input() const { return false; }
+  // forward and backward with the input inp (N, C) in bf16; by default widened to fp32 in scratch
+  // of the calling thread.
+  virtual void forward_bf16_input(float* out, const kernels::bf16* inp, const float* weight, const float* bias,
+                                  int N, int C, int OC);
+  virtual void backward_bf16_input(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const kernels::bf16* inp, const float* weight, int N, int C, int OC,
+                                   bool accumulate_dinp);
   // FLOP accounting (train/flops.h): the fraction of the dense multiply-adds each product really
   // executes. A format that runs dense GEMMs answers 1 whatever its mask.
   virtual double forward_density() const = 0;         // Y = X · S(W)ᵀ

@@ -195,7 +195,7 @@ MoeMlp::MoeMlp(const ModelConfig& config, const LocalSizes& sizes, const ShardCo
   }
 }
 
-void MoeMlp::lay_out(double N, const Take& take, Acts& a) const {
+void MoeMlp::lay_out(double N, const Take& take, Acts& a, kernels::DType dtype) const {
   const double E = experts_, R = N * k_, Q = N * capacity_, H = hidden_;
   a[Logits] = take(N * E);
   a[Probs] = take(N * E);
@@ -216,7 +216,7 @@ void MoeMlp::lay_out(double N, const Take& take, Acts& a) const {
   }
   if (shared_) {
     Acts shared{};
-    shared_->lay_out(N, take, shared);
+    shared_->lay_out(N, take, shared, dtype);
     put_places(a, shared, Shared);
   }
 }
@@ -259,8 +259,10 @@ FeedForward::Acts MoeMlp::rows(const Acts& all, size_t row0) const {
   return a;
 }
 
-FeedForward::Report MoeMlp::forward(const float* params, const Acts& a, const float* in, float* out,
+FeedForward::Report MoeMlp::forward(const float* params, const Acts& a, const LinearInput& input, float* out,
                                     int N, bool lead, TensorCollectives& comm) const {
+  FRUGAL_CHECK(input.f32, "internal: a mixture of experts takes its input in fp32");
+  const float* in = input.f32;
   const int E = experts_, C = C_, H = hidden_, R = N * k_;
   const auto P = [params](size_t off) { return off == kAbsent ? nullptr : params + off; };
   // route: logits (N, E) = in · routerᵀ, the top k per token, their rows grouped by expert
@@ -305,7 +307,7 @@ FeedForward::Report MoeMlp::forward(const float* params, const Acts& a, const fl
     k::moe_permute(a[Wire], a[Yp], x.inverse.data(), Q, C);
     comm.all_to_all_rows(a[Wire], x.recv_rows.data(), routed, x.send_rows.data(), C);
   }
-  if (shared_) shared_->forward(params, places_from(a, Shared), in, out, N, lead, comm);
+  if (shared_) shared_->forward(params, places_from(a, Shared), input, out, N, lead, comm);
   k::moe_unpermute(out, ranks_ > 1 ? routed : a[Yp], ints(a[Pos]), a[Weight], N, k_, C, shared_ != nullptr);
 
   Report report;
@@ -328,8 +330,9 @@ FeedForward::Report MoeMlp::forward(const float* params, const Acts& a, const fl
   return report;
 }
 
-void MoeMlp::backward(const float* params, float* grads, const Acts& a, const float* in, const float* dout,
+void MoeMlp::backward(const float* params, float* grads, const Acts& a, const LinearInput& input, const float* dout,
                       float* din, const Scratch& s, int N, float aux_scale, TensorCollectives& comm) const {
+  const float* in = input.f32;
   const int E = experts_, C = C_, H = hidden_, R = N * k_;
   const auto G = [grads](size_t off) { return off == kAbsent ? nullptr : grads + off; };
   const std::vector<int32_t> offsets = expert_offsets(ints(a[Expert]), R, E);
@@ -366,7 +369,7 @@ void MoeMlp::backward(const float* params, float* grads, const Acts& a, const fl
     comm.all_to_all_rows(s[DWire], x.recv_rows.data(), droutes, x.send_rows.data(), C);
   }
   if (shared_)
-    shared_->backward(params, grads, places_from(a, Shared), in, dout, din, places_from(s, DShared), N,
+    shared_->backward(params, grads, places_from(a, Shared), input, dout, din, places_from(s, DShared), N,
                       aux_scale, comm);
   k::moe_unpermute(din, ranks_ > 1 ? droutes : s[DXp], ints(a[Pos]), nullptr, N, k_, C, shared_ != nullptr);
   // the router: the combine weights' gradient and the balancing losses'

@@ -69,15 +69,15 @@ class MoeMlp final : public FeedForward {
   MoeMlp(const ModelConfig& config, const LocalSizes& sizes, const ShardCoord& shard, const std::string& prefix,
          const ParamTable& table, const std::shared_ptr<LinearFormat>& dense);
 
-  void lay_out(double N, const Take& take, Acts& a) const override;
+  void lay_out(double N, const Take& take, Acts& a, kernels::DType dtype) const override;
   void lay_out_scratch(double N, const Take& take, Scratch& s) const override;
   Acts rows(const Acts& all, size_t row0) const override;
   // The experts' linears run through no LinearFormat: every BlockLinear is absent.
   LinearSlot& linear(BlockLinear) override { return absent_; }
   const LinearSlot& linear(BlockLinear) const override { return absent_; }
-  Report forward(const float* params, const Acts& a, const float* in, float* out, int N, bool lead,
+  Report forward(const float* params, const Acts& a, const LinearInput& in, float* out, int N, bool lead,
                  TensorCollectives& comm) const override;
-  void backward(const float* params, float* grads, const Acts& a, const float* in, const float* dout,
+  void backward(const float* params, float* grads, const Acts& a, const LinearInput& in, const float* dout,
                 float* din, const Scratch& s, int N, float aux_scale, TensorCollectives& comm) const override;
   // The router and the top_k active experts (and the shared one).
   void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const override;

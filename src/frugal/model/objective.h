@@ -82,6 +82,8 @@ class Objective {
   virtual void set_dtype(kernels::DType dtype) = 0;
   virtual void refresh(const float* params) = 0;
   virtual size_t working_copy_bytes() const = 0;  // what refresh() keeps
+  // That copy as the part of the flat buffer it rounds (no data: none), for an optimizer to update.
+  virtual WorkingCopy working_copy() = 0;
 };
 
 // The objective model.objective names: its tensors, and the component over a table of them.
@@ -101,6 +103,8 @@ class HeadWorkingCopy {
   void refresh(const float* weight, int rows, int C);
   const kernels::bf16* data() const { return copy_.data(); }
   size_t bytes() const { return copy_.size() * sizeof(kernels::bf16); }
+  // The copy of the weight at `offset` of the flat buffer (no data: none).
+  WorkingCopy at(size_t offset) { return copy_.empty() ? WorkingCopy{} : WorkingCopy{offset, copy_.size(), copy_.data()}; }
 
  private:
   kernels::DType dtype_ = kernels::DType::F32;
@@ -129,6 +133,7 @@ class CausalLmHead final : public Objective {
   void set_dtype(kernels::DType dtype) override { copy_.set_dtype(dtype); }
   void refresh(const float* params) override;
   size_t working_copy_bytes() const override { return copy_.bytes(); }
+  WorkingCopy working_copy() override { return head_ == kAbsent ? WorkingCopy{} : copy_.at(head_); }
 
  private:
   // logits (N, V) of the normalised rows x (N, C), in the head's dtype
@@ -166,6 +171,7 @@ class MaskedLmHead final : public Objective {
   void set_dtype(kernels::DType dtype) override { copy_.set_dtype(dtype); }
   void refresh(const float* params) override;
   size_t working_copy_bytes() const override { return copy_.bytes(); }
+  WorkingCopy working_copy() override { return head_ == kAbsent ? WorkingCopy{} : copy_.at(head_); }
 
  private:
   // The transform of M rows g (M, C): h = g · denseᵀ + b, a = gelu(h), u = LayerNorm(a) (mean,

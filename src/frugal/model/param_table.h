@@ -13,10 +13,19 @@
 #include <utility>
 #include <vector>
 
+#include "frugal/kernels/dtype.h"
 #include "frugal/model/config.h"
 #include "frugal/model/spec.h"
 
 namespace frugal {
+
+// The bf16 working copy of the parameters [offset, offset + numel) of the flat buffer (a bf16
+// linear's weight, the LM head's): GPT::update_params hands the current ones to the optimizer,
+// which writes there the rounding of every parameter it changes (kernels::adamw_update_bf16).
+struct WorkingCopy {
+  size_t offset = 0, numel = 0;
+  kernels::bf16* data = nullptr;
+};
 
 // The part of a model one process runs: the embeddings (first stage), blocks [begin, end), and the
 // final LayerNorm with the LM head and loss (last stage). The whole model is one range; a pipeline

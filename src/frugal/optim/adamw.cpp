@@ -71,7 +71,17 @@ float AdamW::clip(float* grads, size_t begin) const {
   return norm;
 }
 
-void AdamW::update(float* params, const float* grads, size_t begin, float lr, size_t end) {
+namespace {
+// The working copy of the tensor at `offset`, or null.
+const WorkingCopy* copy_of(const std::vector<WorkingCopy>& copies, size_t offset) {
+  for (const WorkingCopy& c : copies)
+    if (c.offset == offset) return &c;
+  return nullptr;
+}
+}  // namespace
+
+void AdamW::update(float* params, const float* grads, size_t begin, float lr, size_t end,
+                   const std::vector<WorkingCopy>& copies) {
   ++t_;
   const kernels::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, t_};
   allocate_state();
@@ -81,16 +91,25 @@ void AdamW::update(float* params, const float* grads, size_t begin, float lr, si
     const size_t b = std::max(e.offset, lo), e_end = std::min(e.offset + e.numel, hi);
     if (b >= e_end) continue;
     const size_t o = b - shard_begin_;
+    const WorkingCopy* copy = copy_of(copies, e.offset);
     if (const MuonMatrices muon = config_.muon.enabled ? muon_matrices(e) : MuonMatrices{}; muon.count > 0) {
       FRUGAL_CHECK(b == e.offset && e_end == e.offset + e.numel, "internal: the optimizer shard [{}, {}) cuts "
                    "the Muon matrix {}", shard_begin_, shard_end_, e.name);
       muon_update(params + b, grads + b, m_.data() + o, muon, config_.muon, lr * config_.muon.lr / config_.lr,
                   muon_scratch_);
+      if (copy) kernels::f32_to_bf16(copy->data, params + copy->offset, copy->numel);
       continue;
     }
     kernels::AdamWStep tensor_step = s;
     if (e.untied_head && config_.head_lr > 0) tensor_step.lr = lr * config_.head_lr / config_.lr;
-    kernels::adamw_update(params + b, grads + b, m_.data() + o, v_.data() + o, e_end - b, tensor_step, e.decays());
+    // [b, split) has a working copy, [split, e_end) none
+    const size_t split = copy ? std::clamp(copy->offset + copy->numel, b, e_end) : b;
+    if (split > b)
+      kernels::adamw_update_bf16(params + b, copy->data + (b - copy->offset), grads + b, m_.data() + o,
+                                 v_.data() + o, split - b, tensor_step, e.decays());
+    if (e_end > split)
+      kernels::adamw_update(params + split, grads + split, m_.data() + o + (split - b), v_.data() + o + (split - b),
+                            e_end - split, tensor_step, e.decays());
   }
 }
 

@@ -2,7 +2,8 @@
 // only), global gradient-norm clipping, and the warm-up + cosine learning-rate schedule. With
 // config.muon.enabled the same object is the session's two-group optimizer: Muon (optim/muon.h) for
 // the hidden weight matrices, AdamW for every other tensor, the Muon momentum kept in m at the
-// matrices' offsets (their v stays zero).
+// matrices' offsets (their v stays zero). Given a bf16 model's working copies (GPT::update_params)
+// it writes their rounding as it updates the weights.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -71,7 +72,10 @@ class AdamW {
   // One AdamW step with learning rate lr on the parameters in [begin, end) (end 0: the total)
   // within the shard: a pipeline stage updates its own slice of the buffer. With Muon, its matrices
   // take a Muon step at lr · muon.lr / config.lr; a shard must hold each of them whole or not at all.
-  void update(float* params, const float* grads, size_t begin, float lr, size_t end = 0);
+  // `copies`: bf16 working copies of whole tensors (GPT::update_params), each updated with its
+  // tensor (the rounding of every parameter changed written there).
+  void update(float* params, const float* grads, size_t begin, float lr, size_t end = 0,
+              const std::vector<WorkingCopy>& copies = {});
 
   const AdamWConfig& config() const { return config_; }
   int64_t steps_taken() const { return t_; }

@@ -244,7 +244,7 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   const BlockRange stage_range = ranges(layout)[world_.rank()];
   const ShardCoord shard{tensor_rank(), tensor_};  // the stage's tensor shard
   const MemoryPlan plan = GPT::estimate_memory(config, t.batch_size, t.seq_len, recompute, stage_range,
-                                               stage_range, slots_, shard);
+                                               stage_range, slots_, shard, linear_dtype(t));
   const ParamTable stage_table = ParamTable::build(config, stage_range, shard);
   const size_t optimizer = 2 * sizeof(float) * (stage_table.total() - stage_table.owned_begin());  // AdamW's m and v
   const double needed = double(optimizer) + plan.parameters + plan.gradients + plan.activations + plan.scratch +
@@ -590,7 +590,10 @@ float PipelineStep::clip_gradients() {
 
 void PipelineStep::update(float lr) {
   GPT& model = session_.model();
-  session_.optim().update(model.params(), model.grads(), lo_, lr, hi_);
+  // the bf16 working copies of a bf16 model are written by the update (GPT::update_params)
+  model.update_params([&](float* params, const std::vector<WorkingCopy>& copies) {
+    session_.optim().update(params, model.grads(), lo_, lr, hi_, copies);
+  });
   if (tied_exchange()) {  // the head on the last stage reads the token embedding the first stage updated
     const auto [wte_begin, wte_end] = model.token_embedding_range();
     const int count = static_cast<int>(wte_end - wte_begin), K = layout_.stages;

@@ -143,7 +143,7 @@ MemoryPlan TensorParallelStep::memory_plan() const {
   const ModelConfig& config = session_.model().config();
   const BlockRange whole = BlockRange::whole(config);
   return GPT::estimate_memory(config, t.batch_size, t.seq_len, session_.model().recompute(), whole, whole, 1,
-                              comm_->coord());
+                              comm_->coord(), linear_dtype(t));
 }
 
 size_t TensorParallelStep::optimizer_bytes() const {

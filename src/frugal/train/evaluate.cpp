@@ -73,7 +73,7 @@ EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, 
 }
 
 double evaluation_bytes(const GPT& model, int batch_size, int T) {
-  const MemoryPlan plan = GPT::estimate_memory(model.config(), batch_size, T, model.recompute());
+  const MemoryPlan plan = GPT::estimate_memory(model.config(), batch_size, T, model.recompute(), model.linear_dtype());
   const double B = batch_size;  // inputs and targets (B,T), sample ids (B)
   return double(plan.activations) + double(plan.scratch) + B * T * 2 * sizeof(int32_t) + B * sizeof(int64_t);
 }

@@ -21,7 +21,7 @@ void check_memory_available(const RunSettings& settings) {
   const int tensor = settings.parallel.tensor;
   const BlockRange whole = BlockRange::whole(m);
   const MemoryPlan plan = GPT::estimate_memory(m, t.batch_size, t.seq_len, recompute_blocks(t.recompute, m.n_layer),
-                                               whole, whole, 1, {0, tensor});
+                                               whole, whole, 1, {0, tensor}, linear_dtype(t));
   const double optimizer = 2.0 * plan.parameters;  // AdamW's m and v
   const double needed = optimizer + plan.parameters + plan.gradients + plan.activations + plan.scratch +
                         working_copy_bound(plan, t);
@@ -162,7 +162,10 @@ float StepStrategy::clip_gradients() {
 
 void StepStrategy::update(float lr) {
   GPT& model = session_.model();
-  session_.optim().update(model.params(), model.grads(), model.trainable_begin(), lr);
+  // the bf16 working copies of a bf16 model are written by the update (GPT::update_params)
+  model.update_params([&](float* params, const std::vector<WorkingCopy>& copies) {
+    session_.optim().update(params, model.grads(), model.trainable_begin(), lr, 0, copies);
+  });
   model.balance_experts();
 }
 

@@ -1,5 +1,5 @@
-// The activation kernels on CPU: GELU (tanh form), ReLU² and the gated GEGLU / SwiGLU, forward and
-// backward, through the shared element-wise loop (cpu/elementwise.h).
+// The activation kernels on CPU: GELU (tanh form), ReLU² and the gated GEGLU / SwiGLU, forward (fp32
+// or bf16 output) and backward, through the shared element-wise loop (cpu/elementwise.h).
 #include "frugal/kernels/cpu/simd_math.h"  // first: see its note on <immintrin.h>
 
 #include "frugal/core/profile.h"
@@ -9,7 +9,9 @@
 namespace frugal::kernels::cpu {
 namespace {
 
-void gelu_forward(float* out, const float* inp, size_t n) {
+// The forwards write Out = float or bf16 (rounded as it is stored: cpu/elementwise.h).
+template <class Out>
+void gelu_forward(Out* out, const float* inp, size_t n) {
   FRUGAL_PROFILE("activation fwd");
   for_each8(n, [&](size_t i, auto m) { store(out + i, m, gelu256(load(inp + i, m), nullptr)); });
 }
@@ -23,7 +25,8 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
   });
 }
 
-void relu2_forward(float* out, const float* inp, size_t n) {
+template <class Out>
+void relu2_forward(Out* out, const float* inp, size_t n) {
   FRUGAL_PROFILE("activation fwd");
   for_each8(n, [&](size_t i, auto m) {
     const __m256 r = _mm256_max_ps(load(inp + i, m), _mm256_setzero_ps());
@@ -44,7 +47,8 @@ static inline __m256 activation(__m256 x, GateAct act, __m256* grad) {
   return act == GateAct::Gelu ? gelu256(x, grad) : silu256(x, grad);
 }
 
-void gated_forward(float* out, const float* gate, const float* up, size_t n, GateAct act) {
+template <class Out>
+void gated_forward(Out* out, const float* gate, const float* up, size_t n, GateAct act) {
   FRUGAL_PROFILE("activation fwd");
   for_each8(n, [&](size_t i, auto m) {
     store(out + i, m, _mm256_mul_ps(activation(load(gate + i, m), act, nullptr), load(up + i, m)));
@@ -65,7 +69,8 @@ void gated_backward(float* dgate, float* dup, const float* dout, const float* ga
 
 }  // namespace
 
-const ActivationsKernels activations_avx2{&gelu_forward, &gelu_backward, &gated_forward,
-                                          &gated_backward, &relu2_forward, &relu2_backward};
+const ActivationsKernels activations_avx2{&gelu_forward<float>, &gelu_backward,        &gated_forward<float>,
+                                          &gated_backward,       &relu2_forward<float>, &relu2_backward,
+                                          &gelu_forward<bf16>,   &relu2_forward<bf16>,  &gated_forward<bf16>};
 
 }  // namespace frugal::kernels::cpu

@@ -1,4 +1,5 @@
-// The fused AdamW update on CPU through the shared element-wise loop (cpu/elementwise.h).
+// The fused AdamW update on CPU through the shared element-wise loop (cpu/elementwise.h), writing
+// the parameters' bf16 rounding too when given where (a bf16 model's working copy).
 #include <cmath>
 
 #include "frugal/core/profile.h"
@@ -8,8 +9,9 @@
 namespace frugal::kernels::cpu {
 namespace {
 
-void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
-                  bool decay) {
+// p16: null, or where the updated p goes rounded to bf16.
+void adamw_update_to(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
+                     bool decay) {
   FRUGAL_PROFILE("adamw");
   const float c1 = 1.0f / (1.0f - std::pow(s.beta1, static_cast<float>(s.t)));
   const float c2 = 1.0f / (1.0f - std::pow(s.beta2, static_cast<float>(s.t)));
@@ -28,11 +30,16 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
     store(m + i, mask, mi);
     store(v + i, mask, vi);
     store(p + i, mask, pi);
+    if (p16) store(p16 + i, mask, pi);
   });
+}
+
+void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s, bool decay) {
+  adamw_update_to(p, nullptr, g, m, v, n, s, decay);
 }
 
 }  // namespace
 
-const AdamwKernels adamw_avx2{&adamw_update};
+const AdamwKernels adamw_avx2{&adamw_update, &adamw_update_to};
 
 }  // namespace frugal::kernels::cpu

@@ -13,7 +13,14 @@ template <IsaKernelsOf kernels>
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                        const AttentionPattern& pattern) {
   FRUGAL_PROFILE("attention fwd");
-  kernels().forward(out, lse, qkv, B, T, C, NH, pattern);
+  kernels().forward(out, nullptr, lse, qkv, B, T, C, NH, pattern);
+}
+
+template <IsaKernelsOf kernels>
+void attention_forward_bf16(float* out, bf16* out16, float* lse, const float* qkv, int B, int T, int C, int NH,
+                            const AttentionPattern& pattern) {
+  FRUGAL_PROFILE("attention fwd");
+  kernels().forward(out, out16, lse, qkv, B, T, C, NH, pattern);
 }
 
 template <IsaKernelsOf kernels>
@@ -27,9 +34,11 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 }  // namespace
 
 const AttentionKernels attention_avx2{&attention_forward<&attention_detail::avx2_kernels>,
+                                      &attention_forward_bf16<&attention_detail::avx2_kernels>,
                                       &attention_backward<&attention_detail::avx2_kernels>,
                                       &attention_decode_avx2};
 const AttentionKernels attention_avx512{&attention_forward<&attention_detail::avx512_kernels>,
+                                        &attention_forward_bf16<&attention_detail::avx512_kernels>,
                                         &attention_backward<&attention_detail::avx512_kernels>,
                                         &attention_decode_avx2};
 

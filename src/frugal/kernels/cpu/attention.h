@@ -10,8 +10,9 @@
 namespace frugal::kernels {
 namespace attention_detail {
 
-// qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T); see attention_forward in kernels/ops.h.
-using ForwardFn = void (*)(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+// qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T), and out16 (B,T,C) = out in bf16 unless null; see
+// attention_forward(_bf16) in kernels/ops.h.
+using ForwardFn = void (*)(float* out, bf16* out16, float* lse, const float* qkv, int B, int T, int C, int NH,
                            const AttentionPattern& pattern);
 // dout (B,T,C), qkv (B,T,3C), out (B,T,C), lse (B,NH,T) -> dqkv (B,T,3C), overwritten.
 using BackwardFn = void (*)(float* dqkv, const float* dout, const float* qkv, const float* out,

@@ -36,6 +36,7 @@
 #include "frugal/kernels/attention_pattern.h"
 #include "frugal/kernels/cpu/simd_avx2.h"
 #include "frugal/kernels/cpu/simd_math.h"
+#include "frugal/kernels/cpu/elementwise.h"
 
 namespace frugal::kernels::attention_detail {
 namespace {
@@ -379,11 +380,12 @@ void softmax_update(float* st, int nk, int c, Band band, const TileMask& mask, f
   Isa::store(m + c, m_new);
 }
 
-// One query tile of one head: out rows q0..q0+nq-1 and their lse. With `resume`, out and lse
-// already hold these queries' softmax over other keys (Strided's window), and the online softmax
-// starts from it (shift lse, sum 1, partial output out): the result is the softmax over both.
+// One query tile of one head: out rows q0..q0+nq-1 (and in bf16 into out16 unless null) and their
+// lse. With `resume`, out and lse already hold these queries' softmax over other keys (Strided's
+// window), and the online softmax starts from it (shift lse, sum 1, partial output out): the
+// result is the softmax over both.
 template <class Isa>
-void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
+void forward_query_tile(float* out, bf16* out16, float* lse, const float* qkv, const Dims& d,
                         const TileMasks& masks, int b, int h, int qt, ForwardScratch& w,
                         bool resume = false) {
   const int C3 = 3 * d.C, HS = d.HS, q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
@@ -427,10 +429,13 @@ void forward_query_tile(float* out, float* lse, const float* qkv, const Dims& d,
     first = false;
   }
   for (int i = 0; i < nq; ++i) {
-    float* dst = out + d.at(b, q0 + i, d.C, h);
+    const size_t at = d.at(b, q0 + i, d.C, h);
     const __m256 inv = _mm256_set1_ps(1.0f / w.l[i]);
-    for (int c = 0; c < HS; c += 8)
-      _mm256_storeu_ps(dst + c, _mm256_mul_ps(inv, _mm256_loadu_ps(w.o.data() + i * HS + c)));
+    for (int c = 0; c < HS; c += 8) {
+      const __m256 o = _mm256_mul_ps(inv, _mm256_loadu_ps(w.o.data() + i * HS + c));
+      _mm256_storeu_ps(out + at + c, o);
+      if (out16) cpu::store(out16 + at + c, cpu::AllLanes{}, o);
+    }
     lse_q0[i] = w.m[i] + std::log(w.l[i]);
   }
 }
@@ -664,7 +669,7 @@ void forward_class(float* out, float* lse, const float* qkv, const Dims& d,
   pack_qkv(w, qkv, d, classes, b, h, r);
   pack_query_rows(w, out, nullptr, lse, d, classes, b, h, r);
   for (int qt = 0; qt < p.d.n_tiles; ++qt)
-    forward_query_tile<Isa>(w.out.data(), w.lse.data(), w.qkv.data(), p.d, p.masks, 0, 0, qt, fw,
+    forward_query_tile<Isa>(w.out.data(), nullptr, w.lse.data(), w.qkv.data(), p.d, p.masks, 0, 0, qt, fw,
                             /*resume=*/true);
   float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
   for (int t = 0; t < classes.length(r); ++t) {
@@ -707,7 +712,7 @@ void backward_class(float* dqkv, const float* dout, const float* qkv, const floa
 // Under Strided an item is a whole (batch, head): its window's tiles, then its classes, which so
 // find the head's rows (and the window's out and lse) still in cache.
 template <class Isa>
-void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+void forward(float* out, bf16* out16, float* lse, const float* qkv, int B, int T, int C, int NH,
              const AttentionPattern& pattern) {
   const AttentionPattern head = head_pattern(pattern);
   const Dims d(B, T, C, NH, head);
@@ -723,17 +728,23 @@ void forward(float* out, float* lse, const float* qkv, int B, int T, int C, int 
 #pragma omp for schedule(dynamic, 1)
       for (int item = 0; item < B * NH * d.n_tiles; ++item) {
         const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
-        forward_query_tile<Isa>(out, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
+        forward_query_tile<Isa>(out, out16, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
       }
     } else {
       PackedScratch pw(classes->longest(), d.HS);
 #pragma omp for schedule(dynamic, 1)
       for (int bh = 0; bh < B * NH; ++bh) {
         for (int qt = d.n_tiles - 1; qt >= 0; --qt)
-          forward_query_tile<Isa>(out, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
+          forward_query_tile<Isa>(out, nullptr, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
         for (int r = 0; r < classes->count(); ++r)
           if (classes->length(r) > 0)
             forward_class<Isa>(out, lse, qkv, d, *classes, bh / NH, bh % NH, r, w, pw);
+        // the head's rows are final only now: their bf16 copy, while they are in cache
+        for (int t = 0; out16 && t < T; ++t) {
+          const size_t at = d.at(bh / NH, t, d.C, bh % NH);
+          for (int c = 0; c < d.HS; c += 8)
+            cpu::store(out16 + at + c, cpu::AllLanes{}, _mm256_loadu_ps(out + at + c));
+        }
       }
     }
   }

@@ -1,9 +1,13 @@
-// The loop the element-wise CPU kernels share (activations, elementwise, adamw): AVX2 over 8
-// floats, masked loads and stores for the tail only, OpenMP over blocks.
+// The loop the element-wise CPU kernels share (activations, elementwise, adamw, layernorm's
+// stores): AVX2 over 8 floats, masked loads and stores for the tail only, OpenMP over blocks; and
+// the stores of 8 floats rounded to bf16 (the kernels that write bf16 activations).
 #pragma once
 #include <immintrin.h>
 
 #include <cstddef>
+#include <cstring>
+
+#include "frugal/kernels/dtype.h"
 
 namespace frugal::kernels::cpu {
 
@@ -28,6 +32,27 @@ inline __m256 load(const float* p, AllLanes) { return _mm256_loadu_ps(p); }
 inline __m256 load(const float* p, FirstLanes l) { return _mm256_maskload_ps(p, l.mask); }
 inline void store(float* p, AllLanes, __m256 v) { _mm256_storeu_ps(p, v); }
 inline void store(float* p, FirstLanes l, __m256 v) { _mm256_maskstore_ps(p, l.mask, v); }
+
+// 8 floats rounded to bf16, to nearest with ties to even, NaN kept quiet: the reference's rounding
+// (kernels/ref/bf16_ref.h) bit for bit, in AVX2 integer operations (the AVX512_BF16 instruction
+// flushes subnormals, so it would not match).
+inline __m128i round_bf16(__m256 v) {
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+  const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);  // each lane <= 0xffff: packus keeps it
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+inline void store(bf16* p, AllLanes, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), round_bf16(v)); }
+inline void store(bf16* p, FirstLanes l, __m256 v) {
+  alignas(16) bf16 lanes[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(lanes), round_bf16(v));
+  const int n = __builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(l.mask)));
+  std::memcpy(p, lanes, sizeof(bf16) * n);
+}
 
 // Calls f(i, lanes) for every 8-float group of [0, n), lanes = AllLanes{} or, for a short last
 // group, FirstLanes (so f is generic: [&](size_t i, auto lanes) { ... load(p + i, lanes) ... }).

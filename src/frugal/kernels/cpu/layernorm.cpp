@@ -1,6 +1,6 @@
-// LayerNorm forward/backward on CPU. Rows are independent and split over threads; parameter
-// gradients are summed per fixed row chunk and then reduced in chunk order, so results are
-// bit-identical for any thread count.
+// LayerNorm forward (fp32 and/or bf16 output) and backward on CPU. Rows are independent and split
+// over threads; parameter gradients are summed per fixed row chunk and then reduced in chunk
+// order, so results are bit-identical for any thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -8,6 +8,7 @@
 #include "frugal/kernels/cpu/simd_math.h"
 #include "frugal/core/profile.h"
 #include "frugal/kernels/cpu/cpu_backend.h"
+#include "frugal/kernels/cpu/elementwise.h"
 
 namespace frugal::kernels::cpu {
 namespace {
@@ -21,13 +22,16 @@ inline float row_sum(const float* x, int C) {
   return hsum256(acc);
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C, float eps) {
+// The forward writing out (fp32, when not null) and out16 (bf16, when not null) from the same
+// fp32 values.
+void layernorm_forward_to(bf16* out16, float* out, float* mean, float* rstd, const float* inp,
+                          const float* weight, const float* bias, int N, int C, float eps) {
   FRUGAL_PROFILE("layernorm fwd");
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
     const float* x = inp + static_cast<size_t>(i) * C;
-    float* o = out + static_cast<size_t>(i) * C;
+    float* o = out ? out + static_cast<size_t>(i) * C : nullptr;
+    bf16* o16 = out16 ? out16 + static_cast<size_t>(i) * C : nullptr;
     const float m = row_sum(x, C) / C;
     const __m256 vm = _mm256_set1_ps(m);
     __m256 acc = _mm256_setzero_ps();
@@ -40,11 +44,18 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
     for (int c = 0; c < C; c += 8) {
       const __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + c), vm), vs);
       const __m256 b = bias ? _mm256_loadu_ps(bias + c) : _mm256_setzero_ps();
-      _mm256_storeu_ps(o + c, _mm256_fmadd_ps(xhat, _mm256_loadu_ps(weight + c), b));
+      const __m256 y = _mm256_fmadd_ps(xhat, _mm256_loadu_ps(weight + c), b);
+      if (o) store(o + c, AllLanes{}, y);
+      if (o16) store(o16 + c, AllLanes{}, y);
     }
     mean[i] = m;
     rstd[i] = s;
   }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C, float eps) {
+  layernorm_forward_to(nullptr, out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -98,6 +109,6 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
 }  // namespace
 
-const LayernormKernels layernorm_avx2{&layernorm_forward, &layernorm_backward};
+const LayernormKernels layernorm_avx2{&layernorm_forward, &layernorm_backward, &layernorm_forward_to};
 
 }  // namespace frugal::kernels::cpu

@@ -3,6 +3,7 @@
 // signature differs from the template's (a parameter struct, an enum, a packed sparse weight,
 // the streamed sum of squares). Slow by design: it shows what the optimised paths must compute.
 #include <algorithm>
+#include <vector>
 
 #include "frugal/kernels/cpu/cpu_backend.h"
 #include "frugal/kernels/cpu/sparse24.h"
@@ -33,11 +34,49 @@ void bf16_to_f32_ref(float* out, const bf16* in, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = ref::to_f32(in[i]);
 }
 
-// ---- activations: GateAct -> the template's 0 (gelu) / 1 (silu) ----
+// A bf16 output: the fp32 reference's, rounded element by element.
+struct Rounded {
+  explicit Rounded(size_t n) : values(n) {}
+  void to(bf16* out) const { f32_to_bf16_ref(out, values.data(), values.size()); }
+  std::vector<float> values;
+};
+
+// ---- layernorm: the bf16 output is the rounded fp32 one ----
+void layernorm_forward_bf16(bf16* out16, float* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int N, int C, float eps) {
+  Rounded y(size_t(N) * C);
+  ref::layernorm_forward(y.values.data(), mean, rstd, inp, weight, bias, N, C, eps);
+  if (out) std::copy(y.values.begin(), y.values.end(), out);
+  y.to(out16);
+}
+
+// ---- attention: the bf16 output is the rounded fp32 one ----
+void attention_forward_bf16(float* out, bf16* out16, float* lse, const float* qkv, int B, int T, int C, int NH,
+                            const AttentionPattern& pattern) {
+  ref::attention_forward(out, lse, qkv, B, T, C, NH, pattern);
+  f32_to_bf16_ref(out16, out, size_t(B) * T * C);
+}
+
+// ---- activations: GateAct -> the template's 0 (gelu) / 1 (silu); bf16 outputs rounded ----
 int act_index(GateAct act) { return act == GateAct::Gelu ? 0 : 1; }
 
 void gated_forward(float* out, const float* gate, const float* up, size_t n, GateAct act) {
   ref::gated_forward(out, gate, up, n, act_index(act));
+}
+void gelu_forward_bf16(bf16* out, const float* inp, size_t n) {
+  Rounded y(n);
+  ref::gelu_forward(y.values.data(), inp, n);
+  y.to(out);
+}
+void relu2_forward_bf16(bf16* out, const float* inp, size_t n) {
+  Rounded y(n);
+  ref::relu2_forward(y.values.data(), inp, n);
+  y.to(out);
+}
+void gated_forward_bf16(bf16* out, const float* gate, const float* up, size_t n, GateAct act) {
+  Rounded y(n);
+  ref::gated_forward(y.values.data(), gate, up, n, act_index(act));
+  y.to(out);
 }
 void gated_backward(float* dgate, float* dup, const float* dout, const float* gate,
                     const float* up, size_t n, GateAct act) {
@@ -73,6 +112,11 @@ void lm_head_logits(float* logits, const float* inp, const float* weight, int N,
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay) {
   ref::adamw_update(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.t, decay);
+}
+void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
+                       bool decay) {
+  ref::adamw_update(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.t, decay);
+  f32_to_bf16_ref(p16, p, n);
 }
 
 // ---- the sparse families: the CPU packing (its checks and its layout, which the packed weight's
@@ -138,8 +182,8 @@ void sparse_linear_backward_weight(float* dweight, const float* dout, const floa
 }  // namespace
 
 const EncoderKernels encoder_ref{&ref::encoder_forward<float>, &ref::encoder_backward<float>};
-const LayernormKernels layernorm_ref{&ref::layernorm_forward<float>,
-                                     &ref::layernorm_backward<float>};
+const LayernormKernels layernorm_ref{&ref::layernorm_forward<float>, &ref::layernorm_backward<float>,
+                                     &layernorm_forward_bf16};
 const MatmulKernels matmul_ref{&ref::matmul_forward<float>, &ref::matmul_backward<float>};
 const Bf16Kernels bf16_ref{&f32_to_bf16_ref, &bf16_to_f32_ref, &ref::matmul_bf16_forward, &ref::matmul_bf16_backward,
                            [] { return std::string(); }};
@@ -148,19 +192,20 @@ const Sparse24Kernels sparse24_ref{&sparse24_pack, &sparse24_refresh_values, &sp
 const SparseLinearKernels sparse_linear_ref{&sparse_linear_pack, &sparse_linear_refresh_values,
                                             &sparse_linear_forward, &sparse_linear_backward_input,
                                             &sparse_linear_backward_weight};
-const AttentionKernels attention_ref{&ref::attention_forward<float>,
+const AttentionKernels attention_ref{&ref::attention_forward<float>, &attention_forward_bf16,
                                      &ref::attention_backward<float>,
                                      &ref::attention_decode<float>};
 const ActivationsKernels activations_ref{&ref::gelu_forward<float>, &ref::gelu_backward<float>,
                                          &gated_forward, &gated_backward, &ref::relu2_forward<float>,
-                                         &ref::relu2_backward<float>};
+                                         &ref::relu2_backward<float>, &gelu_forward_bf16, &relu2_forward_bf16,
+                                         &gated_forward_bf16};
 const ElementwiseKernels elementwise_ref{&ref::residual_forward<float>,
                                          &ref::dropout_apply<float>, &sum_squares_feed,
                                          &sum_squares_finish, &ref::scale_inplace<float>};
 const LmHeadKernels lm_head_ref{&lm_head_cross_entropy, &lm_head_cross_entropy_split, &lm_head_logits,
                                  &ref::lm_head_cross_entropy_bf16, &ref::lm_head_cross_entropy_split_bf16,
                                  &ref::lm_head_softcap<float>};
-const AdamwKernels adamw_ref{&adamw_update};
+const AdamwKernels adamw_ref{&adamw_update, &adamw_update_bf16};
 const NewtonSchulzKernels newton_schulz_ref{&ref::newton_schulz<float>};
 const QkTransformKernels qk_transform_ref{&ref::qk_transform_forward<float>, &ref::qk_transform_backward<float>};
 const MoeKernels moe_ref{&ref::moe_router_forward<float>, &ref::moe_router_backward<float>,

@@ -40,20 +40,31 @@ void Bf16Format::refresh(const float* weight, int OC, int C) {
   kernels::f32_to_bf16(weight_.data(), weight, weight_.size());
 }
 
-void Bf16Format::forward(float* out, const float* inp, const float* /*weight*/, const float* bias, int N, int C,
+void Bf16Format::forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                          int OC) {
+  forward_bf16_input(out, rounded(inp, size_t(N) * C, input_scratch()), weight, bias, N, C, OC);
+}
+
+void Bf16Format::forward_bf16_input(float* out, const kernels::bf16* inp, const float* /*weight*/, const float* bias,
+                                    int N, int C, int OC) {
   check_shape(OC, C);
-  kernels::matmul_bf16_forward(out, rounded(inp, size_t(N) * C, input_scratch()), weight_.data(), bias, N, C, OC);
+  kernels::matmul_bf16_forward(out, inp, weight_.data(), bias, N, C, OC);
 }
 
 void Bf16Format::backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, int N, int C, int OC, bool accumulate_dinp) {
+  backward_bf16_input(dinp, dweight, dbias, dout, dweight ? rounded(inp, size_t(N) * C, input_scratch()) : nullptr,
+                      weight, N, C, OC, accumulate_dinp);
+}
+
+void Bf16Format::backward_bf16_input(float* dinp, float* dweight, float* dbias, const float* dout,
+                                     const kernels::bf16* inp, const float* weight, int N, int C, int OC,
+                                     bool accumulate_dinp) {
   check_shape(OC, C);
   if (dinp || dweight)
     kernels::matmul_bf16_backward(dinp, dweight, rounded(dout, size_t(N) * OC, gradient_scratch()),
-                                  dweight ? rounded(inp, size_t(N) * C, input_scratch()) : nullptr,
-                                  weight_.data(), N, C, OC, accumulate_dinp);
-  if (dbias) kernels::matmul_backward(nullptr, nullptr, dbias, dout, inp, weight, N, C, OC, false);
+                                  dweight ? inp : nullptr, weight_.data(), N, C, OC, accumulate_dinp);
+  if (dbias) kernels::matmul_backward(nullptr, nullptr, dbias, dout, nullptr, weight, N, C, OC, false);
 }
 
 }  // namespace frugal

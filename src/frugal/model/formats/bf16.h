@@ -2,8 +2,9 @@
 // copies of the weight (rounded to nearest even from the fp32 master weight in refresh()), of the
 // input and of the output gradient, and sum in fp32 into fp32 results (kernels/ops.h, section
 // bf16); the bias, its gradient and the weight gradient stay fp32, so AdamW updates the fp32
-// master. The input and output gradient are rounded per call into scratch that all Bf16Formats
-// of the process share (they never run at once).
+// master. An input stored in bf16 (forward_bf16_input, backward_bf16_input) goes to the GEMMs as it
+// is; an fp32 input, and the output gradient, are rounded per call into scratch that all
+// Bf16Formats of the process share (they never run at once).
 #pragma once
 #include <vector>
 
@@ -20,6 +21,14 @@ class Bf16Format final : public LinearFormat {
                int OC) override;
   void backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                 const float* weight, int N, int C, int OC, bool accumulate_dinp) override;
+  bool bf16_input() const override { return true; }
+  void forward_bf16_input(float* out, const kernels::bf16* inp, const float* weight, const float* bias, int N,
+                          int C, int OC) override;
+  void backward_bf16_input(float* dinp, float* dweight, float* dbias, const float* dout, const kernels::bf16* inp,
+                           const float* weight, int N, int C, int OC, bool accumulate_dinp) override;
+  // The bf16 weight (OC, C) of the last refresh(), which an optimizer may update in place
+  // (GPT::update_params).
+  kernels::bf16* working_copy() { return weight_.data(); }
   double forward_density() const override { return 1.0; }
   double backward_input_density() const override { return 1.0; }
   double weight_grad_density() const override { return 1.0; }
