@@ -79,6 +79,10 @@ MethodSet MethodSet::from_config(const io::Config& config) {
   return MethodSet(std::move(enabled));
 }
 
+bool MethodSet::any(bool Capabilities::* flag) const {
+  return std::ranges::any_of(methods_, [&](const auto& m) { return m->capabilities().*flag; });
+}
+
 bool MethodSet::reads_all_gradients_now(const TrainContext& ctx, bool sums_serve) const {
   return std::any_of(methods_.begin(), methods_.end(), [&](const auto& m) {
     const Capabilities c = m->capabilities();

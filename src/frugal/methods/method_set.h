@@ -25,6 +25,8 @@ class MethodSet {
   // per-block sums (gradient_sums_only), which a strategy serves with TrainContext::sum_over_parts.
   bool reads_all_gradients_now(const TrainContext& ctx, bool sums_serve = false) const;
   const std::vector<std::unique_ptr<Method>>& methods() const { return methods_; }
+  // Whether a method declares this capability, e.g. any(&Capabilities::changes_shapes).
+  bool any(bool Capabilities::* flag) const;
   bool empty() const { return methods_.empty(); }
   // Largest prefix served from cached activations by any method.
   int cached_prefix_blocks() const;

@@ -18,11 +18,9 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
     : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero),
       base_(world.new_communicator()),
       mesh_(std::make_unique<MpiMesh>(MeshShape::data_pipeline(world.size(), 1), base_)) {
-  for (const auto& method : methods.methods()) {
-    // Every rank reshapes its whole model alike at Reconfigure (the same weights, the same map);
-    // each step reduces the buffer the model has then, and ZeRO re-cuts its shards (reconfigure).
-    reshaping_ |= method->capabilities().changes_shapes;
-  }
+  // Every rank reshapes its whole model alike at Reconfigure (the same weights, the same map);
+  // each step reduces the buffer the model has then, and ZeRO re-cuts its shards (reconfigure).
+  reshaping_ = methods.any(&Capabilities::changes_shapes);
   shards_ = zero_shard_bounds(session.model().table(), world.size(), settings.optim.muon.enabled);
   if (zero_ >= 1) session.shard_optimizer(shards_[replica()], shards_[replica() + 1]);
   // ZeRO-2 releases the other shards' gradient pages every step (GradientReducer) and takes them

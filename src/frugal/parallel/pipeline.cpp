@@ -56,13 +56,11 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
                "a block", K, L);
   // A method that reshapes the model (the V-cycle) may leave fewer blocks than stages: the
   // pipeline then runs fewer stages (stages_for), the freed ranks as replicas.
+  reshaping_ = methods.any(&Capabilities::changes_shapes);
   int fewest_blocks = L;
-  for (const auto& method : methods.methods()) {
-    const Capabilities c = method->capabilities();
-    if (!c.changes_shapes) continue;
-    reshaping_ = true;
-    if (c.fewest_blocks > 0) fewest_blocks = std::min(fewest_blocks, c.fewest_blocks);
-  }
+  for (const auto& method : methods.methods())
+    if (const Capabilities c = method->capabilities(); c.changes_shapes && c.fewest_blocks > 0)
+      fewest_blocks = std::min(fewest_blocks, c.fewest_blocks);
   // Every layout the run may take splits the step's micro-batches evenly over its replicas.
   const int G = groups();  // ranks of one tensor coordinate: the pipeline's ranks
   const int most_replicas = elastic_ || fewest_blocks < K ? G : G / K;
@@ -345,15 +343,7 @@ void PipelineStep::follow_reshape(int64_t step, nlohmann::json* record) {
   ++repartitions_;
   const PipelineLayout next = plan_layout();
   const double seconds = timer.seconds();
-  if (record) {
-    (*record)["event"] = "repartition";
-    (*record)["pipeline_stages"] = next.stages;
-    (*record)["pipeline_replicas"] = next.replicas;
-    (*record)["pipeline_repartitions"] = repartitions_;
-    (*record)["repartition"] = {{"reshaped", config.n_layer}, {"from", before.describe()}, {"to", next.describe()},
-                                {"stages", next.stages}, {"replicas", next.replicas}, {"bounds", next.bounds},
-                                {"limit_s", limit_}, {"seconds", seconds}};
-  }
+  record_repartition(record, {{"reshaped", config.n_layer}}, before, next, seconds);
   if (world_.is_writer())
     io::print("pipeline: after step {}, the model reshaped to {} blocks (width {}): {} -> {} (costliest "
               "stage {}; {:.0f} ms){}\n", step + 1, config.n_layer, config.n_embd, before.describe(),
@@ -654,20 +644,24 @@ void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
   apply(next);
   const double seconds = timer.seconds();
   const double slowest = slowest_stage(costs_, frozen, next.bounds);
-  if (record) {
-    (*record)["event"] = "repartition";
-    (*record)["pipeline_stages"] = next.stages;
-    (*record)["pipeline_replicas"] = next.replicas;
-    (*record)["pipeline_repartitions"] = repartitions_;
-    (*record)["repartition"] = {{"frozen", frozen}, {"from", before.describe()}, {"to", next.describe()},
-                                {"stages", next.stages}, {"replicas", next.replicas}, {"bounds", next.bounds},
-                                {"slowest_stage_s", slowest}, {"limit_s", limit_}, {"seconds", seconds}};
-  }
+  record_repartition(record, {{"frozen", frozen}, {"slowest_stage_s", slowest}}, before, next, seconds);
   if (world_.is_writer())
     io::print("pipeline: after step {}, {} blocks frozen: {} -> {}{} (costliest stage {}, start {}; "
               "{:.0f} ms)\n", step + 1, frozen, before.describe(), next.describe(),
               next.replicas > before.replicas ? ", AutoDP" : "", describe_cost(slowest),
               describe_cost(limit_), 1e3 * seconds);
+}
+
+void PipelineStep::record_repartition(nlohmann::json* record, nlohmann::json cause, const PipelineLayout& before,
+                                      const PipelineLayout& next, double seconds) const {
+  if (!record) return;
+  (*record)["event"] = "repartition";
+  (*record)["pipeline_stages"] = next.stages;
+  (*record)["pipeline_replicas"] = next.replicas;
+  (*record)["pipeline_repartitions"] = repartitions_;
+  cause.update({{"from", before.describe()}, {"to", next.describe()}, {"stages", next.stages},
+                {"replicas", next.replicas}, {"bounds", next.bounds}, {"limit_s", limit_}, {"seconds", seconds}});
+  (*record)["repartition"] = std::move(cause);
 }
 
 std::string PipelineStep::describe_cost(double cost) const {
@@ -701,7 +695,7 @@ void PipelineStep::load_state(const nlohmann::json& state) {
 }
 
 void PipelineStep::start_tensor_groups(const MethodSet& methods) {
-  check_tensor_parallel(settings_, methods, world_.size());
+  check_tensor_parallel(settings_, world_.size());
   // A stage of tensor shards would choose masks, reshape or sum per-block gradient statistics over
   // its shards and its peers at once: not built yet (each works under one of the two alone).
   for (const auto& method : methods.methods()) {

@@ -132,6 +132,10 @@ class PipelineStep final : public StepStrategy {
   PipelineLayout plan_layout();
   // After a Reconfigure that reshaped the model (held whole on every rank): a pipeline for it.
   void follow_reshape(int64_t step, nlohmann::json* record);
+  // The step's metrics of a re-partition from `before` to `next`: what caused it (the frozen
+  // prefix, or the reshaped model's blocks) and the new layout.
+  void record_repartition(nlohmann::json* record, nlohmann::json cause, const PipelineLayout& before,
+                          const PipelineLayout& next, double seconds) const;
   // Whether this stage takes part in a tied head's exchanges of the token embedding (its
   // gradient to the first stage, the updated weights back): the first and the last stage, while
   // the embeddings train.

@@ -56,13 +56,8 @@ void MpiTensorCollectives::all_reduce_max(float* x, size_t n) {
 }
 
 double MpiTensorCollectives::sum(double x) {
-  std::vector<double> all(size_);
-  MPI_Request request;
-  MPI_Iallgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, group_, &request);
-  world_.wait(request, "the tensor-parallel group's sum");
-  double total = 0;
-  for (double v : all) total += v;
-  return total;
+  sum_each({&x, 1});
+  return x;
 }
 
 void MpiTensorCollectives::sum_each(std::span<double> values) {
@@ -81,7 +76,7 @@ void MpiTensorCollectives::sum_each(std::span<double> values) {
 
 // ---- TensorParallelStep ----
 
-void check_tensor_parallel(const RunSettings& settings, const MethodSet& methods, int ranks) {
+void check_tensor_parallel(const RunSettings& settings, int ranks) {
   const int T = settings.parallel.tensor;
   FRUGAL_CHECK(ranks % T == 0, "parallel.tensor = {} does not divide the {} ranks; run mpirun -np with a "
                "multiple of {}", T, ranks, T);
@@ -102,12 +97,10 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
                                        MpiWorld& world)
     : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero) {
   const int T = settings.parallel.tensor, N = world.size();
-  check_tensor_parallel(settings, methods, N);
+  check_tensor_parallel(settings, N);
   // Masks and reshapes are chosen on the whole model, gathered around the Reconfigure (reconfigure);
   // a step whose AfterGradReduce reads whole gradients gathers them with it (run_micro_batches).
-  whole_at_reconfigure_ = std::ranges::any_of(methods.methods(), [](const auto& method) {
-    return method->capabilities().changes_shapes || method->capabilities().owns_masks;
-  });
+  whole_at_reconfigure_ = methods.any(&Capabilities::changes_shapes) || methods.any(&Capabilities::owns_masks);
   base_ = world.new_communicator();
   mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(N / T, 1, T), base_);
   comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor));

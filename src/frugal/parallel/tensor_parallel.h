@@ -84,9 +84,8 @@ float tensor_grad_norm(MpiWorld& world, MPI_Comm chain, MpiTensorCollectives& gr
 
 // Refuses, with what to do, what tensor parallelism over `ranks` ranks (settings.parallel.tensor
 // per group; alone, with data replicas or as a pipeline's stages) does not run: a degree that does
-// not divide the ranks, the heads or the hidden units, a mixture of experts, and methods that
-// reshape the model, own masks or read every block's gradients.
-void check_tensor_parallel(const RunSettings& settings, const MethodSet& methods, int ranks);
+// not divide the ranks, the heads or the hidden units, and a mixture of experts.
+void check_tensor_parallel(const RunSettings& settings, int ranks);
 
 class TensorParallelStep final : public StepStrategy {
  public:

@@ -41,11 +41,13 @@ void gather_moments(MpiWorld& world, MPI_Comm comm, const std::vector<size_t>& b
   AdamW& shard = session.optim();
   const size_t first = session.model().table().owned_begin(), total = session.model().table().total();
   const size_t lo = shard.shard_begin(), n = shard.shard_end() - lo;
-  std::vector<float> m(total), v(total);  // indexed like the flat buffer
-  std::copy_n(shard.m(), n, m.data() + lo);
-  std::copy_n(shard.v(), n, v.data() + lo);
-  allgather_shards(world, comm, bounds, m.data(), first, "the all-gather of AdamW's moments");
-  allgather_shards(world, comm, bounds, v.data(), first, "the all-gather of AdamW's moments");
+  const auto gather = [&](const float* moment) {  // indexed like the flat buffer
+    std::vector<float> whole(total);
+    std::copy_n(moment, n, whole.data() + lo);
+    allgather_shards(world, comm, bounds, whole.data(), first, "the all-gather of AdamW's moments");
+    return whole;
+  };
+  const std::vector<float> m = gather(shard.m()), v = gather(shard.v());
   session.reshard_optimizer(first, total, m.data() + first, v.data() + first);
 }
 
