@@ -238,5 +238,27 @@ TEST(Mvue24Rows, IsUnbiasedAnd24AlongTokens) {
     for (int i = 0; i < N * OC; ++i) mean[i] += out[i] / double(draws);
   }
   for (int i = 0; i < N * OC; ++i) EXPECT_NEAR(mean[i], dout[i], 0.06) << i;
+}
 
+// A tensor-parallel part of the output columns (here 0, 1 of each of three (q, k, v)-like pieces of
+// 4) given their whole-linear indices draws the whole linear's numbers: its estimate is the whole
+// estimate's columns, bit for bit; without the map it draws other numbers.
+TEST(Mvue24Rows, APartOfTheColumnsDrawsTheWholeLinearsNumbers) {
+  const int N = 64, OC = 12;
+  const std::vector<int32_t> columns = {0, 1, 4, 5, 8, 9};
+  const int part_OC = int(columns.size());
+  std::vector<float> dout(N * OC), whole(N * OC), part_dout(N * part_OC), part(N * part_OC);
+  for (int i = 0; i < N * OC; ++i) dout[i] = std::sin(0.37f * i + 0.1f);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < part_OC; ++o) part_dout[n * part_OC + o] = dout[n * OC + columns[o]];
+  const uint64_t key = mix64(7);
+  mvue24_rows(whole.data(), dout.data(), N, OC, key);
+  mvue24_rows(part.data(), part_dout.data(), N, part_OC, key, columns.data(), OC);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < part_OC; ++o) ASSERT_EQ(part[n * part_OC + o], whole[n * OC + columns[o]]) << n << " " << o;
+  mvue24_rows(part.data(), part_dout.data(), N, part_OC, key);
+  int same = 0;
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < part_OC; ++o) same += part[n * part_OC + o] == whole[n * OC + columns[o]];
+  EXPECT_LT(same, N * part_OC) << "the unmapped part must draw other numbers";
 }

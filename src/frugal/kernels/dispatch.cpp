@@ -173,8 +173,9 @@ void sparse24_matmul_backward_input(float* dinp, const float* dout, const Sparse
                                     int N, bool accumulate) {
   Sparse24::table().backward_input(dinp, dout, weight, N, accumulate);
 }
-void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key) {
-  Sparse24::table().mvue_rows(dout_sparse, dout, N, OC, key);
+void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key, const int32_t* column,
+                 int whole_OC) {
+  Sparse24::table().mvue_rows(dout_sparse, dout, N, OC, key, column, whole_OC);
 }
 
 void sparse_linear_pack(SparseLinearWeight& out, const float* W, const uint8_t* mask, int OC,

@@ -120,8 +120,12 @@ void sparse24_matmul_backward_input(float* dinp, const float* dout, const Sparse
 // dout_sparse (N,OC) = the unbiased 2:4 estimate (MVUE) of dout (N,OC) along N: in every pair of
 // rows (2i, 2i+1) each column keeps one entry, row 2i with probability |a| / (|a| + |b|), and the
 // kept entry becomes sign · (|a| + |b|), so E[dout_sparse] = dout and every group of 4 rows holds
-// 2 non-zeros per column. A final odd row is copied. Random numbers: uniform_at(key, pair·OC + o).
-void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key);
+// 2 non-zeros per column. A final odd row is copied. Random numbers: uniform_at(key, pair·whole_OC
+// + column[o]), where column (OC) gives each column's index in the whole linear of whole_OC columns
+// when dout holds a tensor-parallel rank's part of it (null: column[o] = o, whole_OC = OC), so every
+// part draws the whole linear's numbers.
+void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key,
+                 const int32_t* column = nullptr, int whole_OC = 0);
 
 // ---- sparse_linear: unstructured sparse linear (docs/sparse_linear.md) ----
 // S(W) = W ⊙ M for an arbitrary 0/1 mask M (OC,IC) (dynamic sparse training: density ~0.05-0.5,

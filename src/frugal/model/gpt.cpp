@@ -276,9 +276,9 @@ std::optional<LinearCut> GPT::linear_cut(int layer, Linear which) const {
   const ShardCoord shard = table_.shard();
   if (shard.group_of(weight->placement).size == 1) return std::nullopt;
   const auto [oc, ic] = linear_shape(which);
-  return LinearCut{oc, ic, [spec = static_cast<const TensorSpec&>(*weight), shard](const uint8_t* whole, uint8_t* part) {
-                     spec.copy_local(whole, part, shard);
-                   }};
+  const TensorSpec& spec = *weight;
+  return LinearCut{oc, ic, [spec, shard](const uint8_t* whole, uint8_t* part) { spec.copy_local(whole, part, shard); },
+                   int(spec.shape[0]), spec.whole_rows(shard)};
 }
 
 void GPT::set_attention_pattern(int layer, const kernels::AttentionPattern& pattern) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "frugal/kernels/dtype.h"
 
@@ -21,10 +22,13 @@ namespace frugal {
 
 // A tensor-parallel rank's part of a whole linear: its local (OC, IC) and how the entries of a
 // whole (OC, IC) array map into it (the weight's placement: rows of a column-parallel linear,
-// columns of a row-parallel one).
+// columns of a row-parallel one), and which of the whole linear's whole_OC output rows each of
+// the part's OC rows is.
 struct LinearCut {
   int OC = 0, IC = 0;
   std::function<void(const uint8_t* whole, uint8_t* part)> copy;
+  int whole_OC = 0;
+  std::vector<int32_t> rows;  // (OC)
 };
 
 // The rows a linear reads: fp32, bf16 or both (b16 then holds f32 rounded to nearest even).

@@ -60,6 +60,22 @@ void TensorSpec::copy_local(const uint8_t* global, uint8_t* local, const ShardCo
   for_each_local_run(*this, shard, [&](size_t g, size_t l, size_t n) { std::copy_n(global + g, n, local + l); });
 }
 
+std::vector<int32_t> TensorSpec::whole_rows(const ShardCoord& shard) const {
+  const std::vector<int64_t> local = local_shape(shard);
+  size_t local_row = 1, whole_row = 1;
+  for (size_t d = 1; d < shape.size(); ++d) {
+    local_row *= size_t(local[d]);
+    whole_row *= size_t(shape[d]);
+  }
+  // Every run starts a local slice: a split on axis 0 runs over whole slices, one on a later axis
+  // over one slice's part.
+  std::vector<int32_t> rows(static_cast<size_t>(local[0]));
+  for_each_local_run(*this, shard, [&](size_t g, size_t l, size_t n) {
+    for (size_t k = 0; k < n; k += local_row) rows[(l + k) / local_row] = int32_t((g + k) / whole_row);
+  });
+  return rows;
+}
+
 void TensorSpec::copy_global(const float* local, float* global, const ShardCoord& shard) const {
   for_each_local_run(*this, shard, [&](size_t g, size_t l, size_t n) { std::copy_n(local + l, n, global + g); });
 }

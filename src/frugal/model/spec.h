@@ -110,6 +110,8 @@ struct TensorSpec {
   void copy_global(const float* local, float* global, const ShardCoord& shard) const;
   // copy_local of a 0/1 mask laid out like the tensor (a sparsity method's mask of a weight).
   void copy_local(const uint8_t* global, uint8_t* local, const ShardCoord& shard) const;
+  // The whole tensor's axis-0 index of each of this rank's axis-0 slices (local_shape(shard)[0]).
+  std::vector<int32_t> whole_rows(const ShardCoord& shard) const;
 };
 
 class ModelSpec {

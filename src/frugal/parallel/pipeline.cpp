@@ -57,6 +57,7 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
   // A method that reshapes the model (the V-cycle) may leave fewer blocks than stages: the
   // pipeline then runs fewer stages (stages_for), the freed ranks as replicas.
   reshaping_ = methods.any(&Capabilities::changes_shapes);
+  owns_masks_ = T > 1 && methods.any(&Capabilities::owns_masks);
   int fewest_blocks = L;
   for (const auto& method : methods.methods())
     if (const Capabilities c = method->capabilities(); c.changes_shapes && c.fewest_blocks > 0)
@@ -75,7 +76,7 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
                "optimizer's work); set parallel.zero = 0", settings.parallel.zero);
   dp_settings_.train.grad_accum = M / N;  // only used once the pipeline is one stage long
   base_ = world.new_communicator();
-  if (T > 1) start_tensor_groups(methods);
+  if (T > 1) start_tensor_groups(methods, fewest_blocks);
   held_.assign(N, BlockRange::whole(session.model().config()));
   layout_.stages = K;
   layout_.replicas = G / K;
@@ -331,6 +332,9 @@ void PipelineStep::reconfigure(TrainContext& ctx) {
   // gathered on every rank, alike everywhere (the next step holds the stage again, or
   // follow_reshape lays out a pipeline for the new model).
   if (reshaping_) synchronize();
+  // A mask owner chooses masks from whole linears: a stage of tensor shards gathers its blocks
+  // (the next step cuts them again, the formats with them).
+  if (owns_masks_) hold_tensor_shard(false);
   StepStrategy::reconfigure(ctx);
 }
 
@@ -430,6 +434,7 @@ void PipelineStep::begin_context(TrainContext& ctx) {
     share_blocks(layers, blobs);
   };
   ctx.sum_over_parts = [this](std::span<double> values) {
+    if (tensor_ > 1) tensor_comm_->sum_each(values);  // the stage's shards' parts, in rank order
     MPI_Request request;
     MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, pipe(), &request);
     world_.wait(request, "summing a method's per-block values over the pipeline's stages");
@@ -529,6 +534,9 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
   if (layout_.replicas > 1 && lo_ < hi_)  // the stage's replicas sum their gradients
     all_reduce_sum(world_, replicas(), model.grads() + lo_, hi_ - lo_, comm_dtype(settings_.parallel), staged_,
                    "the all-reduce of a stage's gradients over its replicas");
+  // A method reading whole linears' gradients at this AfterGradReduce (mst's growth): a stage of
+  // tensor shards gathers its blocks with their gradients until the clip.
+  if (tensor_ > 1 && methods_.reads_all_gradients_now(ctx, true)) hold_tensor_shard(false, true);
 
   // Every micro-batch's loss (from the last stages), in one-process order, the FLOPs (counted by
   // the first stages), each rank's busy and schedule seconds and the floats its session holds:
@@ -571,6 +579,7 @@ bool PipelineStep::tied_exchange() const {
 }
 
 float PipelineStep::clip_gradients() {
+  if (tensor_ > 1) hold_tensor_shard(true, true);  // back to the shard if a method read the gradients whole
   GPT& model = session_.model();
   const float norm = tensor_ > 1 ? tensor_grad_norm(world_, pipe(), *tensor_comm_, model.table(), model.grads(), lo_, hi_)
                                  : chained_grad_norm(world_, pipe(), model.grads(), lo_, hi_);
@@ -694,16 +703,13 @@ void PipelineStep::load_state(const nlohmann::json& state) {
   measured_ = true;
 }
 
-void PipelineStep::start_tensor_groups(const MethodSet& methods) {
+void PipelineStep::start_tensor_groups(const MethodSet& methods, int fewest_blocks) {
   check_tensor_parallel(settings_, world_.size());
-  // A stage of tensor shards would choose masks, reshape or sum per-block gradient statistics over
-  // its shards and its peers at once: not built yet (each works under one of the two alone).
-  for (const auto& method : methods.methods()) {
-    const Capabilities c = method->capabilities();
-    FRUGAL_CHECK(!c.changes_shapes && !c.owns_masks && !c.reads_all_gradients, "methods.{} with "
-                 "parallel.pipeline_stages > 1 and parallel.tensor = {} is not built yet (it runs under "
-                 "either alone); set one of them to 1", method->name(), tensor_);
-  }
+  // A stage of one is data parallelism (DataParallelStep), which holds no tensor shards.
+  FRUGAL_CHECK(stages_for(fewest_blocks) > 1, "a V-cycle level of {} blocks would run a pipeline of one stage, "
+               "which parallel.tensor = {} does not run yet; keep every level at {} blocks or more "
+               "(methods.multilevel) or set parallel.tensor = 1", fewest_blocks, tensor_,
+               settings_.parallel.pipeline_stages);
   FRUGAL_CHECK(!elastic_ || std::ranges::none_of(methods.methods(), [](const auto& method) {
                  return method->capabilities().changes_trainable_set;
                }), "parallel.elastic = true with parallel.tensor = {} and a method that freezes blocks: "
@@ -714,10 +720,11 @@ void PipelineStep::start_tensor_groups(const MethodSet& methods) {
   tensor_comm_ = std::make_unique<MpiTensorCollectives>(world_, tensor_group_);
 }
 
-void PipelineStep::hold_tensor_shard(bool sharded) {
+void PipelineStep::hold_tensor_shard(bool sharded, bool gradients) {
   if (sharded == sharded_) return;
   hold_shard(session_, sharded, Placement::Kind::Sharded, *tensor_comm_,
-             [this](const float* local, size_t n, float* out) { tensor_comm_->all_gather(local, n, out); });
+             [this](const float* local, size_t n, float* out) { tensor_comm_->all_gather(local, n, out); },
+             gradients);
   sharded_ = sharded;
 }
 

@@ -43,8 +43,12 @@
 // vocabulary rows). The gradient norm chains the split and replicated sums through the stages and
 // adds the split ones over the group. Blocks move between ranks whole: a re-partition or
 // synchronize() gathers each stage's shards first and, unless the model is then whole, cuts them
-// again. AutoDP (parallel.elastic with a freezing method) is refused: its one-stage layout is data
-// parallelism without tensor shards.
+// again. Methods act on whole blocks as under tensor parallelism alone: a stage gathers its shards
+// around a Reconfigure that may choose masks, and with their gradients for a method that reads
+// whole gradients (mst's growth) until the clip; adaptive freezing's per-block sums add the
+// shards' parts, then the stages'. AutoDP (parallel.elastic with a freezing method), and a V-cycle
+// level short enough to leave one stage, are refused: a one-stage layout is data parallelism
+// without tensor shards.
 #pragma once
 #include <memory>
 #include <string>
@@ -113,10 +117,12 @@ class PipelineStep final : public StepStrategy {
   // rank calls it with the same `next`.
   void hold(const std::vector<BlockRange>& next);
   void move_blocks(const std::vector<BlockRange>& next);
-  // Tensor parallelism: refuses what it does not run, makes the tensor groups and their collectives.
-  void start_tensor_groups(const MethodSet& methods);
-  // Rebuilds the session around this rank's tensor shard of its blocks, or gathers them whole.
-  void hold_tensor_shard(bool sharded);
+  // Tensor parallelism: refuses what it does not run (a V-cycle level of `fewest_blocks` that
+  // leaves one stage), makes the tensor groups and their collectives.
+  void start_tensor_groups(const MethodSet& methods, int fewest_blocks);
+  // Rebuilds the session around this rank's tensor shard of its blocks, or gathers them whole
+  // (with their gradients too when `gradients`).
+  void hold_tensor_shard(bool sharded, bool gradients = false);
   // "pipeline of 2 stages × 1 replica × tensor 2, 1F1B" from a layout's shape.
   std::string describe_layout(const std::string& shape) const;
   // Makes `layout` current: the ranks' blocks, communicators, the stage's activation plan,
@@ -170,6 +176,7 @@ class PipelineStep final : public StepStrategy {
   int layout_frozen_ = 0;    // the frozen prefix the layout was made for
   int64_t layout_reshapes_ = 0;  // the session's reshape count the layout was made for
   bool reshaping_ = false;   // a method may reshape the model
+  bool owns_masks_ = false;  // a method chooses masks, from whole linears (tensor > 1 only)
   int64_t repartitions_ = 0; // so far in the run
   MPI_Comm base_ = MPI_COMM_NULL;
   std::unique_ptr<MpiMesh> mesh_;  // the layout's data × pipeline mesh over base_

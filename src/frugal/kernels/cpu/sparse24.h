@@ -63,7 +63,8 @@ namespace cpu {
 
 // The MVUE estimator of kernels/ops.h (sparse24_mvue.cpp): its own naive reference, so every
 // path runs it.
-void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key);
+void mvue24_rows(float* dout_sparse, const float* dout, int N, int OC, uint64_t key, const int32_t* column,
+                 int whole_OC);
 // Throw Error naming `what` when w is not packed (sparse24_pack) or, for the input gradient, was
 // packed row-only: the checks of every path's products.
 void check_sparse24_packed(const Sparse24Weight& w, const char* what);

@@ -175,6 +175,8 @@ void FreezeMethod::apply(Event event, TrainContext& ctx) {
       autocache_.end_step(ctx);
       if (!ctx.metrics) break;
       (*ctx.metrics)["frozen_layers"] = frozen_;
+      // Adaptive: each block's mean gradient norm over the last interval, which the decision read.
+      if (config_.adaptive && !prev_norm_.empty()) (*ctx.metrics)["freeze_block_grad_norm"] = prev_norm_;
       autocache_.add_metrics(*ctx.metrics);
       break;
     default:

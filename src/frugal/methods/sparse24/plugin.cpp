@@ -33,9 +33,6 @@ std::unique_ptr<Method> make(const io::Config& c, const std::string& p) {
   s.dense_finetune_fraction = c.get_float(p + ".dense_finetune_fraction");
   s.include_attention = c.get_bool(p + ".include_attention");
   s.mvue = c.get_bool(p + ".mvue");
-  FRUGAL_CHECK(!s.mvue || c.get_int32("parallel.tensor") == 1, "{}.mvue draws its random numbers per whole "
-               "linear, which parallel.tensor = {} splits; set {}.mvue = false or parallel.tensor = 1", p,
-               c.get_int32("parallel.tensor"), p);
   return std::make_unique<Sparse24Method>(s);
 }
 
@@ -159,9 +156,14 @@ void Sparse24Method::apply(Event event, TrainContext& ctx) {
       }
       break;
     case Event::BatchStart:
-      for (size_t i = 0; i < targets_.size(); ++i)
-        targets_[i].format->set_random_key(
-            mix64(mix64(ctx.seed ^ 0x5A24u) + static_cast<uint64_t>(ctx.step) * targets_.size() + i));
+      for (size_t i = 0; i < targets_.size(); ++i) {
+        const Target& t = targets_[i];
+        if (!model.range().contains(t.layer)) continue;  // held by another pipeline stage
+        // The installed format: under tensor parallelism this rank's part (LinearFormat::cut),
+        // which draws the whole linear's numbers for its columns.
+        dynamic_cast<Sparse24Format&>(model.linear_format(t.layer, t.which))
+            .set_random_key(mix64(mix64(ctx.seed ^ 0x5A24u) + static_cast<uint64_t>(ctx.step) * targets_.size() + i));
+      }
       break;
     case Event::BeforeOptimStep:
       apply_masked_decay(ctx);

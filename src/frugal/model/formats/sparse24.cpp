@@ -14,7 +14,10 @@ Sparse24Format::Sparse24Format(int OC, int IC, std::span<const uint8_t> mask, bo
       packed_(kernels::sparse24_new_weight()) {}
 
 std::shared_ptr<LinearFormat> Sparse24Format::cut(const LinearCut& cut) const {
-  return std::make_shared<Sparse24Format>(cut.OC, cut.IC, cut_mask(cut), transposable_, mvue_);
+  auto part = std::make_shared<Sparse24Format>(cut.OC, cut.IC, cut_mask(cut), transposable_, mvue_);
+  part->whole_columns_ = cut.rows;
+  part->whole_OC_ = cut.whole_OC;
+  return part;
 }
 
 void Sparse24Format::refresh(const float* weight, int OC, int C) {
@@ -49,7 +52,8 @@ void Sparse24Format::backward(float* dinp, float* dweight, float* dbias, const f
   const float* dout_w = dout;
   if (mvue_ && dweight) {
     dout_sparse_.resize(static_cast<size_t>(N) * OC);
-    kernels::mvue24_rows(dout_sparse_.data(), dout, N, OC, mix64(key_ ^ mix64(calls_++)));
+    kernels::mvue24_rows(dout_sparse_.data(), dout, N, OC, mix64(key_ ^ mix64(calls_++)),
+                         whole_columns_.empty() ? nullptr : whole_columns_.data(), whole_OC_);
     dout_w = dout_sparse_.data();
   }
   // The bias gradient is a sum over tokens, not a product: it always uses the exact dout.

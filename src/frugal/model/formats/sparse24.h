@@ -9,7 +9,8 @@
 //                                          dense master weight), or with the MVUE option
 //                                          dW += MVUE(dYᵀ) · X, an unbiased 2:4 sparsification of
 //                                          dYᵀ along the token dimension (kernels::mvue24_rows,
-//                                          executed densely)
+//                                          executed densely; a tensor-parallel part draws the
+//                                          whole linear's random numbers for its columns)
 #pragma once
 #include <cstdint>
 #include <span>
@@ -52,6 +53,10 @@ class Sparse24Format final : public MaskedFormat {
   // mask change, and otherwise just gathers the new values.
   uint64_t packed_version_ = 0;
   std::vector<float> dout_sparse_;  // (N, OC) MVUE scratch
+  // A tensor-parallel part's output columns in the whole linear of whole_OC_ (empty: whole), so
+  // the MVUE draws the whole linear's random numbers.
+  std::vector<int32_t> whole_columns_;
+  int whole_OC_ = 0;
   uint64_t key_ = 0, calls_ = 0;
 };
 
