@@ -141,6 +141,50 @@ TEST_F(ExpertParallel, FreezingAndAutoCacheRunAsInOneProcess) {
   EXPECT_GT(served, 10);
 }
 
+// Adaptive freezing reads each block's gradient norm: each rank adds its experts' squares and,
+// on the expert group's first rank, the replicated tensors', summed over the group
+// (TrainContext::sum_over_parts): the norms the decision reads are one process's (each rank's own
+// experts alone were 4% off).
+TEST_F(ExpertParallel, AdaptiveFreezingSumsEachBlocksPartsOverTheGroup) {
+  const std::string adaptive = "--set model.n_layer=4 --set methods.freeze.alpha=0.5 --set methods.freeze.interval=2 "
+                               "--set methods.freeze.autocache=off --set methods.freeze.adaptive=true";
+  const TrainedRun one = train("one", 0, 10, adaptive + " --set train.grad_accum=2");
+  const TrainedRun ep = train("ep", 2, 10, adaptive + " " + kExpert2);
+  EXPECT_LE(max_relative_difference(one.steps, ep.steps), kTolerance);
+  int compared = 0;
+  for (size_t i = 0; i < std::min(one.steps.size(), ep.steps.size()); ++i) {
+    if (!one.steps[i].contains("freeze_block_grad_norm")) continue;
+    const auto a = one.steps[i]["freeze_block_grad_norm"].get<std::vector<double>>();
+    const auto b = ep.steps[i].at("freeze_block_grad_norm").get<std::vector<double>>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t l = 0; l < a.size(); ++l, ++compared)
+      EXPECT_NEAR(a[l], b[l], kTolerance * std::max(1.0, std::abs(a[l]))) << "block " << l << " at step " << i + 1;
+  }
+  EXPECT_GT(compared, 0);
+  EXPECT_GT(ep.steps.back()["frozen_layers"].get<int>(), 0) << "nothing froze: the test would not see a decision";
+}
+
+// ZeRO-1 and ZeRO-2 over the data groups of data 2 × expert 2 (np 4): each rank's shard (the
+// replicated tensors and its experts) has its moments (and gradients) in two parts, one per data
+// group; the same bits as ZeRO-0, and a ZeRO-2 checkpoint (gathered whole) resumes bit for bit.
+TEST_F(ExpertParallel, ZeroOverTheDataGroupsGivesZeroZerosRunBitForBitAndResumes) {
+  const std::string args = kExpert2 + " --set train.checkpoint_interval=3 --set train.keep_checkpoints=10";
+  const TrainedRun zero0 = train("zero0", 4, 6, args);
+  for (int zero : {1, 2}) {
+    const std::string stage = fmt::format(" --set parallel.zero={}", zero);
+    const TrainedRun run = train(fmt::format("zero{}", zero), 4, 6, args + stage);
+    EXPECT_TRUE(contains(run.output, fmt::format("2 data-parallel groups, ZeRO-{}", zero))) << run.output;
+    expect_identical(zero0.steps, run.steps);
+    if (zero < 2) continue;
+    const std::string again = tmp_.file("zero2-again");
+    fs::copy(run.dir, again, fs::copy_options::recursive);
+    const CliResult r = run_shell(mpirun(4) + " " + train_args("zero2-again", 6, args + stage) + " --resume " + again +
+                                  "/checkpoints/step_00000003");
+    ASSERT_EQ(r.rc, 0) << r.output;
+    expect_identical(run.steps, metrics(again));
+  }
+}
+
 TEST_F(ExpertParallel, BadDegreesAndUnsupportedLayoutsAreRefusedWithWhatToDo) {
   struct Case {
     std::string program, extra, message;
@@ -151,7 +195,6 @@ TEST_F(ExpertParallel, BadDegreesAndUnsupportedLayoutsAreRefusedWithWhatToDo) {
            {mpirun(2), "--set parallel.expert=2 --set model.moe.experts=3", "set parallel.expert to a divisor of model.moe.experts"},
            {mpirun(2), "--set parallel.expert=2 --set model.moe.experts=0", "parallel.expert = 2 needs a mixture of experts"},
            {mpirun(2), kExpert2 + " --set parallel.tensor=2", "tensor × expert parallelism is not built yet"},
-           {mpirun(2), kExpert2 + " --set parallel.zero=1", "set parallel.zero = 0"},
            {mpirun(2), kExpert2 + " --set parallel.pipeline_stages=2", "parallel.pipeline_stages = 2 does not run a mixture of experts"},
            {mpirun(2), kExpert2 + " --set methods.mst.update_interval=2", "methods.mst does not run with a mixture of experts"}}) {
     const CliResult r = run_shell(c.program + " " + train_args("bad", 20, c.extra));

@@ -12,6 +12,7 @@
 #include "frugal/parallel/grad_norm.h"
 #include "frugal/parallel/shards.h"
 #include "frugal/parallel/wire.h"
+#include "frugal/parallel/zero.h"
 
 namespace frugal::parallel {
 
@@ -63,14 +64,8 @@ void MpiExpertCollectives::all_gather(const float* local, size_t n, float* out) 
   world_.wait(request, "the expert group's gathering of the experts");
 }
 
-double MpiExpertCollectives::sum(double x) {
-  std::vector<double> all(size_);
-  MPI_Request request;
-  MPI_Iallgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, group_, &request);
-  world_.wait(request, "the expert group's sum");
-  double total = 0;
-  for (double v : all) total += v;
-  return total;
+void MpiExpertCollectives::sum_each(std::span<double> values) {
+  world_.sum_in_rank_order(group_, values, "the expert group's sums");
 }
 
 // ---- ExpertParallelStep ----
@@ -94,13 +89,18 @@ ExpertParallelStep::ExpertParallelStep(Session& session, MethodSet& methods, con
   const int P = settings.parallel.expert, N = world.size();
   FRUGAL_CHECK(N % P == 0, "parallel.expert = {} does not divide the {} ranks; run mpirun -np with a "
                "multiple of {}", P, N, P);
-  // The degree against the experts, tensor parallelism, ZeRO, pipelines and the methods a mixture
-  // of experts does not run with (all but freezing): refused with the config (train/run_config.cpp).
+  // The degree against the experts, tensor parallelism, pipelines and the methods a mixture of
+  // experts does not run with (all but freezing): refused with the config (train/run_config.cpp).
   base_ = world.new_communicator();
   mesh_ = std::make_unique<MpiMesh>(data_expert(N / P, P), base_);
   comm_ = std::make_unique<MpiExpertCollectives>(world, mesh_->group(Dim::Expert));
   name_ = N == P ? fmt::format("expert-parallel over {} ranks", P)
                  : fmt::format("expert-parallel over {} ranks × {} data-parallel groups", P, N / P);
+  if (settings.parallel.zero > 0) name_ += fmt::format(", ZeRO-{}", settings.parallel.zero);
+  const ModelConfig& config = session.model().config();
+  shard_table_ = ParamTable::build(config, BlockRange::whole(config), comm_->coord());
+  zero_ = std::make_unique<ZeroOverReplicas>(world, mesh_->group(Dim::Data), settings.parallel.zero, shard_table_,
+                                             settings.optim.muon.enabled, wire_);
 }
 
 ExpertParallelStep::~ExpertParallelStep() {
@@ -114,10 +114,19 @@ ExpertParallelStep::~ExpertParallelStep() {
 
 void ExpertParallelStep::hold(bool sharded) {
   if (sharded == sharded_) return;
+  // ZeRO: the moments are whole on every rank while the session is, cut again with the shard.
+  if (!sharded) zero_->before_gather(session_);
   hold_shard(session_, sharded, Placement::Kind::Experts, *comm_,
              [this](const float* local, size_t n, float* out) { comm_->all_gather(local, n, out); });
   sharded_ = sharded;
+  if (sharded) zero_->after_cut(session_);
 }
+
+size_t ExpertParallelStep::optimizer_bytes() const { return zero_->optimizer_bytes(shard_table_); }
+
+size_t ExpertParallelStep::resident_gradient_bytes() const { return zero_->resident_gradient_bytes(shard_table_); }
+
+void ExpertParallelStep::reset_gradients() { zero_->reset_gradients(session_.model()); }
 
 StepResult ExpertParallelStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
   hold(true);  // the first step, or back to the shard after a synchronize()
@@ -131,6 +140,8 @@ void ExpertParallelStep::begin_context(TrainContext& ctx) {
   ctx.allgather_replicas = world_.allgather_over(base_);
   ctx.replicas = world_.size();
   ctx.replicas_in_lockstep = true;  // every rank runs every mixture's exchanges (AutoCache serves alike)
+  // Per-block sums over the expert group's parts (each rank's experts, the replicated tensors once).
+  ctx.sum_over_parts = [this](std::span<double> values) { comm_->sum_each(values); };
 }
 
 void ExpertParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
@@ -151,7 +162,9 @@ void ExpertParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, cons
   compute_seconds_ = timer.seconds();
   GPT& model = session_.model();
   reduce_gradients(model);
-
+  // A method reads every gradient at this AfterGradReduce: under ZeRO-2 the replicas share their
+  // parts' sums first.
+  if (methods_.reads_all_gradients_now(ctx)) zero_->share_gradients(model);
   add_ranks_results(world_, losses, model, r);
 }
 
@@ -168,30 +181,41 @@ void ExpertParallelStep::reduce_gradients(GPT& model) {
     bytes_reduced_ += double(to - from) * kernels::dtype_size(wire_);
     ++reductions_;
   };
-  const bool data_groups = mesh_->shape().size(Dim::Data) > 1;
+  // The replicated tensors' over the expert group first; then everything over the data groups
+  // (under ZeRO-2 each data group gets its part's sums).
+  const char* replicated = "the sum of the replicated gradients over the expert group";
   size_t run = begin;  // the start of the run of replicated tensors not reduced yet
   for (const ParamInfo& e : model.table().entries()) {
     if (!is_expert(e) || e.offset < begin) continue;
-    reduce(base_, run, e.offset, "the sum of the replicated gradients");
-    if (data_groups)
-      reduce(mesh_->group(Dim::Data), e.offset, e.offset + e.numel, "the sum of the experts' gradients over the data groups");
+    reduce(mesh_->group(Dim::Expert), run, e.offset, replicated);
     run = std::max(run, e.offset + e.numel);
   }
-  reduce(base_, run, total, "the sum of the replicated gradients");
+  reduce(mesh_->group(Dim::Expert), run, total, replicated);
+  if (const size_t n = zero_->sum_gradients(model, "the sum of the gradients over the data groups")) {
+    bytes_reduced_ += double(n) * kernels::dtype_size(wire_);
+    ++reductions_;
+  }
   reduce_seconds_ = timer.seconds();
 }
 
 float ExpertParallelStep::clip_gradients() {
   update_timer_.reset();
   GPT& model = session_.model();
-  const size_t begin = model.trainable_begin();
   // Σ g² of the experts on each rank, added over the expert group in rank order, and of the
-  // replicated tensors (the same on every rank) once.
-  const SplitSquares squares = split_sum_squares(model.table(), model.grads(), begin, is_expert);
-  const double sum = comm_->sum(squares.split) + squares.replicated;
-  const float norm = static_cast<float>(std::sqrt(sum));
-  session_.optim().clip_to(model.grads(), begin, norm);
+  // replicated tensors (the same on every rank) once; under ZeRO-2 each data group holds its part's
+  // sums, and the groups chain their parts in order.
+  const auto [lo, hi, chain] = zero_->held_gradients(model);
+  const SplitSquares squares = chained_split_squares(world_, chain, model.table(), model.grads(), lo, hi, is_expert);
+  double split = squares.split;
+  comm_->sum_each({&split, 1});
+  const float norm = static_cast<float>(std::sqrt(split + squares.replicated));
+  if (lo < hi) session_.optim().clip_to(model.grads(), lo, norm, hi);
   return norm;
+}
+
+void ExpertParallelStep::update(float lr) {
+  StepStrategy::update(lr);
+  zero_->share_updates(session_.model());  // ZeRO: each data group updated its part of the shard
 }
 
 void ExpertParallelStep::add_metrics(nlohmann::json& record) {

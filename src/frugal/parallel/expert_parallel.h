@@ -8,9 +8,11 @@
 // expert group exchange the routed rows with MPI all-to-all (model/moe.h) through
 // MpiExpertCollectives.
 //
-// Gradients, after the last backward (not overlapped): the replicated tensors' are summed over all
-// N ranks; each expert's, which already holds the contributions of every token routed to it from
-// its group, over the N/P ranks holding the same experts (none when N = P). Every micro-batch's
+// Gradients, after the last backward (not overlapped): the replicated tensors' are summed over the
+// expert group, then the whole shard over the N/P ranks holding the same experts (none when N = P):
+// the replicated tensors' over all N ranks, each expert's (which already holds the contributions
+// of every token routed to it from its group) over its data group. ZeRO-1/2 shard the moments (and
+// the gradients) over those data groups (ZeroOverReplicas, zero.h). Every micro-batch's
 // loss carries one process's 1/(N·A) scale, so the sums are one process's gradients. The global
 // norm adds the expert tensors' squares over the expert group and the replicated ones' once. The
 // experts' load is summed over every rank, so the balancing bias moves alike everywhere, as one
@@ -18,20 +20,24 @@
 //
 // The session starts whole and becomes this rank's shard at the first step; synchronize() gathers
 // the whole model on every rank (shards.h): checkpoints, evaluation and samples are one process's,
-// and a run resumes at any expert degree. ZeRO, pipelines, tensor parallelism and methods
-// (freezing, the only one a mixture runs with) are refused with experts split.
+// and a run resumes at any expert degree. Pipelines, tensor parallelism and the methods a mixture
+// does not run with (all but freezing) are refused with experts split.
 #pragma once
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "frugal/core/timer.h"
 #include "frugal/kernels/dtype.h"
 #include "frugal/model/collectives.h"
+#include "frugal/model/param_table.h"
 #include "frugal/parallel/mpi_mesh.h"
 #include "frugal/parallel/mpi_world.h"
 #include "frugal/train/step.h"
 
 namespace frugal::parallel {
+
+class ZeroOverReplicas;  // zero.h
 
 // The collectives of one rank of an expert group over MPI: its all-to-all (counts with
 // MPI_Alltoall, rows with MPI_Alltoallv); the tensor group is this rank alone. Counts the seconds
@@ -48,8 +54,8 @@ class MpiExpertCollectives final : public TensorCollectives {
                        int width) override;
   // Every rank's `local` (n floats each) into out (size · n), in rank order.
   void all_gather(const float* local, size_t n, float* out);
-  // Every rank's x, added in rank order (the same bits on every rank).
-  double sum(double x);
+  // Each of `values` summed over the group's ranks in rank order (the same bits on every rank).
+  void sum_each(std::span<double> values);
 
   // Since the last reset: seconds inside the exchanges, their calls, and the bytes this rank sent
   // to the others (its own rows stay).
@@ -75,12 +81,16 @@ class ExpertParallelStep final : public StepStrategy {
   double tokens_per_step(int64_t step) const override { return StepStrategy::tokens_per_step(step) * world_.size(); }
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   void synchronize() override;
+  size_t resident_gradient_bytes() const override;  // ZeRO-2: this data group's part
+  size_t optimizer_bytes() const override;          // ZeRO: this data group's part of the moments
 
  protected:
+  void reset_gradients() override;  // ZeRO-2: the other data groups' parts released
   void begin_context(TrainContext& ctx) override;  // the replicas share their caches
   // Each rank its micro-batches; the gradients summed as above; losses added in one process's order.
   void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch, StepResult& r) override;
   float clip_gradients() override;  // expert tensors' squares summed over the group, replicated once
+  void update(float lr) override;   // ZeRO-1/2: the data groups' updated parts all-gathered
   void add_metrics(nlohmann::json& record) override;  // "comm": the exchanges and the reductions
 
  private:
@@ -95,6 +105,9 @@ class ExpertParallelStep final : public StepStrategy {
   MPI_Comm base_;
   std::unique_ptr<MpiMesh> mesh_;  // data N/P × expert P over base_
   std::unique_ptr<MpiExpertCollectives> comm_;
+  ParamTable shard_table_;  // this rank's shard's
+  // parallel.zero: AdamW's moments (1) and the gradients (2) sharded over the data groups
+  std::unique_ptr<ZeroOverReplicas> zero_;
   bool sharded_ = false;
   kernels::DType wire_;
   std::vector<kernels::bf16> staged_;  // a reduction's bf16 payload (parallel/wire.h)

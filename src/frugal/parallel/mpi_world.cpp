@@ -78,6 +78,22 @@ std::function<void(const void*, size_t, void*)> MpiWorld::allgather_over(MPI_Com
   };
 }
 
+void MpiWorld::sum_in_rank_order(MPI_Comm comm, std::span<double> values, const std::string& what) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const size_t n = values.size();
+  std::vector<double> all(n * size);
+  MPI_Request request;
+  MPI_Iallgather(values.data(), static_cast<int>(n), MPI_DOUBLE, all.data(), static_cast<int>(n), MPI_DOUBLE, comm,
+                 &request);
+  wait(request, what);
+  for (size_t i = 0; i < n; ++i) {
+    double total = 0;
+    for (int r = 0; r < size; ++r) total += all[r * n + i];
+    values[i] = total;
+  }
+}
+
 std::vector<std::string> MpiWorld::allgather_bytes(MPI_Comm comm, const std::string& mine, const std::string& what) {
   int size = 1;
   MPI_Comm_size(comm, &size);

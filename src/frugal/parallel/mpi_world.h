@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ class MpiWorld final : public ProcessGroup {
   // Every rank of `comm`'s bytes (of any length), in rank order; `what` names the exchange if a
   // rank stops answering.
   std::vector<std::string> allgather_bytes(MPI_Comm comm, const std::string& mine, const std::string& what);
+  // values = each of them summed over the ranks of `comm` in rank order (the same bits on every
+  // rank), in one exchange.
+  void sum_in_rank_order(MPI_Comm comm, std::span<double> values, const std::string& what);
   // Seconds without progress before wait() gives up (parallel.timeout).
   void set_timeout(double seconds) { timeout_ = seconds; }
   // Waits for `request`. After the timeout: finds out which ranks no longer answer, prints

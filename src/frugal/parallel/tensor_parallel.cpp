@@ -12,7 +12,6 @@
 #include "frugal/kernels/ops.h"
 #include "frugal/parallel/grad_norm.h"
 #include "frugal/parallel/shards.h"
-#include "frugal/parallel/wire.h"
 #include "frugal/parallel/zero.h"
 
 namespace frugal::parallel {
@@ -61,17 +60,7 @@ double MpiTensorCollectives::sum(double x) {
 }
 
 void MpiTensorCollectives::sum_each(std::span<double> values) {
-  const size_t n = values.size();
-  std::vector<double> all(n * size_);
-  MPI_Request request;
-  MPI_Iallgather(values.data(), static_cast<int>(n), MPI_DOUBLE, all.data(), static_cast<int>(n), MPI_DOUBLE,
-                 group_, &request);
-  world_.wait(request, "the tensor-parallel group's sums");
-  for (size_t i = 0; i < n; ++i) {
-    double total = 0;
-    for (int r = 0; r < size_; ++r) total += all[r * n + i];
-    values[i] = total;
-  }
+  world_.sum_in_rank_order(group_, values, "the tensor-parallel group's sums");
 }
 
 // ---- TensorParallelStep ----
@@ -95,7 +84,7 @@ float tensor_grad_norm(MpiWorld& world, MPI_Comm chain, MpiTensorCollectives& gr
 
 TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
                                        MpiWorld& world)
-    : StepStrategy(session, methods, settings), world_(world), zero_(settings.parallel.zero) {
+    : StepStrategy(session, methods, settings), world_(world) {
   const int T = settings.parallel.tensor, N = world.size();
   check_tensor_parallel(settings, N);
   // Masks and reshapes are chosen on the whole model, gathered around the Reconfigure (reconfigure);
@@ -106,10 +95,11 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
   comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor));
   name_ = N == T ? fmt::format("tensor-parallel over {} ranks", T)
                  : fmt::format("tensor-parallel over {} ranks × {} data-parallel replicas", T, N / T);
-  if (zero_ > 0) name_ += fmt::format(", ZeRO-{}", zero_);
+  if (settings.parallel.zero > 0) name_ += fmt::format(", ZeRO-{}", settings.parallel.zero);
   shard_table_ = ParamTable::build(session.model().config(), BlockRange::whole(session.model().config()),
                                    comm_->coord());
-  zero_shards_ = zero_shard_bounds(shard_table_, replicas(), settings.optim.muon.enabled);
+  zero_ = std::make_unique<ZeroOverReplicas>(world, mesh_->group(Dim::Data), settings.parallel.zero, shard_table_,
+                                             settings.optim.muon.enabled, comm_dtype(settings.parallel));
 }
 
 TensorParallelStep::~TensorParallelStep() {
@@ -124,11 +114,11 @@ TensorParallelStep::~TensorParallelStep() {
 void TensorParallelStep::hold(bool sharded, bool gradients) {
   if (sharded == sharded_) return;
   // ZeRO: the moments are whole on every replica while the session is, cut again with the shard.
-  if (!sharded && zero_ > 0) gather_moments(world_, mesh_->group(Dim::Data), zero_shards_, session_);
+  if (!sharded) zero_->before_gather(session_);
   hold_shard(session_, sharded, Placement::Kind::Sharded, *comm_,
              [this](const float* local, size_t n, float* out) { comm_->all_gather(local, n, out); }, gradients);
   sharded_ = sharded;
-  if (sharded && zero_ > 0) cut_moments(session_, zero_shards_[replica()], zero_shards_[replica() + 1]);
+  if (sharded) zero_->after_cut(session_);
 }
 
 MemoryPlan TensorParallelStep::memory_plan() const {
@@ -139,23 +129,11 @@ MemoryPlan TensorParallelStep::memory_plan() const {
                               comm_->coord(), linear_dtype(t));
 }
 
-size_t TensorParallelStep::optimizer_bytes() const {
-  const size_t first = shard_table_.owned_begin(), total = shard_table_.total();
-  const size_t floats = zero_ > 0 ? zero_shards_[replica() + 1] - std::max(first, zero_shards_[replica()]) : total - first;
-  return 2 * floats * sizeof(float);
-}
+size_t TensorParallelStep::optimizer_bytes() const { return zero_->optimizer_bytes(shard_table_); }
 
-size_t TensorParallelStep::resident_gradient_bytes() const {
-  if (zero_ < 2) return shard_table_.total() * sizeof(float);
-  return (zero_shards_[replica() + 1] - zero_shards_[replica()]) * sizeof(float);
-}
+size_t TensorParallelStep::resident_gradient_bytes() const { return zero_->resident_gradient_bytes(shard_table_); }
 
-void TensorParallelStep::reset_gradients() {
-  if (zero_ < 2) return StepStrategy::reset_gradients();
-  GPT& model = session_.model();
-  zero_keeping_shard(model.grads(), model.trainable_begin(), model.num_floats(), zero_shards_[replica()],
-                     zero_shards_[replica() + 1]);
-}
+void TensorParallelStep::reset_gradients() { zero_->reset_gradients(session_.model()); }
 
 StepResult TensorParallelStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
   hold(true);  // the first step, or back to the shard after a synchronize()
@@ -195,23 +173,12 @@ void TensorParallelStep::run_micro_batches(TrainContext& ctx, int64_t step, cons
   }
   for (int skipped = (d + 1) * A; skipped < count; ++skipped) draw(next_batch);
   compute_seconds_ = timer.seconds();
-  GPT& model = session_.model();
-  if (D > 1) {  // each shard's gradients summed over its replicas (ZeRO-2: each replica gets its part's sums)
-    const size_t begin = model.trainable_begin(), total = model.num_floats();
-    const char* what = "the sum of the gradients over the tensor group's replicas";
-    if (zero_ == 2)
-      reduce_scatter_sum(world_, mesh_->group(Dim::Data), model.grads(), begin, total, zero_shards_,
-                         comm_dtype(settings_.parallel), staged_, counts_, what);
-    else
-      all_reduce_sum(world_, mesh_->group(Dim::Data), model.grads() + begin, total - begin,
-                     comm_dtype(settings_.parallel), staged_, what);
-  }
+  // Each shard's gradients summed over its replicas (ZeRO-2: each replica gets its part's sums).
+  zero_->sum_gradients(session_.model(), "the sum of the gradients over the tensor group's replicas");
   // A method reads every gradient at this AfterGradReduce: under ZeRO-2 the replicas share their
   // parts' sums first; for whole linears' gradients (mst's growth) the whole model with its
   // gradients is on every rank until the clip (which cuts it again).
-  if (zero_ == 2 && methods_.reads_all_gradients_now(ctx))
-    allgather_shards(world_, mesh_->group(Dim::Data), zero_shards_, model.grads(), model.trainable_begin(),
-                     "the all-gather of the gradients' parts for a method that reads them all");
+  if (methods_.reads_all_gradients_now(ctx)) zero_->share_gradients(session_.model());
   if (methods_.reads_all_gradients_now(ctx, true)) hold(false, true);
   // The loss: every micro-batch's, added in one-process order.
   std::vector<double> all_losses(count);
@@ -231,12 +198,7 @@ float TensorParallelStep::clip_gradients() {
   GPT& model = session_.model();
   // Under ZeRO-2 each replica holds the sums of its part of the shard, and the replicas chain their
   // parts in order (the same bits as ZeRO-0's).
-  size_t lo = model.trainable_begin(), hi = model.num_floats();
-  MPI_Comm chain = MPI_COMM_SELF;
-  if (zero_ == 2) {
-    lo = std::max(lo, zero_shards_[replica()]), hi = zero_shards_[replica() + 1];
-    chain = mesh_->group(Dim::Data);
-  }
+  const auto [lo, hi, chain] = zero_->held_gradients(model);
   const float norm = tensor_grad_norm(world_, chain, *comm_, model.table(), model.grads(), lo, hi);
   if (lo < hi) session_.optim().clip_to(model.grads(), lo, norm, hi);
   return norm;
@@ -244,10 +206,7 @@ float TensorParallelStep::clip_gradients() {
 
 void TensorParallelStep::update(float lr) {
   StepStrategy::update(lr);
-  GPT& model = session_.model();  // ZeRO: each replica updated its part of the shard
-  if (zero_ > 0)
-    allgather_shards(world_, mesh_->group(Dim::Data), zero_shards_, model.params(), model.trainable_begin(),
-                     "the all-gather of the updated parameters over the replicas");
+  zero_->share_updates(session_.model());  // ZeRO: each replica updated its part of the shard
 }
 
 void TensorParallelStep::add_metrics(nlohmann::json& record) {

@@ -38,6 +38,8 @@
 
 namespace frugal::parallel {
 
+class ZeroOverReplicas;  // zero.h
+
 // The TensorCollectives of one rank of a tensor group over MPI. Deterministic: each reduction
 // all-gathers every rank's values and combines them in rank order, so every rank gets the same
 // bits (an MPI_Allreduce may add in a different order on different ranks). Counts the seconds and
@@ -123,9 +125,9 @@ class TensorParallelStep final : public StepStrategy {
   int replica() const { return mesh_->coordinate(Dim::Data); }
 
   MpiWorld& world_;
-  int zero_;  // parallel.zero: AdamW's moments (1) and the gradients (2) sharded over the D replicas
-  ParamTable shard_table_;            // this rank's shard's
-  std::vector<size_t> zero_shards_;  // replica d's part of this rank's shard: [d], [d + 1]
+  ParamTable shard_table_;  // this rank's shard's
+  // parallel.zero: AdamW's moments (1) and the gradients (2) sharded over the D replicas
+  std::unique_ptr<ZeroOverReplicas> zero_;
   std::string name_;
   MPI_Comm base_;
   std::unique_ptr<MpiMesh> mesh_;  // data D × tensor T over base_
@@ -134,8 +136,6 @@ class TensorParallelStep final : public StepStrategy {
   bool sharded_ = false;
   double compute_seconds_ = 0;  // the step's micro-batches
   Timer update_timer_;          // from clipping on
-  std::vector<kernels::bf16> staged_;  // the replicas' gradient sum on a bf16 wire (parallel/wire.h)
-  std::vector<int> counts_;            // ZeRO-2's reduce-scatter: floats per replica
 };
 
 }  // namespace frugal::parallel

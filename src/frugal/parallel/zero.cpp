@@ -6,6 +6,7 @@
 
 #include "frugal/core/memory.h"
 #include "frugal/optim/muon.h"
+#include "frugal/parallel/wire.h"
 
 namespace frugal::parallel {
 
@@ -64,6 +65,68 @@ void zero_keeping_shard(float* grads, size_t begin, size_t total, size_t own_beg
   zero_releasing_pages(grads + begin, sizeof(float) * (own - begin));
   std::memset(grads + own, 0, sizeof(float) * (end - own));
   zero_releasing_pages(grads + end, sizeof(float) * (total - end));
+}
+
+ZeroOverReplicas::ZeroOverReplicas(MpiWorld& world, MPI_Comm replicas, int stage, const ParamTable& shard,
+                                   bool muon, kernels::DType wire)
+    : world_(world), replicas_(replicas), stage_(stage), wire_(wire) {
+  int size = 1;
+  MPI_Comm_size(replicas, &size);
+  MPI_Comm_rank(replicas, &replica_);
+  bounds_ = zero_shard_bounds(shard, size, muon);
+}
+
+void ZeroOverReplicas::before_gather(Session& session) {
+  if (stage_ > 0) gather_moments(world_, replicas_, bounds_, session);
+}
+
+void ZeroOverReplicas::after_cut(Session& session) {
+  if (stage_ > 0) cut_moments(session, bounds_[replica_], bounds_[replica_ + 1]);
+}
+
+size_t ZeroOverReplicas::optimizer_bytes(const ParamTable& shard) const {
+  const size_t first = shard.owned_begin(), total = shard.total();
+  const size_t floats = stage_ > 0 ? bounds_[replica_ + 1] - std::max(first, bounds_[replica_]) : total - first;
+  return 2 * floats * sizeof(float);
+}
+
+size_t ZeroOverReplicas::resident_gradient_bytes(const ParamTable& shard) const {
+  if (stage_ < 2) return shard.total() * sizeof(float);
+  return (bounds_[replica_ + 1] - bounds_[replica_]) * sizeof(float);
+}
+
+void ZeroOverReplicas::reset_gradients(GPT& model) const {
+  if (stage_ < 2) return model.zero_grad();
+  zero_keeping_shard(model.grads(), model.trainable_begin(), model.num_floats(), bounds_[replica_],
+                     bounds_[replica_ + 1]);
+}
+
+size_t ZeroOverReplicas::sum_gradients(GPT& model, const char* what) {
+  const size_t begin = model.trainable_begin(), total = model.num_floats();
+  if (replicas() == 1 || begin >= total) return 0;
+  if (stage_ == 2)
+    reduce_scatter_sum(world_, replicas_, model.grads(), begin, total, bounds_, wire_, staged_, counts_, what);
+  else
+    all_reduce_sum(world_, replicas_, model.grads() + begin, total - begin, wire_, staged_, what);
+  return total - begin;
+}
+
+void ZeroOverReplicas::share_gradients(GPT& model) const {
+  if (stage_ == 2 && replicas() > 1)
+    allgather_shards(world_, replicas_, bounds_, model.grads(), model.trainable_begin(),
+                     "the all-gather of the gradients' parts for a method that reads them all");
+}
+
+ZeroOverReplicas::Held ZeroOverReplicas::held_gradients(const GPT& model) const {
+  const size_t begin = model.trainable_begin(), total = model.num_floats();
+  if (stage_ < 2) return {begin, total, MPI_COMM_SELF};
+  return {std::max(begin, bounds_[replica_]), bounds_[replica_ + 1], replicas_};
+}
+
+void ZeroOverReplicas::share_updates(GPT& model) const {
+  if (stage_ > 0)
+    allgather_shards(world_, replicas_, bounds_, model.params(), model.trainable_begin(),
+                     "the all-gather of the updated parameters over the replicas");
 }
 
 }  // namespace frugal::parallel

@@ -378,8 +378,6 @@ RunSettings run_settings(const io::Config& c) {
                  "of model.moe.experts (or 1)", par.expert, m.moe.experts);
     FRUGAL_CHECK(par.tensor == 1, "parallel.expert = {} with parallel.tensor = {}: tensor × expert parallelism "
                  "is not built yet; set one of them to 1", par.expert, par.tensor);
-    FRUGAL_CHECK(par.zero == 0, "parallel.zero = {} with parallel.expert = {}: ZeRO over expert-parallel ranks "
-                 "(whose experts are not replicated) is not built yet; set parallel.zero = 0", par.zero, par.expert);
   }
   if (m.moe.experts > 0) {
     FRUGAL_CHECK(par.pipeline_stages == 1, "parallel.pipeline_stages = {} does not run a mixture of experts "

@@ -68,17 +68,20 @@ MethodInfo method_info() {
 std::vector<double> FreezeMethod::block_grad_squares(GPT& model) const {
   const int L = model.config().n_layer;
   const ShardCoord& shard = model.table().shard();
+  const bool whole = shard.size == 1 && shard.expert_size == 1;
+  const bool first = shard.rank == 0 && shard.expert_rank == 0;  // in its tensor and expert groups
   std::vector<double> squares(L, 0.0);
   for (int l = frozen_; l < L; ++l) {
     if (!model.range().contains(l)) continue;  // its pipeline stage adds it
-    if (shard.size == 1) {  // the whole block
+    if (whole) {  // the whole block
       const auto [b, e] = model.table().layer_range(l);
       squares[l] = kernels::sum_squares(model.grads() + b, e - b);
       continue;
     }
-    // A tensor shard: its part of every split tensor; the tensors each rank holds whole, once.
+    // A tensor or expert shard: its part of every split tensor; the tensors each rank holds whole,
+    // once.
     for (const ParamInfo& t : model.table().entries())
-      if (t.layer == l && (shard.group_of(t.placement).size > 1 || shard.rank == 0))
+      if (t.layer == l && (shard.group_of(t.placement).size > 1 || first))
         squares[l] += kernels::sum_squares(model.grads() + t.offset, t.numel);
   }
   return squares;
