@@ -130,11 +130,14 @@ TEST_F(Pipeline, FreezingRepartitionsAndTheRunContinuesAsOneProcess) {
   const TrainedRun fixed = train("fixed", 2, 8, capped + " --set parallel.pipeline_stages=2 --set parallel.elastic=false");
   expect_identical(train("single-capped", 0, 8, capped).steps, fixed.steps);
   EXPECT_EQ(layout(fixed.steps.back()), std::pair(2, 1));
-  // Freezing past what 2 stages can hold is refused when the pipeline may not shorten.
+  // Freezing past what 2 stages can hold is refused at start-up when the pipeline may not shorten.
   const CliResult refused = run_shell(mpirun(2) + " " + train_args("refused", 8, kFreeze +
                                       " --set parallel.pipeline_stages=2 --set parallel.elastic=false"));
   EXPECT_NE(refused.rc, 0);
-  EXPECT_TRUE(contains(refused.output, "set parallel.elastic = true")) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "methods.freeze may freeze 3 of the 4 blocks, which leaves fewer trainable "
+                       "blocks than the 2 stages")) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "set methods.freeze.max_frozen <= 2 or parallel.elastic = true")) << refused.output;
+  EXPECT_FALSE(contains(refused.output, "step 1/")) << "refused after training began";
 }
 
 // AutoCache under data-parallel replicas: every replica stores every replica's prefix outputs

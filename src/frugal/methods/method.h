@@ -53,6 +53,9 @@ struct Capabilities {
   // With changes_shapes: the fewest blocks the model has at any point of the run (a pipeline
   // needs at least one per stage); 0: the configured model's.
   int fewest_blocks = 0;
+  // With changes_trainable_set: the most blocks it may freeze (a fixed-length pipeline needs a
+  // trainable block per stage); -1: all but one.
+  int most_frozen = -1;
 };
 
 // The view of training a method gets at each event. Fields are valid as noted.

@@ -71,6 +71,16 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
                "pipeline's M; {} to {} fill a pipeline of {} stages well)", M, most_replicas,
                elastic_ ? ", with parallel.elastic" : fewest_blocks < K ? ", with a V-cycle level of fewer "
                "blocks than stages" : "", K, K, 6 * K, K);
+  // A fixed-length pipeline keeps a trainable block per stage: refused now rather than when the
+  // blocks freeze (with a V-cycle the levels' depths are checked as they come).
+  for (const auto& method : methods.methods())
+    if (const Capabilities c = method->capabilities(); !elastic_ && c.changes_trainable_set) {
+      const int most = c.most_frozen < 0 ? L - 1 : std::min(c.most_frozen, L);
+      FRUGAL_CHECK(L - most >= K, "methods.{} may freeze {} of the {} blocks, which leaves fewer trainable "
+                   "blocks than the {} stages of a pipeline of fixed length (parallel.elastic = false); set "
+                   "methods.freeze.max_frozen <= {}{}", method->name(), most, L, K, L - K,
+                   T > 1 ? "" : " or parallel.elastic = true (the pipeline then shortens)");
+    }
   FRUGAL_CHECK(settings.parallel.zero == 0, "parallel.zero = {} is not supported with "
                "parallel.pipeline_stages > 1 (each stage already keeps only its own slice of the "
                "optimizer's work); set parallel.zero = 0", settings.parallel.zero);

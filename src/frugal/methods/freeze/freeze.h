@@ -4,6 +4,8 @@
 // leave the optimizer (GPT::set_frozen_prefix), changed only at the Reconfigure safe point. With
 // AutoCache the prefix's output is cached per sample and fed back on revisits (autocache.h).
 #pragma once
+#include <algorithm>
+
 #include "frugal/methods/freeze/autocache.h"
 #include "frugal/methods/method.h"
 
@@ -27,7 +29,10 @@ class FreezeMethod final : public Method {
   Capabilities capabilities() const override {
     // Only the adaptive criterion reads gradients (every trainable block's norms).
     return {.changes_trainable_set = true, .follows_reshape = true, .reads_all_gradients = config_.adaptive,
-            .gradient_sums_only = true};
+            .gradient_sums_only = true,
+            .most_frozen = config_.alpha <= 0       ? config_.frozen_layers
+                           : config_.max_frozen < 0 ? -1
+                                                    : std::max(config_.frozen_layers, config_.max_frozen)};
   }
   bool match(Event event, const TrainContext& ctx) const override;
   void apply(Event event, TrainContext& ctx) override;
