@@ -83,6 +83,10 @@ bool MethodSet::any(bool Capabilities::* flag) const {
   return std::ranges::any_of(methods_, [&](const auto& m) { return m->capabilities().*flag; });
 }
 
+bool MethodSet::acts_now(Event event, const TrainContext& ctx, bool Capabilities::* flag) const {
+  return std::ranges::any_of(methods_, [&](const auto& m) { return m->capabilities().*flag && m->match(event, ctx); });
+}
+
 bool MethodSet::reads_all_gradients_now(const TrainContext& ctx, bool sums_serve) const {
   return std::any_of(methods_.begin(), methods_.end(), [&](const auto& m) {
     const Capabilities c = m->capabilities();

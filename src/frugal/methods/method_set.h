@@ -27,6 +27,9 @@ class MethodSet {
   const std::vector<std::unique_ptr<Method>>& methods() const { return methods_; }
   // Whether a method declares this capability, e.g. any(&Capabilities::changes_shapes).
   bool any(bool Capabilities::* flag) const;
+  // Whether a method with this capability acts at `event` now, e.g. whether the coming Reconfigure
+  // reshapes: acts_now(Event::Reconfigure, ctx, &Capabilities::changes_shapes).
+  bool acts_now(Event event, const TrainContext& ctx, bool Capabilities::* flag) const;
   bool empty() const { return methods_.empty(); }
   // Largest prefix served from cached activations by any method.
   int cached_prefix_blocks() const;

@@ -20,7 +20,6 @@ DataParallelStep::DataParallelStep(Session& session, MethodSet& methods, const R
       mesh_(std::make_unique<MpiMesh>(MeshShape::data_pipeline(world.size(), 1), base_)) {
   // Every rank reshapes its whole model alike at Reconfigure (the same weights, the same map);
   // each step reduces the buffer the model has then, and ZeRO re-cuts its shards (reconfigure).
-  reshaping_ = methods.any(&Capabilities::changes_shapes);
   shards_ = zero_shard_bounds(session.model().table(), world.size(), settings.optim.muon.enabled);
   if (zero_ >= 1) session.shard_optimizer(shards_[replica()], shards_[replica() + 1]);
   // ZeRO-2 releases the other shards' gradient pages every step (GradientReducer) and takes them
@@ -51,7 +50,7 @@ void DataParallelStep::begin_context(TrainContext& ctx) {
 }
 
 void DataParallelStep::reconfigure(TrainContext& ctx) {
-  if (!reshaping_) return StepStrategy::reconfigure(ctx);
+  if (!methods_.acts_now(Event::Reconfigure, ctx, &Capabilities::changes_shapes)) return StepStrategy::reconfigure(ctx);
   // Under ZeRO the reshape's map needs the whole moments: every rank gathers them, the methods
   // reshape, and the new buffer is cut again (its moments copied out of the whole ones).
   if (zero_ >= 1) gather_moments(world_, replicas(), shards_, session_);

@@ -67,7 +67,6 @@ class DataParallelStep final : public StepStrategy {
 
   MpiWorld& world_;
   int zero_;
-  bool reshaping_ = false;  // a method reshapes the model (the V-cycle)
   MPI_Comm base_;
   std::unique_ptr<MpiMesh> mesh_;  // data N over base_
   std::vector<size_t> shards_;

@@ -56,8 +56,6 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
                "a block", K, L);
   // A method that reshapes the model (the V-cycle) may leave fewer blocks than stages: the
   // pipeline then runs fewer stages (stages_for), the freed ranks as replicas.
-  reshaping_ = methods.any(&Capabilities::changes_shapes);
-  owns_masks_ = T > 1 && methods.any(&Capabilities::owns_masks);
   int fewest_blocks = L;
   for (const auto& method : methods.methods())
     if (const Capabilities c = method->capabilities(); c.changes_shapes && c.fewest_blocks > 0)
@@ -338,13 +336,13 @@ StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohma
 }
 
 void PipelineStep::reconfigure(TrainContext& ctx) {
-  // A method that may reshape the model maps every block: the methods act on the whole model,
+  // A method that reshapes the model now maps every block: the methods act on the whole model,
   // gathered on every rank, alike everywhere (the next step holds the stage again, or
   // follow_reshape lays out a pipeline for the new model).
-  if (reshaping_) synchronize();
-  // A mask owner chooses masks from whole linears: a stage of tensor shards gathers its blocks
-  // (the next step cuts them again, the formats with them).
-  if (owns_masks_) hold_tensor_shard(false);
+  if (methods_.acts_now(Event::Reconfigure, ctx, &Capabilities::changes_shapes)) synchronize();
+  // A mask owner acting now chooses masks from whole linears: a stage of tensor shards gathers its
+  // blocks (the next step cuts them again, the formats with them).
+  if (tensor_ > 1 && methods_.acts_now(Event::Reconfigure, ctx, &Capabilities::owns_masks)) hold_tensor_shard(false);
   StepStrategy::reconfigure(ctx);
 }
 

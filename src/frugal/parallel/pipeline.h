@@ -23,8 +23,9 @@
 // freezing's gradient norms) is decided by the stage that holds the block and shared with the
 // others (TrainContext::share_blocks, sum_over_parts); the session keeps the formats and patterns
 // they install for every block across re-partitions. A method that may reshape the model (the
-// V-cycle) acts on the whole model, gathered on every rank around each Reconfigure; after a
-// reshape the pipeline is laid out again for the new model (fewer stages for fewer blocks).
+// V-cycle) acts on the whole model, gathered on every rank around each Reconfigure where it
+// reshapes; after a reshape the pipeline is laid out again for the new model (fewer stages for
+// fewer blocks).
 //
 // When a method freezes blocks (the Reconfigure safe point), the stages are re-balanced and,
 // with parallel.elastic, the pipeline is halved while its slowest stage stays no slower than at
@@ -175,8 +176,6 @@ class PipelineStep final : public StepStrategy {
   double limit_ = 0;         // the costliest stage of the starting layout
   int layout_frozen_ = 0;    // the frozen prefix the layout was made for
   int64_t layout_reshapes_ = 0;  // the session's reshape count the layout was made for
-  bool reshaping_ = false;   // a method may reshape the model
-  bool owns_masks_ = false;  // a method chooses masks, from whole linears (tensor > 1 only)
   int64_t repartitions_ = 0; // so far in the run
   MPI_Comm base_ = MPI_COMM_NULL;
   std::unique_ptr<MpiMesh> mesh_;  // the layout's data × pipeline mesh over base_

@@ -87,9 +87,6 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
     : StepStrategy(session, methods, settings), world_(world) {
   const int T = settings.parallel.tensor, N = world.size();
   check_tensor_parallel(settings, N);
-  // Masks and reshapes are chosen on the whole model, gathered around the Reconfigure (reconfigure);
-  // a step whose AfterGradReduce reads whole gradients gathers them with it (run_micro_batches).
-  whole_at_reconfigure_ = methods.any(&Capabilities::changes_shapes) || methods.any(&Capabilities::owns_masks);
   base_ = world.new_communicator();
   mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(N / T, 1, T), base_);
   comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor));
@@ -145,8 +142,12 @@ void TensorParallelStep::synchronize() { hold(false); }
 
 void TensorParallelStep::reconfigure(TrainContext& ctx) {
   // The methods choose masks (from whole linears) and reshape on the whole model, alike on every
-  // rank; the next step cuts it again, the formats with it (Session::set_linear_format).
-  if (whole_at_reconfigure_) hold(false);
+  // rank, when one of them acts now; the next step cuts it again, the formats with it
+  // (Session::set_linear_format). A step whose AfterGradReduce reads whole gradients gathers them
+  // with it (run_micro_batches).
+  if (methods_.acts_now(Event::Reconfigure, ctx, &Capabilities::changes_shapes) ||
+      methods_.acts_now(Event::Reconfigure, ctx, &Capabilities::owns_masks))
+    hold(false);
   StepStrategy::reconfigure(ctx);
 }
 

@@ -132,7 +132,6 @@ class TensorParallelStep final : public StepStrategy {
   MPI_Comm base_;
   std::unique_ptr<MpiMesh> mesh_;  // data D × tensor T over base_
   std::unique_ptr<MpiTensorCollectives> comm_;
-  bool whole_at_reconfigure_ = false;  // a method owns masks or reshapes (reconfigure)
   bool sharded_ = false;
   double compute_seconds_ = 0;  // the step's micro-batches
   Timer update_timer_;          // from clipping on

@@ -172,10 +172,10 @@ bool VCycleMethod::match(Event event, const TrainContext& ctx) const {
   switch (event) {
     case Event::FitStart:
     case Event::BatchStart:
-    case Event::Reconfigure:
     case Event::BatchEnd:
       return true;
     case Event::AfterOptimStep:
+    case Event::Reconfigure:  // a segment ends: the next step runs another level
       return segment_ < last_segment() && ctx.step + 1 >= ends_[segment_];
     default:
       return false;
