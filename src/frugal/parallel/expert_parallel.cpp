@@ -205,10 +205,10 @@ float ExpertParallelStep::clip_gradients() {
   // replicated tensors (the same on every rank) once; under ZeRO-2 each data group holds its part's
   // sums, and the groups chain their parts in order.
   const auto [lo, hi, chain] = zero_->held_gradients(model);
-  const SplitSquares squares = chained_split_squares(world_, chain, model.table(), model.grads(), lo, hi, is_expert);
-  double split = squares.split;
-  comm_->sum_each({&split, 1});
-  const float norm = static_cast<float>(std::sqrt(split + squares.replicated));
+  const float norm = sharded_grad_norm(world_, chain, model.table(), model.grads(), lo, hi, is_expert, [this](double split) {
+    comm_->sum_each({&split, 1});
+    return split;
+  });
   if (lo < hi) session_.optim().clip_to(model.grads(), lo, norm, hi);
   return norm;
 }

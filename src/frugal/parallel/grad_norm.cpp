@@ -52,13 +52,6 @@ void feed_split(SplitStreams& streams, const ParamTable& table, const float* gra
 
 }  // namespace
 
-SplitSquares split_sum_squares(const ParamTable& table, const float* grads, size_t begin,
-                               const std::function<bool(const ParamInfo&)>& is_split) {
-  SplitStreams streams;
-  feed_split(streams, table, grads, begin, SIZE_MAX, is_split);
-  return {kernels::sum_squares_finish(streams.split), kernels::sum_squares_finish(streams.replicated)};
-}
-
 SplitSquares chained_split_squares(MpiWorld& world, MPI_Comm comm, const ParamTable& table, const float* grads,
                                    size_t lo, size_t hi, const std::function<bool(const ParamInfo&)>& is_split) {
   int rank = 0, size = 1;
@@ -82,6 +75,13 @@ SplitSquares chained_split_squares(MpiWorld& world, MPI_Comm comm, const ParamTa
   MPI_Ibcast(sums, 2, MPI_DOUBLE, size - 1, comm, &request);
   world.wait(request, "the gradient norm");
   return {sums[0], sums[1]};
+}
+
+float sharded_grad_norm(MpiWorld& world, MPI_Comm chain, const ParamTable& table, const float* grads, size_t lo,
+                        size_t hi, const std::function<bool(const ParamInfo&)>& is_split,
+                        const std::function<double(double)>& group_sum) {
+  const SplitSquares squares = chained_split_squares(world, chain, table, grads, lo, hi, is_split);
+  return static_cast<float>(std::sqrt(group_sum(squares.split) + squares.replicated));
 }
 
 }  // namespace frugal::parallel

@@ -17,20 +17,23 @@ namespace frugal::parallel {
 // slice, lo >= hi, feeds nothing). Every rank of `comm` calls it.
 float chained_grad_norm(MpiWorld& world, MPI_Comm comm, const float* grads, size_t lo, size_t hi);
 
-// Σ g² of the trainable tensors of `table` (offsets from `begin` on) in two sums: of the tensors
+// Σ g² of the trainable tensors of `table` in [lo, hi) in two sums: of the tensors
 // split over a group (`is_split`: each rank holds other parts; their sums are to be added over the
 // group) and of the replicated ones (the same on every rank: counted once). Each tensor is fed with
 // its alignment padding (zero), so every piece is whole groups of 8 as the stream needs.
+// The slices grads[lo, hi) of the buffer live on consecutive ranks of `comm` (ZeRO-2 parts of a
+// shard, the stages of a pipeline of tensor groups; MPI_COMM_SELF: one slice): both streams are
+// chained up the ranks in order, so the sums are those over the whole buffer to the bit; every
+// rank gets them. lo and hi fall on multiples of 8 floats.
 struct SplitSquares {
   double split = 0, replicated = 0;
 };
-SplitSquares split_sum_squares(const ParamTable& table, const float* grads, size_t begin,
-                               const std::function<bool(const ParamInfo&)>& is_split);
-// The same two sums when consecutive slices grads[lo, hi) of the buffer live on consecutive ranks
-// of `comm` (ZeRO-2 shards of a tensor shard, the stages of a pipeline of tensor groups): both
-// streams chained up the ranks in order, so the sums are those of split_sum_squares over the whole
-// buffer to the bit; every rank gets them. lo and hi fall on multiples of 8 floats.
 SplitSquares chained_split_squares(MpiWorld& world, MPI_Comm comm, const ParamTable& table, const float* grads,
                                    size_t lo, size_t hi, const std::function<bool(const ParamInfo&)>& is_split);
+// The global norm of a sharded layout from those sums: the split tensors' squares added over their
+// group by `group_sum` (the same bits on every rank), the replicated ones' once.
+float sharded_grad_norm(MpiWorld& world, MPI_Comm chain, const ParamTable& table, const float* grads, size_t lo,
+                        size_t hi, const std::function<bool(const ParamInfo&)>& is_split,
+                        const std::function<double(double)>& group_sum);
 
 }  // namespace frugal::parallel

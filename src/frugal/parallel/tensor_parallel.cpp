@@ -77,9 +77,9 @@ void check_tensor_parallel(const RunSettings& settings, int ranks) {
 
 float tensor_grad_norm(MpiWorld& world, MPI_Comm chain, MpiTensorCollectives& group, const ParamTable& table,
                        const float* grads, size_t lo, size_t hi) {
-  const auto is_split = [](const ParamInfo& e) { return e.placement.kind == Placement::Kind::Sharded; };
-  const SplitSquares squares = chained_split_squares(world, chain, table, grads, lo, hi, is_split);
-  return static_cast<float>(std::sqrt(group.sum(squares.split) + squares.replicated));
+  return sharded_grad_norm(
+      world, chain, table, grads, lo, hi, [](const ParamInfo& e) { return e.placement.kind == Placement::Kind::Sharded; },
+      [&group](double split) { return group.sum(split); });
 }
 
 TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, const RunSettings& settings,
