@@ -44,9 +44,10 @@ namespace frugal::parallel {
 // bytes it spends.
 class MpiTensorCollectives final : public TensorCollectives {
  public:
-  // `group`: the tensor group's communicator, its ranks ordered by their tensor coordinate.
-  MpiTensorCollectives(MpiWorld& world, MPI_Comm group);
-  ShardCoord coord() const override { return {rank_, size_}; }
+  // `group`: the tensor group's communicator, its ranks ordered by their tensor coordinate;
+  // `sequence`: the models built on it split their rows between the linears (parallel.sequence).
+  MpiTensorCollectives(MpiWorld& world, MPI_Comm group, bool sequence = false);
+  ShardCoord coord() const override { return {.rank = rank_, .size = size_, .sequence = sequence_}; }
   void all_reduce_sum(float* x, size_t n) override;
   void all_reduce_max(float* x, size_t n) override;
   // Every rank's x, added in rank order (the same bits on every rank).
@@ -54,7 +55,9 @@ class MpiTensorCollectives final : public TensorCollectives {
   // The same for each of `values`, in place, in one exchange.
   void sum_each(std::span<double> values);
   // Gathers every rank's `local` (n floats each) into `out` (size · n), in rank order.
-  void all_gather(const float* local, size_t n, float* out);
+  void all_gather(const float* local, size_t n, float* out) override;
+  // An all-to-all of the slices, each rank adding the ones it receives in rank order.
+  void reduce_scatter_sum(float* x, size_t n, float* out) override;
 
   // Since the last reset: seconds inside the collectives, their calls and the bytes this rank sent.
   void reset_counters() { seconds_ = 0, calls_ = 0, bytes_ = 0; }
@@ -69,6 +72,7 @@ class MpiTensorCollectives final : public TensorCollectives {
   MpiWorld& world_;
   MPI_Comm group_;
   int rank_ = 0, size_ = 1;
+  bool sequence_;
   std::vector<float> gathered_;  // (size, n) of the reduction in progress
   double seconds_ = 0, bytes_ = 0;
   int calls_ = 0;
