@@ -313,5 +313,27 @@ TEST(GptTensorParallel, SequenceParallelShardsGiveTheWholeModelsLossAndGradients
   expect_gpt_shards_equal_the_whole(c, false, true);
 }
 
+// The memory plan of a sequence-parallel shard: every per-row activation between the linears — per
+// block the LayerNorm outputs with their mean and rstd, res_mid and res_out (4 C + 4 floats a row),
+// the embeddings' output (C) and the head's ln_f output, its statistics and gradient (2 C + 2) —
+// holds N / T rows instead of N; the scratch gains the joined rows (the blocks', the head's and
+// its gradient's, N C each) and the LayerNorm gradients' parts (4 C), and d res holds N / T rows.
+TEST(GptTensorParallel, SequenceParallelismSplitsTheActivationsBetweenTheLinears) {
+  ModelConfig c = config(MlpKind::Gelu);
+  c.n_layer = 2;
+  c.vocab_size = 70;
+  c.block_size = kT;
+  const int B = 4;
+  const BlockRange whole = BlockRange::whole(c);
+  const auto plan = [&](bool sequence) {
+    return GPT::estimate_memory(c, B, kT, {}, whole, whole, 1, ShardCoord{.rank = 0, .size = 2, .sequence = sequence});
+  };
+  const MemoryPlan tensor = plan(false), sequence = plan(true);
+  const size_t N = size_t(B) * kT, n = N / 2, C = c.n_embd, L = c.n_layer;  // every piece a multiple of 64 bytes
+  EXPECT_EQ(tensor.activations - sequence.activations, (N - n) * (L * (4 * C + 4) + C + 2 * C + 2) * sizeof(float));
+  EXPECT_EQ(sequence.scratch - tensor.scratch, (3 * N * C + 4 * C - (N - n) * C) * sizeof(float));
+  EXPECT_EQ(tensor.parameters, sequence.parameters);
+}
+
 }  // namespace
 }  // namespace frugal
