@@ -4,8 +4,12 @@
 // — their placements' parts of every split tensor (ModelSpec: attention heads, MLP hidden units,
 // the vocabulary of the token embedding and the head), and the replicated ones whole — with its
 // gradients and AdamW moments, and run every micro-batch together, meeting inside each block and
-// in the vocabulary-parallel embedding and cross-entropy through MpiTensorCollectives. The
-// residual stream, and so every replicated tensor's gradient, is the same bits on every rank; the
+// in the vocabulary-parallel embedding and cross-entropy through MpiTensorCollectives. With
+// parallel.sequence each rank holds only its rows of the residual stream between the linears
+// (model/block.h: all-gathers and reduce-scatters in place of the sums, and the replicated
+// tensors' gradients of those rows summed over the group in the model's backward). Every
+// replicated tensor's gradient is the same bits on every rank (without sequence parallelism
+// because the residual stream is); the
 // global gradient norm adds the split tensors' sums of squares over the ranks and the replicated
 // ones' once, so clipping and AdamW on each rank's shard keep the replicas identical. With D > 1
 // replica d's tensor group runs micro-batches d·A .. d·A + A − 1 of the step (A = grad_accum) in
