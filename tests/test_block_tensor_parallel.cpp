@@ -3,7 +3,8 @@
 // LocalSizes and meeting at the TensorCollectives calls, give the whole block's output and input
 // gradient and their parts of its weight gradients; a GPT shard per rank (vocabulary-parallel
 // embedding and cross-entropy, dropout, recomputation, gated MLPs, tied and untied heads) gives
-// one process's loss and gradients. This is the seam tensor parallelism over MPI plugs into.
+// one process's loss and gradients, and so do they with sequence parallelism (each rank holding
+// its rows of the residual stream). This is the seam tensor parallelism over MPI plugs into.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -23,27 +24,46 @@ namespace frugal {
 namespace {
 
 // Collectives among threads: the sum is taken in rank order, so every rank gets the same bits.
+// `sequence`: the models built on it split their rows between the linears.
 class ThreadCollectives final : public TensorCollectives {
  public:
   struct Group {
     explicit Group(int size) : size(size), sync(size), inputs(size) {}
     int size;
     std::barrier<> sync;
-    std::vector<float*> inputs;
+    std::vector<const float*> inputs;
     std::vector<float> sum;
   };
-  ThreadCollectives(Group& group, int rank) : group_(group), rank_(rank) {}
-  ShardCoord coord() const override { return {rank_, group_.size}; }
+  ThreadCollectives(Group& group, int rank, bool sequence = false)
+      : group_(group), rank_(rank), sequence_(sequence) {}
+  ShardCoord coord() const override { return {.rank = rank_, .size = group_.size, .sequence = sequence_}; }
   void all_reduce_sum(float* x, size_t n) override {
     reduce(x, n, [](float a, float b) { return a + b; });
+    std::copy_n(group_.sum.data(), n, x);
+    group_.sync.arrive_and_wait();
   }
   void all_reduce_max(float* x, size_t n) override {
     reduce(x, n, [](float a, float b) { return std::max(a, b); });
+    std::copy_n(group_.sum.data(), n, x);
+    group_.sync.arrive_and_wait();
+  }
+  void reduce_scatter_sum(float* x, size_t n, float* out) override {
+    reduce(x, n, [](float a, float b) { return a + b; });
+    const size_t part = n / group_.size;
+    std::copy_n(group_.sum.data() + rank_ * part, part, out);
+    group_.sync.arrive_and_wait();
+  }
+  void all_gather(const float* local, size_t n, float* out) override {
+    group_.inputs[rank_] = local;
+    group_.sync.arrive_and_wait();
+    for (int r = 0; r < group_.size; ++r) std::copy_n(group_.inputs[r], n, out + r * n);
+    group_.sync.arrive_and_wait();
   }
 
  private:
+  // group_.sum = op over the ranks' x in rank order; the caller reads it, then meets the others
   template <class Op>
-  void reduce(float* x, size_t n, Op op) {
+  void reduce(const float* x, size_t n, Op op) {
     group_.inputs[rank_] = x;
     group_.sync.arrive_and_wait();
     if (rank_ == 0) {
@@ -52,12 +72,11 @@ class ThreadCollectives final : public TensorCollectives {
         for (size_t i = 0; i < n; ++i) group_.sum[i] = op(group_.sum[i], group_.inputs[r][i]);
     }
     group_.sync.arrive_and_wait();
-    std::copy_n(group_.sum.data(), n, x);
-    group_.sync.arrive_and_wait();
   }
 
   Group& group_;
   int rank_;
+  bool sequence_;
 };
 
 constexpr int kB = 2, kT = 8;
@@ -75,13 +94,13 @@ struct RankBlock {
       block.lay_out_internals(N, take, acts, kernels::DType::F32);
       acts.res_out = take(N * c.n_embd);
       dres = take(N * c.n_embd);
-      block.lay_out_scratch(N, take, scratch);
+      block.lay_out_scratch(N, take, scratch, kernels::DType::F32);
     });
   }
   // Forward of x, then backward of dout: res_out and dres hold the output and the input gradient.
   void run(const std::vector<float>& x, const std::vector<float>& dout, TensorCollectives& comm,
            int C) {
-    block.forward(params.data(), acts, x.data(), scratch.branch, kB, kT, {}, comm);
+    block.forward(params.data(), acts, x.data(), scratch, kB, kT, {}, comm);
     std::copy(dout.begin(), dout.end(), dres);
     block.backward(params.data(), grads.data(), acts, x.data(), dres, scratch, kB, kT, {}, true, 1.0f, comm);
     output.assign(acts.res_out, acts.res_out + size_t(kB) * kT * C);
@@ -202,7 +221,7 @@ TEST(BlockTensorParallel, TwoRanksComputeTheWholeBlocksOutputAndGradients) {
 // scattered), one training micro-batch with dropout, the loss on every rank and the gathered
 // gradients. The sums of partial products round differently from one process's GEMMs, hence a
 // tolerance; the loss is the same bits on every rank.
-void expect_gpt_shards_equal_the_whole(ModelConfig c, bool recompute) {
+void expect_gpt_shards_equal_the_whole(ModelConfig c, bool recompute, bool sequence = false) {
   c.vocab_size = 70;  // rank 0: 64 rows of real tokens, rank 1: 6 and padding
   c.n_layer = 2;
   c.dropout = 0.1f;
@@ -225,7 +244,7 @@ void expect_gpt_shards_equal_the_whole(ModelConfig c, bool recompute) {
   std::vector<std::unique_ptr<ThreadCollectives>> comms;
   std::vector<std::unique_ptr<GPT>> ranks;
   for (int r = 0; r < 2; ++r) {
-    comms.push_back(std::make_unique<ThreadCollectives>(group, r));
+    comms.push_back(std::make_unique<ThreadCollectives>(group, r, sequence));
     ranks.push_back(std::make_unique<GPT>(c, BlockRange::whole(c), comms[r].get()));
     for (const ParamInfo& e : ranks[r]->table().entries())
       e.copy_local(whole.params() + whole.table().at(e.name).offset, ranks[r]->params() + e.offset, {r, 2});
@@ -241,8 +260,8 @@ void expect_gpt_shards_equal_the_whole(ModelConfig c, bool recompute) {
     });
   for (auto& t : threads) t.join();
 
-  const std::string what = fmt::format("{} {} head{}", mlp_kind_name(c.mlp), c.tied_head ? "tied" : "untied",
-                                       recompute ? ", recomputed" : "");
+  const std::string what = fmt::format("{} {} head{}{}", mlp_kind_name(c.mlp), c.tied_head ? "tied" : "untied",
+                                       recompute ? ", recomputed" : "", sequence ? ", sequence-parallel" : "");
   EXPECT_EQ(losses[0], losses[1]) << what;
   EXPECT_NEAR(losses[0], loss, 1e-6f * loss) << what;
   for (const ParamInfo& e : whole.table().entries()) {
@@ -275,6 +294,45 @@ TEST(GptTensorParallel, TwoShardsGiveTheWholeModelsLossAndGradients) {
   // split head's logits on each rank before the group's statistics
   c.norm = NormPlacement::Pre, c.position = PositionKind::Rotary, c.qk_norm = true, c.logit_softcap = 2.0f;
   expect_gpt_shards_equal_the_whole(c, false);
+}
+
+// The same with sequence parallelism: the rows between the linears split over the two ranks, the
+// dropout masks keyed by the global rows, the LayerNorms' and position embedding's gradients summed
+// over the group (replicas with the same bits).
+TEST(GptTensorParallel, SequenceParallelShardsGiveTheWholeModelsLossAndGradients) {
+  ModelConfig c = config(MlpKind::Gelu);
+  for (bool tied : {true, false}) {
+    c.tied_head = tied;
+    expect_gpt_shards_equal_the_whole(c, false, true);
+  }
+  c.mlp = MlpKind::Swiglu;
+  expect_gpt_shards_equal_the_whole(c, true, true);
+  c.norm = NormPlacement::Post;
+  expect_gpt_shards_equal_the_whole(c, false, true);
+  c.norm = NormPlacement::Pre, c.position = PositionKind::Rotary, c.qk_norm = true, c.logit_softcap = 2.0f;
+  expect_gpt_shards_equal_the_whole(c, false, true);
+}
+
+// The memory plan of a sequence-parallel shard: every per-row activation between the linears — per
+// block the LayerNorm outputs with their mean and rstd, res_mid and res_out (4 C + 4 floats a row),
+// the embeddings' output (C) and the head's ln_f output, its statistics and gradient (2 C + 2) —
+// holds N / T rows instead of N; the scratch gains the joined rows (the blocks', the head's and
+// its gradient's, N C each) and the LayerNorm gradients' parts (4 C), and d res holds N / T rows.
+TEST(GptTensorParallel, SequenceParallelismSplitsTheActivationsBetweenTheLinears) {
+  ModelConfig c = config(MlpKind::Gelu);
+  c.n_layer = 2;
+  c.vocab_size = 70;
+  c.block_size = kT;
+  const int B = 4;
+  const BlockRange whole = BlockRange::whole(c);
+  const auto plan = [&](bool sequence) {
+    return GPT::estimate_memory(c, B, kT, {}, whole, whole, 1, ShardCoord{.rank = 0, .size = 2, .sequence = sequence});
+  };
+  const MemoryPlan tensor = plan(false), sequence = plan(true);
+  const size_t N = size_t(B) * kT, n = N / 2, C = c.n_embd, L = c.n_layer;  // every piece a multiple of 64 bytes
+  EXPECT_EQ(tensor.activations - sequence.activations, (N - n) * (L * (4 * C + 4) + C + 2 * C + 2) * sizeof(float));
+  EXPECT_EQ(sequence.scratch - tensor.scratch, (3 * N * C + 4 * C - (N - n) * C) * sizeof(float));
+  EXPECT_EQ(tensor.parameters, sequence.parameters);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 # head unless HEAD=untied) for STEPS steps, 1 thread per process, in one process and as data
 # parallel np 2, tensor 2 (np 2), data 2 × tensor 2 (np 4), pipeline 2 × tensor 2 (np 4) and
 # data 2 × tensor 2 with ZeRO-1 and ZeRO-2, each with the same global batch (4 micro-batches
-# with data 2, else 2); and, as the yardstick of what rounding alone does to this trajectory, one
+# with data 2, else 2); tensor 2, data 2 × tensor 2 and pipeline 2 × tensor 2 again with sequence
+# parallelism (parallel.sequence = true, the "-seq" rows); and, as the yardstick of what rounding alone does to this trajectory, one
 # process on the avx2 and the reference kernels (FRUGAL_ISA). Prints the largest relative
 # difference of the loss, gradient norm and validation loss of each against one process on the
 # default kernels, and ZeRO's against ZeRO-0's (0 is bit for bit).
@@ -32,6 +33,10 @@ FRUGAL_ISA=ref train one-ref 0 --set train.grad_accum=2
 train data2 2 --set train.grad_accum=1
 train tensor2 2 --set parallel.tensor=2 --set train.grad_accum=2
 train pipeline2-tensor2 4 --set parallel.tensor=2 --set parallel.pipeline_stages=2 --set train.grad_accum=2
+seq="--set parallel.sequence=true"
+train tensor2-seq 2 --set parallel.tensor=2 --set train.grad_accum=2 $seq
+train data2-tensor2-seq 4 --set parallel.tensor=2 --set train.grad_accum=2 $seq
+train pipeline2-tensor2-seq 4 --set parallel.tensor=2 --set parallel.pipeline_stages=2 --set train.grad_accum=2 $seq
 for zero in 0 1 2; do
   train data2-tensor2-zero$zero 4 --set parallel.tensor=2 --set train.grad_accum=2 --set parallel.zero=$zero
 done
@@ -45,9 +50,11 @@ def compare(name, reference):
              for key in ("loss", "grad_norm", "val_loss")]
     print(f"| {name} | {reference} | " + " | ".join(f"{d:.3g}" for d in diffs) + " |")
 print("| run | against | loss | grad norm | val loss |\n|---|---|---|---|---|")
-for name in ("one-avx2", "one-ref", "data2", "tensor2", "pipeline2-tensor2"):
+for name in ("one-avx2", "one-ref", "data2", "tensor2", "pipeline2-tensor2", "tensor2-seq", "pipeline2-tensor2-seq"):
     compare(name, "one")
 compare("data2-tensor2-zero0", "one-a4")
+compare("data2-tensor2-seq", "one-a4")
+compare("tensor2-seq", "tensor2")
 for zero in (1, 2):
     compare(f"data2-tensor2-zero{zero}", "data2-tensor2-zero0")
 PY

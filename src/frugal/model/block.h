@@ -11,6 +11,14 @@
 // A block computes with this rank's LocalSizes: under tensor parallelism each branch holds a share
 // of the heads or hidden units, and the partial sums meet at the TensorCollectives calls the
 // branches make. Rank 0 of the group adds the row-parallel projections' replicated biases.
+// Under sequence parallelism (ShardCoord::sequence) the block's input, LayerNorms, dropout and
+// residual sums hold only this rank's N / T rows: a LayerNorm output is all-gathered (into the
+// scratch) before the branch's column-parallel linears and the branch's row-parallel sum is a
+// reduce-scatter; the backward all-gathers the branch output's gradient, reduce-scatters the input
+// gradient, and gathers the LayerNorm output again for the weight gradients. The LayerNorms'
+// weight gradients of the rank's rows are summed over the group (in rank order) before they are
+// added, so every rank holds the whole block's, as without. Dropout keys each element by its
+// global index (Dropout::first): one process's masks.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -37,13 +45,18 @@ struct BlockActs {
   kernels::bf16 *ln1_16, *ln2_16;
 };
 
-// What a block's backward works in, shared by every block (and micro-batch) of a model (dsum:
-// post-LN only).
+// What a block's forward and backward work in, shared by every block (and micro-batch) of a model
+// (dsum: post-LN only). branch and dln hold a branch's N rows (its output, its input gradient).
+// Sequence parallelism's: a LayerNorm output's rows joined from every rank (N, C) in fp32 and/or
+// bf16 as the block keeps it, and the ranks' partial LayerNorm weight gradients (4 C); else null.
 struct BlockScratch {
   float* dln;
   Attention::Scratch attn;
   FeedForward::Scratch mlp;
   float *branch, *dsum;
+  float* joined = nullptr;
+  kernels::bf16* joined16 = nullptr;
+  float* dnorms = nullptr;
 };
 
 class TransformerBlock {
@@ -60,10 +73,11 @@ class TransformerBlock {
   TransformerBlock(const ModelConfig& config, const ShardCoord& shard, int layer,
                    const ParamTable& table, const std::shared_ptr<LinearFormat>& dense);
 
-  // Lays out the internals of N rows (every field but res_out) with the activation dtype (F32, or
-  // BF16: the linears' inputs in bf16, see BlockActs), then the backward scratch.
+  // Lays out the internals of a micro-batch of N rows (every field but res_out; under sequence
+  // parallelism the fields between the branches hold N / T rows) with the activation dtype (F32, or
+  // BF16: the linears' inputs in bf16, see BlockActs), then the scratch.
   void lay_out_internals(double N, const Take& take, BlockActs& a, kernels::DType dtype) const;
-  void lay_out_scratch(double N, const Take& take, BlockScratch& scratch) const;
+  void lay_out_scratch(double N, const Take& take, BlockScratch& scratch, kernels::DType dtype) const;
   // BlockActs of rows [row0, row0 + n) within `all` (the same fields, offset).
   BlockActs rows(const BlockActs& all, size_t row0) const;
 
@@ -88,17 +102,20 @@ class TransformerBlock {
   size_t mlp_working_copy_bytes() const { return mlp_->working_copy_bytes(); }
 
   // The residual branches' dropout in a training forward: probability p (0: none), masks keyed by
-  // the step's key, the block and the branch, indexed from element `first` of the micro-batch.
+  // the step's key, the block and the branch, indexed from element `first` of the micro-batch (the
+  // rows' first element: under sequence parallelism, this rank's first row's).
   struct Dropout {
     float p = 0;
     uint64_t step_key = 0;
     size_t first = 0;
   };
   // a.res_out (B·T, C) = the block applied to x (B·T, C), keeping a's internals; res_mid and res_out
-  // may be x itself (the decoder's in-place residual). `branch` (B·T, C) is scratch. Returns the
-  // MLP's report (auxiliary losses, expert load).
-  FeedForward::Report forward(const float* params, const BlockActs& a, const float* x, float* branch, int B, int T,
-               const Dropout& dropout, TensorCollectives& comm, const KvCache* cache = nullptr) const;
+  // may be x itself (the decoder's in-place residual). It works in the scratch's branch (and, under
+  // sequence parallelism, joined); x and res_out then hold this rank's rows. Returns the MLP's
+  // report (auxiliary losses, expert load).
+  FeedForward::Report forward(const float* params, const BlockActs& a, const float* x, const BlockScratch& scratch,
+                              int B, int T, const Dropout& dropout, TensorCollectives& comm,
+                              const KvCache* cache = nullptr) const;
   // Back-propagates d loss / d res_out, held in dres (B·T, C), through the forward kept in `a`
   // (from input x): accumulates the weight gradients into grads and leaves d loss / d x in dres
   // (when need_dinp; otherwise dres is left undefined). aux_scale: the auxiliary losses' gradient
@@ -115,8 +132,14 @@ class TransformerBlock {
   const LinearSlot& linear(BlockLinear which) const;
   LinearSlot& linear(BlockLinear which);
 
+  // in (fp32 and/or bf16, this rank's rows) as a linear's input: itself, or under sequence
+  // parallelism every rank's rows joined in the scratch
+  LinearInput joined(const float* in, const kernels::bf16* in16, const BlockScratch& s, int N,
+                     TensorCollectives& comm) const;
+
   ModelConfig config_;
   LocalSizes sizes_;
+  ShardCoord shard_;
   int layer_;
   bool lead_;  // rank 0 of the tensor group: adds the row-parallel projections' biases
   size_t ln1_w_, ln1_b_, ln2_w_, ln2_b_;

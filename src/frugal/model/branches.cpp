@@ -144,7 +144,7 @@ void Attention::forward(const float* params, const Acts& a, const LinearInput& i
   }
   // row-parallel: the partial products meet in the sum, which holds the bias once
   proj_.forward(params, out, {a.att, a.att16}, B * T, lead);
-  comm.all_reduce_sum(out, size_t(B) * T * proj_.OC);
+  comm.sum_rows(out, size_t(B) * T, proj_.OC, out);
 }
 
 void Attention::backward(const float* params, float* grads, const Acts& a, const LinearInput& in,
@@ -155,7 +155,7 @@ void Attention::backward(const float* params, float* grads, const Acts& a, const
   k::attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, B, T, sizes_.attn_width, sizes_.n_head, pattern_);
   k::qk_transform_backward(s.dqkv, a.qkv, a.inv_rms, B, T, sizes_.attn_width, sizes_.n_head, transform_);
   qkv_.backward(params, grads, din, s.dqkv, in, N, false);
-  comm.all_reduce_sum(din, size_t(N) * qkv_.IC);
+  comm.sum_rows(din, N, qkv_.IC, din);
 }
 
 void Attention::add_flops(int B, int T, bool runs, bool trains, ComponentFlops& f) const {
@@ -257,7 +257,7 @@ FeedForward::Report DenseMlp::forward(const float* params, const Acts& a, const 
   else
     mlp_activation_forward(kind_, a[Act], a[Gate], a[Fc], size_t(N) * hidden_);
   proj_.forward(params, out, {a[Act], act16(a)}, N, lead);  // row-parallel, as the attention's projection
-  comm.all_reduce_sum(out, size_t(N) * proj_.OC);
+  comm.sum_rows(out, N, proj_.OC, out);
   return {};
 }
 
@@ -268,7 +268,7 @@ void DenseMlp::backward(const float* params, float* grads, const Acts& a, const 
   mlp_activation_backward(kind_, s[Gate], s[Fc], s[Act], a[Gate], a[Fc], size_t(N) * hidden_);
   fc_.backward(params, grads, din, s[Fc], in, N, false);
   if (gate_.present()) gate_.backward(params, grads, din, s[Gate], in, N, true);
-  comm.all_reduce_sum(din, size_t(N) * fc_.IC);
+  comm.sum_rows(din, N, fc_.IC, din);
 }
 
 void DenseMlp::add_flops(double N, bool runs, bool trains, ComponentFlops& f) const {

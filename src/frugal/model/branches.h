@@ -8,8 +8,10 @@
 //     block); DenseMlp, the GELU or gated (GEGLU, SwiGLU) MLP: fc (and gate) column-parallel,
 //     c_proj row-parallel.
 // A branch maps its input (N, C), the normalised residual stream, to its output (N, C) before
-// dropout; a row-parallel projection's partial sums meet at TensorCollectives::all_reduce_sum,
-// and so do the column-parallel input gradients in the backward.
+// dropout; a row-parallel projection's partial sums meet at TensorCollectives::sum_rows, and so do
+// the column-parallel input gradients in the backward. Under sequence parallelism the input (and
+// the output's gradient) holds every rank's rows, joined by the block, and the sums leave only this
+// rank's rows, in the first N / T rows of the output (and of the input gradient).
 // Laid out with activation dtype BF16 (train.precision = "bf16"), a branch keeps the input of each
 // linear it computes in bf16 (the attention output also in fp32, which its backward reads; the
 // MLP activation only in bf16), written so by the kernel producing it (kernels/ops.h), and the

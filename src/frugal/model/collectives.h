@@ -3,6 +3,10 @@
 // outputs of a row-parallel linear in the forward, and of the partial input gradients of
 // column-parallel linears in the backward (model/block.h); the token embedding's rows gathered by
 // a sum, and the vocabulary-parallel cross-entropy's row maxima and sums (embedding.h, objective.h).
+// Under sequence parallelism (ShardCoord::sequence) the rows between the linears are split over
+// the group: an all-gather of the rows joins them before a column-parallel linear (and the head),
+// a reduce-scatter replaces the sum after a row-parallel one (and the embedding's lookup); the
+// backward mirrors them (block.h).
 // It also carries the expert-parallel group's all-to-all (model/moe.h): each rank sends the rows
 // routed to another rank's experts there and receives their outputs back. The model layer knows
 // no MPI: one process uses SoloCollectives (groups of one: nothing to do, the all-to-all is a
@@ -26,6 +30,24 @@ class TensorCollectives {
   virtual void all_reduce_sum(float* x, size_t n) = 0;
   // x (n floats) = the elementwise maximum of every rank's x.
   virtual void all_reduce_max(float* x, size_t n) = 0;
+  // out (size · n floats) = every rank's `local` (n floats), in rank order: the rows the ranks hold
+  // joined. A group of one: a copy.
+  virtual void all_gather(const float* local, size_t n, float* out) { std::copy_n(local, n, out); }
+  // out (n / size floats) = this rank's slice [rank · n / size, (rank + 1) · n / size) of the sum of
+  // every rank's x (n floats; n divides by the group's size), added in rank order: the same bits as
+  // all_reduce_sum's. out may be x (its first slice); x is undefined afterwards. A group of one: a copy.
+  virtual void reduce_scatter_sum(float* x, size_t n, float* out) {
+    if (out != x) std::copy_n(x, n, out);
+  }
+  // The group's sum of the partial rows x (N rows of `width`; a row-parallel linear's output, a
+  // column-parallel one's input gradient): whole in x on every rank, or under sequence parallelism
+  // only this rank's rows, into `local` (N / size rows; may be x).
+  void sum_rows(float* x, size_t N, size_t width, float* local) {
+    if (coord().split_rows())
+      reduce_scatter_sum(x, N * width, local);
+    else
+      all_reduce_sum(x, N * width);
+  }
   // The expert-parallel group's all-to-all of `per_rank` ints: send (size · per_rank) holds what
   // goes to each rank, in rank order; recv (size · per_rank) gets what each rank sent this one.
   // A group of one (the default): a copy.

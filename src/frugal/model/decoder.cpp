@@ -69,9 +69,11 @@ void Decoder::forward_rows(const int32_t* tokens, int n, int pos0) {
                  "model was trained with", tokens[i], m.vocab_size);
   model_.prepare_formats();
   model_.embedding().forward(model_.params(), x_.data(), tokens, 1, n, solo_, pos0);
+  BlockScratch scratch{};  // the forward works in the branch only
+  scratch.branch = branch_.data();
   for (int l = 0; l < m.n_layer; ++l) {
     const KvCache cache{k_cache_[l].data(), v_cache_[l].data(), pos0};
-    model_.block(l).forward(model_.params(), acts_[kind(l)], x_.data(), branch_.data(), 1, n, {}, solo_, &cache);
+    model_.block(l).forward(model_.params(), acts_[kind(l)], x_.data(), scratch, 1, n, {}, solo_, &cache);
   }
   // Only the last row's logits are wanted.
   model_.objective().row_logits(model_.params(), x_.data() + size_t(n - 1) * m.n_embd, logits_.data(),

@@ -4,7 +4,10 @@
 // placement): each rank looks up the tokens it holds rows for, zeros for the others, and the
 // group's sum is the whole lookup, to the bit; a tied LM head reads it too (objective.h). An
 // encoder (model.objective = mlm) normalises the sum with a LayerNorm (BERT's embeddings.LayerNorm).
-// (no tensor-parallel encoder: the masked-LM head refuses one).
+// (no tensor-parallel encoder: the masked-LM head refuses one). Under sequence parallelism the
+// group's sum is a reduce-scatter, each rank adding the position embeddings of its own rows; the
+// backward adds the ranks' position-embedding gradients over the group and gathers the output
+// gradient's rows for the token embedding's.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,9 +20,11 @@
 namespace frugal {
 
 // What an encoder's embedding LayerNorm keeps for its backward: its input, the sum (N, C), and
-// its rows' mean and rstd (N). All null without the LayerNorm.
+// its rows' mean and rstd (N). All null without the LayerNorm. joined: under sequence parallelism,
+// room for the whole micro-batch's rows (N, C) (scratch, shared), else null.
 struct EmbeddingActs {
   float *sum = nullptr, *mean = nullptr, *rstd = nullptr;
+  float* joined = nullptr;
 };
 
 class TokenEmbedding {
@@ -38,18 +43,21 @@ class TokenEmbedding {
   bool normalised() const { return norm_w_ != kAbsent; }
   // out (B,T,C) = wte[tokens] + wpe[pos0 + t] (no wpe term when rotary; the rows of wte meet in
   // comm's sum when split), layer-normalised when normalised() (the sum and statistics kept in acts,
-  // which it needs).
+  // which it needs). Under sequence parallelism out holds this rank's rows only.
   void forward(const float* params, float* out, const int32_t* tokens, int B, int T, TensorCollectives& comm,
                int pos0 = 0, const EmbeddingActs& acts = {}) const;
   // Accumulates d loss / d wte (this rank's rows; unless token_grad is false) and d loss / d wpe
-  // from dout (B,T,C). When normalised(): through the LayerNorm first (its weight gradients
-  // accumulated), into dsum (B,T,C), d loss / d the sum (overwritten), with the forward's acts.
+  // from dout (B,T,C; under sequence parallelism this rank's rows). When normalised(): through the
+  // LayerNorm first (its weight gradients accumulated), into dsum (B,T,C), d loss / d the sum
+  // (overwritten), with the forward's acts.
   void backward(const float* params, float* grads, const float* dout, const int32_t* tokens, int B, int T,
-                bool token_grad, const EmbeddingActs& acts = {}, float* dsum = nullptr) const;
+                bool token_grad, TensorCollectives& comm, const EmbeddingActs& acts = {},
+                float* dsum = nullptr) const;
 
  private:
   // Token ids [first_, first_ + rows_) have their rows here; split_: not the whole vocabulary.
   bool split_;
+  ShardCoord shard_;
   int first_, rows_;
   int C_;
   float eps_;

@@ -71,7 +71,7 @@ MemoryPlan GPT::estimate_memory(const ModelConfig& c, int B, int T, const std::v
     };
   };
   Layout layout;
-  lay_out(c, shard, *make_objective(c, ParamTable{}), double(B) * T, recompute, stage,
+  lay_out(c, shard, *make_objective(c, ParamTable::build(c, range, shard)), double(B) * T, recompute, stage,
           slots, dtype, count(&activations), count(&scratch), layout);
   auto bytes = [](double floats) {
     const double b = floats * sizeof(float);
@@ -97,10 +97,12 @@ void GPT::lay_out(const ModelConfig& c, const ShardCoord& shard, const Objective
   for (int i : {0, 1})
     if (any_recomputed[i]) prototype[i]->lay_out_internals(N, take_scratch, shared[i], dtype);
   // Per slot: the stage's input, each block's internals (unless recomputed) and output; with the
-  // head, what the objective keeps.
+  // head, what the objective keeps. The residual stream holds n rows: this rank's under sequence
+  // parallelism, else all N.
+  const double n = shard.local_rows(N);
   out.slots.assign(slots, Slot{});
   for (Slot& s : out.slots) {
-    s.input = take_activation(N * c.n_embd);
+    s.input = take_activation(n * c.n_embd);
     if (stage.embeddings) TokenEmbedding::lay_out(c, N, take_activation, s.embedding);
     s.acts.assign(c.n_layer, BlockActs{});
     for (int l = stage.begin; l < stage.end; ++l) {
@@ -108,16 +110,26 @@ void GPT::lay_out(const ModelConfig& c, const ShardCoord& shard, const Objective
         s.acts[l] = shared[kind(l)];
       else
         prototype[kind(l)]->lay_out_internals(N, take_activation, s.acts[l], dtype);
-      s.acts[l].res_out = take_activation(N * c.n_embd);
+      s.acts[l].res_out = take_activation(n * c.n_embd);
     }
     if (stage.head) objective.lay_out(N, take_activation, s.objective);
   }
-  out.dres = take_scratch(N * c.n_embd);
+  out.dres = take_scratch(n * c.n_embd);
   if (stage.embeddings && c.encoder()) out.dsum = take_scratch(N * c.n_embd);
-  // The backward scratch: one set per kind, shared by the blocks of that kind.
+  // Sequence parallelism: the embeddings' and the head's room for every rank's rows (and the
+  // head's gradient of them), shared by the slots.
+  if (shard.split_rows() && (stage.embeddings || stage.head)) {
+    float* joined = take_scratch(N * c.n_embd);
+    float* joined_grad = stage.head ? take_scratch(N * c.n_embd) : nullptr;
+    for (Slot& s : out.slots) {
+      s.embedding.joined = joined;
+      if (stage.head) s.objective[kJoinedRows] = joined, s.objective[kJoinedGrads] = joined_grad;
+    }
+  }
+  // The blocks' scratch: one set per kind, shared by the blocks of that kind.
   std::array<BlockScratch, 2> scratch{};
   for (int i : {0, 1})
-    if (prototype[i]) prototype[i]->lay_out_scratch(N, take_scratch, scratch[i]);
+    if (prototype[i]) prototype[i]->lay_out_scratch(N, take_scratch, scratch[i], dtype);
   out.scratch.assign(c.n_layer, BlockScratch{});
   for (int l = stage.begin; l < stage.end; ++l) out.scratch[l] = scratch[kind(l)];
 }
@@ -367,18 +379,23 @@ void GPT::write_effective_weights() {
 }
 
 FeedForward::Report GPT::block_forward(int l, uint64_t dropout_key, int b0, int nb) {
-  const size_t row0 = size_t(b0) * T_;
+  const size_t row0 = size_t(b0) * T_;  // 0 under sequence parallelism: the whole micro-batch
   const BlockActs a = blocks_[l].rows(cur().acts[l], row0);
-  const size_t first = row0 * config_.n_embd;  // of the dropout masks
-  return blocks_[l].forward(params_.data(), a, block_input(l) + first, scratch_[l].branch + first, nb, T_,
-                            {cur().dropout_p, dropout_key, first}, *comm_);
+  const size_t first = row0 * config_.n_embd;
+  BlockScratch scratch = scratch_[l];
+  scratch.branch += first;
+  return blocks_[l].forward(params_.data(), a, block_input(l) + first, scratch, nb, T_,
+                            {cur().dropout_p, dropout_key, first + dropout_first()}, *comm_);
 }
+
+size_t GPT::dropout_first() const { return table_.shard().first_row(size_t(B_) * T_) * config_.n_embd; }
 
 float GPT::forward_range(const RangeInput& in, const int32_t* targets, float grad_scale,
                          uint64_t dropout_key) {
   FRUGAL_CHECK(B_ > 0, "internal: GPT::plan must be called before forward");
   prepare_formats();
   const int B = B_, T = T_, C = config_.n_embd, N = B * T, V = config_.vocab_size;
+  const size_t n = static_cast<size_t>(table_.shard().local_rows(N));  // the residual stream's rows
   Slot& s = cur();
   s.dropout_key = dropout_key;
   s.dropout_p = grad_scale != 0.0f ? config_.dropout : 0.0f;  // evaluation runs without dropout
@@ -391,7 +408,7 @@ float GPT::forward_range(const RangeInput& in, const int32_t* targets, float gra
     FRUGAL_CHECK(in.first_block == stage_.begin || in.first_block <= frozen_,
                  "internal: cached prefix of {} blocks exceeds the frozen prefix {}", in.first_block, frozen_);
     first_block = in.first_block;
-    std::memcpy(s.output(first_block - 1, stage_.begin), in.activations, sizeof(float) * N * C);
+    std::memcpy(s.output(first_block - 1, stage_.begin), in.activations, sizeof(float) * n * C);
   } else {
     FRUGAL_CHECK(stage_.embeddings && in.tokens, "internal: a range without the embeddings needs its input activations");
   }
@@ -472,29 +489,30 @@ void GPT::backward_range(const float* doutput) {
   s.backward_ready = false;
   if (!stage_.head && !doutput) return;  // a frozen range: nothing to do
   const int B = B_, T = T_, C = config_.n_embd, N = B * T;
+  const size_t n = static_cast<size_t>(table_.shard().local_rows(N));  // the residual stream's rows
   if (stage_.head) {
     const bool top_trainable = frozen_ < config_.n_layer;
-    std::memset(dres_, 0, sizeof(float) * N * C);
+    std::memset(dres_, 0, sizeof(float) * n * C);
     // The objective's training forward started the backward; its norm is trainable unless every
     // block is frozen (it belongs to the top group, which stays trainable: freezing stops at the
     // blocks).
     objective_->backward(params_.data(), grads_.data(), s.objective, output(),
-                         top_trainable ? dres_ : nullptr, N, true);
+                         top_trainable ? dres_ : nullptr, N, true, *comm_);
     if (grad_ready_) grad_ready_(table_.layer_range(config_.n_layer).first);
   } else {
-    std::memcpy(dres_, doutput, sizeof(float) * N * C);
+    std::memcpy(dres_, doutput, sizeof(float) * n * C);
   }
   for (int l = stage_.end - 1; l >= std::max(frozen_, stage_.begin); --l) {
     if (recompute_[l]) block_forward(l, s.dropout_key, 0, B_);
     // The bottom trainable block need not pass a gradient further down unless embeddings train.
     const bool need_dinp = l > frozen_ || frozen_ == 0;  // (a later stage's l > frozen_ too)
     blocks_[l].backward(params_.data(), grads_.data(), s.acts[l], block_input(l), dres_, scratch_[l], B, T,
-                        {config_.dropout, s.dropout_key, 0}, need_dinp, s.grad_scale, *comm_);
+                        {config_.dropout, s.dropout_key, dropout_first()}, need_dinp, s.grad_scale, *comm_);
     if (grad_ready_) grad_ready_(table_.layer_range(l).first);
   }
   if (stage_.embeddings && frozen_ == 0) {
-    embedding_.backward(params_.data(), grads_.data(), dres_, s.tokens.data(), B, T, !defer_wte_grad_, s.embedding,
-                        dsum_);
+    embedding_.backward(params_.data(), grads_.data(), dres_, s.tokens.data(), B, T, !defer_wte_grad_, *comm_,
+                        s.embedding, dsum_);
     if (grad_ready_) grad_ready_(0);
   }
 }

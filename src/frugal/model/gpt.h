@@ -11,7 +11,10 @@
 // several activation slots: the micro-batches a pipeline schedule keeps in flight. Under tensor
 // parallelism a GPT is one rank's shard: its tables hold the rank's parts of the placed tensors
 // (ModelSpec), and its components meet the group's other ranks through the TensorCollectives it
-// is given.
+// is given. Under sequence parallelism (ShardCoord::sequence) the residual stream between the
+// blocks — the embeddings' output, every block's output, a stage's input and output and their
+// gradients — holds only this rank's N / T rows of a micro-batch's N (rank t: rows t·N/T ..), and
+// the components join and split the rows around their linears (block.h).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -187,7 +190,8 @@ class GPT {
   const kernels::AttentionPattern& attention_pattern(int layer) const;
 
   // What enters a range's forward for one micro-batch: the tokens (B,T), which the embeddings
-  // read, or `activations` (B,T,C), the output of block first_block - 1 (the previous pipeline
+  // read, or `activations` (B,T,C; this rank's rows under sequence parallelism, as every (B,T,C)
+  // of the residual stream below), the output of block first_block - 1 (the previous pipeline
   // stage's output(), or cached activations of a frozen prefix): blocks before first_block and
   // the embeddings are then not run. "The range" from here on is the executed stage().
   struct RangeInput {
@@ -279,6 +283,9 @@ class GPT {
   const float* block_input(int l) const { return block_output(l - 1); }
   // Block l's forward of samples [b0, b0 + nb) of the micro-batch; returns its MLP's report.
   FeedForward::Report block_forward(int l, uint64_t dropout_key, int b0, int nb);
+  // The dropout masks' index of this rank's first element of the micro-batch (under sequence
+  // parallelism its first row's; else 0).
+  size_t dropout_first() const;
   // Calls f(format, weight, OC, IC) for every block linear of the range.
   // f(layer, which, its format, its weight's offset, OC, IC) for every block linear this range holds.
   void for_each_linear(const std::function<void(int, Linear, LinearFormat&, size_t, int, int)>& f) const;

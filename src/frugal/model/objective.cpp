@@ -22,7 +22,7 @@ void CausalLmHead::declare(ModelSpec& spec) {
 }
 
 CausalLmHead::CausalLmHead(const ModelConfig& config, const ParamTable& table)
-    : config_(config), split_(table.shard().size > 1), first_(0), columns_(config.vocab_size) {
+    : config_(config), split_(table.shard().size > 1), shard_(table.shard()), first_(0), columns_(config.vocab_size) {
   norm_w_ = table.offset_of("transformer.ln_f.weight");
   norm_b_ = table.offset_of("transformer.ln_f.bias");
   const char* head = config.tied_head ? "transformer.wte.weight" : "lm_head.weight";
@@ -35,46 +35,54 @@ CausalLmHead::CausalLmHead(const ModelConfig& config, const ParamTable& table)
 }
 
 void CausalLmHead::lay_out(double N, const Take& take, ObjectiveActs& acts) const {
-  const double C = config_.n_embd;
+  const double C = config_.n_embd, n = shard_.local_rows(N);  // n: this rank's rows
   acts = {};
-  acts[Norm] = take(N * C);
-  acts[Mean] = take(N);
-  acts[Rstd] = take(N);
-  acts[Losses] = take(N);
-  acts[DNorm] = take(N * C);
+  acts[Norm] = take(n * C);
+  acts[Mean] = take(n);
+  acts[Rstd] = take(n);
+  acts[Losses] = take(N);  // every row's
+  acts[DNorm] = take(n * C);
 }
 
 LossTerms CausalLmHead::forward(const float* params, float* grads, const ObjectiveActs& acts,
                                 const float* x, const int32_t* targets, int N, float grad_scale,
                                 TensorCollectives& comm) const {
-  const int C = config_.n_embd, V = config_.vocab_size;
+  const int C = config_.n_embd, V = config_.vocab_size, n = static_cast<int>(shard_.local_rows(N));
   const float* bias = norm_b_ == kAbsent ? nullptr : params + norm_b_;
-  k::layernorm_forward(acts[Norm], acts[Mean], acts[Rstd], x, params + norm_w_, bias, N, C,
+  k::layernorm_forward(acts[Norm], acts[Mean], acts[Rstd], x, params + norm_w_, bias, n, C,
                        config_.layernorm_eps);
   int valid = 0;
   for (int i = 0; i < N; ++i) valid += targets[i] >= 0;
   const float dloss = valid > 0 ? grad_scale / static_cast<float>(valid) : 0.0f;
   const bool training = grad_scale != 0.0f;
-  float* dnorm = training ? acts[DNorm] : nullptr;
+  // The head's input and its gradient, over every row: under sequence parallelism the ranks' rows
+  // joined, and the gradient in the joined room until the sum leaves this rank's rows in DNorm.
+  const bool rows_split = shard_.split_rows();
+  const float* normed = acts[Norm];
+  if (rows_split) {
+    comm.all_gather(acts[Norm], size_t(n) * C, acts[kJoinedRows]);
+    normed = acts[kJoinedRows];
+  }
+  float* dnorm = training ? acts[rows_split ? kJoinedGrads : DNorm] : nullptr;
   float* dhead = grads ? grads + head_ : nullptr;
   const bool bf16 = copy_.bf16();
   const float cap = config_.logit_softcap;
   if (!split_) {
     if (bf16)
-      k::lm_head_cross_entropy_bf16(acts[Losses], dnorm, dhead, acts[Norm], copy_.data(), targets, N, C, V,
+      k::lm_head_cross_entropy_bf16(acts[Losses], dnorm, dhead, normed, copy_.data(), targets, N, C, V,
                                     dloss, cap);
     else
-      k::lm_head_cross_entropy(acts[Losses], dnorm, dhead, acts[Norm], params + head_, targets, N, C, V, dloss, cap);
+      k::lm_head_cross_entropy(acts[Losses], dnorm, dhead, normed, params + head_, targets, N, C, V, dloss, cap);
   } else {
     const k::VocabSplit split{first_, V, [&comm](float* p, size_t n) { comm.all_reduce_max(p, n); },
                               [&comm](float* p, size_t n) { comm.all_reduce_sum(p, n); }};
     if (bf16)
-      k::lm_head_cross_entropy_split_bf16(acts[Losses], dnorm, dhead, acts[Norm], copy_.data(), targets, N,
+      k::lm_head_cross_entropy_split_bf16(acts[Losses], dnorm, dhead, normed, copy_.data(), targets, N,
                                           C, columns_, dloss, split, cap);
     else
-      k::lm_head_cross_entropy_split(acts[Losses], dnorm, dhead, acts[Norm], params + head_, targets, N, C,
+      k::lm_head_cross_entropy_split(acts[Losses], dnorm, dhead, normed, params + head_, targets, N, C,
                                      columns_, dloss, split, cap);
-    if (dnorm) comm.all_reduce_sum(dnorm, size_t(N) * C);  // the ranks' columns' parts
+    if (dnorm) comm.sum_rows(dnorm, N, C, acts[DNorm]);  // the ranks' columns' parts
   }
   double sum = 0.0;
   for (int i = 0; i < N; ++i) sum += acts[Losses][i];
@@ -82,11 +90,19 @@ LossTerms CausalLmHead::forward(const float* params, float* grads, const Objecti
 }
 
 void CausalLmHead::backward(const float* params, float* grads, const ObjectiveActs& acts,
-                            const float* x, float* dres, int N, bool weights) const {
-  const int C = config_.n_embd;
-  float* dw = weights ? grads + norm_w_ : nullptr;
-  float* db = weights && norm_b_ != kAbsent ? grads + norm_b_ : nullptr;
-  k::layernorm_backward(dres, dw, db, acts[DNorm], x, params + norm_w_, acts[Mean], acts[Rstd], N, C);
+                            const float* x, float* dres, int N, bool weights, TensorCollectives& comm) const {
+  const int C = config_.n_embd, n = static_cast<int>(shard_.local_rows(N));
+  const bool rows_split = shard_.split_rows(), bias = norm_b_ != kAbsent;
+  // ln_f's weight gradients; under sequence parallelism this rank's rows' in the joined room
+  // ([weight | bias]; the forward is done with it), then summed over the group
+  float* dw = !weights ? nullptr : rows_split ? acts[kJoinedRows] : grads + norm_w_;
+  float* db = !weights || !bias ? nullptr : rows_split ? acts[kJoinedRows] + C : grads + norm_b_;
+  if (rows_split && weights) std::fill_n(dw, 2 * C, 0.0f);
+  k::layernorm_backward(dres, dw, db, acts[DNorm], x, params + norm_w_, acts[Mean], acts[Rstd], n, C);
+  if (!rows_split || !weights) return;
+  comm.all_reduce_sum(dw, 2 * size_t(C));
+  k::residual_forward(grads + norm_w_, grads + norm_w_, dw, C);
+  if (bias) k::residual_forward(grads + norm_b_, grads + norm_b_, db, C);
 }
 
 void CausalLmHead::head_logits(const float* params, const float* x, float* out, int N) const {
@@ -257,7 +273,7 @@ LossTerms MaskedLmHead::forward(const float* params, float* grads, const Objecti
 }
 
 void MaskedLmHead::backward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
-                            float* dres, int N, bool weights) const {
+                            float* dres, int N, bool weights, TensorCollectives&) const {
   const int C = config_.n_embd, M = static_cast<int>(acts[Count][0]);
   if (M == 0) return;
   const auto grad = [&](size_t at) { return weights && at != kAbsent ? grads + at : nullptr; };

@@ -10,7 +10,9 @@
 // the logits so that no (N, V) buffer exists. Under tensor parallelism the head is split over the
 // vocabulary like the token embedding: each rank forms its columns' logits only, the rows' maxima
 // and sums meet in the group (kernels::lm_head_cross_entropy_split), and the input gradient's
-// parts are summed.
+// parts are summed. Under sequence parallelism ln_f runs on this rank's rows, its output's rows are
+// all-gathered for the head (every rank computes every row's loss), the input gradient's sum is a
+// reduce-scatter, and ln_f's weight gradients are summed over the group.
 //
 // MaskedLmHead, the masked-LM objective of an encoder (BERT's and RoBERTa's head): on the rows
 // with a target only (the masked positions, ~15%: gathered first, so the head costs that fraction
@@ -47,16 +49,21 @@ struct LossTerms {
   }
 };
 
-// What an objective keeps for one micro-batch, in places it names itself (laid out by lay_out).
-using ObjectiveActs = std::array<float*, 16>;
+// What an objective keeps for one micro-batch, in places it names itself (laid out by lay_out);
+// under sequence parallelism the model sets the last two to its shared room for the micro-batch's
+// whole rows (N, C) and their gradients (null otherwise).
+using ObjectiveActs = std::array<float*, 18>;
+inline constexpr int kJoinedRows = 16, kJoinedGrads = 17;
 
 class Objective {
  public:
   virtual ~Objective() = default;
   virtual const char* name() const = 0;
-  // Lays out what a forward of N rows keeps for its backward.
+  // Lays out what a forward of N rows keeps for its backward (under sequence parallelism, of this
+  // rank's rows where it keeps rows).
   virtual void lay_out(double N, const Take& take, ObjectiveActs& acts) const = 0;
-  // The loss of x (N, C), the last block's output, against targets (N; -1: ignored). When grads is
+  // The loss of x (N, C; under sequence parallelism this rank's rows), the last block's output,
+  // against targets (N; -1: ignored). When grads is
   // not null (a training forward) it also accumulates the objective's weight gradients and keeps
   // d loss / d its internals in acts, scaled by grad_scale and divided by the number of targets.
   // `comm`: the tensor-parallel group its split tensors meet in.
@@ -64,9 +71,9 @@ class Objective {
                             const float* x, const int32_t* targets, int N, float grad_scale,
                             TensorCollectives& comm) const = 0;
   // After a training forward: accumulates the objective's remaining gradients (its norms') when
-  // `weights` and, when dres is not null, writes d loss / d x (N, C) into it.
+  // `weights` and, when dres is not null, writes d loss / d x (N, C; as x) into it.
   virtual void backward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
-                        float* dres, int N, bool weights) const = 0;
+                        float* dres, int N, bool weights, TensorCollectives& comm) const = 0;
   // out (N, V) = the logits of the rows of the last forward (of a model that is not split), whose
   // input was x (N, C).
   virtual void logits(const float* params, const ObjectiveActs& acts, const float* x, float* out, int N) const = 0;
@@ -126,7 +133,7 @@ class CausalLmHead final : public Objective {
   LossTerms forward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
                     const int32_t* targets, int N, float grad_scale, TensorCollectives& comm) const override;
   void backward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
-                float* dres, int N, bool weights) const override;
+                float* dres, int N, bool weights, TensorCollectives& comm) const override;
   void logits(const float* params, const ObjectiveActs& acts, const float* x, float* out, int N) const override;
   void row_logits(const float* params, const float* x, float* out, float* scratch) const override;
   ComponentFlops flops(double N, bool head_trains) const override;
@@ -144,8 +151,9 @@ class CausalLmHead final : public Objective {
   ModelConfig config_;
   size_t norm_w_, norm_b_, head_;
   // The head's vocabulary columns [first_, first_ + columns_) that hold real tokens on this rank;
-  // split_: not the whole vocabulary.
+  // split_: not the whole vocabulary. shard_: this rank's place (sequence parallelism: its rows).
   bool split_;
+  ShardCoord shard_;
   int first_, columns_;
   HeadWorkingCopy copy_;  // (columns_, C)
 };
@@ -164,7 +172,7 @@ class MaskedLmHead final : public Objective {
   LossTerms forward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
                     const int32_t* targets, int N, float grad_scale, TensorCollectives& comm) const override;
   void backward(const float* params, float* grads, const ObjectiveActs& acts, const float* x,
-                float* dres, int N, bool weights) const override;
+                float* dres, int N, bool weights, TensorCollectives& comm) const override;
   void logits(const float* params, const ObjectiveActs& acts, const float* x, float* out, int N) const override;
   void row_logits(const float* params, const float* x, float* out, float* scratch) const override;
   ComponentFlops flops(double N, bool head_trains) const override;

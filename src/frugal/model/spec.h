@@ -47,10 +47,19 @@ struct Placement {
 };
 
 // This rank's place in the groups the placements refer to: the tensor-parallel group (rank, size)
-// and the expert-parallel group (expert_rank, expert_size); all {0, 1} in one process.
+// and the expert-parallel group (expert_rank, expert_size); all {0, 1} in one process. `sequence`:
+// sequence parallelism (parallel.sequence) — between the linears (LayerNorms, dropout, residual
+// sums) each rank of the tensor group holds only its 1/size of a micro-batch's rows, rank r rows
+// [r·N/size, (r+1)·N/size); it changes the activations' layout, not the tensors'.
 struct ShardCoord {
   int rank = 0, size = 1;
   int expert_rank = 0, expert_size = 1;
+  bool sequence = false;
+  // Whether the rows between the linears are split (sequence parallelism over more than one rank).
+  bool split_rows() const { return sequence && size > 1; }
+  // The rows of N this rank holds between the linears, and the first of them.
+  double local_rows(double N) const { return split_rows() ? N / size : N; }
+  size_t first_row(size_t N) const { return split_rows() ? N / size * rank : 0; }
   // The rank's place in the group that `placement` splits over ({0, 1}: replicated).
   ShardCoord group_of(const Placement& placement) const {
     if (placement.kind == Placement::Kind::Sharded) return {rank, size};

@@ -249,7 +249,8 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   // The stage's memory with its micro-batches in flight (the trainer checked one of the whole model, or
   // of its tensor shard).
   const BlockRange stage_range = ranges(layout)[world_.rank()];
-  const ShardCoord shard{tensor_rank(), tensor_};  // the stage's tensor shard
+  // the stage's tensor shard (sequence parallelism: its rows of the residual stream)
+  const ShardCoord shard{.rank = tensor_rank(), .size = tensor_, .sequence = settings_.parallel.sequence};
   const MemoryPlan plan = GPT::estimate_memory(config, t.batch_size, t.seq_len, recompute, stage_range,
                                                stage_range, slots_, shard, linear_dtype(t));
   const ParamTable stage_table = ParamTable::build(config, stage_range, shard);
@@ -265,7 +266,7 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   planned[world_.rank()] = needed;
   stage_plan_bytes_ = world_.sum(planned);
   hold(ranges(layout));
-  const size_t floats = size_t(t.batch_size) * t.seq_len * config.n_embd;
+  const size_t floats = static_cast<size_t>(shard.local_rows(double(t.batch_size) * t.seq_len)) * config.n_embd;
   act_in_.assign(floats, 0.0f);
   grad_in_.assign(floats, 0.0f);
   act_out_.assign(slots_, std::vector<float>(floats));
@@ -725,7 +726,7 @@ void PipelineStep::start_tensor_groups(const MethodSet& methods, int fewest_bloc
                "(the stages are still re-balanced as blocks freeze)", tensor_);
   // The tensor groups never change (a re-partition changes data × pipeline only): T consecutive ranks.
   MPI_Comm_split(base_, world_.rank() / tensor_, world_.rank() % tensor_, &tensor_group_);
-  tensor_comm_ = std::make_unique<MpiTensorCollectives>(world_, tensor_group_);
+  tensor_comm_ = std::make_unique<MpiTensorCollectives>(world_, tensor_group_, settings_.parallel.sequence);
 }
 
 void PipelineStep::hold_tensor_shard(bool sharded, bool gradients) {

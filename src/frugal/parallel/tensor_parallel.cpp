@@ -18,7 +18,8 @@ namespace frugal::parallel {
 
 // ---- MpiTensorCollectives ----
 
-MpiTensorCollectives::MpiTensorCollectives(MpiWorld& world, MPI_Comm group) : world_(world), group_(group) {
+MpiTensorCollectives::MpiTensorCollectives(MpiWorld& world, MPI_Comm group, bool sequence)
+    : world_(world), group_(group), sequence_(sequence) {
   MPI_Comm_rank(group, &rank_);
   MPI_Comm_size(group, &size_);
 }
@@ -49,6 +50,29 @@ void MpiTensorCollectives::reduce(float* x, size_t n, Op op) {
 }
 
 void MpiTensorCollectives::all_reduce_sum(float* x, size_t n) { reduce(x, n, std::plus<float>()); }
+
+void MpiTensorCollectives::reduce_scatter_sum(float* x, size_t n, float* out) {
+  const size_t part = n / size_;
+  FRUGAL_CHECK(part * size_ == n && part <= size_t(INT32_MAX),
+               "internal: a tensor-parallel reduce-scatter of {} floats over {} ranks", n, size_);
+  const Timer timer;
+  gathered_.resize(n);  // (size, part): every rank's slice of this rank's rows
+  MPI_Request request;
+  MPI_Ialltoall(x, static_cast<int>(part), MPI_FLOAT, gathered_.data(), static_cast<int>(part), MPI_FLOAT, group_,
+                &request);
+  world_.wait(request, "the tensor-parallel group's exchange");
+  seconds_ += timer.seconds();
+  bytes_ += double(n - part) * sizeof(float);
+  ++calls_;
+  const float* g = gathered_.data();
+  const int ranks = size_;
+#pragma omp parallel for schedule(static) if (part >= (1 << 14))
+  for (size_t i = 0; i < part; ++i) {  // in rank order, as reduce() adds
+    float acc = g[i];
+    for (int r = 1; r < ranks; ++r) acc += g[r * part + i];
+    out[i] = acc;
+  }
+}
 
 void MpiTensorCollectives::all_reduce_max(float* x, size_t n) {
   reduce(x, n, [](float a, float b) { return std::max(a, b); });
@@ -89,9 +113,10 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
   check_tensor_parallel(settings, N);
   base_ = world.new_communicator();
   mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(N / T, 1, T), base_);
-  comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor));
+  comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor), settings.parallel.sequence);
   name_ = N == T ? fmt::format("tensor-parallel over {} ranks", T)
                  : fmt::format("tensor-parallel over {} ranks × {} data-parallel replicas", T, N / T);
+  if (settings.parallel.sequence) name_ += ", sequence-parallel";
   if (settings.parallel.zero > 0) name_ += fmt::format(", ZeRO-{}", settings.parallel.zero);
   shard_table_ = ParamTable::build(session.model().config(), BlockRange::whole(session.model().config()),
                                    comm_->coord());

@@ -4,8 +4,12 @@
 // — their placements' parts of every split tensor (ModelSpec: attention heads, MLP hidden units,
 // the vocabulary of the token embedding and the head), and the replicated ones whole — with its
 // gradients and AdamW moments, and run every micro-batch together, meeting inside each block and
-// in the vocabulary-parallel embedding and cross-entropy through MpiTensorCollectives. The
-// residual stream, and so every replicated tensor's gradient, is the same bits on every rank; the
+// in the vocabulary-parallel embedding and cross-entropy through MpiTensorCollectives. With
+// parallel.sequence each rank holds only its rows of the residual stream between the linears
+// (model/block.h: all-gathers and reduce-scatters in place of the sums, and the replicated
+// tensors' gradients of those rows summed over the group in the model's backward). Every
+// replicated tensor's gradient is the same bits on every rank (without sequence parallelism
+// because the residual stream is); the
 // global gradient norm adds the split tensors' sums of squares over the ranks and the replicated
 // ones' once, so clipping and AdamW on each rank's shard keep the replicas identical. With D > 1
 // replica d's tensor group runs micro-batches d·A .. d·A + A − 1 of the step (A = grad_accum) in
@@ -46,9 +50,10 @@ class ZeroOverReplicas;  // zero.h
 // bytes it spends.
 class MpiTensorCollectives final : public TensorCollectives {
  public:
-  // `group`: the tensor group's communicator, its ranks ordered by their tensor coordinate.
-  MpiTensorCollectives(MpiWorld& world, MPI_Comm group);
-  ShardCoord coord() const override { return {rank_, size_}; }
+  // `group`: the tensor group's communicator, its ranks ordered by their tensor coordinate;
+  // `sequence`: the models built on it split their rows between the linears (parallel.sequence).
+  MpiTensorCollectives(MpiWorld& world, MPI_Comm group, bool sequence = false);
+  ShardCoord coord() const override { return {.rank = rank_, .size = size_, .sequence = sequence_}; }
   void all_reduce_sum(float* x, size_t n) override;
   void all_reduce_max(float* x, size_t n) override;
   // Every rank's x, added in rank order (the same bits on every rank).
@@ -56,7 +61,9 @@ class MpiTensorCollectives final : public TensorCollectives {
   // The same for each of `values`, in place, in one exchange.
   void sum_each(std::span<double> values);
   // Gathers every rank's `local` (n floats each) into `out` (size · n), in rank order.
-  void all_gather(const float* local, size_t n, float* out);
+  void all_gather(const float* local, size_t n, float* out) override;
+  // An all-to-all of the slices, each rank adding the ones it receives in rank order.
+  void reduce_scatter_sum(float* x, size_t n, float* out) override;
 
   // Since the last reset: seconds inside the collectives, their calls and the bytes this rank sent.
   void reset_counters() { seconds_ = 0, calls_ = 0, bytes_ = 0; }
@@ -71,6 +78,7 @@ class MpiTensorCollectives final : public TensorCollectives {
   MpiWorld& world_;
   MPI_Comm group_;
   int rank_ = 0, size_ = 1;
+  bool sequence_;
   std::vector<float> gathered_;  // (size, n) of the reduction in progress
   double seconds_ = 0, bytes_ = 0;
   int calls_ = 0;

@@ -144,6 +144,11 @@ io::ConfigSchema run_schema() {
                "attention heads, MLP hidden units and the vocabulary split over T ranks, which run "
                "every micro-batch together; with parallel.pipeline_stages, each stage is such a group); "
                "model.n_head and the MLP's hidden units must divide by T; 1: none", Range::at_least(1))
+      .add_bool("parallel.sequence", par.sequence, "with parallel.tensor > 1: sequence parallelism (Megatron's): "
+                "between the linears (LayerNorms, dropout, residual sums) each tensor rank holds only 1/T of "
+                "a micro-batch's train.batch_size × train.seq_len rows (all-gathered before the column-parallel "
+                "linears and the head, reduce-scattered after the row-parallel ones), so those activations "
+                "shrink by T; the rows must divide by T")
       .add_int("parallel.expert", par.expert, "under mpirun: expert-parallel ranks P (each holds E/P of "
                "every mixture's experts; tokens travel to their experts' ranks by all-to-all); the P "
                "ranks of a group are data-parallel for everything else, ranks / P groups; "
@@ -327,6 +332,7 @@ RunSettings run_settings(const io::Config& c) {
   par.elastic = c.get_bool("parallel.elastic");
   par.autopipe_cost = c.get_string("parallel.autopipe_cost");
   par.tensor = c.get_int32("parallel.tensor");
+  par.sequence = c.get_bool("parallel.sequence");
   par.expert = c.get_int32("parallel.expert");
   SampleSettings& p = r.sample;
   p.count = c.get_int32("sample.count");
@@ -360,6 +366,18 @@ RunSettings run_settings(const io::Config& c) {
       FRUGAL_CHECK(method->name() == "freeze", "methods.{} schedules itself over train.max_steps, which "
                    "train.budget = \"seconds\" does not know in advance; use train.budget = \"steps\"",
                    method->name());
+  }
+  if (par.sequence) {
+    const int64_t rows = int64_t(t.batch_size) * t.seq_len;
+    FRUGAL_CHECK(par.tensor > 1, "parallel.sequence = true splits a micro-batch's rows over a tensor-parallel "
+                 "group: set parallel.tensor > 1, or parallel.sequence = false");
+    FRUGAL_CHECK(rows % par.tensor == 0, "parallel.sequence = true: a micro-batch's {} rows (train.batch_size × "
+                 "train.seq_len) do not divide over parallel.tensor = {} ranks; change either", rows, par.tensor);
+    FRUGAL_CHECK(t.precision != "bf16" || m.n_embd % 2 == 0, "parallel.sequence = true with train.precision = "
+                 "\"bf16\" gathers bf16 rows in pairs: model.n_embd = {} must be even", m.n_embd);
+    FRUGAL_CHECK(!methods.any(&Capabilities::changes_trainable_set), "parallel.sequence = true with a method "
+                 "that freezes blocks is not built yet (a frozen prefix runs and caches whole samples); "
+                 "remove the method or set parallel.sequence = false");
   }
   if (o.muon.enabled) {
     FRUGAL_CHECK(par.tensor == 1, "optim.name = \"muon\" does not run with parallel.tensor = {}: each rank "

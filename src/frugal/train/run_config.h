@@ -58,6 +58,7 @@ struct ParallelSettings {
   bool elastic = true;      // AutoPipe shortens the pipeline as layers freeze; AutoDP uses the freed ranks
   std::string autopipe_cost = "time";  // what AutoPipe balances: "time" or "parameters" (bytes held)
   int tensor = 1;           // T: the ranks of a tensor-parallel group, each holding 1/T of every split tensor
+  bool sequence = false;    // sequence parallelism: with T > 1, the rows between the linears split over the group
   int expert = 1;           // P: the ranks of an expert-parallel group, each holding E/P of every mixture's experts
   std::string comm_dtype = "fp32";  // the data-parallel gradient reductions' payload: "fp32" or "bf16"
 };

@@ -17,11 +17,13 @@ double working_copy_bound(const MemoryPlan& plan, const TrainSettings& t) {
 void check_memory_available(const RunSettings& settings) {
   const ModelConfig& m = settings.model;
   const TrainSettings& t = settings.train;
-  // Under tensor parallelism each rank holds a shard (the largest: rank 0's).
+  // Under tensor parallelism each rank holds a shard (the largest: rank 0's), and under sequence
+  // parallelism its rows of the residual stream.
   const int tensor = settings.parallel.tensor;
   const BlockRange whole = BlockRange::whole(m);
+  const ShardCoord shard{.rank = 0, .size = tensor, .sequence = settings.parallel.sequence};
   const MemoryPlan plan = GPT::estimate_memory(m, t.batch_size, t.seq_len, recompute_blocks(t.recompute, m.n_layer),
-                                               whole, whole, 1, {0, tensor}, linear_dtype(t));
+                                               whole, whole, 1, shard, linear_dtype(t));
   const double optimizer = 2.0 * plan.parameters;  // AdamW's m and v
   const double needed = optimizer + plan.parameters + plan.gradients + plan.activations + plan.scratch +
                         working_copy_bound(plan, t);
