@@ -120,7 +120,9 @@ void StepStrategy::check_finite(const char* what, double value, int64_t step) co
 }
 
 void StepStrategy::end_step(TrainContext& ctx, const StepResult& r) {
-  session_.model().refresh_formats();
+  // Only what the update left stale: refresh_formats() would round again the bf16 working copies
+  // the update wrote (GPT::update_params), a pass over the weights a step.
+  session_.model().prepare_formats();
   ctx.step_flops = r.executed.model();
   methods_.fire(Event::AfterOptimStep, ctx);
   if (ctx.request_reconfigure) reconfigure(ctx);
