@@ -352,8 +352,11 @@ void moe_grouped_backward_bf16(float* dinp, float* dweight, float* dbias, const 
 struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay;
   int64_t t;  // 1-based step count for bias correction
+  // The gradient is g · grad_scale (one fp32 multiply, as scale_inplace's): gradient clipping's
+  // factor without a pass of its own over g. 1 leaves g exactly as it is.
+  float grad_scale = 1.0f;
 };
-// Fused AdamW on n contiguous floats: p, m, v updated in place from gradient g.
+// Fused AdamW on n contiguous floats: p, m, v updated in place from gradient g (times grad_scale).
 // Decoupled decay p -= lr * wd * p is applied only when `decay` is true.
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay);

@@ -111,11 +111,11 @@ void lm_head_logits(float* logits, const float* inp, const float* weight, int N,
 // ---- adamw ----
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay) {
-  ref::adamw_update(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.t, decay);
+  ref::adamw_update(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.t, decay, s.grad_scale);
 }
 void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                        bool decay) {
-  ref::adamw_update(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.t, decay);
+  ref::adamw_update(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.t, decay, s.grad_scale);
   f32_to_bf16_ref(p16, p, n);
 }
 
