@@ -76,6 +76,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // subnormals are kept).
 void f32_to_bf16(bf16* out, const float* in, size_t n);
 void bf16_to_f32(float* out, const bf16* in, size_t n);  // exact
+// A bf16 linear's output gradient dout (N,OC) in one pass: out (N,OC) = f32_to_bf16 of it, and
+// dbias (OC) += its fp32 column sums, matmul_backward's bias gradient bit for bit on the same path.
+void f32_to_bf16_bias_grad(bf16* out, float* dbias, const float* dout, int N, int OC);
 // The matmul contract on bf16 inputs and weights: products exact, sums in fp32 (oneDNN's bf16
 // matmul where the CPU computes bf16, fp32 GEMMs on the converted operands elsewhere).
 // out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias (OC, fp32) or null

@@ -185,8 +185,9 @@ const EncoderKernels encoder_ref{&ref::encoder_forward<float>, &ref::encoder_bac
 const LayernormKernels layernorm_ref{&ref::layernorm_forward<float>, &ref::layernorm_backward<float>,
                                      &layernorm_forward_bf16};
 const MatmulKernels matmul_ref{&ref::matmul_forward<float>, &ref::matmul_backward<float>};
-const Bf16Kernels bf16_ref{&f32_to_bf16_ref, &bf16_to_f32_ref, &ref::matmul_bf16_forward, &ref::matmul_bf16_backward,
-                           [] { return std::string(); }};
+const Bf16Kernels bf16_ref{&f32_to_bf16_ref,           &bf16_to_f32_ref,
+                           &ref::f32_to_bf16_bias_grad, &ref::matmul_bf16_forward,
+                           &ref::matmul_bf16_backward,  [] { return std::string(); }};
 const Sparse24Kernels sparse24_ref{&sparse24_pack, &sparse24_refresh_values, &sparse24_forward,
                                    &sparse24_backward_input, &mvue24_rows};
 const SparseLinearKernels sparse_linear_ref{&sparse_linear_pack, &sparse_linear_refresh_values,
