@@ -4,7 +4,8 @@
 // where the CPU has a JIT kernel for it, else fp32 GEMMs on widened operands: the path
 // kernels::bf16_matmul_path() names) against frugal's fp32 GEMM of the same shape. The weight
 // gradient's shapes also run with A = doutᵀ laid out plainly (transposed while it is rounded),
-// to show what oneDNN's transposed-A bf16 path costs. Calls are interleaved so all see the same
+// to show what oneDNN's transposed-A bf16 path costs; and each linear's output gradient rounded with
+// its bias gradient in one pass (f32_to_bf16_bias_grad) against two. Calls are interleaved so all see the same
 // load; prints median GFLOP/s (2·M·N·K / time) and per preset the GEMM milliseconds of one step.
 // Usage: bench_bf16 [threads=2] [repetitions=9]
 #include <cstdio>
@@ -53,12 +54,38 @@ void bf16_gemm(bool trans_a, bool trans_b, int M, int N, int K, const k::bf16* A
   cpu::sgemm(trans_a, trans_b, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, accumulate ? 1.0f : 0.0f, C, N);
 }
 
+// A bf16 linear's output gradient (N,OC) on every linear of a preset's step: rounded, then its
+// bias gradient summed in a pass of its own (f32_to_bf16 + matmul_backward's dbias), against the
+// one pass of f32_to_bf16_bias_grad. Prints the milliseconds of a step for each.
+void bench_output_gradients(int reps) {
+  std::printf("output gradient rounding + bias gradient, ms per step:\n");
+  for (const auto& preset : frugal::bench::kPresets) {
+    const int N = preset.rows(), C = preset.C;
+    double two_passes = 0, one_pass = 0;
+    for (const int OC : {3 * C, C, 4 * C, C}) {  // qkv, attention projection, fc, fc_proj
+      const auto dout = frugal::bench::random_floats(size_t(N) * OC, 4);
+      std::vector<k::bf16> out(dout.size());
+      std::vector<float> dbias(OC, 0.0f);
+      const std::vector<double> s = frugal::bench::interleaved_median_seconds(
+          {[&] {
+             k::f32_to_bf16(out.data(), dout.data(), dout.size());
+             k::matmul_backward(nullptr, nullptr, dbias.data(), dout.data(), nullptr, nullptr, N, 0, OC, false);
+           },
+           [&] { k::f32_to_bf16_bias_grad(out.data(), dbias.data(), dout.data(), N, OC); }},
+          reps);
+      two_passes += 1e3 * s[0] * preset.layers, one_pass += 1e3 * s[1] * preset.layers;
+    }
+    std::printf("  %s (N=%d): two passes %.2f  one pass %.2f\n", preset.name, N, two_passes, one_pass);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = frugal::bench::start(argc, argv, 9);
   std::printf("bf16 GEMMs: %s\n", k::bf16_matmul_path().c_str());
   bench_conversions(reps);
+  bench_output_gradients(reps);
   const char* paths[] = {"fp32 sgemm", "bf16", "bf16 A plain"};
   std::printf("%-21s %5s %5s %5s %11s %11s %13s  (GFLOP/s)\n", "shape", "M", "N", "K", paths[0], paths[1], paths[2]);
   for (const auto& preset : frugal::bench::kPresets) {

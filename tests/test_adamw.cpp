@@ -98,6 +98,38 @@ TEST(AdamW, ClipScalesToTheGlobalNormOfTheTrainableRange) {
   }
 }
 
+// Clipping's factor taken by the update (grad_scale) gives the parameters and moments of clip then
+// update bit for bit, on the gradients as they were; Muon, which reads its matrices' gradients
+// as they are, takes no factor.
+TEST(AdamW, UpdateTakesClippingsFactorBitForBit) {
+  const ParamTable table = ParamTable::build(small_config());
+  AdamWConfig oc;
+  oc.grad_clip = 0.5f, oc.weight_decay = 0.1f;
+  AdamW clipped(table, oc), folded(table, oc);
+  std::vector<float> grads(table.total()), params(table.total());
+  for (size_t i = 0; i < grads.size(); ++i)
+    grads[i] = std::sin(0.37f * float(i)), params[i] = std::cos(0.11f * float(i));
+  std::vector<float> p1 = params, p2 = params;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> g1 = grads;
+    const float norm = clipped.clip(g1.data(), 0);
+    clipped.update(p1.data(), g1.data(), 0, 1e-2f);
+    const float scale = folded.clip_scale(AdamW::grad_norm(grads.data(), 0, table.total()));
+    EXPECT_LT(scale, 0.1f);  // clipping acts
+    EXPECT_EQ(scale, oc.grad_clip / (norm + 1e-6f));
+    folded.update(p2.data(), grads.data(), 0, 1e-2f, 0, {}, scale);
+    EXPECT_EQ(p2, p1) << "step " << step;
+  }
+  EXPECT_TRUE(std::equal(clipped.m(), clipped.m() + table.total(), folded.m()));
+  EXPECT_TRUE(std::equal(clipped.v(), clipped.v() + table.total(), folded.v()));
+  EXPECT_EQ(folded.clip_scale(0.25f), 1.0f);
+  oc.muon.enabled = true;
+  AdamW muon(table, oc);
+  EXPECT_FALSE(muon.folds_clip_scale());
+  EXPECT_NE(frugal::testing::error_of([&] { muon.update(p2.data(), grads.data(), 0, 1e-2f, 0, {}, 0.5f); }).find("Muon"),
+            std::string::npos);
+}
+
 // lr 1, min_lr 0.1, 10 warm-up steps, 110 steps: (step + 1) / 10 during warm-up, then
 // 0.1 + 0.9 · (1 + cos(π · (step − 10) / 100)) / 2, then min_lr.
 TEST(LrSchedule, LinearWarmupThenCosineToMinLr) {

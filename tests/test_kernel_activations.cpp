@@ -54,37 +54,41 @@ TEST(Kernels, ActivationsMatchReferenceAndGradients) {
 }
 
 // The forwards writing bf16 (the MLP projection's input under train.precision = "bf16"): on every
-// instruction set and the reference path, f32_to_bf16 of the fp32 forward bit for bit (the masked tail too: n = 37), and
-// within half a bf16 step (2^-8 relative) plus 1e-6 of the fp64 reference.
+// instruction set and the reference path, f32_to_bf16 of the fp32 forward bit for bit, and within
+// half a bf16 step (2^-8 relative) plus 1e-6 of the fp64 reference. Lengths: a masked tail alone
+// (37), several of the optimised kernels' 256-float rounding tiles and a tail (2051), and enough
+// for threads, ending in a part tile and a tail (40003).
 TEST(Kernels, ActivationsBf16OutputIsTheRoundedFp32Output) {
-  const size_t n = 37;
-  const auto x = random_vector(n, 31, 4.0), u = random_vector(n, 32, 2.0);
-  const auto xf = to_f(x), uf = to_f(u);
-  std::vector<double> gelu(n), relu2(n), geglu(n), swiglu(n);
-  ref::gelu_forward(gelu.data(), x.data(), n);
-  ref::relu2_forward(relu2.data(), x.data(), n);
-  ref::gated_forward(geglu.data(), x.data(), u.data(), n, 0);
-  ref::gated_forward(swiglu.data(), x.data(), u.data(), n, 1);
-  on_every_isa([&] {
-    std::vector<float> fp32(n);
-    std::vector<k::bf16> want(n), got(n);
-    const auto check = [&](const std::vector<double>& exact, const char* what) {
-      SCOPED_TRACE(what);
-      k::f32_to_bf16(want.data(), fp32.data(), n);
-      EXPECT_TRUE(got == want);
-      EXPECT_EQ(first_outside_bf16_rounding(got, exact, 1e-6), -1);
-    };
-    k::gelu_forward(fp32.data(), xf.data(), n);
-    k::gelu_forward_bf16(got.data(), xf.data(), n);
-    check(gelu, "gelu");
-    k::relu2_forward(fp32.data(), xf.data(), n);
-    k::relu2_forward_bf16(got.data(), xf.data(), n);
-    check(relu2, "relu2");
-    k::gated_forward(fp32.data(), xf.data(), uf.data(), n, k::GateAct::Gelu);
-    k::gated_forward_bf16(got.data(), xf.data(), uf.data(), n, k::GateAct::Gelu);
-    check(geglu, "geglu");
-    k::gated_forward(fp32.data(), xf.data(), uf.data(), n, k::GateAct::Silu);
-    k::gated_forward_bf16(got.data(), xf.data(), uf.data(), n, k::GateAct::Silu);
-    check(swiglu, "swiglu");
-  }, /*with_reference=*/true);
+  for (const size_t n : {size_t(37), size_t(2051), size_t(40003)}) {
+    SCOPED_TRACE(n);
+    const auto x = random_vector(n, 31, 4.0), u = random_vector(n, 32, 2.0);
+    const auto xf = to_f(x), uf = to_f(u);
+    std::vector<double> gelu(n), relu2(n), geglu(n), swiglu(n);
+    ref::gelu_forward(gelu.data(), x.data(), n);
+    ref::relu2_forward(relu2.data(), x.data(), n);
+    ref::gated_forward(geglu.data(), x.data(), u.data(), n, 0);
+    ref::gated_forward(swiglu.data(), x.data(), u.data(), n, 1);
+    on_every_isa([&] {
+      std::vector<float> fp32(n);
+      std::vector<k::bf16> want(n), got(n);
+      const auto check = [&](const std::vector<double>& exact, const char* what) {
+        SCOPED_TRACE(what);
+        k::f32_to_bf16(want.data(), fp32.data(), n);
+        EXPECT_TRUE(got == want);
+        EXPECT_EQ(first_outside_bf16_rounding(got, exact, 1e-6), -1);
+      };
+      k::gelu_forward(fp32.data(), xf.data(), n);
+      k::gelu_forward_bf16(got.data(), xf.data(), n);
+      check(gelu, "gelu");
+      k::relu2_forward(fp32.data(), xf.data(), n);
+      k::relu2_forward_bf16(got.data(), xf.data(), n);
+      check(relu2, "relu2");
+      k::gated_forward(fp32.data(), xf.data(), uf.data(), n, k::GateAct::Gelu);
+      k::gated_forward_bf16(got.data(), xf.data(), uf.data(), n, k::GateAct::Gelu);
+      check(geglu, "geglu");
+      k::gated_forward(fp32.data(), xf.data(), uf.data(), n, k::GateAct::Silu);
+      k::gated_forward_bf16(got.data(), xf.data(), uf.data(), n, k::GateAct::Silu);
+      check(swiglu, "swiglu");
+    }, /*with_reference=*/true);
+  }
 }

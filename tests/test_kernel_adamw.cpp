@@ -22,6 +22,32 @@ TEST(Kernels, AdamWMatchesReference) {
   }
 }
 
+// The gradient scale (clipping's factor, AdamWStep::grad_scale): on every path the update of g
+// with scale s is the update of g · s, scaled beforehand, bit for bit.
+TEST(Kernels, AdamWGradScaleIsTheUpdateOfTheScaledGradient) {
+  const size_t n = 45;
+  auto p = to_f(random_vector(n, 37)), g = to_f(random_vector(n, 38));
+  auto m = to_f(random_vector(n, 39, 0.1)), v = to_f(random_vector(n, 40, 0.1));
+  for (auto& x : v) x = std::fabs(x);
+  k::AdamWStep step{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+  const float scale = 0.3f;
+  on_every_isa([&] {
+    auto p1 = p, m1 = m, v1 = v, p2 = p, m2 = m, v2 = v, scaled = g;
+    k::scale_inplace(scaled.data(), n, scale);
+    step.grad_scale = 1.0f;
+    k::adamw_update(p1.data(), scaled.data(), m1.data(), v1.data(), n, step, true);
+    step.grad_scale = scale;
+    std::vector<k::bf16> copy(n), want(n);
+    k::adamw_update_bf16(p2.data(), copy.data(), g.data(), m2.data(), v2.data(), n, step, true);
+    EXPECT_EQ(p2, p1);
+    EXPECT_EQ(m2, m1);
+    EXPECT_EQ(v2, v1);
+    k::f32_to_bf16(want.data(), p1.data(), n);
+    EXPECT_TRUE(copy == want);
+    EXPECT_NE(p1, p);
+  }, /*with_reference=*/true);
+}
+
 // The update writing the bf16 working copy too: on every path (the reference's too) p, m and v are
 // adamw_update's bit for bit and p16 their rounding (n = 45: the masked tail too).
 TEST(Kernels, AdamWBf16CopyIsTheRoundedUpdate) {

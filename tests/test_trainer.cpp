@@ -19,6 +19,7 @@
 
 #include "error_of.h"
 #include "frugal/core/error.h"
+#include "frugal/core/profile.h"
 #include "frugal/data/text.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/step.h"
@@ -228,6 +229,27 @@ TEST(Trainer, Bf16ResumeIsBitExactAndTrainsCloseToFp32) {
   ASSERT_EQ(bf16.size(), fp32.size());
   EXPECT_NE(bf16, fp32);
   for (size_t i = 0; i < bf16.size(); ++i) EXPECT_NEAR(bf16[i], fp32[i], 2e-3) << "step " << i;
+}
+
+// A bf16 run rounds its linears' and head's weights when it installs their formats, and no step
+// rounds them again: each update writes the working copies (GPT::update_params), and the end of
+// the step once re-rounded every weight anyway (a pass over the weights a step). Two and six steps
+// round as many weights.
+TEST(Trainer, Bf16StepsRoundNoWeightTheUpdateWrote) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  profile::enable(true);
+  const auto roundings = [&](int steps) {
+    profile::reset();
+    const std::string out = dir.file("run" + std::to_string(steps));
+    Trainer(tiny_config(data, out, {"train.precision=bf16", "train.max_steps=" + std::to_string(steps)}),
+            {.quiet = true}).fit();
+    return profile::calls("bf16 weight rounding");
+  };
+  const long long two = roundings(2), six = roundings(6);
+  profile::enable(false);
+  EXPECT_GT(two, 0);
+  EXPECT_EQ(six, two);
 }
 
 // A mixture of experts with bf16 GEMMs (the experts' on their own bf16 working copies) resumes

@@ -49,6 +49,11 @@ std::string report(const std::string& whole) {
   return out;
 }
 
+long long calls(const std::string& name) {
+  const auto it = table().find(name);
+  return it == table().end() ? 0 : it->second.calls;
+}
+
 // A scope opened on a thread of a parallel region (GPT's frozen prefix runs samples in parallel)
 // is not counted: the enclosing scope on the main thread holds its time.
 Scope::Scope(const char* name)

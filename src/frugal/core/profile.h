@@ -12,6 +12,8 @@ void reset();
 // A table of scopes sorted by total time: name, calls, total ms, and the share of the time of
 // scope `whole` (scopes nest, so the shares of all scopes add up to more than 100%).
 std::string report(const std::string& whole);
+// How many times scope `name` closed since the last reset() (0 if never).
+long long calls(const std::string& name);
 
 class Scope {
  public:

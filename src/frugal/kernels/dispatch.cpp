@@ -140,6 +140,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 
 void f32_to_bf16(bf16* out, const float* in, size_t n) { Bf16::table().to_bf16(out, in, n); }
 void bf16_to_f32(float* out, const bf16* in, size_t n) { Bf16::table().to_f32(out, in, n); }
+void f32_to_bf16_bias_grad(bf16* out, float* dbias, const float* dout, int N, int OC) {
+  Bf16::table().to_bf16_bias_grad(out, dbias, dout, N, OC);
+}
 void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
                          int C, int OC) {
   Bf16::table().matmul_forward(out, inp, weight, bias, N, C, OC);

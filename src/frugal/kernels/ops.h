@@ -76,6 +76,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // subnormals are kept).
 void f32_to_bf16(bf16* out, const float* in, size_t n);
 void bf16_to_f32(float* out, const bf16* in, size_t n);  // exact
+// A bf16 linear's output gradient dout (N,OC) in one pass: out (N,OC) = f32_to_bf16 of it, and
+// dbias (OC) += its fp32 column sums, matmul_backward's bias gradient bit for bit on the same path.
+void f32_to_bf16_bias_grad(bf16* out, float* dbias, const float* dout, int N, int OC);
 // The matmul contract on bf16 inputs and weights: products exact, sums in fp32 (oneDNN's bf16
 // matmul where the CPU computes bf16, fp32 GEMMs on the converted operands elsewhere).
 // out (N,OC) = inp (N,C) · weight (OC,C)ᵀ + bias (OC, fp32) or null
@@ -356,8 +359,11 @@ void moe_grouped_backward_bf16(float* dinp, float* dweight, float* dbias, const 
 struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay;
   int64_t t;  // 1-based step count for bias correction
+  // The gradient is g · grad_scale (one fp32 multiply, as scale_inplace's): gradient clipping's
+  // factor without a pass of its own over g. 1 leaves g exactly as it is.
+  float grad_scale = 1.0f;
 };
-// Fused AdamW on n contiguous floats: p, m, v updated in place from gradient g.
+// Fused AdamW on n contiguous floats: p, m, v updated in place from gradient g (times grad_scale).
 // Decoupled decay p -= lr * wd * p is applied only when `decay` is true.
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay);

@@ -59,10 +59,13 @@ void AdamW::feed_grad_norm(kernels::SumSquaresStream& stream, const float* grads
   kernels::sum_squares_feed(stream, grads + begin, table_.total() - begin);
 }
 
+float AdamW::clip_scale(float norm) const {
+  return config_.grad_clip > 0.0f && norm > config_.grad_clip ? config_.grad_clip / (norm + 1e-6f) : 1.0f;
+}
+
 void AdamW::clip_to(float* grads, size_t begin, float norm, size_t end) const {
   if (end == 0) end = table_.total();
-  if (config_.grad_clip > 0.0f && norm > config_.grad_clip)
-    kernels::scale_inplace(grads + begin, end - begin, config_.grad_clip / (norm + 1e-6f));
+  if (const float scale = clip_scale(norm); scale != 1.0f) kernels::scale_inplace(grads + begin, end - begin, scale);
 }
 
 float AdamW::clip(float* grads, size_t begin) const {
@@ -81,9 +84,10 @@ const WorkingCopy* copy_of(const std::vector<WorkingCopy>& copies, size_t offset
 }  // namespace
 
 void AdamW::update(float* params, const float* grads, size_t begin, float lr, size_t end,
-                   const std::vector<WorkingCopy>& copies) {
+                   const std::vector<WorkingCopy>& copies, float grad_scale) {
+  FRUGAL_CHECK(grad_scale == 1.0f || folds_clip_scale(), "internal: a gradient scale for a Muon update");
   ++t_;
-  const kernels::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, t_};
+  const kernels::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, t_, grad_scale};
   allocate_state();
   const size_t lo = std::max(begin, shard_begin_), hi = std::min(end == 0 ? table_.total() : end, shard_end_);
   for (const ParamInfo& e : table_.entries()) {

@@ -69,13 +69,20 @@ class AdamW {
   float step(float* params, float* grads, size_t begin, float lr);
   // clip_to(grad_norm of grads[begin, total)); returns that norm, the one before clipping.
   float clip(float* grads, size_t begin) const;
+  // The factor clip_to multiplies the gradients by for global norm `norm` (1: no clipping).
+  float clip_scale(float norm) const;
+  // Whether update() can take clipping's factor as its grad_scale (not with Muon, which reads the
+  // gradients of its matrices as they are).
+  bool folds_clip_scale() const { return !config_.muon.enabled; }
   // One AdamW step with learning rate lr on the parameters in [begin, end) (end 0: the total)
   // within the shard: a pipeline stage updates its own slice of the buffer. With Muon, its matrices
   // take a Muon step at lr · muon.lr / config.lr; a shard must hold each of them whole or not at all.
   // `copies`: bf16 working copies of whole tensors (GPT::update_params), each updated with its
-  // tensor (the rounding of every parameter changed written there).
+  // tensor (the rounding of every parameter changed written there). The gradients are taken as
+  // grads · grad_scale (clip_scale's factor, when folds_clip_scale(): the parameters become those
+  // of clip_to then update, bit for bit, without clip_to's pass over the gradients).
   void update(float* params, const float* grads, size_t begin, float lr, size_t end = 0,
-              const std::vector<WorkingCopy>& copies = {});
+              const std::vector<WorkingCopy>& copies = {}, float grad_scale = 1.0f);
 
   const AdamWConfig& config() const { return config_; }
   int64_t steps_taken() const { return t_; }

@@ -122,7 +122,9 @@ void StepStrategy::check_finite(const char* what, double value, int64_t step) co
 }
 
 void StepStrategy::end_step(TrainContext& ctx, const StepResult& r) {
-  session_.model().refresh_formats();
+  // Only what the update left stale: refresh_formats() would round again the bf16 working copies
+  // the update wrote (GPT::update_params), a pass over the weights a step.
+  session_.model().prepare_formats();
   ctx.step_flops = r.executed.model();
   methods_.fire(Event::AfterOptimStep, ctx);
   if (ctx.request_reconfigure) reconfigure(ctx);
@@ -159,15 +161,24 @@ void StepStrategy::reset_gradients() { session_.model().zero_grad(); }
 
 float StepStrategy::clip_gradients() {
   GPT& model = session_.model();
-  return session_.optim().clip(model.grads(), model.trainable_begin());
+  AdamW& optim = session_.optim();
+  const float norm = AdamW::grad_norm(model.grads(), model.trainable_begin(), optim.model_floats());
+  // With no method to read the clipped gradients, the update scales them as it reads them: a pass
+  // over the gradients less, the same parameters bit for bit.
+  if (methods_.empty() && optim.folds_clip_scale())
+    grad_scale_ = optim.clip_scale(norm);
+  else
+    optim.clip_to(model.grads(), model.trainable_begin(), norm);
+  return norm;
 }
 
 void StepStrategy::update(float lr) {
   GPT& model = session_.model();
   // the bf16 working copies of a bf16 model are written by the update (GPT::update_params)
   model.update_params([&](float* params, const std::vector<WorkingCopy>& copies) {
-    session_.optim().update(params, model.grads(), model.trainable_begin(), lr, 0, copies);
+    session_.optim().update(params, model.grads(), model.trainable_begin(), lr, 0, copies, grad_scale_);
   });
+  grad_scale_ = 1.0f;
   model.balance_experts();
 }
 

@@ -110,7 +110,8 @@ class StepStrategy {
   virtual void run_micro_batches(TrainContext& ctx, int64_t step, const BatchSource& next_batch,
                                  StepResult& r) = 0;
   // After AfterGradReduce: clips the gradients to the optimizer's limit (BeforeOptimStep's
-  // methods see them clipped) and returns their global norm before clipping.
+  // methods see them clipped) and returns their global norm before clipping. With no methods,
+  // the clipping factor may be left to update() instead (grad_scale_).
   virtual float clip_gradients();
   // After BeforeOptimStep: the AdamW update with learning rate lr and the experts' balancing bias
   // (GPT::balance_experts), and whatever makes the updated parameters whole where they are read.
@@ -140,7 +141,7 @@ class StepStrategy {
   // `step` is not finite: before its update, so that no checkpoint of diverged weights replaces a
   // good one. The error names the step as the log does (step + 1, the steps done with it).
   void check_finite(const char* what, double value, int64_t step) const;
-  // After the AdamW update: refreshes the linear formats, hands the methods the step's executed
+  // After the AdamW update: refreshes the formats it left stale, hands the methods the step's executed
   // FLOPs (r.executed), fires AfterOptimStep, Reconfigure (when a method asked for it) and BatchEnd.
   void end_step(TrainContext& ctx, const StepResult& r);
 
@@ -148,6 +149,7 @@ class StepStrategy {
   MethodSet& methods_;
   const RunSettings& settings_;
   int64_t num_samples_ = 0;
+  float grad_scale_ = 1.0f;  // clipping's factor, when clip_gradients() left it to update()
   std::vector<int32_t> inputs_, targets_;  // the micro-batch (B,T)
   std::vector<int64_t> ids_;               // its sample ids (B)
 };

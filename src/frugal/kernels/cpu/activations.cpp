@@ -13,7 +13,7 @@ namespace {
 template <class Out>
 void gelu_forward(Out* out, const float* inp, size_t n) {
   FRUGAL_PROFILE("activation fwd");
-  for_each8(n, [&](size_t i, auto m) { store(out + i, m, gelu256(load(inp + i, m), nullptr)); });
+  for_each8_store(out, n, [&](size_t i, auto m) { return gelu256(load(inp + i, m), nullptr); });
 }
 
 void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
@@ -28,9 +28,9 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
 template <class Out>
 void relu2_forward(Out* out, const float* inp, size_t n) {
   FRUGAL_PROFILE("activation fwd");
-  for_each8(n, [&](size_t i, auto m) {
+  for_each8_store(out, n, [&](size_t i, auto m) {
     const __m256 r = _mm256_max_ps(load(inp + i, m), _mm256_setzero_ps());
-    store(out + i, m, _mm256_mul_ps(r, r));
+    return _mm256_mul_ps(r, r);
   });
 }
 
@@ -50,8 +50,8 @@ static inline __m256 activation(__m256 x, GateAct act, __m256* grad) {
 template <class Out>
 void gated_forward(Out* out, const float* gate, const float* up, size_t n, GateAct act) {
   FRUGAL_PROFILE("activation fwd");
-  for_each8(n, [&](size_t i, auto m) {
-    store(out + i, m, _mm256_mul_ps(activation(load(gate + i, m), act, nullptr), load(up + i, m)));
+  for_each8_store(out, n, [&](size_t i, auto m) {
+    return _mm256_mul_ps(activation(load(gate + i, m), act, nullptr), load(up + i, m));
   });
 }
 

@@ -20,8 +20,9 @@ void adamw_update_to(float* p, bf16* p16, const float* g, float* m, float* v, si
   const __m256 vc1 = _mm256_set1_ps(c1), vc2 = _mm256_set1_ps(c2);
   const __m256 eps = _mm256_set1_ps(s.eps), lr = _mm256_set1_ps(s.lr);
   const __m256 keep = _mm256_set1_ps(decay ? 1.0f - s.lr * s.weight_decay : 1.0f);
+  const __m256 grad_scale = _mm256_set1_ps(s.grad_scale);
   for_each8(n, [&](size_t i, auto mask) {
-    const __m256 gi = load(g + i, mask);
+    const __m256 gi = _mm256_mul_ps(load(g + i, mask), grad_scale);
     const __m256 mi = _mm256_fmadd_ps(b1, load(m + i, mask), _mm256_mul_ps(ob1, gi));
     const __m256 vi = _mm256_fmadd_ps(b2, load(v + i, mask), _mm256_mul_ps(_mm256_mul_ps(ob2, gi), gi));
     const __m256 denom = _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, vc2)), eps);

@@ -4,6 +4,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -63,6 +64,33 @@ void for_each8(size_t n, F&& f) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (size_t g = 0; g < full_groups; ++g) f(g * 8, AllLanes{});
   if (n % 8 != 0) f(full_groups * 8, FirstLanes{tail_mask(n % 8)});
+}
+
+// Calls f(i, lanes), which returns the 8 values of group i, for every 8-float group of [0, n) and
+// stores them at out + i (lanes as in for_each8). A bf16 output goes through a tile of floats in
+// L1 that is rounded once it is full: rounding each group as it is computed leaves a kernel's long
+// chains (GELU's division) and the rounding's dozen integer operations competing for the
+// scheduler, and GELU took 1.65x its fp32 time where the tile takes 1.2x (Zen 4). The values and
+// their rounding are the same either way.
+template <class F>
+void for_each8_store(float* out, size_t n, F&& f) {
+  for_each8(n, [&](size_t i, auto lanes) { store(out + i, lanes, f(i, lanes)); });
+}
+template <class F>
+void for_each8_store(bf16* out, size_t n, F&& f) {
+  constexpr size_t kTile = 256;  // floats: 1 KiB
+  const size_t tiles = (n + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (size_t t = 0; t < tiles; ++t) {
+    alignas(32) float tile[kTile];
+    const size_t begin = t * kTile, end = std::min(n, begin + kTile), full = begin + (end - begin) / 8 * 8;
+    for (size_t i = begin; i < full; i += 8) _mm256_store_ps(tile + (i - begin), f(i, AllLanes{}));
+    for (size_t i = begin; i < full; i += 8) store(out + i, AllLanes{}, _mm256_load_ps(tile + (i - begin)));
+    if (full < end) {
+      const FirstLanes lanes{tail_mask(end - full)};
+      store(out + full, lanes, f(full, lanes));
+    }
+  }
 }
 
 }  // namespace frugal::kernels::cpu

@@ -125,44 +125,56 @@ float softmax_xent_row(float* z, int V, int target, float dloss, bool want_grad,
   return loss;
 }
 
-// The head's three GEMMs on a chunk of rows, on fp32 operands.
+// The head's three GEMMs on a chunk of rows (from row r0), on fp32 operands.
 class F32Gemms {
  public:
   F32Gemms(const float* weight, int C, int V) : w_(weight), C_(C), V_(V) {}
   // z (rows,V) = x (rows,C) · W[:V]ᵀ
-  void logits(const float* x, int rows, float* z) { cpu::sgemm(false, true, rows, V_, C_, 1.0f, x, C_, w_, C_, 0.0f, z, V_); }
+  void logits(int /*r0*/, const float* x, int rows, float* z) {
+    cpu::sgemm(false, true, rows, V_, C_, 1.0f, x, C_, w_, C_, 0.0f, z, V_);
+  }
   // dx (rows,C) = dz · W[:V] (dx may be null); dW[:V] += dzᵀ · x (dw may be null); x: this chunk's,
   // as given to logits().
-  void backward(const float* dz, const float* x, int rows, float* dx, float* dw) {
+  void backward(int /*r0*/, const float* dz, const float* x, int rows, float* dx, float* dw) {
     if (dx) cpu::sgemm(false, false, rows, C_, V_, 1.0f, dz, V_, w_, C_, 0.0f, dx, C_);
     if (dw) cpu::sgemm(true, false, V_, C_, rows, 1.0f, dz, V_, x, C_, 1.0f, dw, C_);
   }
+  void finish(float* /*dw*/) {}  // after the last chunk
 
  private:
   const float* w_;
   int C_, V_;
 };
 
-// The same on bf16 operands: x rounded in logits(), dz rounded in backward(), sums in fp32.
+// The same on bf16 operands: x rounded in logits(), dz rounded in backward(), sums in fp32. The
+// rounded rows and gradients of every chunk are kept (bf16: half the fp32 logits scratch's bytes
+// per row), so that the weight gradient is one GEMM over all N rows in finish(): dW[:V] (fp32,
+// V × C: 154 MB for GPT-2) is read and written once a step, not once per chunk.
 class Bf16Gemms {
  public:
-  Bf16Gemms(const bf16* weight, int C, int V) : w_(weight), C_(C), V_(V) {}
-  void logits(const float* x, int rows, float* z) {
-    x_.resize(size_t(rows) * C_);
-    kernels::f32_to_bf16(x_.data(), x, x_.size());
-    cpu::matmul_bf16_forward(z, x_.data(), w_, nullptr, rows, C_, V_);
+  Bf16Gemms(const bf16* weight, int N, int C, int V) : w_(weight), N_(N), C_(C), V_(V), x_(size_t(N) * C) {}
+  void logits(int r0, const float* x, int rows, float* z) {
+    bf16* x16 = x_.data() + size_t(r0) * C_;
+    kernels::f32_to_bf16(x16, x, size_t(rows) * C_);
+    cpu::matmul_bf16_forward(z, x16, w_, nullptr, rows, C_, V_);
   }
-  void backward(const float* dz, const float* /*x: rounded in logits()*/, int rows, float* dx, float* dw) {
+  void backward(int r0, const float* dz, const float* /*x: rounded in logits()*/, int rows, float* dx, float* dw) {
     if (!dx && !dw) return;
-    dz_.resize(size_t(rows) * V_);
-    kernels::f32_to_bf16(dz_.data(), dz, dz_.size());
-    cpu::matmul_bf16_backward(dx, dw, dz_.data(), x_.data(), w_, rows, C_, V_, false);
+    dz_.resize(size_t(dw ? N_ : rows) * V_);
+    bf16* dz16 = dz_.data() + (dw ? size_t(r0) * V_ : 0);
+    kernels::f32_to_bf16(dz16, dz, size_t(rows) * V_);
+    if (dx) cpu::matmul_bf16_backward(dx, nullptr, dz16, nullptr, w_, rows, C_, V_, false);
+    weight_grad_ = dw != nullptr;
+  }
+  void finish(float* dw) {
+    if (weight_grad_) cpu::matmul_bf16_backward(nullptr, dw, dz_.data(), x_.data(), w_, N_, C_, V_, false);
   }
 
  private:
   const bf16* w_;
-  int C_, V_;
-  std::vector<bf16> x_, dz_;
+  int N_, C_, V_;
+  std::vector<bf16> x_, dz_;  // (N,C) and (N,V) (the chunk's (rows,V) without a weight gradient)
+  bool weight_grad_ = false;
 };
 
 // z (V) += b (V)
@@ -193,7 +205,7 @@ void cross_entropy_chunks(Gemms gemms, float* losses, float* dinp, float* dweigh
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
     const float* x = inp + static_cast<size_t>(r0) * C;
-    gemms.logits(x, rows, logits.data());
+    gemms.logits(r0, x, rows, logits.data());
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; ++i) {
       float* z = logits.data() + static_cast<size_t>(i) * V;
@@ -209,8 +221,9 @@ void cross_entropy_chunks(Gemms gemms, float* losses, float* dinp, float* dweigh
     }
     if (bias.dbias) add_column_sums(bias.dbias, logits.data(), rows, V);
     if (dinp || dweight)
-      gemms.backward(logits.data(), x, rows, dinp ? dinp + static_cast<size_t>(r0) * C : nullptr, dweight);
+      gemms.backward(r0, logits.data(), x, rows, dinp ? dinp + static_cast<size_t>(r0) * C : nullptr, dweight);
   }
+  gemms.finish(dweight);
 }
 
 template <class Gemms>
@@ -226,7 +239,7 @@ void cross_entropy_split_chunks(Gemms gemms, float* losses, float* dinp, float* 
     const float* x = inp + static_cast<size_t>(r0) * C;
     float* sum = stats.data();            // (rows) Σ exp(z - max) over the whole vocabulary
     float* target_logit = sum + rows;     // (rows) held by the rank owning the target, else 0
-    if (V > 0) gemms.logits(x, rows, logits.data());
+    if (V > 0) gemms.logits(r0, x, rows, logits.data());
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; ++i) {
       float* z = logits.data() + static_cast<size_t>(i) * V;
@@ -254,8 +267,9 @@ void cross_entropy_split_chunks(Gemms gemms, float* losses, float* dinp, float* 
     }
     float* dx = dinp ? dinp + static_cast<size_t>(r0) * C : nullptr;
     if (dx && V == 0) std::fill(dx, dx + static_cast<size_t>(rows) * C, 0.0f);
-    if (want_grad && V > 0) gemms.backward(logits.data(), x, rows, dx, dweight);
+    if (want_grad && V > 0) gemms.backward(r0, logits.data(), x, rows, dx, dweight);
   }
+  if (V > 0) gemms.finish(dweight);
 }
 
 void lm_head_cross_entropy(float* losses, float* dinp, float* dweight, const float* inp,
@@ -274,13 +288,13 @@ void lm_head_cross_entropy_split(float* losses, float* dinp, float* dweight, con
 void lm_head_cross_entropy_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                 const bf16* weight, const int32_t* targets, int N, int C, int V,
                                 float dloss, float softcap, const LmHeadBias& bias) {
-  cross_entropy_chunks(Bf16Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss, softcap, bias);
+  cross_entropy_chunks(Bf16Gemms(weight, N, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss, softcap, bias);
 }
 
 void lm_head_cross_entropy_split_bf16(float* losses, float* dinp, float* dweight, const float* inp,
                                       const bf16* weight, const int32_t* targets, int N, int C, int V,
                                       float dloss, const VocabSplit& split, float softcap) {
-  cross_entropy_split_chunks(Bf16Gemms(weight, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss,
+  cross_entropy_split_chunks(Bf16Gemms(weight, N, C, V), losses, dinp, dweight, inp, targets, N, C, V, dloss,
                              split, softcap);
 }
 

@@ -1,9 +1,7 @@
 // Dense linear layers on CPU through the one dense GEMM entry point (cpu/gemm.h: oneDNN or
-// OpenBLAS); the bias gradient is a vectorised loop after the GEMMs.
+// OpenBLAS); the bias gradient is a vectorised loop after the GEMMs (cpu/column_sums.h).
 
-#include <algorithm>
-#include <vector>
-
+#include "frugal/kernels/cpu/column_sums.h"
 #include "frugal/kernels/cpu/gemm.h"
 #include "frugal/core/profile.h"
 #include "frugal/kernels/cpu/cpu_backend.h"
@@ -32,25 +30,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   }
   if (dbias) {
     FRUGAL_PROFILE("matmul bwd: bias grad");
-    // Column sums of dout: fixed chunks of rows are summed contiguously (streaming reads), then
-    // the chunk partials are added in chunk order, so the result does not depend on threads.
-    constexpr int kRows = 64;
-    const int chunks = (N + kRows - 1) / kRows;
-    std::vector<float> partial(static_cast<size_t>(chunks) * OC, 0.0f);
-#pragma omp parallel for schedule(static) if (static_cast<long>(N) * OC >= (1 << 16))
-    for (int ch = 0; ch < chunks; ++ch) {
-      float* acc = partial.data() + static_cast<size_t>(ch) * OC;
-      for (int i = ch * kRows; i < std::min(N, (ch + 1) * kRows); ++i) {
-        const float* d = dout + static_cast<size_t>(i) * OC;
-#pragma omp simd
-        for (int o = 0; o < OC; ++o) acc[o] += d[o];
-      }
-    }
-    for (int ch = 0; ch < chunks; ++ch) {
-      const float* acc = partial.data() + static_cast<size_t>(ch) * OC;
-#pragma omp simd
-      for (int o = 0; o < OC; ++o) dbias[o] += acc[o];
-    }
+    add_column_sums(dbias, dout, N, OC, [](int) {});
   }
 }
 

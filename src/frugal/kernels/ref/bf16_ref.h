@@ -40,6 +40,12 @@ inline std::vector<float> rounded(const float* x, size_t n) {
   return out;
 }
 
+// dout (N,OC) rounded into out, and dbias (OC) += its column sums (the reference matmul's).
+inline void f32_to_bf16_bias_grad(bf16* out, float* dbias, const float* dout, int N, int OC) {
+  for (size_t i = 0; i < size_t(N) * OC; ++i) out[i] = to_bf16(dout[i]);
+  matmul_backward<float>(nullptr, nullptr, dbias, dout, nullptr, nullptr, N, 0, OC, false);
+}
+
 inline void matmul_bf16_forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int N,
                                 int C, int OC) {
   const std::vector<float> x = widened(inp, size_t(N) * C), w = widened(weight, size_t(OC) * C);

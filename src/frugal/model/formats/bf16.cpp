@@ -61,10 +61,21 @@ void Bf16Format::backward_bf16_input(float* dinp, float* dweight, float* dbias, 
                                      const kernels::bf16* inp, const float* weight, int N, int C, int OC,
                                      bool accumulate_dinp) {
   check_shape(OC, C);
-  if (dinp || dweight)
-    kernels::matmul_bf16_backward(dinp, dweight, rounded(dout, size_t(N) * OC, gradient_scratch()),
-                                  dweight ? inp : nullptr, weight_.data(), N, C, OC, accumulate_dinp);
-  if (dbias) kernels::matmul_backward(nullptr, nullptr, dbias, dout, nullptr, weight, N, C, OC, false);
+  if (!dinp && !dweight) {
+    if (dbias) kernels::matmul_backward(nullptr, nullptr, dbias, dout, nullptr, weight, N, C, OC, false);
+    return;
+  }
+  const kernels::bf16* dout16 = nullptr;
+  if (dbias) {  // the output gradient rounded and the bias gradient summed in one pass
+    std::vector<kernels::bf16>& scratch = gradient_scratch();
+    if (scratch.size() < size_t(N) * OC) scratch.resize(size_t(N) * OC);
+    kernels::f32_to_bf16_bias_grad(scratch.data(), dbias, dout, N, OC);
+    dout16 = scratch.data();
+  } else {
+    dout16 = rounded(dout, size_t(N) * OC, gradient_scratch());
+  }
+  kernels::matmul_bf16_backward(dinp, dweight, dout16, dweight ? inp : nullptr, weight_.data(), N, C, OC,
+                                accumulate_dinp);
 }
 
 }  // namespace frugal
