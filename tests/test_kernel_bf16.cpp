@@ -69,7 +69,7 @@ TEST(KernelBf16, ConversionsMatchTheReferenceBitForBit) {
 // bit, added to what dbias held; and within 1e-5 of fp64 sums. Shapes: fewer rows than one
 // 64-row chunk, several chunks and a part one, and enough values for threads.
 TEST(KernelBf16, OutputGradientRoundingSumsTheBiasGradient) {
-  for (const auto [N, OC] : {std::pair{5, 24}, std::pair{200, 40}, std::pair{300, 264}}) {
+  for (const auto& [N, OC] : {std::pair{5, 24}, std::pair{200, 40}, std::pair{300, 264}}) {
     SCOPED_TRACE(::testing::Message() << N << " x " << OC);
     std::vector<float> dout = to_f(random_vector(size_t(N) * OC, 41));
     dout[7] = std::bit_cast<float>(0x3f808000u);  // a tie
