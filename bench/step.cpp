@@ -82,7 +82,7 @@ std::string BenchResult::to_json(const std::string& preset, int threads) const {
                    {"warmup", warmup},          {"steps", steps},
                    {"nproc", ranks},            {"strategy", strategy}};
   if (ranks > 1)
-    j.update({{"comm_wait_share", comm_wait_share}, {"gradient_bytes_per_step", gradient_bytes},
+    j.update({{"comm_wait_share", comm_wait_share}, {"comm_hidden_share", comm_hidden_share}, {"gradient_bytes_per_step", gradient_bytes},
               {"ring_bytes_per_step", ring_bytes}, {"buckets", buckets},
               {"exchange_share", exchange_share}, {"exchange_bytes_per_step", exchange_bytes}});
   return j.dump();
@@ -132,7 +132,7 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   }
   std::vector<double> times;  // of the timed steps
   PhaseFlops executed, dense;  // summed over the timed steps (they change with the methods' state)
-  double comm_wait = 0, gradient_bytes = 0, exchange = 0, exchange_bytes = 0;
+  double comm_wait = 0, comm_hidden = 0, gradient_bytes = 0, exchange = 0, exchange_bytes = 0;
   int buckets = 0;
   for (int step = 0; step < preset.warmup + preset.steps; ++step) {
     nlohmann::json record;
@@ -153,6 +153,7 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
     dense += result.dense;
     if (record.contains("comm")) {
       comm_wait += record["comm"]["wait_s"].get<double>();
+      comm_hidden += record["comm"].value("hidden_s", 0.0);
       gradient_bytes += record["comm"]["bytes_reduced"].get<double>();
       buckets = record["comm"]["buckets"].get<int>();
       if (record["comm"].contains("exchange_s")) {
@@ -182,6 +183,7 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   r.strategy = runner->name();
   r.tokens_per_s = runner->tokens_per_step(preset.warmup + preset.steps - 1) / median;
   r.comm_wait_share = comm_wait / seconds;
+  r.comm_hidden_share = comm_hidden / seconds;
   r.gradient_bytes = gradient_bytes / preset.steps;
   r.ring_bytes = 2.0 * (r.ranks - 1) / r.ranks * r.gradient_bytes;
   r.buckets = buckets;

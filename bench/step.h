@@ -44,6 +44,10 @@ struct BenchResult {
   // bytes handed to the collectives per step, and the bytes a ring all-reduce moves for them per
   // rank, 2(N-1)/N of that (computed, not measured: MPI chooses the algorithm).
   double comm_wait_share = 0, gradient_bytes = 0, ring_bytes = 0;
+  // Tensor parallelism: the seconds its exchanges ran in the background beside the computation
+  // (the backward's input-gradient sums, hidden behind the weight gradients), as a share of the
+  // step time; comm_wait_share is then the time the step waited inside its collectives.
+  double comm_hidden_share = 0;
   int buckets = 0;
   // Expert parallelism: the seconds inside the experts' all-to-all exchanges as a share of the
   // step time (all exposed), and the bytes a rank sends to the others per step.

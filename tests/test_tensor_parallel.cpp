@@ -9,7 +9,8 @@
 // run bit for bit; checkpoints resume bit-exactly at the same layout and in one process; layouts
 // and methods it does not support are refused at start-up with what to do. With sequence
 // parallelism (parallel.sequence) tensor 2, data 2 × tensor 2 and pipeline 2 × tensor 2 give one
-// process's runs within the same tolerances and resume bit for bit.
+// process's runs within the same tolerances and resume bit for bit. The backward's sums overlapped
+// with the weight gradients give the run that waits for them bit for bit.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -273,6 +274,30 @@ TEST_F(TensorParallel, SequenceParallelismWithBf16ActivationsAndMasks) {
           "--set methods.sparse24.dense_finetune_fraction=0.25"), 2, "--set methods.sparse24.mask_interval=2 "
           "--set methods.sparse24.dense_finetune_fraction=0.25 " + kSequence,
           "tensor-parallel over 2 ranks, sequence-parallel", kTolerance);
+}
+
+// The backward's input-gradient sums run in the background beside the weight gradients
+// (parallel.tensor_overlap, on by default): the same bits as waiting for each sum where it is
+// called, with and without sequence parallelism, and with two linears' weight gradients behind one
+// sum (a gated MLP, in bf16, whose format rounds the output gradient for each half); the seconds
+// the exchanges ran hidden are logged.
+TEST_F(TensorParallel, OverlappedSumsGiveTheWaitedForRunBitForBit) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"overlap", ""},
+      {"overlap-seq", kSequence},
+      {"overlap-swiglu-bf16", "--set model.mlp=swiglu --set train.precision=bf16 --set model.tied_head=false"}};
+  for (const auto& [name, extra] : cases) {
+    const std::string args = kTensor2 + " " + extra;
+    const TrainedRun waited = train(name + "-waited", 2, 6, args + " --set parallel.tensor_overlap=false");
+    const TrainedRun overlapped = train(name, 2, 6, args);
+    expect_identical(waited.steps, overlapped.steps);
+    double hidden = 0, hidden_when_waited = 0;
+    for (const nlohmann::json& step : overlapped.steps) hidden += step["comm"].value("hidden_s", 0.0);
+    for (const nlohmann::json& step : waited.steps) hidden_when_waited += step["comm"].value("hidden_s", 0.0);
+    std::printf("%s: %.3g s of the exchanges hidden over 6 steps\n", name.c_str(), hidden);
+    EXPECT_GT(hidden, 0.0) << name;
+    EXPECT_EQ(hidden_when_waited, 0.0) << name;
+  }
 }
 
 TEST_F(TensorParallel, UnsupportedLayoutsAndMethodsAreRefusedWithWhatToDo) {

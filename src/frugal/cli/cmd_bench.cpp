@@ -171,6 +171,9 @@ void add_bench_command(CLI::App& app) {
                 "bucket{}, {:.1f} MiB of gradients per step ({:.1f} MiB per rank on a ring)\n",
                 100 * r.comm_wait_share, r.buckets, r.buckets == 1 ? "" : "s", r.gradient_bytes / 1048576.0,
                 r.ring_bytes / 1048576.0);
+    if (r.comm_hidden_share > 0)
+      io::print("tensor-parallel exchanges: {:.1f}% of the step waited for, {:.1f}% ran hidden behind the "
+                "weight gradients\n", 100 * r.comm_wait_share, 100 * r.comm_hidden_share);
     if (r.exchange_bytes > 0)
       io::print("expert exchange: {:.1f}% of the step in the all-to-all; {:.1f} MiB sent per rank per step\n",
                 100 * r.exchange_share, r.exchange_bytes / 1048576.0);

@@ -2,6 +2,7 @@
 #include "frugal/model/branches.h"
 
 #include <cstring>
+#include <initializer_list>
 
 #include "frugal/core/error.h"
 #include "frugal/kernels/ops.h"
@@ -49,14 +50,67 @@ void LinearSlot::forward(const float* params, float* out, const LinearInput& inp
     format->forward(out, inp.f32, params + weight, b, N, IC, OC);
 }
 
+namespace {
+// The format's backward into dinp, dW and db, any of them null (not computed).
+void format_backward(const LinearSlot& slot, const float* params, float* dinp, float* dw, float* db,
+                     const float* dout, const LinearInput& inp, int N, bool accumulate_dinp) {
+  LinearFormat& f = *slot.format;
+  if (takes_bf16(f, inp))
+    f.backward_bf16_input(dinp, dw, db, dout, inp.b16, params + slot.weight, N, slot.IC, slot.OC, accumulate_dinp);
+  else
+    f.backward(dinp, dw, db, dout, inp.f32, params + slot.weight, N, slot.IC, slot.OC, accumulate_dinp);
+}
+}  // namespace
+
 void LinearSlot::backward(const float* params, float* grads, float* dinp, const float* dout,
                           const LinearInput& inp, int N, bool accumulate_dinp) const {
   float* db = bias != kAbsent ? grads + bias : nullptr;
-  if (takes_bf16(*format, inp))
-    format->backward_bf16_input(dinp, grads + weight, db, dout, inp.b16, params + weight, N, IC, OC, accumulate_dinp);
-  else
-    format->backward(dinp, grads + weight, db, dout, inp.f32, params + weight, N, IC, OC, accumulate_dinp);
+  format_backward(*this, params, dinp, grads + weight, db, dout, inp, N, accumulate_dinp);
 }
+
+void LinearSlot::backward_input(const float* params, float* dinp, const float* dout, const LinearInput& inp,
+                                int N, bool accumulate_dinp) const {
+  format_backward(*this, params, dinp, nullptr, nullptr, dout, inp, N, accumulate_dinp);
+}
+
+void LinearSlot::backward_weight(const float* params, float* grads, const float* dout, const LinearInput& inp,
+                                 int N) const {
+  float* db = bias != kAbsent ? grads + bias : nullptr;
+  format_backward(*this, params, nullptr, grads + weight, db, dout, inp, N, false);
+}
+
+namespace {
+// The backward of column-parallel linears that all read `in` (the attention's qkv; the MLP's fc
+// and gate), each with its output gradient: their input gradients added into din (N, C), then
+// summed over the tensor group (TensorCollectives::sum_rows), and their weight gradients. When the
+// group can exchange in the background the sum runs while the weight gradients are computed (they
+// read neither din nor the group); otherwise each linear's backward runs whole, as in one process.
+struct ColumnGrad {
+  const LinearSlot* slot;
+  const float* dout;
+};
+void column_parallel_backward(std::initializer_list<ColumnGrad> linears, const float* params, float* grads,
+                              float* din, const LinearInput& in, int N, TensorCollectives& comm) {
+  const size_t C = size_t(linears.begin()->slot->IC);
+  if (!comm.overlaps()) {
+    bool accumulate = false;
+    for (const ColumnGrad& l : linears) {
+      l.slot->backward(params, grads, din, l.dout, in, N, accumulate);
+      accumulate = true;
+    }
+    comm.sum_rows(din, N, C, din);
+    return;
+  }
+  bool accumulate = false;
+  for (const ColumnGrad& l : linears) {
+    l.slot->backward_input(params, din, l.dout, in, N, accumulate);
+    accumulate = true;
+  }
+  comm.start_sum_rows(din, N, C, din);
+  for (const ColumnGrad& l : linears) l.slot->backward_weight(params, grads, l.dout, in, N);
+  comm.finish_sum_rows();
+}
+}  // namespace
 
 void LinearSlot::add_flops(double N, bool runs, bool trains, ComponentFlops& f) const {
   if (!present()) return;
@@ -154,8 +208,7 @@ void Attention::backward(const float* params, float* grads, const Acts& a, const
   proj_.backward(params, grads, s.datt, dout, {a.att, a.att16}, N, false);
   k::attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, B, T, sizes_.attn_width, sizes_.n_head, pattern_);
   k::qk_transform_backward(s.dqkv, a.qkv, a.inv_rms, B, T, sizes_.attn_width, sizes_.n_head, transform_);
-  qkv_.backward(params, grads, din, s.dqkv, in, N, false);
-  comm.sum_rows(din, N, qkv_.IC, din);
+  column_parallel_backward({{&qkv_, s.dqkv}}, params, grads, din, in, N, comm);
 }
 
 void Attention::add_flops(int B, int T, bool runs, bool trains, ComponentFlops& f) const {
@@ -266,9 +319,10 @@ void DenseMlp::backward(const float* params, float* grads, const Acts& a, const 
                         TensorCollectives& comm) const {
   proj_.backward(params, grads, s[Act], dout, {a[Act], act16(a)}, N, false);
   mlp_activation_backward(kind_, s[Gate], s[Fc], s[Act], a[Gate], a[Fc], size_t(N) * hidden_);
-  fc_.backward(params, grads, din, s[Fc], in, N, false);
-  if (gate_.present()) gate_.backward(params, grads, din, s[Gate], in, N, true);
-  comm.sum_rows(din, N, fc_.IC, din);
+  if (gate_.present())
+    column_parallel_backward({{&fc_, s[Fc]}, {&gate_, s[Gate]}}, params, grads, din, in, N, comm);
+  else
+    column_parallel_backward({{&fc_, s[Fc]}}, params, grads, din, in, N, comm);
 }
 
 void DenseMlp::add_flops(double N, bool runs, bool trains, ComponentFlops& f) const {

@@ -66,6 +66,10 @@ struct LinearSlot {
   // dinp (N, IC) = (or += when accumulate) dout · W; dW, db += (into grads)
   void backward(const float* params, float* grads, float* dinp, const float* dout, const LinearInput& inp,
                 int N, bool accumulate_dinp) const;
+  // backward's two halves, for a caller that runs something between them: dinp alone, then dW, db.
+  void backward_input(const float* params, float* dinp, const float* dout, const LinearInput& inp, int N,
+                      bool accumulate_dinp) const;
+  void backward_weight(const float* params, float* grads, const float* dout, const LinearInput& inp, int N) const;
   // Adds its dense and executed FLOPs over N rows to f (the forward when runs, the backward's
   // products when trains), scaled by the format's densities.
   void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const;

@@ -48,6 +48,14 @@ class TensorCollectives {
     else
       all_reduce_sum(x, N * width);
   }
+  // sum_rows split in two so that the exchange runs beside this rank's next computation (the
+  // column-parallel linears' weight gradients, which do not read x): x and local belong to the
+  // group from start_sum_rows until finish_sum_rows returns, and no other collective of the group
+  // may be called in between. The result is sum_rows's, bit for bit. Groups that cannot run an
+  // exchange in the background (the default) do it all in start_sum_rows; overlaps() says which.
+  virtual bool overlaps() const { return false; }
+  virtual void start_sum_rows(float* x, size_t N, size_t width, float* local) { sum_rows(x, N, width, local); }
+  virtual void finish_sum_rows() {}
   // The expert-parallel group's all-to-all of `per_rank` ints: send (size · per_rank) holds what
   // goes to each rank, in rank order; recv (size · per_rank) gets what each rank sent this one.
   // A group of one (the default): a copy.

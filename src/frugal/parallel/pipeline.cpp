@@ -726,7 +726,8 @@ void PipelineStep::start_tensor_groups(const MethodSet& methods, int fewest_bloc
                "(the stages are still re-balanced as blocks freeze)", tensor_);
   // The tensor groups never change (a re-partition changes data × pipeline only): T consecutive ranks.
   MPI_Comm_split(base_, world_.rank() / tensor_, world_.rank() % tensor_, &tensor_group_);
-  tensor_comm_ = std::make_unique<MpiTensorCollectives>(world_, tensor_group_, settings_.parallel.sequence);
+  tensor_comm_ = std::make_unique<MpiTensorCollectives>(world_, tensor_group_, settings_.parallel.sequence,
+                                                       settings_.parallel.tensor_overlap);
 }
 
 void PipelineStep::hold_tensor_shard(bool sharded, bool gradients) {

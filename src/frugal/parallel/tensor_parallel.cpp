@@ -6,7 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
 
 #include "frugal/core/error.h"
 #include "frugal/kernels/ops.h"
@@ -18,21 +23,117 @@ namespace frugal::parallel {
 
 // ---- MpiTensorCollectives ----
 
-MpiTensorCollectives::MpiTensorCollectives(MpiWorld& world, MPI_Comm group, bool sequence)
-    : world_(world), group_(group), sequence_(sequence) {
+// A thread of this rank that waits on one exchange at a time (MpiWorld::wait: it polls, sleeping
+// between polls so that it leaves the cores to the computation, and stops the job naming the
+// group if the exchange goes unanswered), so that the exchange moves on while the rank's own
+// thread computes. Started with the collectives' first background sum.
+class MpiTensorCollectives::BackgroundWait {
+ public:
+  explicit BackgroundWait(MpiWorld& world) : world_(world), thread_([this] { run(); }) {}
+  ~BackgroundWait() {
+    {
+      const std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  void start(MPI_Request request) {
+    {
+      const std::lock_guard lock(mutex_);
+      request_ = request;
+      started_ = std::chrono::steady_clock::now();
+      posted_ = true;
+      done_ = false;
+    }
+    changed_.notify_all();
+  }
+  // Blocks until the started exchange has completed. Returns the seconds it ran beside the
+  // caller's computation (from start to its end or to this call, whichever came first).
+  double finish() {
+    const auto called = std::chrono::steady_clock::now();
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [this] { return done_; });
+    posted_ = false;
+    return std::chrono::duration<double>(std::min(completed_, called) - started_).count();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [this] { return stop_ || (posted_ && !done_); });
+      if (stop_) return;
+      MPI_Request request = request_;
+      lock.unlock();
+      world_.wait(request, "the tensor-parallel group's exchange (in the background)");
+      lock.lock();
+      completed_ = std::chrono::steady_clock::now();
+      done_ = true;
+      changed_.notify_all();
+    }
+  }
+
+  MpiWorld& world_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::chrono::steady_clock::time_point started_, completed_;
+  bool posted_ = false, done_ = false, stop_ = false;
+  std::thread thread_;  // last: it starts once the members above are made
+};
+
+MpiTensorCollectives::MpiTensorCollectives(MpiWorld& world, MPI_Comm group, bool sequence, bool overlap)
+    : world_(world), group_(group), sequence_(sequence), overlap_(overlap) {
   MPI_Comm_rank(group, &rank_);
   MPI_Comm_size(group, &size_);
 }
 
+MpiTensorCollectives::~MpiTensorCollectives() = default;
+
+void MpiTensorCollectives::count(size_t floats_sent, double waited) {
+  seconds_ += waited;
+  bytes_ += double(floats_sent) * sizeof(float);
+  ++calls_;
+}
+
 void MpiTensorCollectives::all_gather(const float* local, size_t n, float* out) {
   FRUGAL_CHECK(n <= size_t(INT32_MAX), "internal: a tensor-parallel all-gather of {} floats", n);
+  FRUGAL_CHECK(!started_.x, "internal: a tensor-parallel collective while a background sum is in flight");
   const Timer timer;
   MPI_Request request;
   MPI_Iallgather(local, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, group_, &request);
   world_.wait(request, "the tensor-parallel group's exchange");
-  seconds_ += timer.seconds();
-  bytes_ += double(n) * sizeof(float);
-  ++calls_;
+  count(n, timer.seconds());
+}
+
+MpiTensorCollectives::PendingSum MpiTensorCollectives::post_sum(float* x, size_t n, float* out, bool scatter,
+                                                                MPI_Request& request) {
+  FRUGAL_CHECK(!started_.x, "internal: a tensor-parallel collective while a background sum is in flight");
+  const size_t part = scatter ? n / size_ : n;  // floats each rank sends each rank
+  FRUGAL_CHECK(part * (scatter ? size_ : 1) == n && part <= size_t(INT32_MAX),
+               "internal: a tensor-parallel sum of {} floats over {} ranks", n, size_);
+  gathered_.resize(part * size_);  // (size, part)
+  if (scatter)  // every rank's slice of this rank's rows
+    MPI_Ialltoall(x, static_cast<int>(part), MPI_FLOAT, gathered_.data(), static_cast<int>(part), MPI_FLOAT, group_,
+                  &request);
+  else
+    MPI_Iallgather(x, static_cast<int>(n), MPI_FLOAT, gathered_.data(), static_cast<int>(n), MPI_FLOAT, group_,
+                   &request);
+  return {.x = x, .n = part, .out = out, .scatter = scatter};
+}
+
+void MpiTensorCollectives::add_in_rank_order(const PendingSum& sum) {
+  const float* g = gathered_.data();
+  const size_t n = sum.n;
+  const int ranks = size_;
+  float* out = sum.out;
+#pragma omp parallel for schedule(static) if (n >= (1 << 14))
+  for (size_t i = 0; i < n; ++i) {
+    float acc = g[i];
+    for (int r = 1; r < ranks; ++r) acc += g[r * n + i];
+    out[i] = acc;
+  }
 }
 
 template <class Op>
@@ -52,26 +153,30 @@ void MpiTensorCollectives::reduce(float* x, size_t n, Op op) {
 void MpiTensorCollectives::all_reduce_sum(float* x, size_t n) { reduce(x, n, std::plus<float>()); }
 
 void MpiTensorCollectives::reduce_scatter_sum(float* x, size_t n, float* out) {
-  const size_t part = n / size_;
-  FRUGAL_CHECK(part * size_ == n && part <= size_t(INT32_MAX),
-               "internal: a tensor-parallel reduce-scatter of {} floats over {} ranks", n, size_);
   const Timer timer;
-  gathered_.resize(n);  // (size, part): every rank's slice of this rank's rows
   MPI_Request request;
-  MPI_Ialltoall(x, static_cast<int>(part), MPI_FLOAT, gathered_.data(), static_cast<int>(part), MPI_FLOAT, group_,
-                &request);
+  const PendingSum sum = post_sum(x, n, out, true, request);
   world_.wait(request, "the tensor-parallel group's exchange");
-  seconds_ += timer.seconds();
-  bytes_ += double(n - part) * sizeof(float);
-  ++calls_;
-  const float* g = gathered_.data();
-  const int ranks = size_;
-#pragma omp parallel for schedule(static) if (part >= (1 << 14))
-  for (size_t i = 0; i < part; ++i) {  // in rank order, as reduce() adds
-    float acc = g[i];
-    for (int r = 1; r < ranks; ++r) acc += g[r * part + i];
-    out[i] = acc;
-  }
+  count(n - sum.n, timer.seconds());
+  add_in_rank_order(sum);  // as reduce() adds
+}
+
+void MpiTensorCollectives::start_sum_rows(float* x, size_t N, size_t width, float* local) {
+  if (!overlaps()) return sum_rows(x, N, width, local);
+  const bool scatter = coord().split_rows();
+  MPI_Request request;
+  started_ = post_sum(x, N * width, scatter ? local : x, scatter, request);
+  if (!background_) background_ = std::make_unique<BackgroundWait>(world_);
+  background_->start(request);
+}
+
+void MpiTensorCollectives::finish_sum_rows() {
+  if (!started_.x) return;  // a group of one: done in start_sum_rows
+  const Timer timer;
+  hidden_seconds_ += background_->finish();
+  const PendingSum sum = std::exchange(started_, {});
+  count(sum.scatter ? sum.n * (size_ - 1) : sum.n, timer.seconds());
+  add_in_rank_order(sum);
 }
 
 void MpiTensorCollectives::all_reduce_max(float* x, size_t n) {
@@ -113,7 +218,8 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
   check_tensor_parallel(settings, N);
   base_ = world.new_communicator();
   mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(N / T, 1, T), base_);
-  comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor), settings.parallel.sequence);
+  comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor), settings.parallel.sequence,
+                                                 settings.parallel.tensor_overlap);
   name_ = N == T ? fmt::format("tensor-parallel over {} ranks", T)
                  : fmt::format("tensor-parallel over {} ranks × {} data-parallel replicas", T, N / T);
   if (settings.parallel.sequence) name_ += ", sequence-parallel";
@@ -236,8 +342,9 @@ void TensorParallelStep::update(float lr) {
 }
 
 void TensorParallelStep::add_metrics(nlohmann::json& record) {
-  // Every collective of the step is waited for where it is called: all of its time is exposed.
-  record["comm"] = {{"wait_s", comm_->seconds()}, {"compute_s", compute_seconds_},
+  // wait_s: the seconds this rank waited inside the group's collectives (exposed); hidden_s: the
+  // seconds the backward's input-gradient sums ran beside its weight gradients.
+  record["comm"] = {{"wait_s", comm_->seconds()}, {"hidden_s", comm_->hidden_seconds()}, {"compute_s", compute_seconds_},
                     {"update_s", update_timer_.seconds()}, {"buckets", comm_->calls()},
                     {"bytes_reduced", comm_->bytes()}};
 }

@@ -7,7 +7,9 @@
 // in the vocabulary-parallel embedding and cross-entropy through MpiTensorCollectives. With
 // parallel.sequence each rank holds only its rows of the residual stream between the linears
 // (model/block.h: all-gathers and reduce-scatters in place of the sums, and the replicated
-// tensors' gradients of those rows summed over the group in the model's backward). Every
+// tensors' gradients of those rows summed over the group in the model's backward). The backward's
+// sums of the column-parallel input gradients run beside the weight gradients (start_sum_rows,
+// parallel.tensor_overlap). Every
 // replicated tensor's gradient is the same bits on every rank (without sequence parallelism
 // because the residual stream is); the
 // global gradient norm adds the split tensors' sums of squares over the ranks and the replicated
@@ -45,14 +47,20 @@ namespace frugal::parallel {
 class ZeroOverReplicas;  // zero.h
 
 // The TensorCollectives of one rank of a tensor group over MPI. Deterministic: each reduction
-// all-gathers every rank's values and combines them in rank order, so every rank gets the same
-// bits (an MPI_Allreduce may add in a different order on different ranks). Counts the seconds and
-// bytes it spends.
+// all-gathers every rank's values (or, for a reduce-scatter, all-to-alls the slices) and combines
+// them in rank order, so every rank gets the same bits (an MPI_Allreduce may add in a different
+// order on different ranks). The backward's sums of the column-parallel input gradients run in
+// the background (start_sum_rows): a thread of this rank waits on the exchange, which MPI only
+// moves forward while someone is inside it, while this rank computes the weight gradients; the
+// rank-order additions follow in finish_sum_rows. Counts the seconds this rank waited (exposed),
+// the seconds exchanges ran beside its computation (hidden), its calls and the bytes it sent.
 class MpiTensorCollectives final : public TensorCollectives {
  public:
   // `group`: the tensor group's communicator, its ranks ordered by their tensor coordinate;
-  // `sequence`: the models built on it split their rows between the linears (parallel.sequence).
-  MpiTensorCollectives(MpiWorld& world, MPI_Comm group, bool sequence = false);
+  // `sequence`: the models built on it split their rows between the linears (parallel.sequence);
+  // `overlap`: start_sum_rows runs in the background (parallel.tensor_overlap).
+  MpiTensorCollectives(MpiWorld& world, MPI_Comm group, bool sequence = false, bool overlap = true);
+  ~MpiTensorCollectives() override;
   ShardCoord coord() const override { return {.rank = rank_, .size = size_, .sequence = sequence_}; }
   void all_reduce_sum(float* x, size_t n) override;
   void all_reduce_max(float* x, size_t n) override;
@@ -64,23 +72,43 @@ class MpiTensorCollectives final : public TensorCollectives {
   void all_gather(const float* local, size_t n, float* out) override;
   // An all-to-all of the slices, each rank adding the ones it receives in rank order.
   void reduce_scatter_sum(float* x, size_t n, float* out) override;
+  bool overlaps() const override { return overlap_ && size_ > 1; }
+  void start_sum_rows(float* x, size_t N, size_t width, float* local) override;
+  void finish_sum_rows() override;
 
-  // Since the last reset: seconds inside the collectives, their calls and the bytes this rank sent.
-  void reset_counters() { seconds_ = 0, calls_ = 0, bytes_ = 0; }
+  // Since the last reset: seconds this rank waited inside the collectives (the exposed
+  // communication), seconds the background exchanges ran while it computed (hidden), the
+  // collectives called and the bytes this rank sent.
+  void reset_counters() { seconds_ = 0, hidden_seconds_ = 0, calls_ = 0, bytes_ = 0; }
   double seconds() const { return seconds_; }
+  double hidden_seconds() const { return hidden_seconds_; }
   int calls() const { return calls_; }
   double bytes() const { return bytes_; }
 
  private:
+  // A sum whose exchange has been posted: x's n floats (whole rows, or under a reduce-scatter this
+  // rank's slice of each rank's rows) arrive in gathered_; `out` gets the sum.
+  struct PendingSum {
+    float* x = nullptr;
+    size_t n = 0;
+    float* out = nullptr;
+    bool scatter = false;
+  };
+  PendingSum post_sum(float* x, size_t n, float* out, bool scatter, MPI_Request& request);
+  void add_in_rank_order(const PendingSum& sum);
+  void count(size_t floats_sent, double waited);
   template <class Op>
   void reduce(float* x, size_t n, Op op);
 
   MpiWorld& world_;
   MPI_Comm group_;
   int rank_ = 0, size_ = 1;
-  bool sequence_;
+  bool sequence_, overlap_;
   std::vector<float> gathered_;  // (size, n) of the reduction in progress
-  double seconds_ = 0, bytes_ = 0;
+  class BackgroundWait;          // the thread that waits on a started sum's exchange
+  std::unique_ptr<BackgroundWait> background_;
+  PendingSum started_;           // the sum start_sum_rows posted, until finish_sum_rows
+  double seconds_ = 0, hidden_seconds_ = 0, bytes_ = 0;
   int calls_ = 0;
 };
 

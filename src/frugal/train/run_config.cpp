@@ -149,6 +149,10 @@ io::ConfigSchema run_schema() {
                 "a micro-batch's train.batch_size × train.seq_len rows (all-gathered before the column-parallel "
                 "linears and the head, reduce-scattered after the row-parallel ones), so those activations "
                 "shrink by T; the rows must divide by T")
+      .add_bool("parallel.tensor_overlap", par.tensor_overlap, "with parallel.tensor > 1: each block's sums of "
+                "the column-parallel linears' input gradients over the group run in the background while "
+                "this rank computes those linears' weight gradients (the same bits either way; false waits "
+                "for each sum where it is called)")
       .add_int("parallel.expert", par.expert, "under mpirun: expert-parallel ranks P (each holds E/P of "
                "every mixture's experts; tokens travel to their experts' ranks by all-to-all); the P "
                "ranks of a group are data-parallel for everything else, ranks / P groups; "
@@ -333,6 +337,7 @@ RunSettings run_settings(const io::Config& c) {
   par.autopipe_cost = c.get_string("parallel.autopipe_cost");
   par.tensor = c.get_int32("parallel.tensor");
   par.sequence = c.get_bool("parallel.sequence");
+  par.tensor_overlap = c.get_bool("parallel.tensor_overlap");
   par.expert = c.get_int32("parallel.expert");
   SampleSettings& p = r.sample;
   p.count = c.get_int32("sample.count");
