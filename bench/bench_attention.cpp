@@ -1,7 +1,10 @@
-// Benchmark of the fused attention kernels: GFLOP/s of forward and backward on the model shapes
-// for each instruction set the CPU has (AVX2, AVX-512), next to the SGEMM rate of frugal's dense
-// GEMM library (kernels/cpu/gemm.h: oneDNN by default, FRUGAL_GEMM=openblas) measured in the same
-// run; then the sparse patterns of Mixed Sparsity Training (Local w=16, Strided w=s=16) at T=128
+// Benchmark of the fused attention kernels: GFLOP/s of forward (fp32, and on bf16 operands:
+// attention_forward_bf16) and backward, first on the attention shapes of `frugal bench`'s presets
+// (bench/step_shapes.h: S, M, L) with the bf16 forward's speed-up over fp32 and the milliseconds
+// a training step spends in attention, then on other model shapes, for each instruction set the
+// CPU has (AVX2, AVX-512: vdpbf16ps where it has AVX512_BF16), next to the SGEMM rate of frugal's
+// dense GEMM library (kernels/cpu/gemm.h: oneDNN by default, FRUGAL_GEMM=openblas) measured in the
+// same run; then the sparse patterns of Mixed Sparsity Training (Local w=16, Strided w=s=16) at T=128
 // and 1024, and an encoder's Bidirectional (twice the pairs), with their wall-time ratio to Causal
 // at the same shape.
 // FLOPs counted (useful work only; partial tiles compute some masked scores besides):
@@ -9,7 +12,7 @@
 //   forward  = 2 products (Q·Kᵀ, P·V)                                = 4·B·NH·HS·pairs(T)
 //   backward = 5 products (Q·Kᵀ recomputed, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K)
 //                                                                     = 10·B·NH·HS·pairs(T)
-//   forward bf16 (attention_forward_bf16: the output in bf16 too) = the forward's
+//   forward bf16 (attention_forward_bf16: the same products on bf16 operands) = the forward's
 // Each rate is the best wall-clock time of `reps` calls (the machine is shared: the best call is
 // the one least disturbed by other processes).
 // Usage: bench_attention [threads=2] [reps=20]
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "frugal/bench/kernel_bench.h"
+#include "frugal/bench/step_shapes.h"
 #include "frugal/core/threading.h"
 #include "frugal/kernels/cpu/attention.h"
 #include "frugal/kernels/ops.h"
@@ -29,7 +33,7 @@ using frugal::bench::print;
 using frugal::bench::random_floats;
 
 struct Seconds {
-  double forward, backward;
+  double forward, forward_bf16, backward;
 };
 
 // Times forward and backward under `pattern`; prints them, and their speed-up over `baseline`
@@ -50,9 +54,12 @@ Seconds bench_attention(int B, int T, int C, int NH, int reps,
   }, reps);
   print("forward:", s.forward, fwd_flops);
   std::vector<frugal::kernels::bf16> out16(n);
-  print(" forward bf16:", best_seconds([&] {
-    frugal::kernels::attention_forward_bf16(out.data(), out16.data(), lse.data(), qkv.data(), B, T, C, NH, pattern);
-  }, reps), fwd_flops);
+  std::vector<float> qkv16 = qkv;  // rounded in place by the first call
+  s.forward_bf16 = best_seconds([&] {
+    frugal::kernels::attention_forward_bf16(out.data(), out16.data(), lse.data(), qkv16.data(), B, T, C, NH, pattern);
+  }, reps);
+  print(" forward bf16:", s.forward_bf16, fwd_flops);
+  std::printf(" (%.2fx)", s.forward / s.forward_bf16);
   s.backward = best_seconds([&] {
     frugal::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(),
                                         lse.data(), B, T, C, NH, pattern);
@@ -82,7 +89,12 @@ int main(int argc, char** argv) {
   using frugal::kernels::Isa;
   for (Isa isa : frugal::kernels::available_isas()) {
     frugal::kernels::attention_set_isa(isa);
-    bench_attention(8, 256, 384, 6, reps);
+    for (const frugal::bench::PresetShape& p : frugal::bench::kPresets) {
+      std::printf("preset %s: ", p.name);
+      const Seconds s = bench_attention(p.B, p.T, p.C, p.heads, reps);
+      std::printf("  per step (%d layers): forward fp32 %.2f ms, bf16 %.2f ms; backward %.2f ms\n", p.layers,
+                  1e3 * p.layers * s.forward, 1e3 * p.layers * s.forward_bf16, 1e3 * p.layers * s.backward);
+    }
     bench_attention(12, 64, 128, 4, reps);
     bench_attention(4, 64, 768, 12, reps);
     bench_patterns(16, 128, 384, 6, reps);

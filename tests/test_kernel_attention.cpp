@@ -4,7 +4,7 @@
 // CPU has it, AVX-512) against the reference (fp64) on many shapes and every pattern kind,
 // thread-count determinism, Strided's decomposition (window + residue classes) at its edges, decode
 // against the forward's last row, that tiles a pattern leaves empty are never computed, and the
-// forward's bf16 output.
+// forward on bf16 operands against the references of its own arithmetic and of fp32.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -266,25 +266,64 @@ TEST_P(AttentionOptimised, MatchesReferenceForEveryPattern) {
     expect_matches_reference(random_qkv(s, 10 + s.T), s, pattern);
 }
 
-// The forward writing its output in bf16 too (the projection's input under train.precision =
-// "bf16"): on every path (the reference's too) and every pattern (Strided's rows are final only
-// after its residue classes), out is attention_forward's bit for bit and out16 its rounding.
-TEST(AttentionOptimised, Bf16OutputIsTheRoundedOutput) {
-  const Shape s{2, 70, 32, 2};
-  const std::vector<float> qkv = to_float(random_qkv(s, 5));
+// ---- the forward on bf16 operands (attention_forward_bf16, train.precision = "bf16") ----
+
+// qkv rounded to bf16 and widened back, as attention_forward_bf16 leaves it.
+std::vector<float> rounded_bf16(const std::vector<float>& x) {
+  std::vector<frugal::kernels::bf16> x16(x.size());
+  std::vector<float> r(x.size());
+  frugal::kernels::f32_to_bf16(x16.data(), x.data(), x.size());
+  frugal::kernels::bf16_to_f32(r.data(), x16.data(), x.size());
+  return r;
+}
+
+// One bf16 forward (NaN-filled outputs: every element must be written) and the backward after it,
+// which reads the qkv the forward rounded.
+struct Bf16Pass {
+  std::vector<float> qkv, out, lse, dqkv;
+  std::vector<frugal::kernels::bf16> out16;
+};
+Bf16Pass run_bf16(const std::vector<float>& qkv, const std::vector<float>& dout, const Shape& s,
+                  const AttentionPattern& pattern) {
   const size_t n = size_t(s.B) * s.T * s.C;
+  Bf16Pass r{qkv, std::vector<float>(n, NAN), std::vector<float>(size_t(s.B) * s.NH * s.T, NAN),
+             std::vector<float>(qkv.size(), NAN), std::vector<frugal::kernels::bf16>(n)};
+  frugal::kernels::attention_forward_bf16(r.out.data(), r.out16.data(), r.lse.data(), r.qkv.data(), s.B, s.T,
+                                          s.C, s.NH, pattern);
+  frugal::kernels::attention_backward(r.dqkv.data(), dout.data(), r.qkv.data(), r.out.data(), r.lse.data(),
+                                      s.B, s.T, s.C, s.NH, pattern);
+  return r;
+}
+
+// On every path (the reference's too), every pattern and sequences of one and two query tiles:
+// where attention_bf16_operands, qkv is left rounded to bf16 bit for bit (the values the backward
+// reads); elsewhere qkv is untouched and out and lse are attention_forward's bit for bit (its
+// fallback); out16 is out's rounding bit for bit (Strided's rows are final only after its residue
+// classes), and 1 and 2 threads give the same bits.
+TEST(AttentionBf16, RoundsQkvInPlaceAndOut16IsTheRoundedOutput) {
+  const int saved = omp_get_max_threads();
+  for (const Shape& s : {Shape{2, 70, 64, 2}, Shape{2, 40, 64, 2}})
   for (const AttentionPattern& pattern : patterns()) {
-    SCOPED_TRACE(pattern.name());
+    SCOPED_TRACE(fmt::format("T={} {}", s.T, pattern.name()));
+    const std::vector<float> qkv = to_float(random_qkv(s, 5)), dout = to_float(random_vector(size_t(s.B) * s.T * s.C, 6));
+    const bool bf16 = frugal::kernels::attention_bf16_operands(pattern, s.T);
+    const std::vector<float> want_qkv = bf16 ? rounded_bf16(qkv) : qkv;
     const auto check = [&] {
-      std::vector<float> out(n), lse(size_t(s.B) * s.NH * s.T), out_b(n, NAN), lse_b(lse.size(), NAN);
-      frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, pattern);
-      std::vector<frugal::kernels::bf16> want(n), got(n);
-      frugal::kernels::f32_to_bf16(want.data(), out.data(), n);
-      frugal::kernels::attention_forward_bf16(out_b.data(), got.data(), lse_b.data(), qkv.data(), s.B, s.T, s.C,
-                                              s.NH, pattern);
-      EXPECT_EQ(out_b, out);
-      EXPECT_EQ(lse_b, lse);
-      EXPECT_TRUE(got == want);
+      omp_set_num_threads(1);
+      const Bf16Pass one = run_bf16(qkv, dout, s, pattern);
+      omp_set_num_threads(2);
+      const Bf16Pass two = run_bf16(qkv, dout, s, pattern);
+      EXPECT_TRUE(one.qkv == want_qkv);
+      if (!bf16) {
+        const Pass<float> fp32 = run_optimised(qkv, dout, s, pattern);
+        EXPECT_TRUE(one.out == fp32.out && one.lse == fp32.lse && one.dqkv == fp32.dqkv);
+      }
+      std::vector<frugal::kernels::bf16> want16(one.out.size());
+      frugal::kernels::f32_to_bf16(want16.data(), one.out.data(), one.out.size());
+      EXPECT_TRUE(one.out16 == want16);
+      EXPECT_EQ(std::memcmp(one.out.data(), two.out.data(), one.out.size() * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(one.lse.data(), two.lse.data(), one.lse.size() * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(one.dqkv.data(), two.dqkv.data(), one.dqkv.size() * sizeof(float)), 0);
     };
     for_each_isa(check);
     const Isa before = frugal::kernels::attention_active_isa();
@@ -295,6 +334,54 @@ TEST(AttentionOptimised, Bf16OutputIsTheRoundedOutput) {
     }
     attention_set_isa(before);
   }
+  omp_set_num_threads(saved);
+}
+
+// Tolerances of the bf16 forward (and the fp32 backward after it), max |a-b| / max(1,|a|,|b|);
+// observed maxima over the shapes and patterns below in brackets:
+// - against the fp64 reference of the same arithmetic (ref::attention_forward_bf16: the same
+//   rounded q, k, v, each P rounded to bf16 where it weights V): lse the fp32 kernels' kForwardTol
+//   [2.6e-7] (its scores are products of the same bf16 values; no rounded P enters it); out
+//   differs by the rounding of P, which the kernel applies to exp(s - its running shift) rather
+//   than exp(s - max): each weight within 2^-9 relative on either side, so out within
+//   2 · 2^-9 · max|v| = 7.8e-3 for |v| <= 2 [4.2e-3]: kBf16OutTol; dqkv [5.2e-3]: kBf16GradTol;
+// - against the fp64 reference on the unrounded qkv (what the fp32 kernel computes), q, k and v
+//   rounded to 8 bits of mantissa: kBf16VsFp32Tol [out 1.2e-2, lse 1.1e-2, dqkv 8.8e-3].
+constexpr double kBf16OutTol = 8e-3, kBf16GradTol = 1.5e-2, kBf16VsFp32Tol = 3e-2;
+
+// Where attention_bf16_operands says no, the reference of the same arithmetic is fp32's, and the
+// fp32 kernels' tolerances hold.
+void expect_bf16_matches_references(const Shape& s, const AttentionPattern& pattern, unsigned seed) {
+  SCOPED_TRACE(pattern.name());
+  const bool bf16 = frugal::kernels::attention_bf16_operands(pattern, s.T);
+  const std::vector<float> qkv = to_float(random_qkv(s, seed));
+  const std::vector<double> dout = random_vector(size_t(s.B) * s.T * s.C, seed + 1);
+  Pass<double> same{std::vector<double>(dout.size()), std::vector<double>(size_t(s.B) * s.NH * s.T),
+                    std::vector<double>(qkv.size())};
+  std::vector<double> qkv16 = to_double(qkv);
+  if (bf16)
+    frugal::kernels::ref::attention_forward_bf16(same.out.data(), same.lse.data(), qkv16.data(), s.B, s.T, s.C,
+                                                 s.NH, pattern);
+  else
+    frugal::kernels::ref::attention_forward(same.out.data(), same.lse.data(), qkv16.data(), s.B, s.T, s.C, s.NH,
+                                            pattern);
+  frugal::kernels::ref::attention_backward(same.dqkv.data(), dout.data(), qkv16.data(), same.out.data(),
+                                           same.lse.data(), s.B, s.T, s.C, s.NH, pattern);
+  const Pass<double> fp32 = run_reference(to_double(qkv), dout, s, pattern);
+  for_each_isa([&] {
+    const Bf16Pass got = run_bf16(qkv, to_float(dout), s, pattern);
+    EXPECT_LT(max_rel_error(to_double(got.lse), same.lse), kForwardTol);
+    EXPECT_LT(max_rel_error(to_double(got.out), same.out), bf16 ? kBf16OutTol : kForwardTol);
+    EXPECT_LT(max_rel_error(to_double(got.dqkv), same.dqkv), bf16 ? kBf16GradTol : kBackwardTol);
+    EXPECT_LT(max_rel_error(to_double(got.out), fp32.out), kBf16VsFp32Tol);
+    EXPECT_LT(max_rel_error(to_double(got.lse), fp32.lse), kBf16VsFp32Tol);
+    EXPECT_LT(max_rel_error(to_double(got.dqkv), fp32.dqkv), kBf16VsFp32Tol);
+  });
+}
+
+TEST_P(AttentionOptimised, Bf16MatchesReferenceForEveryPattern) {
+  const Shape s = GetParam();
+  for (const AttentionPattern& pattern : patterns()) expect_bf16_matches_references(s, pattern, 60 + s.T);
 }
 
 // Scores that grow along the sequence (up to ~60): the forward's running softmax shift must move

@@ -205,7 +205,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
                        const AttentionPattern& pattern) {
   Attention::table().forward(out, lse, qkv, B, T, C, NH, pattern);
 }
-void attention_forward_bf16(float* out, bf16* out16, float* lse, const float* qkv, int B, int T, int C,
+void attention_forward_bf16(float* out, bf16* out16, float* lse, float* qkv, int B, int T, int C,
                             int NH, const AttentionPattern& pattern) {
   Attention::table().forward_bf16(out, out16, lse, qkv, B, T, C, NH, pattern);
 }

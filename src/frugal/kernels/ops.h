@@ -173,10 +173,22 @@ void sparse_linear_backward_weight(float* dweight, const float* dout, const floa
 // thread, no (T,T) matrix.
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                        const AttentionPattern& pattern);
-// attention_forward writing its output in bf16 as well (the projection's input under
-// train.precision = "bf16"): out16 (B,T,C) = out rounded to nearest even, bit for bit.
-void attention_forward_bf16(float* out, bf16* out16, float* lse, const float* qkv, int B, int T, int C,
+// attention_forward on bf16 operands (train.precision = "bf16") where attention_bf16_operands
+// says so: qkv is rounded to bf16 in place (nearest even; the values the products use, which
+// attention_backward then reads), Q·Kᵀ and P·V are products of bf16 values summed in fp32
+// (vdpbf16ps where the CPU has AVX512_BF16; each P rounded to bf16 as it weights V), the softmax,
+// its running max and sum and lse are fp32. Elsewhere attention_forward's fp32 result bit for bit,
+// qkv untouched. out (fp32) and out16 (B,T,C) = out rounded to nearest even, bit for bit (the
+// projection's input).
+void attention_forward_bf16(float* out, bf16* out16, float* lse, float* qkv, int B, int T, int C,
                             int NH, const AttentionPattern& pattern);
+// Whether attention_forward_bf16 computes on bf16 operands: rounding and packing a head's q, k, v
+// is a pass over them (L3 traffic: about a third of the bf16 forward on preset M) that pays only
+// when the packed operands serve several 64-row query tiles (T > 64); Strided's residue classes
+// take fp32 rows.
+inline bool attention_bf16_operands(const AttentionPattern& pattern, int T) {
+  return T > 64 && pattern.kind() != AttentionPattern::Kind::Strided;
+}
 // dqkv (B,T,3C) =; dout (B,T,C), qkv, out, lse from the forward with the same pattern
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH,

@@ -17,10 +17,10 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 }
 
 template <IsaKernelsOf kernels>
-void attention_forward_bf16(float* out, bf16* out16, float* lse, const float* qkv, int B, int T, int C, int NH,
+void attention_forward_bf16(float* out, bf16* out16, float* lse, float* qkv, int B, int T, int C, int NH,
                             const AttentionPattern& pattern) {
   FRUGAL_PROFILE("attention fwd");
-  kernels().forward(out, out16, lse, qkv, B, T, C, NH, pattern);
+  kernels().forward_bf16(out, out16, lse, qkv, B, T, C, NH, pattern);
 }
 
 template <IsaKernelsOf kernels>

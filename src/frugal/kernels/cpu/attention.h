@@ -1,6 +1,7 @@
 // Fused attention on CPU: the per-instruction-set tile loops (attention_avx2.cpp,
 // attention_avx512.cpp), which attention.cpp wraps into the family's kernel tables
-// (kernels/cpu/cpu_backend.h), and the one-query decode kernel (attention_decode.cpp). Results are
+// (kernels/cpu/cpu_backend.h), the AVX-512 forward on bf16 with AVX512_BF16's dot products
+// (attention_avx512bf16.cpp), and the one-query decode kernel (attention_decode.cpp). Results are
 // deterministic per instruction set and thread count; the two instruction sets differ in the last
 // bits (different register blocking, same tolerances).
 #pragma once
@@ -14,6 +15,9 @@ namespace attention_detail {
 // attention_forward(_bf16) in kernels/ops.h.
 using ForwardFn = void (*)(float* out, bf16* out16, float* lse, const float* qkv, int B, int T, int C, int NH,
                            const AttentionPattern& pattern);
+// attention_forward_bf16 of kernels/ops.h: qkv rounded to bf16 in place, the products on bf16.
+using ForwardBf16Fn = void (*)(float* out, bf16* out16, float* lse, float* qkv, int B, int T, int C, int NH,
+                               const AttentionPattern& pattern);
 // dout (B,T,C), qkv (B,T,3C), out (B,T,C), lse (B,NH,T) -> dqkv (B,T,3C), overwritten.
 using BackwardFn = void (*)(float* dqkv, const float* dout, const float* qkv, const float* out,
                             const float* lse, int B, int T, int C, int NH,
@@ -21,11 +25,15 @@ using BackwardFn = void (*)(float* dqkv, const float* dout, const float* qkv, co
 
 struct IsaKernels {
   ForwardFn forward;
+  ForwardBf16Fn forward_bf16;
   BackwardFn backward;
 };
 
 const IsaKernels& avx2_kernels();
 const IsaKernels& avx512_kernels();  // call only when isa_available(Isa::Avx512)
+// The AVX-512 forward on bf16 with vdpbf16ps (attention_avx512bf16.cpp): call only when the CPU
+// has AVX512_BF16 as well.
+ForwardBf16Fn avx512bf16_forward_bf16();
 
 }  // namespace attention_detail
 

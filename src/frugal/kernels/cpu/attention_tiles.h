@@ -10,15 +10,20 @@
 // query tiles inside; scores are recomputed from q, k and lse, dK/dV/dQ accumulate straight into
 // dqkv (each (batch, head) owns its columns). Every product is one register-blocked micro-kernel
 // C (+)= A·B that broadcasts elements of A (any row/inner strides, so transposed operands cost
-// nothing) and FMAs contiguous rows of B. Strided{w, s} runs as its window Local(w), then per
+// nothing) and FMAs contiguous rows of B. The forward on bf16 operands (forward_bf16) runs the
+// same tile loop with its two products on bf16 pairs (two inner indices per 32-bit word, summed
+// by vdpbf16ps or by two FMAs on the widened halves): each head's q, k, v rounded in place and
+// packed once (q and k rows, v as pairs of rows), P rounded to pairs of keys per tile. Strided{w, s} runs as its window Local(w), then per
 // residue class mod s a causal pass over the strided pairs beyond the window (the class's rows
 // packed into a contiguous sequence), merged through the lse. See docs/attention.md.
 //
 // Isa provides: reg, mask, kLanes, kMR (micro-kernel rows), Narrow (traits for an 8-column
 // remainder), zero(), set1(x), load(p), store(p, v), bcast(p), fma(a, b, c) = a·b + c, add, sub,
 // mul, max, exp, gt(a, b) (lane mask a > b), from_bits(bits) (lane i set iff bit i of bits),
-// select(m, a, b) (m ? a : b) and keep(m, x) (m ? x : 0). The O(T·HS) loops (transposes,
-// rescaling, the output write, D) stay 8-wide AVX2 in every instantiation.
+// select(m, a, b) (m ? a : b) and keep(m, x) (m ? x : 0); for bf16 pairs kMRPairs, pairs,
+// load_pairs(p), bcast_pair(p), dot_pair(a, b, acc), and the rounding ireg, round_high(v),
+// pair(lo, hi), as_reg, store_words, store_bf16. The O(T·HS) loops (transposes, rescaling, the
+// output write, D) stay 8-wide AVX2 in every instantiation.
 //
 // Everything here has internal linkage (unnamed namespace): the AVX-512 translation unit compiles
 // this header under `#pragma GCC target("avx512f")`, and no inline function of it may be shared
@@ -30,6 +35,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "frugal/core/error.h"
@@ -42,6 +48,7 @@ namespace frugal::kernels::attention_detail {
 namespace {
 
 constexpr int kTile = 64;  // queries per query tile = keys per key tile
+static_assert(kTile == 64, "ops.h attention_bf16_operands counts 64-row query tiles");
 
 using Tile = AttentionPattern::Tile;
 
@@ -84,6 +91,42 @@ struct Avx2 : cpu::Avx2Ops {
   }
   static reg select(mask m, reg a, reg b) { return _mm256_blendv_ps(b, a, m); }
   static reg keep(mask m, reg x) { return _mm256_and_ps(x, m); }
+  // bf16 pairs widened to fp32 (the even and the odd inner index of each lane) and multiplied by
+  // two FMAs, the odd index first as vdpbf16ps orders them (each product is exact in fp32).
+  // 4 x 16 blocks: 8 accumulators and 6 operand registers of the 16.
+  static constexpr int kMRPairs = 4;
+  struct pairs {
+    reg even, odd;
+  };
+  static pairs widen(__m256i w) {
+    return {_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)),
+            _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))))};
+  }
+  static pairs load_pairs(const uint32_t* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static pairs bcast_pair(const uint32_t* p) { return widen(_mm256_set1_epi32(static_cast<int>(*p))); }
+  static reg dot_pair(pairs a, pairs b, reg acc) { return fma(a.even, b.even, fma(a.odd, b.odd, acc)); }
+  // v rounded to bf16 (nearest even, NaN quiet: kernels/ref/bf16_ref.h's rounding bit for bit),
+  // each result in the high half of its 32-bit lane, the low half zero: the rounded float's bits.
+  using ireg = __m256i;
+  static ireg round_high(reg v) {
+    const __m256i x = _mm256_castps_si256(v), high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_and_si256(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), high);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i quiet = _mm256_or_si256(_mm256_and_si256(x, high), _mm256_set1_epi32(0x400000));
+    return _mm256_blendv_epi8(r, quiet, nan);
+  }
+  // Pair words of two rounded vectors (round_high's): lo's value in the low half, hi's in the high.
+  static ireg pair(ireg lo, ireg hi) { return _mm256_or_si256(_mm256_srli_epi32(lo, 16), hi); }
+  static reg as_reg(ireg x) { return _mm256_castsi256_ps(x); }
+  static void store_words(uint32_t* p, ireg w) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), w); }
+  // The kLanes bf16 of a rounded vector, in order (kLanes / 2 words).
+  static void store_bf16(uint32_t* p, ireg r) {
+    const __m256i low = _mm256_srli_epi32(r, 16);  // each lane <= 0xffff: packus keeps it
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm_packus_epi32(_mm256_castsi256_si128(low), _mm256_extracti128_si256(low, 1)));
+  }
 };
 
 inline float hsum(__m256 v) {
@@ -136,17 +179,44 @@ enum class Causal {
 };
 
 // A read-only matrix operand whose element (row r, inner index k) is data[r·row_stride +
-// k·k_stride]: row-major, or a transposed view of a row-major buffer at no cost.
-struct Operand {
-  const float* data;
+// k·k_stride]: row-major, or a transposed view of a row-major buffer at no cost. E = float: fp32
+// elements; E = uint32_t: bf16 pairs, element (r, k) the 32-bit word holding inner indices 2k
+// (low half) and 2k + 1 (high half) of row r (the layout vdpbf16ps multiplies).
+template <class E>
+struct OperandOf {
+  const E* data;
   size_t row_stride, k_stride;
 };
+using Operand = OperandOf<float>;
+using PairOperand = OperandOf<uint32_t>;
+// Inner indices per element: 1 for fp32, 2 for bf16 pairs.
+template <class E>
+constexpr int kPerElement = std::is_same_v<E, uint32_t> ? 2 : 1;
 
-// C (MR x L·NV) = or += A (MR x K) · B (K x L·NV), L = Isa::kLanes; C and B row-major. The
-// accumulator array is fully unrolled so that it lives in registers across the k loop.
-template <class Isa, int MR, int NV>
-inline void micro_kernel(float* C, int ldc, const float* A, size_t a_rs, size_t a_ks,
-                         const float* B, int ldb, int K, bool accumulate) {
+// How the micro-kernel loads, broadcasts and multiplies elements E: fp32 values (FMA), or bf16
+// pairs (Isa::dot_pair: vdpbf16ps, or two FMAs on the widened halves).
+template <class Isa, class E>
+struct Elements {
+  using reg = typename Isa::reg;
+  static reg load(const float* p) { return Isa::load(p); }
+  static reg bcast(const float* p) { return Isa::bcast(p); }
+  static reg madd(reg a, reg b, reg acc) { return Isa::fma(a, b, acc); }
+};
+template <class Isa>
+struct Elements<Isa, uint32_t> {
+  using reg = typename Isa::pairs;
+  static reg load(const uint32_t* p) { return Isa::load_pairs(p); }
+  static reg bcast(const uint32_t* p) { return Isa::bcast_pair(p); }
+  static typename Isa::reg madd(reg a, reg b, typename Isa::reg acc) { return Isa::dot_pair(a, b, acc); }
+};
+
+// C (MR x L·NV) = or += A (MR x K) · B (K x L·NV), L = Isa::kLanes; C and B row-major. On bf16
+// pairs (E = uint32_t) K counts pairs: B's row k holds inner indices 2k, 2k + 1 of each column.
+// The accumulator array is fully unrolled so that it lives in registers across the k loop.
+template <class Isa, int MR, int NV, class E>
+inline void micro_kernel(float* C, int ldc, const E* A, size_t a_rs, size_t a_ks, const E* B, int ldb,
+                         int K, bool accumulate) {
+  using El = Elements<Isa, E>;
   constexpr int L = Isa::kLanes;
   typename Isa::reg acc[MR][NV];
 #pragma GCC unroll 16
@@ -154,15 +224,15 @@ inline void micro_kernel(float* C, int ldc, const float* A, size_t a_rs, size_t 
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) acc[r][v] = Isa::zero();
   for (int k = 0; k < K; ++k) {
-    const float* b = B + static_cast<size_t>(k) * ldb;
-    typename Isa::reg bk[NV];
+    const E* b = B + static_cast<size_t>(k) * ldb;
+    typename El::reg bk[NV];
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) bk[v] = Isa::load(b + v * L);
+    for (int v = 0; v < NV; ++v) bk[v] = El::load(b + v * L);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const typename Isa::reg a = Isa::bcast(A + r * a_rs + k * a_ks);
+      const typename El::reg a = El::bcast(A + r * a_rs + k * a_ks);
 #pragma GCC unroll 2
-      for (int v = 0; v < NV; ++v) acc[r][v] = Isa::fma(a, bk[v], acc[r][v]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = El::madd(a, bk[v], acc[r][v]);
     }
   }
 #pragma GCC unroll 16
@@ -174,23 +244,32 @@ inline void micro_kernel(float* C, int ldc, const float* A, size_t a_rs, size_t 
     }
 }
 
+// The micro-kernel's rows per block: Isa::kMR on fp32, Isa::kMRPairs on bf16 pairs (whose
+// widened operands may need more registers).
+template <class Isa, class E>
+constexpr int kRowsOf = std::is_same_v<E, uint32_t> ? Isa::kMRPairs : Isa::kMR;
+
 // micro_kernel for mr = 1..MR rows.
-template <class Isa, int NV, int MR = Isa::kMR>
-void micro_kernel_rows(int mr, float* C, int ldc, const float* A, size_t a_rs, size_t a_ks,
-                       const float* B, int ldb, int K, bool accumulate) {
+template <class Isa, int NV, int MR, class E>
+void micro_kernel_rows(int mr, float* C, int ldc, const E* A, size_t a_rs, size_t a_ks,
+                       const E* B, int ldb, int K, bool accumulate) {
   if constexpr (MR > 1)
     if (mr < MR)
       return micro_kernel_rows<Isa, NV, MR - 1>(mr, C, ldc, A, a_rs, a_ks, B, ldb, K, accumulate);
   micro_kernel<Isa, MR, NV>(C, ldc, A, a_rs, a_ks, B, ldb, K, accumulate);
 }
 
-// One column panel (columns n0..n0+L·NV of the product) over all M rows, in blocks of Isa::kMR.
-template <class Isa, int NV>
-void gemm_panel(float* C, int ldc, Operand A, const float* B, int ldb, int M, int K,
+// One column panel (columns n0..n0+L·NV of the product) over all M rows, in blocks of
+// kRowsOf<Isa, E> rows. K and the band's trimming count inner indices; on bf16 pairs an inner
+// range is widened to whole pairs (the caller's operands hold zeros, or values multiplied by
+// zeros, in the extra index).
+template <class Isa, int NV, class E>
+void gemm_panel(float* C, int ldc, OperandOf<E> A, const E* B, int ldb, int M, int K,
                 bool accumulate, int n0, Causal causal, Band band) {
+  constexpr int MR = kRowsOf<Isa, E>, per = kPerElement<E>;
   const int off = band.off, reach = band.reach, n1 = n0 + Isa::kLanes * NV;  // columns [n0, n1)
-  for (int m = 0; m < M; m += Isa::kMR) {
-    const int mr = std::min(Isa::kMR, M - m);
+  for (int m = 0; m < M; m += MR) {
+    const int mr = std::min(MR, M - m);
     int k_begin = 0, k_end = K;
     if (causal == Causal::QueryRowsKeyCols && (n0 > m + mr - 1 + off || m + off - (n1 - 1) > reach))
       continue;
@@ -204,19 +283,21 @@ void gemm_panel(float* C, int ldc, Operand A, const float* B, int ldb, int M, in
       k_begin = std::clamp(m - off, 0, K);
       k_end = std::clamp(m + mr + reach - off, 0, K);
     }
+    k_begin /= per;                     // in elements: the pair holding k_begin
+    k_end = (k_end + per - 1) / per;    // one past the pair holding k_end - 1
     // Operand fields go as scalars: a struct argument costs a store-forwarding stall per call.
-    micro_kernel_rows<Isa, NV>(mr, C + m * ldc, ldc,
-                               A.data + m * A.row_stride + k_begin * A.k_stride, A.row_stride,
-                               A.k_stride, B + static_cast<size_t>(k_begin) * ldb, ldb,
-                               std::max(0, k_end - k_begin), accumulate);
+    micro_kernel_rows<Isa, NV, MR>(mr, C + m * ldc, ldc,
+                                   A.data + m * A.row_stride + k_begin * A.k_stride, A.row_stride,
+                                   A.k_stride, B + static_cast<size_t>(k_begin) * ldb, ldb,
+                                   std::max(0, k_end - k_begin), accumulate);
   }
 }
 
-// C (M x N) = or += A (M x K) · B (K x N), N a multiple of 8, C and B row-major; a tile product
-// with its place against the band. Panels of 2 vectors, then one, then 8-column remainders with
-// the narrow traits.
-template <class Isa>
-void gemm_tile(float* C, int ldc, Operand A, const float* B, int ldb, int M, int N, int K,
+// C (M x N) = or += A (M x K) · B (K x N), N a multiple of 8, C and B row-major (B's rows are
+// pairs of inner indices on bf16 pairs, ldb in elements); a tile product with its place against
+// the band. Panels of 2 vectors, then one, then 8-column remainders with the narrow traits.
+template <class Isa, class E>
+void gemm_tile(float* C, int ldc, OperandOf<E> A, const E* B, int ldb, int M, int N, int K,
                bool accumulate, Causal causal, Band band) {
   constexpr int L = Isa::kLanes, L8 = Isa::Narrow::kLanes;
   static_assert(L8 == 8, "the remainder panels are 8 columns wide");
@@ -380,18 +461,138 @@ void softmax_update(float* st, int nk, int c, Band band, const TileMask& mask, f
   Isa::store(m + c, m_new);
 }
 
-// One query tile of one head: out rows q0..q0+nq-1 (and in bf16 into out16 unless null) and their
-// lse. With `resume`, out and lse already hold these queries' softmax over other keys (Strided's
-// window), and the online softmax starts from it (shift lse, sum 1, partial output out): the
-// result is the softmax over both.
+// The forward's two products on fp32 operands, read from qkv (B,T,3C) as they are: the query
+// tile transposed once (Qᵀ, HS x queries, into w.qt), then per key tile Sᵀ = K·Qᵀ into w.st and
+// O (+)= P·V with P read through Sᵀ.
 template <class Isa>
-void forward_query_tile(float* out, bf16* out16, float* lse, const float* qkv, const Dims& d,
+struct F32Products {
+  const float* qkv;
+  const Dims& d;
+  int b, h;
+  void queries(ForwardScratch& w, int q0, int nq) const {
+    transpose_tile(w.qt.data(), kTile, qkv + d.at(b, q0, 3 * d.C, h), 3 * d.C, nq, d.HS);
+  }
+  void scores(ForwardScratch& w, int k0, int nk, int nq_pad, Band band) const {
+    const float* K = qkv + d.at(b, k0, 3 * d.C, h) + d.C;
+    gemm_tile<Isa>(w.st.data(), kTile, Operand{K, size_t(3) * d.C, 1}, w.qt.data(), kTile, nk,
+                   nq_pad, d.HS, false, Causal::KeyRowsQueryCols, band);
+  }
+  void values(ForwardScratch& w, int k0, int nk, int nq, bool first, Band band) const {
+    const float* V = qkv + d.at(b, k0, 3 * d.C, h) + 2 * d.C;
+    gemm_tile<Isa>(w.o.data(), d.HS, Operand{w.st.data(), 1, kTile}, V, 3 * d.C, nq, d.HS, nk,
+                   !first, Causal::QueryRowsKeyInner, band);
+  }
+};
+
+// ---- bf16 operands (attention_forward_bf16) ----
+// Requests the cache lines of n floats at p.
+inline void prefetch_row(const float* p, int n) {
+  for (int c = 0; c < n; c += 16) _mm_prefetch(reinterpret_cast<const char*>(p + c), _MM_HINT_T0);
+}
+
+// x (n floats, n a multiple of 8) rounded to bf16 in place (each value the float of its bf16),
+// and written as bf16 into x16 (n / 2 pair words) unless null. Vectors of Isa, an 8-float tail
+// with its narrow traits.
+template <class Isa>
+void round_row(float* x, uint32_t* x16, int n) {
+  constexpr int L = Isa::kLanes;
+  int c = 0;
+  for (; c + L <= n; c += L) {
+    const typename Isa::ireg r = Isa::round_high(Isa::load(x + c));
+    if (x16) Isa::store_bf16(x16 + c / 2, r);
+    Isa::store(x + c, Isa::as_reg(r));
+  }
+  if constexpr (L > 8)
+    if (c < n) round_row<typename Isa::Narrow>(x + c, x16 ? x16 + c / 2 : nullptr, n - c);
+}
+
+// Two rows as bf16 pairs: dst[c] = (lo[c] in the low half, hi[c] in the high half), each rounded
+// to bf16; hi null reads as zeros. n a multiple of 8; vectors as round_row's.
+template <class Isa>
+void pair_rows(uint32_t* dst, const float* lo, const float* hi, int n) {
+  constexpr int L = Isa::kLanes;
+  int c = 0;
+  for (; c + L <= n; c += L)
+    Isa::store_words(dst + c, Isa::pair(Isa::round_high(Isa::load(lo + c)),
+                                        hi ? Isa::round_high(Isa::load(hi + c)) : Isa::round_high(Isa::zero())));
+  if constexpr (L > 8)
+    if (c < n) pair_rows<typename Isa::Narrow>(dst + c, lo + c, hi ? hi + c : nullptr, n - c);
+}
+
+// Per-thread bf16 operands of one head: its q and k rows (T x HS/2 pair words, bf16 rows), its v
+// as pairs of rows (ceil(T/2) x HS words, row j/2 = (v_j, v_j+1)), the query tile's Qᵀ as pairs
+// (HS/2 x kTile words) and the probabilities as pairs of key rows (kTile/2 x kTile words).
+struct Bf16Scratch {
+  std::vector<uint32_t> q, k, v, qt, p;
+  Bf16Scratch(int T, int HS)
+      : q(size_t(T) * HS / 2), k(q.size()), v(size_t(T + 1) / 2 * HS), qt(size_t(HS) / 2 * kTile),
+        p(size_t(kTile) / 2 * kTile) {}
+};
+
+// Rounds head h of batch row b of qkv to bf16 in place (q, k and v: the values the products use
+// and the backward reads) and packs them into s.
+template <class Isa>
+void pack_head_bf16(float* qkv, const Dims& d, int b, int h, Bf16Scratch& s) {
+  constexpr int kAhead = 4;  // rows are 3C floats apart: beyond the hardware prefetchers' reach
+  const int HS = d.HS, C3 = 3 * d.C;
+  auto row = [&](int t) { return qkv + d.at(b, t, C3, h); };
+  for (int t = 0; t < std::min(d.T, kAhead); ++t)
+    for (int part = 0; part < 3; ++part) prefetch_row(row(t) + part * d.C, HS);
+  for (int t = 0; t < d.T; t += 2) {  // rows t and t + 1: q and k rows, v as a pair of rows
+    for (int u = t + kAhead; u < std::min(d.T, t + kAhead + 2); ++u)
+      for (int part = 0; part < 3; ++part) prefetch_row(row(u) + part * d.C, HS);
+    for (int u = t; u < std::min(d.T, t + 2); ++u) {
+      round_row<Isa>(row(u), s.q.data() + size_t(u) * HS / 2, HS);
+      round_row<Isa>(row(u) + d.C, s.k.data() + size_t(u) * HS / 2, HS);
+    }
+    pair_rows<Isa>(s.v.data() + size_t(t / 2) * HS, row(t) + 2 * d.C, t + 1 < d.T ? row(t + 1) + 2 * d.C : nullptr, HS);
+    for (int u = t; u < std::min(d.T, t + 2); ++u) round_row<Isa>(row(u) + 2 * d.C, nullptr, HS);
+  }
+}
+
+// The forward's two products on the bf16 operands of one head (pack_head_bf16), with vdpbf16ps
+// where Isa has it: Sᵀ = K·Qᵀ on pairs of the head dimension, then P (fp32 from the softmax)
+// rounded to bf16 pairs of keys and O (+)= P·V on pairs of keys. Sums in fp32.
+template <class Isa>
+struct Bf16Products {
+  const Dims& d;
+  Bf16Scratch& s;
+  void queries(ForwardScratch&, int q0, int nq) const {  // Qᵀ: the q rows' pair words transposed
+    const int H2 = d.HS / 2;
+    const uint32_t* q = s.q.data() + size_t(q0) * H2;
+    if (H2 % 8 == 0) {  // 32-bit words moved as floats (bits kept)
+      transpose_tile(reinterpret_cast<float*>(s.qt.data()), kTile, reinterpret_cast<const float*>(q), H2, nq, H2);
+      return;
+    }
+    for (int c = 0; c < H2; ++c)
+      for (int i = 0; i < round_up8(nq); ++i) s.qt[size_t(c) * kTile + i] = i < nq ? q[size_t(i) * H2 + c] : 0;
+  }
+  void scores(ForwardScratch& w, int k0, int nk, int nq_pad, Band band) const {
+    gemm_tile<Isa>(w.st.data(), kTile, PairOperand{s.k.data() + size_t(k0) * d.HS / 2, size_t(d.HS) / 2, 1},
+                   s.qt.data(), kTile, nk, nq_pad, d.HS, false, Causal::KeyRowsQueryCols, band);
+  }
+  void values(ForwardScratch& w, int k0, int nk, int nq, bool first, Band band) const {
+    const int nq_pad = round_up8(nq);
+    for (int j = 0; j < nk; j += 2)  // P as pairs of key rows, read as Pᵀ's view
+      pair_rows<Isa>(s.p.data() + size_t(j / 2) * kTile, w.st.data() + size_t(j) * kTile,
+                j + 1 < nk ? w.st.data() + size_t(j + 1) * kTile : nullptr, nq_pad);
+    gemm_tile<Isa>(w.o.data(), d.HS, PairOperand{s.p.data(), 1, kTile}, s.v.data() + size_t(k0 / 2) * d.HS,
+                   d.HS, nq, d.HS, nk, !first, Causal::QueryRowsKeyInner, band);
+  }
+};
+
+// One query tile of one head: out rows q0..q0+nq-1 (and in bf16 into out16 unless null) and their
+// lse, the products computed by `products` (F32Products, Bf16Products). With `resume`, out and lse
+// already hold these queries' softmax over other keys (Strided's window), and the online softmax
+// starts from it (shift lse, sum 1, partial output out): the result is the softmax over both.
+template <class Isa, class Products>
+void forward_query_tile(float* out, bf16* out16, float* lse, const Products& products, const Dims& d,
                         const TileMasks& masks, int b, int h, int qt, ForwardScratch& w,
                         bool resume = false) {
-  const int C3 = 3 * d.C, HS = d.HS, q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
+  const int HS = d.HS, q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
   const int nq_pad = round_up8(nq);
   float* lse_q0 = lse + (static_cast<size_t>(b) * d.NH + h) * d.T + q0;
-  transpose_tile(w.qt.data(), kTile, qkv + d.at(b, q0, C3, h), C3, nq, HS);  // Qᵀ (HS x queries)
+  products.queries(w, q0, nq);
   // A finite "minus infinity" keeps every rescale factor exp(m_old - m_new) NaN-free.
   std::fill(w.m.begin(), w.m.end(), -std::numeric_limits<float>::max());
   std::fill(w.l.begin(), w.l.end(), 0.0f);
@@ -406,10 +607,7 @@ void forward_query_tile(float* out, bf16* out16, float* lse, const float* qkv, c
     if (masks.kind[masks.at(qt, kt)] == Tile::Empty) continue;
     const TileMask& mask = masks.mask[masks.at(qt, kt)];
     const Band band = d.band(q0, k0);
-    const float* K = qkv + d.at(b, k0, C3, h) + d.C;
-    const float* V = K + d.C;
-    gemm_tile<Isa>(w.st.data(), kTile, Operand{K, size_t(C3), 1}, w.qt.data(), kTile, nk, nq_pad,
-                   HS, false, Causal::KeyRowsQueryCols, band);  // Sᵀ = K·Qᵀ
+    products.scores(w, k0, nk, nq_pad, band);  // Sᵀ = K·Qᵀ
     for (int c = 0; c < nq_pad; c += Isa::kLanes) {
       // some lane (query) is padding or misses some key of the tile
       const uint64_t lanes = ((uint64_t{1} << Isa::kLanes) - 1) << c;
@@ -424,8 +622,7 @@ void forward_query_tile(float* out, bf16* out16, float* lse, const float* qkv, c
       for (int c = 0; c < HS; c += 8)
         _mm256_storeu_ps(orow + c, _mm256_mul_ps(va, _mm256_loadu_ps(orow + c)));
     }
-    gemm_tile<Isa>(w.o.data(), HS, Operand{w.st.data(), 1, kTile}, V, C3, nq, HS, nk, !first,
-                   Causal::QueryRowsKeyInner, band);  // O (+)= P·V, P read through Pᵀ
+    products.values(w, k0, nk, nq, first, band);  // O (+)= P·V
     first = false;
   }
   for (int i = 0; i < nq; ++i) {
@@ -600,11 +797,6 @@ inline void add_row(float* dst, const float* src, int n) {
     _mm256_storeu_ps(dst + c, _mm256_add_ps(_mm256_loadu_ps(dst + c), _mm256_loadu_ps(src + c)));
 }
 
-// Requests the cache lines of n floats at p.
-inline void prefetch_row(const float* p, int n) {
-  for (int c = 0; c < n; c += 16) _mm_prefetch(reinterpret_cast<const char*>(p + c), _MM_HINT_T0);
-}
-
 // Calls f(t, i, j) for the rows t of class r in order (i its query's position, j its key's), and
 // touch(i, j) for the row kAhead further on first: a class's rows are s positions apart, out of
 // reach of the hardware prefetchers, so touch prefetches what f will read.
@@ -669,8 +861,8 @@ void forward_class(float* out, float* lse, const float* qkv, const Dims& d,
   pack_qkv(w, qkv, d, classes, b, h, r);
   pack_query_rows(w, out, nullptr, lse, d, classes, b, h, r);
   for (int qt = 0; qt < p.d.n_tiles; ++qt)
-    forward_query_tile<Isa>(w.out.data(), nullptr, w.lse.data(), w.qkv.data(), p.d, p.masks, 0, 0, qt, fw,
-                            /*resume=*/true);
+    forward_query_tile<Isa>(w.out.data(), nullptr, w.lse.data(), F32Products<Isa>{w.qkv.data(), p.d, 0, 0},
+                            p.d, p.masks, 0, 0, qt, fw, /*resume=*/true);
   float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
   for (int t = 0; t < classes.length(r); ++t) {
     const int i = classes.query(r, t);
@@ -728,14 +920,16 @@ void forward(float* out, bf16* out16, float* lse, const float* qkv, int B, int T
 #pragma omp for schedule(dynamic, 1)
       for (int item = 0; item < B * NH * d.n_tiles; ++item) {
         const int bh = item / d.n_tiles, qt = d.n_tiles - 1 - item % d.n_tiles;
-        forward_query_tile<Isa>(out, out16, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
+        forward_query_tile<Isa>(out, out16, lse, F32Products<Isa>{qkv, d, bh / NH, bh % NH}, d, masks, bh / NH,
+                                bh % NH, qt, w);
       }
     } else {
       PackedScratch pw(classes->longest(), d.HS);
 #pragma omp for schedule(dynamic, 1)
       for (int bh = 0; bh < B * NH; ++bh) {
         for (int qt = d.n_tiles - 1; qt >= 0; --qt)
-          forward_query_tile<Isa>(out, nullptr, lse, qkv, d, masks, bh / NH, bh % NH, qt, w);
+          forward_query_tile<Isa>(out, nullptr, lse, F32Products<Isa>{qkv, d, bh / NH, bh % NH}, d, masks,
+                                  bh / NH, bh % NH, qt, w);
         for (int r = 0; r < classes->count(); ++r)
           if (classes->length(r) > 0)
             forward_class<Isa>(out, lse, qkv, d, *classes, bh / NH, bh % NH, r, w, pw);
@@ -746,6 +940,30 @@ void forward(float* out, bf16* out16, float* lse, const float* qkv, int B, int T
             cpu::store(out16 + at + c, cpu::AllLanes{}, _mm256_loadu_ps(out + at + c));
         }
       }
+    }
+  }
+}
+
+// The forward on bf16 operands (attention_forward_bf16): qkv rounded in place head by head as
+// each is packed, the products on the packed bf16 operands, the softmax in fp32. Where ops.h's
+// attention_bf16_operands says no, the fp32 forward on qkv as it is.
+template <class Isa>
+void forward_bf16(float* out, bf16* out16, float* lse, float* qkv, int B, int T, int C, int NH,
+                  const AttentionPattern& pattern) {
+  if (!attention_bf16_operands(pattern, T)) return forward<Isa>(out, out16, lse, qkv, B, T, C, NH, pattern);
+  const Dims d(B, T, C, NH, pattern);
+  const TileMasks masks(pattern, d, /*key_rows=*/true);
+#pragma omp parallel
+  {
+    ForwardScratch w(d.HS);
+    Bf16Scratch s(T, d.HS);
+    // Head by head: each packs its operands once for all its query tiles (longest first).
+#pragma omp for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; ++bh) {
+      pack_head_bf16<Isa>(qkv, d, bh / NH, bh % NH, s);
+      const Bf16Products<Isa> products{d, s};
+      for (int qt = d.n_tiles - 1; qt >= 0; --qt)
+        forward_query_tile<Isa>(out, out16, lse, products, d, masks, bh / NH, bh % NH, qt, w);
     }
   }
 }

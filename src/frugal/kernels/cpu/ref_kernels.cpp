@@ -50,10 +50,13 @@ void layernorm_forward_bf16(bf16* out16, float* out, float* mean, float* rstd, c
   y.to(out16);
 }
 
-// ---- attention: the bf16 output is the rounded fp32 one ----
-void attention_forward_bf16(float* out, bf16* out16, float* lse, const float* qkv, int B, int T, int C, int NH,
+// ---- attention: the bf16 forward where it computes on bf16 (else fp32), its output rounded ----
+void attention_forward_bf16(float* out, bf16* out16, float* lse, float* qkv, int B, int T, int C, int NH,
                             const AttentionPattern& pattern) {
-  ref::attention_forward(out, lse, qkv, B, T, C, NH, pattern);
+  if (attention_bf16_operands(pattern, T))
+    ref::attention_forward_bf16(out, lse, qkv, B, T, C, NH, pattern);
+  else
+    ref::attention_forward(out, lse, qkv, B, T, C, NH, pattern);
   f32_to_bf16_ref(out16, out, size_t(B) * T * C);
 }
 

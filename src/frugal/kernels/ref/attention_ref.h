@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "frugal/kernels/attention_pattern.h"
+#include "frugal/kernels/ref/bf16_ref.h"
 
 namespace frugal::kernels::ref {
 
@@ -23,10 +24,11 @@ inline std::vector<int> visible(const AttentionPattern& pattern, int i, int t) {
 }
 
 // out (HS) = softmax(q · Kᵀ · scale) · V over the rows `keys` of K, V (rows ld apart); returns
-// the row's log-sum-exp. q (HS).
+// the row's log-sum-exp. q (HS). With bf16_p, each unnormalised probability is rounded to bf16
+// before it weights V (the bf16 forward's P·V); the sum that normalises them is not.
 template <class T>
 T attend(T* out, const T* q, const T* k, const T* v, size_t ld, const std::vector<int>& keys,
-         int HS, T scale) {
+         int HS, T scale, bool bf16_p = false) {
   std::vector<T> p(keys.size());
   T maxs = -INFINITY;
   for (size_t n = 0; n < keys.size(); ++n) {
@@ -38,15 +40,18 @@ T attend(T* out, const T* q, const T* k, const T* v, size_t ld, const std::vecto
   T sum = 0;
   for (T& x : p) sum += (x = std::exp(x - maxs));
   for (int d = 0; d < HS; ++d) out[d] = 0;
-  for (size_t n = 0; n < keys.size(); ++n)
-    for (int d = 0; d < HS; ++d) out[d] += p[n] / sum * v[keys[n] * ld + d];
+  for (size_t n = 0; n < keys.size(); ++n) {
+    const T weight = bf16_p ? T(to_f32(to_bf16(float(p[n])))) : p[n];
+    for (int d = 0; d < HS; ++d) out[d] += weight / sum * v[keys[n] * ld + d];
+  }
   return maxs + std::log(sum);
 }
 
-// out (B,Tn,C), lse (B,NH,Tn); qkv (B,Tn,3C) laid out [q | k | v], head h at columns h*HS..h*HS+HS
+// out (B,Tn,C), lse (B,NH,Tn); qkv (B,Tn,3C) laid out [q | k | v], head h at columns h*HS..h*HS+HS.
+// bf16_p as in attend.
 template <class T>
-void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH,
-                       const AttentionPattern& pattern) {
+void forward_rows(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH,
+                  const AttentionPattern& pattern, bool bf16_p) {
   const int HS = C / NH;
   const T scale = T(1) / std::sqrt(T(HS));
   for (int b = 0; b < B; ++b)
@@ -57,8 +62,24 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int N
         lse[(static_cast<size_t>(b) * NH + h) * Tn + i] =
             attend(out + (static_cast<size_t>(b) * Tn + i) * C + h * HS,
                    rows + static_cast<size_t>(i) * 3 * C + h * HS, rows + C + h * HS,
-                   rows + 2 * C + h * HS, size_t(3) * C, keys, HS, scale);
+                   rows + 2 * C + h * HS, size_t(3) * C, keys, HS, scale, bf16_p);
     }
+}
+
+template <class T>
+void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH,
+                       const AttentionPattern& pattern) {
+  forward_rows(out, lse, qkv, B, Tn, C, NH, pattern, /*bf16_p=*/false);
+}
+
+// The forward on bf16 operands (ops.h attention_forward_bf16 where attention_bf16_operands): qkv
+// rounded to bf16 in place, then the forward on those values with P rounded to bf16 where it
+// weights V, in T's arithmetic.
+template <class T>
+void attention_forward_bf16(T* out, T* lse, T* qkv, int B, int Tn, int C, int NH,
+                            const AttentionPattern& pattern) {
+  for (size_t i = 0; i < size_t(B) * Tn * 3 * C; ++i) qkv[i] = T(to_f32(to_bf16(float(qkv[i]))));
+  forward_rows(out, lse, qkv, B, Tn, C, NH, pattern, /*bf16_p=*/true);
 }
 
 // dqkv (B,Tn,3C) =; dout (B,Tn,C), qkv, lse from the forward. `out` is not read here: the softmax
