@@ -641,6 +641,11 @@ void PipelineStep::synchronize() {
   hold(std::vector<BlockRange>(world_.size(), BlockRange::whole(session_.model().config())));
 }
 
+CheckpointRole PipelineStep::prepare_checkpoint() {
+  if (!sharded_) return StepStrategy::prepare_checkpoint();
+  return {.sharded = true, .writes = replica() == 0};
+}
+
 void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
   GPT& model = session_.model();
   const int frozen = model.frozen_prefix();

@@ -73,6 +73,9 @@ class PipelineStep final : public StepStrategy {
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   std::string status() const override { return status_; }
   void synchronize() override;
+  // With tensor shards (pipeline × tensor): sharded, each rank of the first replica writing its
+  // stage's shard; else the whole model, synchronize()d.
+  CheckpointRole prepare_checkpoint() override;
   nlohmann::json save_state() const override;
   void load_state(const nlohmann::json& state) override;
 

@@ -48,6 +48,15 @@ double working_copy_bound(const MemoryPlan& plan, const TrainSettings& t);
 // sequence length, seed, horizon, run directory): what every event's context starts from.
 TrainContext run_context(Session& session, const TrainSettings& train, int64_t step);
 
+// How this rank takes part in a checkpoint (StepStrategy::prepare_checkpoint, save_checkpoint).
+struct CheckpointRole {
+  // The session is this rank's part of a layout (a tensor shard, a pipeline stage or both) and
+  // stays so: the writing ranks each write their part (a sharded checkpoint). false: the session
+  // is whole and the same on every rank, and rank 0 writes it (AdamW's moments: see its sharding).
+  bool sharded = false;
+  bool writes = true;  // sharded: false on a data replica whose part another replica writes
+};
+
 // How one optimizer step executes: the strategy the trainer and the benchmark run steps through,
 // applied from outside the model (torchtitan's lesson). Single process today; data-parallel and
 // pipeline strategies (parallel/) implement the same interface: what they change is where the
@@ -86,6 +95,20 @@ class StepStrategy {
   // strategy leaves parts of it with their owners between steps (pipeline stages each update
   // their own blocks): the trainer calls it before evaluating, saving a checkpoint or sampling.
   virtual void synchronize() {}
+  // Before the trainer writes a checkpoint: the session as save_checkpoint writes it. By default
+  // whole (synchronize()); a strategy whose ranks hold parts of the model may leave them in place
+  // and have each write its own (every rank holds its part's AdamW moments whole until
+  // after_checkpoint()).
+  virtual CheckpointRole prepare_checkpoint() {
+    synchronize();
+    return {};
+  }
+  virtual void after_checkpoint() {}
+  // The group over which the trainer evaluates the session as it is, each rank of it running its
+  // share of the batches (evaluate_loss), or null when the session must be synchronize()d and
+  // evaluated over the whole run's ranks. Tensor parallelism: its data replicas, each tensor
+  // group running the sharded forward.
+  virtual ProcessGroup* evaluation_group() { return nullptr; }
   // The strategy's own state, kept in checkpoints (a pipeline's current layout); null: none.
   virtual nlohmann::json save_state() const { return nullptr; }
   virtual void load_state(const nlohmann::json& /*state*/) {}

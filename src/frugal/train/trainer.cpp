@@ -220,7 +220,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
 }
 
 std::string Trainer::save(int64_t step) {
-  step_->synchronize();
+  const CheckpointRole role = step_->prepare_checkpoint();
   TrainContext ctx = step_->context(step);
   methods_.fire(Event::Checkpoint, ctx);
   TrainState state;
@@ -237,8 +237,10 @@ std::string Trainer::save(int64_t step) {
   state.loader_epoch = loader.epoch;
   state.loader_position = loader.position;
   state.ranks = group_.size();
-  return save_checkpoint(settings_.train.out_dir, config_, session_->model(), &session_->optim(), state,
-                         tokenizer_->to_json(), settings_.train.keep_checkpoints, group_);
+  std::string saved = save_checkpoint(settings_.train.out_dir, config_, session_->model(), &session_->optim(), state,
+                                      tokenizer_->to_json(), settings_.train.keep_checkpoints, group_, role);
+  step_->after_checkpoint();
+  return saved;
 }
 
 Trainer::~Trainer() = default;
@@ -287,11 +289,11 @@ float Trainer::evaluate() {
                                           group_, nullptr, masking_ ? &*masking_ : nullptr).loss);
 }
 
-std::vector<Trainer::ValScore> Trainer::evaluate_all() {
+std::vector<Trainer::ValScore> Trainer::evaluate_all(ProcessGroup& group) {
   const TrainSettings& t = settings_.train;
   std::vector<ValScore> scores;
   for (const ValSet& set : val_sets_) {
-    const EvalResult r = evaluate_loss(session_->model(), *set.loader, t.batch_size, t.eval_batches, group_,
+    const EvalResult r = evaluate_loss(session_->model(), *set.loader, t.batch_size, t.eval_batches, group,
                                        &token_bytes_, masking_ ? &*masking_ : nullptr);
     scores.push_back({set.name, r.loss, r.bits_per_byte, r.accuracy});
   }
@@ -413,10 +415,13 @@ FitResult Trainer::fit() {
     const bool last = step + 1 == end_step || agreed[0] > 0;
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
     if (eval_now) {
-      step_->synchronize();
+      // On the session as it is where the strategy evaluates its parts (tensor parallelism),
+      // else on the whole model.
+      ProcessGroup* eval_group = step_->evaluation_group();
+      if (!eval_group) step_->synchronize();
       TrainContext ctx = step_->context(step, &record);
       methods_.fire(Event::Eval, ctx);
-      scores = evaluate_all();
+      scores = evaluate_all(eval_group ? *eval_group : group_);
       val_loss = static_cast<float>(scores.front().loss);
     }
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
@@ -481,13 +486,13 @@ FitResult Trainer::fit() {
     }
   }
   if (tty) io::print("\n");
-  step_->synchronize();  // the whole model for the samples after fit()
   {
     TrainContext ctx = step_->context(step);
     methods_.fire(Event::FitEnd, ctx);
   }
   result.interrupted = group_.any(stop_requested());
   const std::string saved = step > start_step_ ? save(step) : "";
+  step_->synchronize();  // the whole model for the samples after fit() (and the caller's reads)
   if (print && result.interrupted) io::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
   else if (print && !saved.empty()) io::print("checkpoint {}\n", saved);
   result.first_step = start_step_;
