@@ -646,6 +646,25 @@ CheckpointRole PipelineStep::prepare_checkpoint() {
   return {.sharded = true, .writes = replica() == 0};
 }
 
+std::optional<StepStrategy::Evaluation> PipelineStep::evaluation() {
+  if (!sharded_) return std::nullopt;
+  const auto forward = [this](const int32_t* inputs, const int32_t* targets) -> std::optional<double> {
+    GPT& model = session_.model();
+    const int k = stage(), K = layout_.stages;
+    model.use_slot(0);  // between steps every slot is spent
+    GPT::RangeInput in{inputs};
+    if (k > 0) {
+      receive(act_in_.data(), k - 1, kActivationTag, "the activations of an evaluation batch");
+      in = {nullptr, act_in_.data(), layout_.bounds[k]};
+    }
+    const float loss = model.forward_range(in, targets, 0.0f, 0);
+    if (k == K - 1) return loss;
+    send(act_out_[0], act_sends_[0], model.output(), k + 1, kActivationTag);
+    return std::nullopt;
+  };
+  return Evaluation{&world_, {replica(), layout_.replicas, forward}};
+}
+
 void PipelineStep::repartition(int64_t step, nlohmann::json* record) {
   GPT& model = session_.model();
   const int frozen = model.frozen_prefix();

@@ -76,6 +76,9 @@ class PipelineStep final : public StepStrategy {
   // With tensor shards (pipeline × tensor): sharded, each rank of the first replica writing its
   // stage's shard; else the whole model, synchronize()d.
   CheckpointRole prepare_checkpoint() override;
+  // With tensor shards: each replica's stages chain their sharded forwards over its share of the
+  // batches, the last stage's losses added over every rank (no gather); else synchronize()d.
+  std::optional<Evaluation> evaluation() override;
   nlohmann::json save_state() const override;
   void load_state(const nlohmann::json& state) override;
 

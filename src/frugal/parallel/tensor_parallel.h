@@ -111,8 +111,10 @@ class TensorParallelStep final : public StepStrategy {
   // gathered over the replicas around the write).
   CheckpointRole prepare_checkpoint() override;
   void after_checkpoint() override;
-  // The replicas: each tensor group evaluates with the sharded forward (no gather).
-  ProcessGroup* evaluation_group() override { return replica_group_.get(); }
+  // Over the replicas: each tensor group evaluates with the sharded forward (no gather).
+  std::optional<Evaluation> evaluation() override {
+    return Evaluation{replica_group_.get(), {replica(), replicas(), {}}};
+  }
   // This rank's shard (ZeRO-2: this replica's part of it; the rest takes memory only while reduced).
   size_t resident_gradient_bytes() const override;
   // The shard's plan and its moments (ZeRO: this replica's part), though the session is whole

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "frugal/methods/method_set.h"
 #include "frugal/session/session.h"
 #include "frugal/model/flops.h"
+#include "frugal/train/evaluate.h"
 #include "frugal/train/process_group.h"
 #include "frugal/train/run_config.h"
 
@@ -104,11 +106,15 @@ class StepStrategy {
     return {};
   }
   virtual void after_checkpoint() {}
-  // The group over which the trainer evaluates the session as it is, each rank of it running its
-  // share of the batches (evaluate_loss), or null when the session must be synchronize()d and
-  // evaluated over the whole run's ranks. Tensor parallelism: its data replicas, each tensor
-  // group running the sharded forward.
-  virtual ProcessGroup* evaluation_group() { return nullptr; }
+  // How the trainer evaluates the session as it is: every rank of `group` runs evaluate_loss with
+  // `share`; nullopt (the default): the session is synchronize()d and evaluated over the run's
+  // ranks. Tensor parallelism: over its data replicas, each tensor group running the sharded
+  // forward; a pipeline of tensor groups: each replica's stages chain their sharded forwards.
+  struct Evaluation {
+    ProcessGroup* group = nullptr;
+    EvalShare share;
+  };
+  virtual std::optional<Evaluation> evaluation() { return std::nullopt; }
   // The strategy's own state, kept in checkpoints (a pipeline's current layout); null: none.
   virtual nlohmann::json save_state() const { return nullptr; }
   virtual void load_state(const nlohmann::json& /*state*/) {}

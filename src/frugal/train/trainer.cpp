@@ -289,12 +289,12 @@ float Trainer::evaluate() {
                                           group_, nullptr, masking_ ? &*masking_ : nullptr).loss);
 }
 
-std::vector<Trainer::ValScore> Trainer::evaluate_all(ProcessGroup& group) {
+std::vector<Trainer::ValScore> Trainer::evaluate_all(ProcessGroup& group, const EvalShare* share) {
   const TrainSettings& t = settings_.train;
   std::vector<ValScore> scores;
   for (const ValSet& set : val_sets_) {
     const EvalResult r = evaluate_loss(session_->model(), *set.loader, t.batch_size, t.eval_batches, group,
-                                       &token_bytes_, masking_ ? &*masking_ : nullptr);
+                                       &token_bytes_, masking_ ? &*masking_ : nullptr, share);
     scores.push_back({set.name, r.loss, r.bits_per_byte, r.accuracy});
   }
   return scores;
@@ -417,11 +417,11 @@ FitResult Trainer::fit() {
     if (eval_now) {
       // On the session as it is where the strategy evaluates its parts (tensor parallelism),
       // else on the whole model.
-      ProcessGroup* eval_group = step_->evaluation_group();
-      if (!eval_group) step_->synchronize();
+      const std::optional<StepStrategy::Evaluation> evaluation = step_->evaluation();
+      if (!evaluation) step_->synchronize();
       TrainContext ctx = step_->context(step, &record);
       methods_.fire(Event::Eval, ctx);
-      scores = evaluate_all(eval_group ? *eval_group : group_);
+      scores = evaluation ? evaluate_all(*evaluation->group, &evaluation->share) : evaluate_all(group_);
       val_loss = static_cast<float>(scores.front().loss);
     }
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
