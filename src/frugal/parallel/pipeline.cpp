@@ -257,8 +257,8 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   const size_t optimizer = 2 * sizeof(float) * (stage_table.total() - stage_table.owned_begin());  // AdamW's m and v
   const double needed = double(optimizer) + plan.parameters + plan.gradients + plan.activations + plan.scratch +
                         working_copy_bound(plan, t);
-  FRUGAL_CHECK(needed <= double(available_memory_bytes()), "pipeline stage {} (blocks [{}, {}), {} micro-batches "
-               "in flight) needs more memory than the machine has available: {}; use parallel.schedule = "
+  FRUGAL_CHECK(needed <= memory_limit_bytes(t), "pipeline stage {} (blocks [{}, {}), {} micro-batches "
+               "in flight) needs more memory than the machine has available (or train.max_memory_mb allows): {}; use parallel.schedule = "
                "\"1f1b\" (at most K micro-batches in flight), fewer micro-batches (train.grad_accum) or "
                "train.recompute = \"all\"", k, stage_range.begin, stage_range.end, slots_, plan.describe(optimizer));
   stage_activation_bytes_ = plan.activations;
@@ -644,6 +644,13 @@ void PipelineStep::synchronize() {
 CheckpointRole PipelineStep::prepare_checkpoint() {
   if (!sharded_) return StepStrategy::prepare_checkpoint();
   return {.sharded = true, .writes = replica() == 0};
+}
+
+bool PipelineStep::enter_parts() {
+  if (tensor_ == 1 || !measured_ || applied_) return false;
+  layout_reshapes_ = session_.reshapes();  // the checkpoint's layout was made for its model
+  apply(layout_);
+  return sharded_;
 }
 
 std::optional<StepStrategy::Evaluation> PipelineStep::evaluation() {

@@ -79,6 +79,8 @@ class PipelineStep final : public StepStrategy {
   // With tensor shards: each replica's stages chain their sharded forwards over its share of the
   // batches, the last stage's losses added over every rank (no gather); else synchronize()d.
   std::optional<Evaluation> evaluation() override;
+  // With tensor shards and the checkpoint's layout: the stage's shard now (its layout applied).
+  bool enter_parts() override;
   nlohmann::json save_state() const override;
   void load_state(const nlohmann::json& state) override;
 

@@ -173,6 +173,12 @@ CheckpointRole TensorParallelStep::prepare_checkpoint() {
   return {.sharded = true, .writes = replica() == 0};
 }
 
+bool TensorParallelStep::enter_parts() {
+  if (settings_.parallel.zero > 0) return false;
+  hold(true);
+  return true;
+}
+
 void TensorParallelStep::after_checkpoint() {
   if (sharded_) zero_->after_cut(session_);
 }

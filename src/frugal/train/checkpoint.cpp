@@ -402,30 +402,51 @@ nlohmann::json part_manifest_of(const std::string& checkpoint_dir) {
   return manifest;
 }
 
-// Reads a sharded checkpoint's rank files one at a time and hands every part of every tensor of
-// `table` (the whole model's) stored under `prefix` ("" for the weights, kMomentPrefixes) to
-// put(e, part, coord), coord the part's place in its tensor group; then checks that every tensor
-// got its parts from every tensor rank. Errors name the file and what to do.
+// Reads a sharded checkpoint's rank files one at a time and hands the parts of the tensors of
+// `table` stored under `prefix` ("" for the weights, kMomentPrefixes) to put(e, part, coord), coord
+// the part's place in its tensor group; then checks that every tensor got all of them. `table` is
+// the whole model's (every part of every tensor), or one rank's part at the checkpoint's tensor
+// degree (the slices of its tensor rank of the tensors it updates: files holding none are not
+// read). Errors name the file and what to do.
 void read_parts(const std::string& checkpoint_dir, const nlohmann::json& manifest, const ParamTable& table,
                 const std::string& prefix,
                 const std::function<void(const ParamInfo&, std::span<const float>, const ShardCoord&)>& put) {
   const ModelConfig written_config = checkpoint_model_config(checkpoint_dir);
   const int T = manifest.at("tensor");
+  const ShardCoord held = table.shard();
+  const bool part = held.size > 1;
+  FRUGAL_CHECK(!part || held.size == T, "internal: a part at tensor degree {} read from a checkpoint at {}",
+               held.size, T);
+  // The tensor `name` of a file of tensor rank r: the table's entry to put it into, or null.
+  const auto wanted = [&](const std::string& name, int r) -> const ParamInfo* {
+    const ParamInfo* e = table.find(name);
+    if (!part || !e) return e;
+    if (e->offset < table.owned_begin()) return nullptr;  // a last stage's copy of a tied wte
+    return e->placement.kind != Placement::Kind::Sharded || r == held.rank ? e : nullptr;
+  };
   std::map<std::string, int> parts;  // per tensor: the parts read
   for (const nlohmann::json& f : manifest.at("files")) {
     const std::string name = f.at("file");
+    const int r = f.at("tensor_rank");
+    const std::vector<std::string> tensors = f.at("tensors");
+    if (part && std::ranges::none_of(tensors, [&](const std::string& t) { return wanted(t, r) != nullptr; }))
+      continue;
     const std::string path = (fs::path(checkpoint_dir) / name).string();
     FRUGAL_CHECK(fs::exists(path), "{} is missing: the checkpoint is sharded over {} files and needs every one; "
                  "copy it back, or {}", path, manifest.at("files").size(), earlier_checkpoint_advice(checkpoint_dir));
     const io::SafeTensors file = read_checkpoint_file(checkpoint_dir, name.c_str());
-    const ShardCoord coord{.rank = f.at("tensor_rank"), .size = T};
+    const ShardCoord coord{.rank = r, .size = T};
     const BlockRange range{f.at("blocks")[0], f.at("blocks")[1], f.at("embeddings"), f.at("head")};
     const ParamTable written = ParamTable::build(written_config, range, coord);
-    for (const std::string tensor : f.at("tensors")) {
-      const ParamInfo* e = table.find(tensor);
-      FRUGAL_CHECK(e != nullptr && e->shape == written.at(tensor).shape, "{} holds tensor '{}' [{}] which this "
-                   "model does not have at that shape: the checkpoint is from a different model shape; use the "
-                   "checkpoint's model settings", path, tensor, fmt::join(written.at(tensor).shape, ", "));
+    for (const std::string& tensor : tensors) {
+      FRUGAL_CHECK(table.find(tensor) == nullptr || table.find(tensor)->shape == written.at(tensor).shape,
+                   "{} holds tensor '{}' [{}] which this model has at another shape: the checkpoint is from a "
+                   "different model shape; use the checkpoint's model settings", path, tensor,
+                   fmt::join(written.at(tensor).shape, ", "));
+      const ParamInfo* e = wanted(tensor, r);
+      FRUGAL_CHECK(part || e != nullptr, "{} holds tensor '{}' which this model does not have: the checkpoint is "
+                   "from a different model shape; use the checkpoint's model settings", path, tensor);
+      if (!e) continue;  // another rank's
       const std::string key = prefix + tensor;
       FRUGAL_CHECK(file.tensors.count(key), "{} has no tensor '{}' though the manifest lists it{}: the file is "
                    "damaged; {}", path, key, prefix.empty() ? "" : " (resume needs the moments; --init-from "
@@ -442,7 +463,8 @@ void read_parts(const std::string& checkpoint_dir, const nlohmann::json& manifes
     }
   }
   for (const ParamInfo& e : table.entries()) {
-    const int needed = e.placement.kind == Placement::Kind::Sharded ? T : 1;
+    if (part && e.offset < table.owned_begin()) continue;
+    const int needed = !part && e.placement.kind == Placement::Kind::Sharded ? T : 1;
     FRUGAL_CHECK(parts[e.name] == needed, "{}: the sharded checkpoint holds {} of the {} parts of tensor '{}': "
                  "the manifest is damaged or the checkpoint is of another model shape; {}", checkpoint_dir,
                  parts[e.name], needed, e.name, earlier_checkpoint_advice(checkpoint_dir));
@@ -451,7 +473,10 @@ void read_parts(const std::string& checkpoint_dir, const nlohmann::json& manifes
 
 }  // namespace
 
-bool checkpoint_is_sharded(const std::string& checkpoint_dir) { return !part_manifest_of(checkpoint_dir).is_null(); }
+int checkpoint_tensor_degree(const std::string& checkpoint_dir) {
+  const nlohmann::json manifest = part_manifest_of(checkpoint_dir);
+  return manifest.is_null() ? 0 : manifest.at("tensor").get<int>();
+}
 
 bool run_has_checkpoints(const std::string& run_dir) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
@@ -615,17 +640,20 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
   if (const nlohmann::json manifest = part_manifest_of(checkpoint_dir); !manifest.is_null()) {
     // Each tensor's parts into the moments of this process's range; the few tensors the range
     // cuts through are assembled whole first.
+    const bool part = optim.table().shard().size > 1;  // a rank's part: its own slices as they are
+    FRUGAL_CHECK(!part || !optim.sharded(), "internal: a part's moments sharded over replicas read from a checkpoint");
     for (size_t which = 0; which < 2; ++which) {
       float* dst = which == 0 ? optim.m() : optim.v();
       std::map<std::string, std::vector<float>> cut;  // tensors crossing the range's ends
       read_parts(checkpoint_dir, manifest, optim.table(), kMomentPrefixes[which],
-                 [&](const ParamInfo& e, std::span<const float> part, const ShardCoord& coord) {
+                 [&](const ParamInfo& e, std::span<const float> values, const ShardCoord& coord) {
+                   if (part) return std::ranges::copy(values, dst + (e.offset - begin)), void();
                    const size_t lo = e.offset, hi = e.offset + e.numel;
                    if (hi <= begin || lo >= end) return;
-                   if (lo >= begin && hi <= end) return e.copy_global(part.data(), dst + (lo - begin), coord);
+                   if (lo >= begin && hi <= end) return e.copy_global(values.data(), dst + (lo - begin), coord);
                    std::vector<float>& whole = cut[e.name];
                    whole.resize(e.numel);
-                   e.copy_global(part.data(), whole.data(), coord);
+                   e.copy_global(values.data(), whole.data(), coord);
                  });
       for (const auto& [name, whole] : cut) {
         const size_t offset = optim.table().at(name).offset;

@@ -95,8 +95,9 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
 // before the others have agreed that every part is written: a rank killed between shard writes.
 constexpr const char* kExitAfterPartVariable = "FRUGAL_TEST_EXIT_AFTER_PART";
 
-// Whether the checkpoint is sharded (model.rankNNNNN.safetensors files and a manifest).
-bool checkpoint_is_sharded(const std::string& checkpoint_dir);
+// The tensor degree of a sharded checkpoint (model.rankNNNNN.safetensors files and a manifest), 0
+// for a whole one.
+int checkpoint_tensor_degree(const std::string& checkpoint_dir);
 
 // Whether run_dir already holds checkpoints (a run that new training must not silently replace).
 bool run_has_checkpoints(const std::string& run_dir);
@@ -138,7 +139,9 @@ void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model);
 TrainState read_checkpoint_state(const std::string& checkpoint_dir);
 
 // read_checkpoint_state, and optim's moments (its shard of them, from full or sharded ones, or
-// assembled from a sharded checkpoint's rank files).
+// assembled from a sharded checkpoint's rank files). An optimizer of a rank's part (a tensor shard
+// of a stage, at the checkpoint's tensor degree) reads its own slices only, from the files that
+// hold them.
 TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim);
 
 // How many processes the run that wrote a checkpoint spanned (1 before that was recorded).

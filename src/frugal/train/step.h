@@ -39,9 +39,18 @@ struct StepResult {
 
 // Throws Error, before anything is allocated, when a training step of these settings (the model
 // with its vocabulary size resolved, batch, sequence length, recomputation, AdamW's moments)
-// needs more memory than the machine has available; the error gives the estimate and the keys
-// that size it.
+// needs more memory than the limit; the error gives the estimate, the keys
+// that size it, and a tensor × pipeline layout whose ranks would fit. The limit is
+// memory_limit_bytes: train.max_memory_mb, or the memory the machine has available when that is less.
 void check_memory_available(const RunSettings& settings);
+double memory_limit_bytes(const TrainSettings& t);
+// The memory plan of the largest rank of a layout of tensor × stages ranks (the costliest stage of
+// an even split of the blocks; 1 and 1: one process), AdamW's moments and their sum.
+struct RankMemory {
+  MemoryPlan plan;
+  double optimizer = 0, needed = 0;
+};
+RankMemory largest_rank_memory(const RunSettings& settings, int tensor, int stages);
 // The most the bf16 working copies take beside `plan` under train.precision = "bf16" (every weight
 // again in bf16: plan.parameters / 2); 0 in fp32.
 double working_copy_bound(const MemoryPlan& plan, const TrainSettings& t);
@@ -106,6 +115,12 @@ class StepStrategy {
     return {};
   }
   virtual void after_checkpoint() {}
+  // At a resume from a sharded checkpoint of this run's tensor degree, after the strategy's and the
+  // session's state are loaded and before AdamW's moments are: cuts the session to this rank's part
+  // now, so that it reads its moments' slices only (no rank ever holds the whole model's moments).
+  // false: the session stays whole (the default; the moments are loaded whole and cut at the
+  // first step).
+  virtual bool enter_parts() { return false; }
   // How the trainer evaluates the session as it is: every rank of `group` runs evaluate_loss with
   // `share`; nullopt (the default): the session is synchronize()d and evaluated over the run's
   // ranks. Tensor parallelism: over its data replicas, each tensor group running the sharded

@@ -176,9 +176,15 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                  dir, fmt::join(changed, "; "));
     continues_out_dir = checkpoint_run_dir(dir) == fs::weakly_canonical(fs::path(t.out_dir)).string();
     load_checkpoint_params(dir, session_->model());
+    {
+      const TrainState saved = read_checkpoint_state(dir);
+      if (!saved.session.is_null()) session_->load_state(saved.session);
+      step_->load_state(saved.strategy);
+    }
+    // A sharded checkpoint at this run's tensor degree: each rank reads the moments of its own
+    // part (a method's state is restored on the whole model, so not with methods).
+    if (methods_.empty() && checkpoint_tensor_degree(dir) == settings_.parallel.tensor) step_->enter_parts();
     TrainState state = load_checkpoint_state(dir, session_->optim());
-    if (!state.session.is_null()) session_->load_state(state.session);
-    step_->load_state(state.strategy);
     start_step_ = state.step;
     flops_executed_ = state.flops;
     flops_dense_ = state.dense_flops;
