@@ -44,7 +44,9 @@
 // vocabulary rows). The gradient norm chains the split and replicated sums through the stages and
 // adds the split ones over the group. Blocks move between ranks whole: a re-partition or
 // synchronize() gathers each stage's shards first and, unless the model is then whole, cuts them
-// again. Methods act on whole blocks as under tensor parallelism alone: a stage gathers its shards
+// again. Such a pipeline needs no synchronize() for evaluation (each replica's stages chain their
+// sharded forwards over its share of the batches) nor for checkpoints (each rank of the first
+// replica writes its shard of its stage: a sharded checkpoint, train/checkpoint.h). Methods act on whole blocks as under tensor parallelism alone: a stage gathers its shards
 // around a Reconfigure that may choose masks, and with their gradients for a method that reads
 // whole gradients (mst's growth) until the clip; adaptive freezing's per-block sums add the
 // shards' parts, then the stages'. AutoDP (parallel.elastic with a freezing method), and a V-cycle
