@@ -27,10 +27,9 @@ RankMemory largest_rank_memory(const RunSettings& settings, int tensor, int stag
   RankMemory worst;
   for (int k = 0; k < K; ++k) {
     const BlockRange range{k * L / K, (k + 1) * L / K, k == 0, k == K - 1};
-    // A pipeline's stage holds its micro-batches in flight: at most K - k of them under 1F1B.
-    const int slots = K == 1 ? 1 : settings.parallel.schedule == "gpipe" ? t.grad_accum : std::min(K - k, t.grad_accum);
+    // One micro-batch in flight: a pipeline checks its stages with theirs once it has laid them out.
     const MemoryPlan plan = GPT::estimate_memory(m, t.batch_size, t.seq_len, recompute_blocks(t.recompute, L), range,
-                                                 range, slots, shard, linear_dtype(t));
+                                                 range, 1, shard, linear_dtype(t));
     const double optimizer = 2.0 * plan.parameters;  // AdamW's m and v
     const double needed = optimizer + plan.parameters + plan.gradients + plan.activations + plan.scratch +
                           working_copy_bound(plan, t);

@@ -45,7 +45,8 @@ struct StepResult {
 void check_memory_available(const RunSettings& settings);
 double memory_limit_bytes(const TrainSettings& t);
 // The memory plan of the largest rank of a layout of tensor × stages ranks (the costliest stage of
-// an even split of the blocks; 1 and 1: one process), AdamW's moments and their sum.
+// an even split of the blocks, one micro-batch in flight; 1 and 1: one process), AdamW's moments
+// and their sum.
 struct RankMemory {
   MemoryPlan plan;
   double optimizer = 0, needed = 0;
