@@ -41,11 +41,13 @@ RankMemory largest_rank_memory(const RunSettings& settings, int tensor, int stag
 namespace {
 
 // "parallel.tensor = 2 × parallel.pipeline_stages = 2 (mpirun -np 4, N MiB per rank)": the layout of
-// the fewest ranks whose largest rank fits `limit`, or "" when none of up to 64 ranks does.
-std::string fitting_layout(const RunSettings& settings, double limit) {
+// the fewest ranks (a power of two up to 64) whose largest rank fits `limit`, or "" when none does.
+// `model_state`: the whole model's weights, gradients and moments; a layout of R ranks holds at
+// least 1/R of them per rank, so the layouts that cannot fit are not planned.
+std::string fitting_layout(const RunSettings& settings, double limit, double model_state) {
   const ModelConfig& m = settings.model;
-  for (int ranks = 2; ranks <= 64; ++ranks)
-    for (int tensor = 1; tensor <= ranks; ++tensor) {
+  for (int ranks = 2; ranks <= 64; ranks *= 2)
+    for (int tensor = 1; tensor <= ranks && model_state / ranks <= limit; tensor *= 2) {
       const int stages = ranks / tensor;
       if (stages * tensor != ranks || stages > m.n_layer || (tensor > 1 && m.moe.experts > 0)) continue;
       if (m.n_head % tensor != 0) continue;
@@ -75,7 +77,8 @@ void check_memory_available(const RunSettings& settings) {
   const RankMemory rank = largest_rank_memory(settings, tensor, stages);
   const double limit = memory_limit_bytes(t);
   if (rank.needed <= limit) return;
-  const std::string layout = fitting_layout(settings, limit);
+  const MemoryPlan whole = largest_rank_memory(settings, 1, 1).plan;
+  const std::string layout = fitting_layout(settings, limit, 4.0 * double(whole.parameters));
   fail("this run needs more memory than {}: {}{} (model.n_layer = {}, model.n_embd = {}, model.vocab_size = {}, "
        "model.block_size = {}, train.batch_size = {}, train.seq_len = {}), {:.1f} MiB {}; make the model or the "
        "batch smaller, or set train.recompute = \"all\" to keep fewer activations{}",
