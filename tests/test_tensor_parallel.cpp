@@ -7,15 +7,21 @@
 // one process with the same global batch; ZeRO-1/2 over the replicas give ZeRO-0's run bit for
 // bit; a pipeline of tensor groups re-partitions as blocks freeze and gives the tensor group's
 // run bit for bit; checkpoints resume bit-exactly at the same layout and in one process; layouts
-// and methods it does not support are refused at start-up with what to do. With sequence
+// and methods it does not support are refused at start-up with what to do. Checkpoints are
+// sharded (each rank writes its shard; a rank killed mid-write leaves the previous one latest) and
+// evaluated in one process give the run's validation loss. With sequence
 // parallelism (parallel.sequence) tensor 2, data 2 × tensor 2 and pipeline 2 × tensor 2 give one
 // process's runs within the same tolerances and resume bit for bit. The backward's sums overlapped
 // with the weight gradients give the run that waits for them bit for bit.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 
+#include "frugal/io/safetensors.h"
+#include "frugal/train/checkpoint.h"
 #include "mpi_runs.h"
 
 namespace frugal {
@@ -152,21 +158,69 @@ TEST_F(TensorParallel, PipelineTimesTensorRepartitionsAsBlocksFreezeAsTheTensorG
   expect_identical(tensor.steps, pipeline.steps);
 }
 
-TEST_F(TensorParallel, ACheckpointResumesBitExactlyAndInOneProcess) {
+// A tensor-parallel checkpoint is sharded: each rank writes its shard (model.rank0000R) and
+// model.safetensors holds only the manifest. It resumes bit for bit at the same degree, in one
+// process within the tolerance, and `frugal eval` in one process gives the run's logged
+// validation loss; `frugal export --format hf` assembles the whole model.
+TEST_F(TensorParallel, AShardedCheckpointResumesBitExactlyInOneProcessAndEvaluates) {
   const std::string args = kTensor2 + " --set train.checkpoint_interval=4 --set train.keep_checkpoints=10";
   const TrainedRun straight = train("run", 2, 8, args);
+  const fs::path checkpoint = fs::path(straight.dir) / "checkpoints/step_00000004";
+  for (const char* part : {"model.rank00000.safetensors", "model.rank00001.safetensors"})
+    EXPECT_TRUE(fs::exists(checkpoint / part)) << part;
+  EXPECT_TRUE(io::read_safetensors((checkpoint / "model.safetensors").string()).tensors.empty());
   // The same degree: bit for bit.
   fs::copy(straight.dir, tmp_.file("again"), fs::copy_options::recursive);
   CliResult r = run_shell(mpirun(2) + " " + train_args("again", 8, args) + " --resume " +
                           tmp_.file("again") + "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
   expect_identical(straight.steps, metrics(tmp_.file("again")));
-  // The checkpoint holds the whole model: one process continues it (within the tolerance).
+  // One process reads the shards back whole and continues (within the tolerance).
   fs::copy(straight.dir, tmp_.file("one"), fs::copy_options::recursive);
   r = run_shell(std::string(FRUGAL_BINARY) + " " + train_args("one", 8, "--set train.threads=1") + " --resume " +
                 tmp_.file("one") + "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_LE(max_relative_difference(straight.steps, metrics(tmp_.file("one"))), kTolerance);
+  // Evaluated in one process, the last checkpoint gives the validation loss the run logged (the
+  // run's eval_batches of its batch size).
+  r = run_shell(fmt::format("{} eval {} --batch-size 2 --max-batches 2 --threads 1 --json", FRUGAL_BINARY,
+                            straight.dir), "2>/dev/null");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const double logged = straight.steps.back()["val_loss"], evaluated = nlohmann::json::parse(r.output)["loss"];
+  std::printf("sharded checkpoint evaluated in one process: %.9g, logged by the tensor-parallel run: %.9g\n",
+              evaluated, logged);
+  EXPECT_LE(std::abs(evaluated - logged), kTolerance * logged);
+  r = run_shell(fmt::format("{} export {} {} --format hf", FRUGAL_BINARY, straight.dir, tmp_.file("hf")));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(io::read_safetensors(tmp_.file("hf") + "/model.safetensors").tensors.count("transformer.wte.weight"), 1u);
+}
+
+// A rank killed between the shard writes (FRUGAL_TEST_EXIT_AFTER_PART: rank 1 ends right after
+// writing its part of the step-8 checkpoint) leaves `latest` on the previous checkpoint, which
+// resumes to the straight run's steps bit for bit (the tmp directory is discarded).
+TEST_F(TensorParallel, ARankKilledBetweenShardWritesLeavesThePreviousCheckpointLatest) {
+  const std::string args = kTensor2 + " --set train.checkpoint_interval=4 --set train.keep_checkpoints=10";
+  const TrainedRun straight = train("straight", 2, 8, args);
+  // The run as it was after its step-4 checkpoint.
+  const std::string dir = tmp_.file("crash");
+  const fs::path checkpoints = fs::path(dir) / "checkpoints";
+  fs::copy(straight.dir, dir, fs::copy_options::recursive);
+  fs::remove_all(checkpoints / "step_00000008");
+  std::ofstream(checkpoints / "latest") << "step_00000004\n";
+  const std::string command = mpirun(2) + " " + train_args("crash", 8, args) + " --resume " + dir;
+  CliResult r = run_shell(fmt::format("{}=1 {}", kExitAfterPartVariable, command));
+  ASSERT_NE(r.rc, 0) << r.output;
+  EXPECT_TRUE(fs::exists(checkpoints / "step_00000008.tmp/model.rank00001.safetensors"));
+  EXPECT_FALSE(fs::exists(checkpoints / "step_00000008"));
+  std::ifstream latest(checkpoints / "latest");
+  std::string name;
+  latest >> name;
+  EXPECT_EQ(name, "step_00000004");
+  r = run_shell(command);
+  ASSERT_EQ(r.rc, 0) << r.output;
+  expect_identical(straight.steps, metrics(dir));
+  EXPECT_TRUE(fs::exists(checkpoints / "step_00000008/model.rank00001.safetensors"));
+  EXPECT_FALSE(fs::exists(checkpoints / "step_00000008.tmp"));
 }
 
 // 2:4 and mst masks and the V-cycle's reshapes are chosen on the whole model, gathered around the

@@ -95,6 +95,7 @@ class AdamW {
   size_t shard_begin() const { return shard_begin_; }
   size_t shard_end() const { return shard_end_; }
   size_t model_floats() const { return table_.total(); }
+  const ParamTable& table() const { return table_; }
   // Whether other processes hold part of the moments (ZeRO).
   bool sharded() const { return shard_begin_ != table_.owned_begin() || shard_end_ != table_.total(); }
   size_t state_bytes() const { return 2 * (shard_end_ - shard_begin_) * sizeof(float); }

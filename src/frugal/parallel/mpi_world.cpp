@@ -123,6 +123,23 @@ void MpiWorld::allgather(const double* in, size_t n, double* out) {
   wait(request, "exchanging the step's counters");
 }
 
+MpiGroup::MpiGroup(MpiWorld& world, MPI_Comm comm) : world_(world), comm_(comm) {
+  MPI_Comm_rank(comm, &rank_);
+  MPI_Comm_size(comm, &size_);
+}
+
+void MpiGroup::barrier() {
+  MPI_Request request;
+  MPI_Ibarrier(comm_, &request);
+  world_.wait(request, "a barrier of the replicas");
+}
+
+void MpiGroup::allgather(const double* in, size_t n, double* out) {
+  MPI_Request request;
+  MPI_Iallgather(in, static_cast<int>(n), MPI_DOUBLE, out, static_cast<int>(n), MPI_DOUBLE, comm_, &request);
+  world_.wait(request, "exchanging the replicas' counters");
+}
+
 void MpiWorld::wait(MPI_Request& request, const std::string& what) {
   const Clock::time_point start = Clock::now();
   const bool done = poll_until([&] {

@@ -64,4 +64,20 @@ class MpiWorld final : public ProcessGroup {
   std::atomic<bool> stopping_{false};
 };
 
+// The ProcessGroup of the ranks of a communicator of `world` (a strategy's data replicas, which
+// the trainer evaluates over): its collectives waited for with the world's deadline.
+class MpiGroup final : public ProcessGroup {
+ public:
+  MpiGroup(MpiWorld& world, MPI_Comm comm);
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void barrier() override;
+  void allgather(const double* in, size_t n, double* out) override;
+
+ private:
+  MpiWorld& world_;
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
 }  // namespace frugal::parallel

@@ -257,8 +257,8 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   const size_t optimizer = 2 * sizeof(float) * (stage_table.total() - stage_table.owned_begin());  // AdamW's m and v
   const double needed = double(optimizer) + plan.parameters + plan.gradients + plan.activations + plan.scratch +
                         working_copy_bound(plan, t);
-  FRUGAL_CHECK(needed <= double(available_memory_bytes()), "pipeline stage {} (blocks [{}, {}), {} micro-batches "
-               "in flight) needs more memory than the machine has available: {}; use parallel.schedule = "
+  FRUGAL_CHECK(needed <= memory_limit_bytes(t), "pipeline stage {} (blocks [{}, {}), {} micro-batches "
+               "in flight) needs more memory than the machine has available (or train.max_memory_mb allows): {}; use parallel.schedule = "
                "\"1f1b\" (at most K micro-batches in flight), fewer micro-batches (train.grad_accum) or "
                "train.recompute = \"all\"", k, stage_range.begin, stage_range.end, slots_, plan.describe(optimizer));
   stage_activation_bytes_ = plan.activations;
@@ -639,6 +639,37 @@ void PipelineStep::add_metrics(nlohmann::json& record) {
 
 void PipelineStep::synchronize() {
   hold(std::vector<BlockRange>(world_.size(), BlockRange::whole(session_.model().config())));
+}
+
+CheckpointRole PipelineStep::prepare_checkpoint() {
+  if (!sharded_) return StepStrategy::prepare_checkpoint();
+  return {.sharded = true, .writes = replica() == 0};
+}
+
+bool PipelineStep::enter_parts() {
+  if (tensor_ == 1 || !measured_ || applied_) return false;
+  layout_reshapes_ = session_.reshapes();  // the checkpoint's layout was made for its model
+  apply(layout_);
+  return sharded_;
+}
+
+std::optional<StepStrategy::Evaluation> PipelineStep::evaluation() {
+  if (!sharded_) return std::nullopt;
+  const auto forward = [this](const int32_t* inputs, const int32_t* targets) -> std::optional<double> {
+    GPT& model = session_.model();
+    const int k = stage(), K = layout_.stages;
+    model.use_slot(0);  // between steps every slot is spent
+    GPT::RangeInput in{inputs};
+    if (k > 0) {
+      receive(act_in_.data(), k - 1, kActivationTag, "the activations of an evaluation batch");
+      in = {nullptr, act_in_.data(), layout_.bounds[k]};
+    }
+    const float loss = model.forward_range(in, targets, 0.0f, 0);
+    if (k == K - 1) return loss;
+    send(act_out_[0], act_sends_[0], model.output(), k + 1, kActivationTag);
+    return std::nullopt;
+  };
+  return Evaluation{&world_, {replica(), layout_.replicas, forward}};
 }
 
 void PipelineStep::repartition(int64_t step, nlohmann::json* record) {

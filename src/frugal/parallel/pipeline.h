@@ -44,7 +44,9 @@
 // vocabulary rows). The gradient norm chains the split and replicated sums through the stages and
 // adds the split ones over the group. Blocks move between ranks whole: a re-partition or
 // synchronize() gathers each stage's shards first and, unless the model is then whole, cuts them
-// again. Methods act on whole blocks as under tensor parallelism alone: a stage gathers its shards
+// again. Such a pipeline needs no synchronize() for evaluation (each replica's stages chain their
+// sharded forwards over its share of the batches) nor for checkpoints (each rank of the first
+// replica writes its shard of its stage: a sharded checkpoint, train/checkpoint.h). Methods act on whole blocks as under tensor parallelism alone: a stage gathers its shards
 // around a Reconfigure that may choose masks, and with their gradients for a method that reads
 // whole gradients (mst's growth) until the clip; adaptive freezing's per-block sums add the
 // shards' parts, then the stages'. AutoDP (parallel.elastic with a freezing method), and a V-cycle
@@ -73,6 +75,14 @@ class PipelineStep final : public StepStrategy {
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   std::string status() const override { return status_; }
   void synchronize() override;
+  // With tensor shards (pipeline × tensor): sharded, each rank of the first replica writing its
+  // stage's shard; else the whole model, synchronize()d.
+  CheckpointRole prepare_checkpoint() override;
+  // With tensor shards: each replica's stages chain their sharded forwards over its share of the
+  // batches, the last stage's losses added over every rank (no gather); else synchronize()d.
+  std::optional<Evaluation> evaluation() override;
+  // With tensor shards and the checkpoint's layout: the stage's shard now (its layout applied).
+  bool enter_parts() override;
   nlohmann::json save_state() const override;
   void load_state(const nlohmann::json& state) override;
 

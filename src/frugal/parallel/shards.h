@@ -2,8 +2,9 @@
 // split tensors over a group of ranks (tensor parallelism: Placement::Kind::Sharded; expert
 // parallelism: Placement::Kind::Experts). The session starts whole (initialised or loaded as in one
 // process), becomes the shard at a strategy's first step, and is gathered whole again on every rank
-// before evaluation, checkpoints and samples, so those are one process's and a run resumes at any
-// degree.
+// where the strategy needs it whole (expert parallelism: evaluation, checkpoints and samples;
+// tensor parallelism: the samples and its methods' Reconfigures, its evaluations and checkpoints
+// running on the shards).
 #pragma once
 #include <cstddef>
 #include <functional>

@@ -220,6 +220,7 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
   mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(N / T, 1, T), base_);
   comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor), settings.parallel.sequence,
                                                  settings.parallel.tensor_overlap);
+  replica_group_ = std::make_unique<MpiGroup>(world, mesh_->group(Dim::Data));
   name_ = N == T ? fmt::format("tensor-parallel over {} ranks", T)
                  : fmt::format("tensor-parallel over {} ranks × {} data-parallel replicas", T, N / T);
   if (settings.parallel.sequence) name_ += ", sequence-parallel";
@@ -235,6 +236,7 @@ TensorParallelStep::~TensorParallelStep() {
   // ending the run, when the other ranks may never join, and the session goes too).
   if (std::uncaught_exceptions() == 0) hold(false);
   comm_.reset();
+  replica_group_.reset();
   mesh_.reset();
   MPI_Comm_free(&base_);
 }
@@ -270,6 +272,22 @@ StepResult TensorParallelStep::run(int64_t step, const BatchSource& next_batch, 
 }
 
 void TensorParallelStep::synchronize() { hold(false); }
+
+CheckpointRole TensorParallelStep::prepare_checkpoint() {
+  if (!sharded_) return {};  // whole (before the first step, or around a method's Reconfigure)
+  zero_->before_gather(session_);  // ZeRO: the shard's moments whole on every replica
+  return {.sharded = true, .writes = replica() == 0};
+}
+
+bool TensorParallelStep::enter_parts() {
+  if (settings_.parallel.zero > 0) return false;
+  hold(true);
+  return true;
+}
+
+void TensorParallelStep::after_checkpoint() {
+  if (sharded_) zero_->after_cut(session_);
+}
 
 void TensorParallelStep::reconfigure(TrainContext& ctx) {
   // The methods choose masks (from whole linears) and reshape on the whole model, alike on every

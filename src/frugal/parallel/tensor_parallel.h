@@ -19,13 +19,15 @@
 // backward (not overlapped), as a pipeline's replicas do.
 //
 // The session starts whole (initialised or loaded as in one process) and becomes this rank's
-// shard at the first step; synchronize() (before evaluation, checkpoints and samples) gathers the
-// whole model, weights and moments, on every rank, and the next step scatters it again: so
-// checkpoints, evaluation, sampling and export are one process's, and a run resumes at any
-// tensor degree. With D > 1, ZeRO (parallel.zero) shards each tensor shard's AdamW moments (1) and
-// gradients (2) over its D replicas as DataParallelStep does over its ranks (zero.h): each
-// replica updates its part and the parts are all-gathered; the moments are gathered whole around
-// synchronize(), so checkpoints are the same as ZeRO-0's. A method that owns masks or reshapes
+// shard at the first step. It stays the shard for evaluation (each tensor group runs the sharded
+// forward over its replica's share of the validation batches) and for checkpoints (sharded: each
+// rank of the first replica writes its shard, train/checkpoint.h; any layout, or one process,
+// reads them back whole); synchronize() (before the samples at the end) gathers the whole model,
+// weights and moments, on every rank, and the next step scatters it again. With D > 1, ZeRO
+// (parallel.zero) shards each tensor shard's AdamW moments (1) and gradients (2) over its D
+// replicas as DataParallelStep does over its ranks (zero.h): each replica updates its part and the
+// parts are all-gathered; a shard's moments are gathered over its replicas around a checkpoint
+// and synchronize(), so checkpoints are the same as ZeRO-0's. A method that owns masks or reshapes
 // acts on the whole model, gathered around the Reconfigure; the next step cuts it again with its
 // formats (LinearFormat::cut). A step whose AfterGradReduce reads whole linears' gradients (mst's
 // growth) gathers the model with its gradients for it and cuts it again before the clip; adaptive
@@ -133,6 +135,16 @@ class TensorParallelStep final : public StepStrategy {
   double tokens_per_step(int64_t step) const override { return StepStrategy::tokens_per_step(step) * replicas(); }
   StepResult run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) override;
   void synchronize() override;
+  // Checkpoints are sharded: each rank of the first replica writes its shard (ZeRO: its moments
+  // gathered over the replicas around the write).
+  CheckpointRole prepare_checkpoint() override;
+  void after_checkpoint() override;
+  // The shard now, unless ZeRO shards its moments over the replicas (then whole until the first step).
+  bool enter_parts() override;
+  // Over the replicas: each tensor group evaluates with the sharded forward (no gather).
+  std::optional<Evaluation> evaluation() override {
+    return Evaluation{replica_group_.get(), {replica(), replicas(), {}}};
+  }
   // This rank's shard (ZeRO-2: this replica's part of it; the rest takes memory only while reduced).
   size_t resident_gradient_bytes() const override;
   // The shard's plan and its moments (ZeRO: this replica's part), though the session is whole
@@ -168,6 +180,7 @@ class TensorParallelStep final : public StepStrategy {
   MPI_Comm base_;
   std::unique_ptr<MpiMesh> mesh_;  // data D × tensor T over base_
   std::unique_ptr<MpiTensorCollectives> comm_;
+  std::unique_ptr<MpiGroup> replica_group_;  // the data replicas, this rank's tensor coordinate's
   bool sharded_ = false;
   double compute_seconds_ = 0;  // the step's micro-batches
   Timer update_timer_;          // from clipping on

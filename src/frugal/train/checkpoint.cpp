@@ -3,8 +3,11 @@
 
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <span>
 
 #include "frugal/core/error.h"
@@ -173,6 +176,53 @@ namespace {
 // The file of rank `rank`'s optimizer shard in a checkpoint written with a sharded optimizer.
 std::string shard_file_name(int rank) { return fmt::format("optimizer.rank{:05}.safetensors", rank); }
 
+// A sharded checkpoint's: the file of rank `rank`'s part, and the names of its moments.
+std::string part_file_name(int rank) { return fmt::format("model.rank{:05}.safetensors", rank); }
+constexpr const char* kMomentPrefixes[] = {"adamw.m/", "adamw.v/"};
+constexpr const char* kManifestKey = "shards";  // model.safetensors' metadata in a sharded checkpoint
+
+// Whether a part (its table) writes tensor e: the ones it updates (not a last stage's copy of a
+// tied wte), a tensor every rank of its tensor group holds whole from tensor rank 0 only.
+bool part_writes(const ParamInfo& e, const ParamTable& table) {
+  return e.offset >= table.owned_begin() && (table.shard().group_of(e.placement).size > 1 || table.shard().rank == 0);
+}
+
+// A rank's part of a sharded checkpoint: its place in the layout, as the ranks exchange it.
+struct PartLayout {
+  bool writes = false;
+  ShardCoord coord;
+  BlockRange range;
+  static constexpr size_t kFields = 7;
+  std::vector<double> encode() const {
+    return {writes ? 1.0 : 0.0, double(coord.rank),   double(coord.size),       double(range.begin),
+            double(range.end),  range.embeddings ? 1.0 : 0.0, range.head ? 1.0 : 0.0};
+  }
+  static PartLayout decode(const double* f) {
+    return {f[0] != 0, {.rank = int(f[1]), .size = int(f[2])}, {int(f[3]), int(f[4]), f[5] != 0, f[6] != 0}};
+  }
+};
+
+// The manifest of a sharded checkpoint of a model of `config` whose ranks hold `parts`: the tensor
+// degree, the stages' blocks and, per written file, its rank's place and the tensors it holds.
+nlohmann::json part_manifest(const ModelConfig& config, const std::vector<PartLayout>& parts) {
+  nlohmann::json files = nlohmann::json::array();
+  std::vector<std::array<int, 2>> stages;
+  for (size_t rank = 0; rank < parts.size(); ++rank) {
+    const PartLayout& p = parts[rank];
+    if (!p.writes) continue;
+    const ParamTable table = ParamTable::build(config, p.range, p.coord);
+    nlohmann::json names = nlohmann::json::array();
+    for (const ParamInfo& e : table.entries())
+      if (part_writes(e, table)) names.push_back(e.name);
+    files.push_back({{"file", part_file_name(int(rank))}, {"rank", rank}, {"tensor_rank", p.coord.rank},
+                     {"blocks", {p.range.begin, p.range.end}}, {"embeddings", p.range.embeddings},
+                     {"head", p.range.head}, {"tensors", names}});
+    if (std::ranges::find(stages, std::array{p.range.begin, p.range.end}) == stages.end())
+      stages.push_back({p.range.begin, p.range.end});
+  }
+  return {{"tensor", parts.front().coord.size}, {"stages", stages}, {"files", files}};
+}
+
 // Runs `work` on every rank of `group` (it may be a no-op on some), then agrees: when it threw on
 // any rank, every rank throws, the failing ranks their own error, the others one naming them.
 template <typename Work>
@@ -195,7 +245,8 @@ void on_every_rank(ProcessGroup& group, const char* what, Work&& work) {
 
 std::string save_checkpoint(const std::string& run_dir, const io::Config& config, const GPT& model,
                             const AdamW* optim, const TrainState& state,
-                            const std::string& tokenizer_json, int keep_last, ProcessGroup& group) {
+                            const std::string& tokenizer_json, int keep_last, ProcessGroup& group,
+                            const CheckpointRole& role) {
   FRUGAL_CHECK(keep_last >= 1, "keep_last = {} must be at least 1", keep_last);
   const fs::path root = fs::path(run_dir) / "checkpoints";
   const std::string name = fmt::format("step_{:08}", state.step);
@@ -204,8 +255,19 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
   const fs::path old_dir = root / (name + ".old");  // an earlier checkpoint of the same step
   const bool writer = group.is_writer();
   const bool sharded = optim && optim->sharded();
-  FRUGAL_CHECK(model.table().owned_begin() == 0, "internal: a checkpoint of a pipeline stage (synchronize the "
-               "whole model first)");
+  const ParamTable& table = model.table();
+  FRUGAL_CHECK(role.sharded || table.owned_begin() == 0, "internal: a checkpoint of a pipeline stage (synchronize "
+               "the whole model first)");
+  FRUGAL_CHECK(!role.sharded || !sharded, "internal: a sharded checkpoint of moments sharded over the replicas "
+               "(gather them over the replicas first)");
+  // A sharded checkpoint: every rank's place in the layout, for the manifest.
+  std::vector<PartLayout> parts;
+  if (role.sharded) {
+    const std::vector<double> mine = PartLayout{role.writes, table.shard(), model.range()}.encode();
+    std::vector<double> all(mine.size() * group.size());
+    group.allgather(mine.data(), mine.size(), all.data());
+    for (int r = 0; r < group.size(); ++r) parts.push_back(PartLayout::decode(all.data() + r * PartLayout::kFields));
+  }
   auto discard_tmp = [&] {
     std::error_code ignored;
     if (writer) fs::remove_all(tmp_dir, ignored);
@@ -217,6 +279,26 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
     fs::create_directories(tmp_dir);
   });
   try {
+    // A sharded checkpoint: each writing rank its part of the weights and their moments.
+    on_every_rank(group, "writing its part of the checkpoint", [&] {
+      if (!role.sharded || !role.writes) return;
+      io::SafeTensors part;
+      part.metadata["format"] = kFormat;
+      part.metadata["shard"] = nlohmann::json{{"tensor_rank", table.shard().rank}, {"tensor_size", table.shard().size},
+                                              {"blocks", {model.range().begin, model.range().end}}}.dump();
+      for (const ParamInfo& e : table.entries()) {
+        if (!part_writes(e, table)) continue;
+        part.put_f32(e.name, e.local, model.params() + e.offset);
+        if (!optim) continue;
+        AdamW& moments = const_cast<AdamW&>(*optim);
+        const size_t at = e.offset - optim->shard_begin();
+        part.put_f32(kMomentPrefixes[0] + e.name, e.local, moments.m() + at);
+        part.put_f32(kMomentPrefixes[1] + e.name, e.local, moments.v() + at);
+      }
+      io::write_safetensors((tmp_dir / part_file_name(group.rank())).string(), part);
+      if (const char* kill = std::getenv(kExitAfterPartVariable); kill && std::atoi(kill) == group.rank())
+        std::_Exit(9);
+    });
     // Each rank writes the moments it owns into the shared temporary directory.
     on_every_rank(group, "writing its optimizer shard", [&] {
       if (!sharded) return;
@@ -237,13 +319,15 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
     if (!writer) return;
     bool replaced = false;
     try {
-      const ParamTable& table = model.table();
       io::SafeTensors weights;
       weights.metadata["format"] = kFormat;
       weights.metadata["config"] = config.to_toml();
       weights.metadata["model"] = model_config_json(model.config()).dump();
-      for (const ParamInfo& e : table.entries())
-        weights.put_f32(e.name, e.shape, model.params() + e.offset);
+      if (role.sharded)  // the weights are in the ranks' files
+        weights.metadata[kManifestKey] = part_manifest(model.config(), parts).dump();
+      else
+        for (const ParamInfo& e : table.entries())
+          weights.put_f32(e.name, e.shape, model.params() + e.offset);
       io::write_safetensors((tmp_dir / "model.safetensors").string(), weights);
 
       nlohmann::json js{{"step", state.step},
@@ -265,7 +349,7 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
       io::SafeTensors train_state;
       train_state.metadata["format"] = kFormat;
       train_state.metadata["state"] = js.dump();
-      if (optim && !sharded) {
+      if (optim && !sharded && !role.sharded) {
         const int64_t n = static_cast<int64_t>(table.total());
         train_state.put_f32("adamw.m", {n}, const_cast<AdamW*>(optim)->m());
         train_state.put_f32("adamw.v", {n}, const_cast<AdamW*>(optim)->v());
@@ -301,6 +385,97 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
     prune_checkpoints(root, state.step, keep_last);
   });
   return final_dir.string();
+}
+
+namespace {
+
+// A sharded checkpoint's manifest (model.safetensors' "shards"), or null for a whole checkpoint.
+nlohmann::json part_manifest_of(const std::string& checkpoint_dir) {
+  const io::SafeTensors st =
+      read_checkpoint_file(checkpoint_dir, "model.safetensors", io::SafeTensorsPart::Metadata);
+  const auto it = st.metadata.find(kManifestKey);
+  if (it == st.metadata.end()) return nullptr;
+  const nlohmann::json manifest = nlohmann::json::parse(it->second, nullptr, false);
+  FRUGAL_CHECK(manifest.is_object() && manifest.contains("files") && manifest.contains("tensor"),
+               "{}/model.safetensors: the manifest of the sharded checkpoint is unreadable: the file is "
+               "damaged; {}", checkpoint_dir, earlier_checkpoint_advice(checkpoint_dir));
+  return manifest;
+}
+
+// Reads a sharded checkpoint's rank files one at a time and hands the parts of the tensors of
+// `table` stored under `prefix` ("" for the weights, kMomentPrefixes) to put(e, part, coord), coord
+// the part's place in its tensor group; then checks that every tensor got all of them. `table` is
+// the whole model's (every part of every tensor), or one rank's part at the checkpoint's tensor
+// degree (the slices of its tensor rank of the tensors it updates: files holding none are not
+// read). Errors name the file and what to do.
+void read_parts(const std::string& checkpoint_dir, const nlohmann::json& manifest, const ParamTable& table,
+                const std::string& prefix,
+                const std::function<void(const ParamInfo&, std::span<const float>, const ShardCoord&)>& put) {
+  const ModelConfig written_config = checkpoint_model_config(checkpoint_dir);
+  const int T = manifest.at("tensor");
+  const ShardCoord held = table.shard();
+  const bool part = held.size > 1;
+  FRUGAL_CHECK(!part || held.size == T, "internal: a part at tensor degree {} read from a checkpoint at {}",
+               held.size, T);
+  // The tensor `name` of a file of tensor rank r: the table's entry to put it into, or null.
+  const auto wanted = [&](const std::string& name, int r) -> const ParamInfo* {
+    const ParamInfo* e = table.find(name);
+    if (!part || !e) return e;
+    if (e->offset < table.owned_begin()) return nullptr;  // a last stage's copy of a tied wte
+    return e->placement.kind != Placement::Kind::Sharded || r == held.rank ? e : nullptr;
+  };
+  std::map<std::string, int> parts;  // per tensor: the parts read
+  for (const nlohmann::json& f : manifest.at("files")) {
+    const std::string name = f.at("file");
+    const int r = f.at("tensor_rank");
+    const std::vector<std::string> tensors = f.at("tensors");
+    if (part && std::ranges::none_of(tensors, [&](const std::string& t) { return wanted(t, r) != nullptr; }))
+      continue;
+    const std::string path = (fs::path(checkpoint_dir) / name).string();
+    FRUGAL_CHECK(fs::exists(path), "{} is missing: the checkpoint is sharded over {} files and needs every one; "
+                 "copy it back, or {}", path, manifest.at("files").size(), earlier_checkpoint_advice(checkpoint_dir));
+    const io::SafeTensors file = read_checkpoint_file(checkpoint_dir, name.c_str());
+    const ShardCoord coord{.rank = r, .size = T};
+    const BlockRange range{f.at("blocks")[0], f.at("blocks")[1], f.at("embeddings"), f.at("head")};
+    const ParamTable written = ParamTable::build(written_config, range, coord);
+    for (const std::string& tensor : tensors) {
+      FRUGAL_CHECK(table.find(tensor) == nullptr || table.find(tensor)->shape == written.at(tensor).shape,
+                   "{} holds tensor '{}' [{}] which this model has at another shape: the checkpoint is from a "
+                   "different model shape; use the checkpoint's model settings", path, tensor,
+                   fmt::join(written.at(tensor).shape, ", "));
+      const ParamInfo* e = wanted(tensor, r);
+      FRUGAL_CHECK(part || e != nullptr, "{} holds tensor '{}' which this model does not have: the checkpoint is "
+                   "from a different model shape; use the checkpoint's model settings", path, tensor);
+      if (!e) continue;  // another rank's
+      const std::string key = prefix + tensor;
+      FRUGAL_CHECK(file.tensors.count(key), "{} has no tensor '{}' though the manifest lists it{}: the file is "
+                   "damaged; {}", path, key, prefix.empty() ? "" : " (resume needs the moments; --init-from "
+                   "starts a new run from the weights)", earlier_checkpoint_advice(checkpoint_dir));
+      const io::TensorData& data = file.at(key);
+      const std::vector<int64_t>& local = written.at(tensor).local;
+      FRUGAL_CHECK(data.shape == local, "{}: tensor '{}' has shape [{}] but tensor rank {} of {} of this model "
+                   "holds [{}]: the checkpoint is from a different model shape; use the checkpoint's model "
+                   "settings", path, key, fmt::join(data.shape, ", "), coord.rank, T, fmt::join(local, ", "));
+      const std::vector<float> values = data.to_f32(key);
+      check_finite(checkpoint_dir, path, key, values);
+      put(*e, values, coord);
+      ++parts[tensor];
+    }
+  }
+  for (const ParamInfo& e : table.entries()) {
+    if (part && e.offset < table.owned_begin()) continue;
+    const int needed = !part && e.placement.kind == Placement::Kind::Sharded ? T : 1;
+    FRUGAL_CHECK(parts[e.name] == needed, "{}: the sharded checkpoint holds {} of the {} parts of tensor '{}': "
+                 "the manifest is damaged or the checkpoint is of another model shape; {}", checkpoint_dir,
+                 parts[e.name], needed, e.name, earlier_checkpoint_advice(checkpoint_dir));
+  }
+}
+
+}  // namespace
+
+int checkpoint_tensor_degree(const std::string& checkpoint_dir) {
+  const nlohmann::json manifest = part_manifest_of(checkpoint_dir);
+  return manifest.is_null() ? 0 : manifest.at("tensor").get<int>();
 }
 
 bool run_has_checkpoints(const std::string& run_dir) {
@@ -367,6 +542,16 @@ io::Config checkpoint_config(const std::string& checkpoint_dir, const io::Config
 
 void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model) {
   const std::string path = (fs::path(checkpoint_dir) / "model.safetensors").string();
+  if (const nlohmann::json manifest = part_manifest_of(checkpoint_dir); !manifest.is_null()) {
+    FRUGAL_CHECK(model.table().shard().size == 1 && model.table().owned_begin() == 0,
+                 "internal: a sharded checkpoint is read into the whole model");
+    float* params = model.params();
+    read_parts(checkpoint_dir, manifest, model.table(), "", [&](const ParamInfo& e, std::span<const float> part,
+                                                       const ShardCoord& coord) {
+      e.copy_global(part.data(), params + e.offset, coord);
+    });
+    return;
+  }
   io::SafeTensors st = read_checkpoint_file(checkpoint_dir, "model.safetensors");
   for (const ParamInfo& e : model.table().entries()) {
     auto it = st.tensors.find(e.name);
@@ -452,7 +637,32 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
     covered += hi - lo;
   };
   const size_t model_total = optim.model_floats();
-  if (s.optimizer_shards == 0) {
+  if (const nlohmann::json manifest = part_manifest_of(checkpoint_dir); !manifest.is_null()) {
+    // Each tensor's parts into the moments of this process's range; the few tensors the range
+    // cuts through are assembled whole first.
+    const bool part = optim.table().shard().size > 1;  // a rank's part: its own slices as they are
+    FRUGAL_CHECK(!part || !optim.sharded(), "internal: a part's moments sharded over replicas read from a checkpoint");
+    for (size_t which = 0; which < 2; ++which) {
+      float* dst = which == 0 ? optim.m() : optim.v();
+      std::map<std::string, std::vector<float>> cut;  // tensors crossing the range's ends
+      read_parts(checkpoint_dir, manifest, optim.table(), kMomentPrefixes[which],
+                 [&](const ParamInfo& e, std::span<const float> values, const ShardCoord& coord) {
+                   if (part) return std::ranges::copy(values, dst + (e.offset - begin)), void();
+                   const size_t lo = e.offset, hi = e.offset + e.numel;
+                   if (hi <= begin || lo >= end) return;
+                   if (lo >= begin && hi <= end) return e.copy_global(values.data(), dst + (lo - begin), coord);
+                   std::vector<float>& whole = cut[e.name];
+                   whole.resize(e.numel);
+                   e.copy_global(values.data(), whole.data(), coord);
+                 });
+      for (const auto& [name, whole] : cut) {
+        const size_t offset = optim.table().at(name).offset;
+        const size_t lo = std::max(begin, offset), hi = std::min(end, offset + whole.size());
+        std::copy(whole.begin() + (lo - offset), whole.begin() + (hi - offset), dst + (lo - begin));
+      }
+    }
+    covered = end - begin;
+  } else if (s.optimizer_shards == 0) {
     const io::SafeTensors st = read_checkpoint_file(checkpoint_dir, "train_state.safetensors");
     const size_t n = st.tensors.count("adamw.m") ? st.at("adamw.m").numel() : model_total;
     FRUGAL_CHECK(n == model_total, "{}: optimizer state 'adamw.m' has {} values but this model "

@@ -16,10 +16,20 @@
 //   methods.safetensors      methods' state too large for JSON (Method::state_tensors), named
 //                            "<method>/<tensor>"; only when a method has any (the state's
 //                            "method_tensors" lists them, so a lost file is named as such)
+//   model.rankNNNNN.safetensors  a sharded checkpoint's (written under tensor parallelism and
+//                            pipeline × tensor): one per rank of the first data replica, its part of
+//                            the weights under their names with its local shapes and, as
+//                            "adamw.m/<name>" and "adamw.v/<name>", its moments; metadata "shard" =
+//                            {tensor_rank, tensor_size, blocks}. model.safetensors then holds no
+//                            tensors and its metadata "shards" is the manifest: the layout (tensor
+//                            degree, the stages' blocks) and which file holds which rank's slice
+//                            of which tensors. Every reader assembles the whole model from them
+//                            (one file at a time), so a sharded checkpoint resumes at any layout
+//                            and in one process, and eval, sample and export read it as any other.
 //   frugal_tokenizer.json    the tokenizer of the data the model was trained on (data/tokenizer.h's
 //                            kTokenizerFile; checkpoints of earlier versions: tokenizer.json)
-// A checkpoint is written into a temporary directory, every file fsync'ed, then renamed into
-// place, and `checkpoints/latest` (the directory name) is replaced atomically last: a crash or a
+// A checkpoint is written into a temporary directory, every file fsync'ed (each rank's shards once
+// every rank has written them), then renamed into place, and `checkpoints/latest` (the directory name) is replaced atomically last: a crash or a
 // full disk at any point leaves the previous checkpoint intact and `latest` pointing at it.
 // Each checkpoint also holds the lock file `.lock` (io/dir_lock.h): a process reading the
 // checkpoint holds it shared (pin_checkpoint), and pruning skips a checkpoint so held.
@@ -42,6 +52,7 @@
 #include "frugal/optim/adamw.h"
 #include "frugal/session/session.h"
 #include "frugal/train/process_group.h"
+#include "frugal/train/step.h"
 
 namespace frugal {
 
@@ -70,11 +81,23 @@ struct TrainState {
 // run directory's lock. Every rank of `group` calls it: rank 0 writes everything but a sharded
 // optimizer's moments, which each rank writes as its own file (the run directory must be shared
 // between machines); an error on any rank makes every rank throw, and the previous checkpoint
-// stays the latest.
+// stays the latest. With role.sharded, `model` is this rank's part of the layout (its tensor shard
+// of its stage's blocks) and `optim` holds its moments whole: the ranks with role.writes each
+// write their part (model.rankNNNNN.safetensors) and rank 0 the manifest; the ranks' parts
+// together must cover the model.
 std::string save_checkpoint(const std::string& run_dir, const io::Config& config, const GPT& model,
                             const AdamW* optim, const TrainState& state,
                             const std::string& tokenizer_json, int keep_last,
-                            ProcessGroup& group = single_process());
+                            ProcessGroup& group = single_process(), const CheckpointRole& role = {});
+
+// Tests only: with FRUGAL_TEST_EXIT_AFTER_PART=R in the environment, rank R of a sharded
+// checkpoint's writers ends its process (std::_Exit, no clean-up) right after writing its part,
+// before the others have agreed that every part is written: a rank killed between shard writes.
+constexpr const char* kExitAfterPartVariable = "FRUGAL_TEST_EXIT_AFTER_PART";
+
+// The tensor degree of a sharded checkpoint (model.rankNNNNN.safetensors files and a manifest), 0
+// for a whole one.
+int checkpoint_tensor_degree(const std::string& checkpoint_dir);
 
 // Whether run_dir already holds checkpoints (a run that new training must not silently replace).
 bool run_has_checkpoints(const std::string& run_dir);
@@ -107,7 +130,7 @@ io::Config checkpoint_config(const std::string& checkpoint_dir, const io::Config
 ModelConfig checkpoint_model_config(const std::string& checkpoint_dir);
 
 // Loads parameters into `model`, whose config must have the same shapes: a mismatch is an Error
-// naming the tensor and both shapes.
+// naming the tensor and both shapes. A sharded checkpoint's are assembled from its rank files.
 void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model);
 
 // The training state without the optimizer's moments: step, loader position, the session's,
@@ -115,7 +138,10 @@ void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model);
 // methods.safetensors that is missing, or lacks a listed tensor, is an Error saying so.
 TrainState read_checkpoint_state(const std::string& checkpoint_dir);
 
-// read_checkpoint_state, and optim's moments (its shard of them, from full or sharded ones).
+// read_checkpoint_state, and optim's moments (its shard of them, from full or sharded ones, or
+// assembled from a sharded checkpoint's rank files). An optimizer of a rank's part (a tensor shard
+// of a stage, at the checkpoint's tensor degree) reads its own slices only, from the files that
+// hold them.
 TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim);
 
 // How many processes the run that wrote a checkpoint spanned (1 before that was recorded).

@@ -12,13 +12,14 @@ namespace frugal {
 
 EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, int64_t max_batches,
                          ProcessGroup& group, const std::vector<int32_t>* token_bytes,
-                         const data::MaskingSpec* masking) {
+                         const data::MaskingSpec* masking, const EvalShare* share) {
   const int B = batch_size, T = loader.seq_len();
   FRUGAL_CHECK(B >= 1, "batch size = {} must be at least 1", B);
   FRUGAL_CHECK(max_batches >= 0, "max batches = {} must be 0 (all) or positive", max_batches);
   const bool encoder = model.config().encoder();
   FRUGAL_CHECK(!encoder || masking, "internal: evaluating an encoder needs its masking");
-  if (!model.planned_whole(B, T)) model.plan(B, T, model.recompute());
+  const EvalShare dealt = share ? *share : EvalShare{group.rank(), group.size(), {}};
+  if (!dealt.forward && !model.planned_whole(B, T)) model.plan(B, T, model.recompute());
   Timer timer;
   loader.reset();
   const size_t N = size_t(B) * T;
@@ -33,7 +34,7 @@ EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, 
     const int rows = loader.next(B, inputs.data(), targets.data(), ids.data());
     if (rows == 0) break;
     per_batch.insert(per_batch.end(), kSums, 0.0);
-    if (batch % group.size() != group.rank()) continue;
+    if (batch % dealt.count != dealt.index) continue;
     ++batches_run;
     std::fill(targets.begin() + size_t(rows) * T, targets.end(), -1);  // short last batch
     std::fill(inputs.begin() + size_t(rows) * T, inputs.end(), 0);
@@ -43,8 +44,11 @@ EvalResult evaluate_loss(GPT& model, data::BatchLoader& loader, int batch_size, 
                           targets.data() + size_t(b) * T, T);
     const int64_t counted =
         std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
+    const std::optional<double> loss = dealt.forward ? dealt.forward(inputs.data(), targets.data())
+                                                     : double(model.forward(inputs.data(), targets.data(), 0.0f));
+    if (!loss) continue;  // another rank has this batch's loss
     double* sums = per_batch.data() + per_batch.size() - kSums;
-    sums[0] = double(model.forward(inputs.data(), targets.data(), 0.0f)) * counted;
+    sums[0] = *loss * counted;
     sums[1] = double(counted);
     sums[2] = rows;
     if (token_bytes)

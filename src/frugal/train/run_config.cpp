@@ -100,6 +100,10 @@ io::ConfigSchema run_schema() {
                "(at most train.grad_accum)", Range::at_least(1))
       .add_int("train.max_steps", t.max_steps, "optimizer steps (the cosine schedule ends here)", Range::at_least(1))
       .add_float("train.max_seconds", t.max_seconds, "stop after this much wall-clock time; 0: no limit", Range::at_least(0))
+      .add_float("train.max_memory_mb", t.max_memory_mb, "the memory (MiB) one rank's training step may plan for "
+                 "(weights, gradients, AdamW's moments, activations of its part of the model): a run over it is refused "
+                 "at start-up, naming a tensor × pipeline layout that fits; 0: the memory the machine has available",
+                 Range::at_least(0))
       .add_string("train.budget", t.budget, "what the LR schedule spans: \"steps\" (train.max_steps) or \"seconds\" "
                   "(train.max_seconds of training: after train.budget_probe_steps steps the run fixes its number of "
                   "steps from their mean time, at most train.max_steps, saves it with its checkpoints and trains "
@@ -315,6 +319,7 @@ RunSettings run_settings(const io::Config& c) {
   t.batch_warmup_start = c.get_int32("train.batch_warmup_start");
   t.max_steps = c.get_int("train.max_steps");
   t.max_seconds = c.get_float("train.max_seconds");
+  t.max_memory_mb = c.get_float("train.max_memory_mb");
   t.budget = c.get_string("train.budget");
   t.budget_probe_steps = c.get_int32("train.budget_probe_steps");
   t.seed = static_cast<uint64_t>(c.get_int("train.seed"));

@@ -28,6 +28,7 @@ struct TrainSettings {
   }
   int64_t max_steps = 2000;
   double max_seconds = 0;  // 0: no wall-clock limit
+  double max_memory_mb = 0;  // the most a rank may plan for (MiB); 0: the memory the machine has available
   // "steps": the LR schedule spans max_steps; "seconds": it spans the steps max_seconds allows,
   // estimated once from the mean time of budget_probe_steps steps (after the first) and fixed.
   std::string budget = "steps";

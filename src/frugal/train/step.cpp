@@ -14,27 +14,82 @@ double working_copy_bound(const MemoryPlan& plan, const TrainSettings& t) {
   return linear_dtype(t) == kernels::DType::BF16 ? plan.parameters / 2.0 : 0.0;
 }
 
+double memory_limit_bytes(const TrainSettings& t) {
+  const double available = static_cast<double>(available_memory_bytes());
+  return t.max_memory_mb > 0 ? std::min(available, t.max_memory_mb * 1024 * 1024) : available;
+}
+
+RankMemory largest_rank_memory(const RunSettings& settings, int tensor, int stages) {
+  const ModelConfig& m = settings.model;
+  const TrainSettings& t = settings.train;
+  const ShardCoord shard{.rank = 0, .size = tensor, .sequence = settings.parallel.sequence};
+  const int L = m.n_layer, K = std::clamp(stages, 1, L);
+  RankMemory worst;
+  for (int k = 0; k < K; ++k) {
+    const BlockRange range{k * L / K, (k + 1) * L / K, k == 0, k == K - 1};
+    // One micro-batch in flight: a pipeline checks its stages with theirs once it has laid them out.
+    const MemoryPlan plan = GPT::estimate_memory(m, t.batch_size, t.seq_len, recompute_blocks(t.recompute, L), range,
+                                                 range, 1, shard, linear_dtype(t));
+    const double optimizer = 2.0 * plan.parameters;  // AdamW's m and v
+    const double needed = optimizer + plan.parameters + plan.gradients + plan.activations + plan.scratch +
+                          working_copy_bound(plan, t);
+    if (needed > worst.needed) worst = {plan, optimizer, needed};
+  }
+  return worst;
+}
+
+namespace {
+
+// "parallel.tensor = 2 × parallel.pipeline_stages = 2 (mpirun -np 4, N MiB per rank)": the layout of
+// the fewest ranks (a power of two up to 64) whose largest rank fits `limit`, or "" when none does.
+// `model_state`: the whole model's weights, gradients and moments; a layout of R ranks holds at
+// least 1/R of them per rank, so the layouts that cannot fit are not planned.
+std::string fitting_layout(const RunSettings& settings, double limit, double model_state) {
+  const ModelConfig& m = settings.model;
+  for (int ranks = 2; ranks <= 64; ranks *= 2)
+    for (int tensor = 1; tensor <= ranks && model_state / ranks <= limit; tensor *= 2) {
+      const int stages = ranks / tensor;
+      if (stages * tensor != ranks || stages > m.n_layer || (tensor > 1 && m.moe.experts > 0)) continue;
+      if (m.n_head % tensor != 0) continue;
+      try {
+        LocalSizes::of(m, {0, tensor});
+      } catch (const Error&) {
+        continue;  // the hidden units do not divide
+      }
+      const double needed = largest_rank_memory(settings, tensor, stages).needed;
+      if (needed <= limit)
+        return fmt::format("parallel.tensor = {} × parallel.pipeline_stages = {} (mpirun -np {}{}) plans {:.1f} "
+                           "MiB for its largest rank", tensor, stages, ranks,
+                           stages > 1 ? ", parallel.elastic = false" : "", needed / (1024.0 * 1024.0));
+    }
+  return "";
+}
+
+}  // namespace
+
 void check_memory_available(const RunSettings& settings) {
   const ModelConfig& m = settings.model;
   const TrainSettings& t = settings.train;
-  // Under tensor parallelism each rank holds a shard (the largest: rank 0's), and under sequence
-  // parallelism its rows of the residual stream.
-  const int tensor = settings.parallel.tensor;
-  const BlockRange whole = BlockRange::whole(m);
-  const ShardCoord shard{.rank = 0, .size = tensor, .sequence = settings.parallel.sequence};
-  const MemoryPlan plan = GPT::estimate_memory(m, t.batch_size, t.seq_len, recompute_blocks(t.recompute, m.n_layer),
-                                               whole, whole, 1, shard, linear_dtype(t));
-  const double optimizer = 2.0 * plan.parameters;  // AdamW's m and v
-  const double needed = optimizer + plan.parameters + plan.gradients + plan.activations + plan.scratch +
-                        working_copy_bound(plan, t);
-  const double available = static_cast<double>(available_memory_bytes());
-  FRUGAL_CHECK(needed <= available, "this run needs more memory than the machine has: {}{} (model.n_layer "
-               "= {}, model.n_embd = {}, model.vocab_size = {}, model.block_size = {}, train.batch_size "
-               "= {}, train.seq_len = {}), {:.1f} MiB available; make the model or the batch smaller, "
-               "or set train.recompute = \"all\" to keep fewer activations",
-               plan.describe(static_cast<size_t>(std::min(optimizer, 0x1p63))),
-               tensor > 1 ? fmt::format(" per rank of parallel.tensor = {}", tensor) : "", m.n_layer, m.n_embd,
-               m.vocab_size, m.block_size, t.batch_size, t.seq_len, available / (1024.0 * 1024.0));
+  // Under tensor parallelism each rank holds a shard (the largest: rank 0's), under sequence
+  // parallelism its rows of the residual stream, and in a pipeline its stage (the costliest of an
+  // even split; the pipeline checks the stages it lays out again).
+  const int tensor = settings.parallel.tensor, stages = settings.parallel.pipeline_stages;
+  const RankMemory rank = largest_rank_memory(settings, tensor, stages);
+  const double limit = memory_limit_bytes(t);
+  if (rank.needed <= limit) return;
+  const MemoryPlan whole = largest_rank_memory(settings, 1, 1).plan;
+  const std::string layout = fitting_layout(settings, limit, 4.0 * double(whole.parameters));
+  fail("this run needs more memory than {}: {}{} (model.n_layer = {}, model.n_embd = {}, model.vocab_size = {}, "
+       "model.block_size = {}, train.batch_size = {}, train.seq_len = {}), {:.1f} MiB {}; make the model or the "
+       "batch smaller, or set train.recompute = \"all\" to keep fewer activations{}",
+       t.max_memory_mb > 0 ? fmt::format("train.max_memory_mb = {} allows", t.max_memory_mb) : "the machine has",
+       rank.plan.describe(static_cast<size_t>(std::min(rank.optimizer, 0x1p63))),
+       tensor * stages > 1 ? fmt::format(" per rank of parallel.tensor = {} × parallel.pipeline_stages = {}", tensor,
+                                         stages) : "",
+       m.n_layer, m.n_embd, m.vocab_size, m.block_size, t.batch_size, t.seq_len, limit / (1024.0 * 1024.0),
+       t.max_memory_mb > 0 && limit < t.max_memory_mb * 1024 * 1024 ? "available (below train.max_memory_mb)"
+                                                                    : t.max_memory_mb > 0 ? "allowed" : "available",
+       layout.empty() ? "" : ", or split it over more ranks: " + layout);
 }
 
 StepStrategy::StepStrategy(Session& session, MethodSet& methods, const RunSettings& settings)

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "frugal/methods/method_set.h"
 #include "frugal/session/session.h"
 #include "frugal/model/flops.h"
+#include "frugal/train/evaluate.h"
 #include "frugal/train/process_group.h"
 #include "frugal/train/run_config.h"
 
@@ -37,9 +39,19 @@ struct StepResult {
 
 // Throws Error, before anything is allocated, when a training step of these settings (the model
 // with its vocabulary size resolved, batch, sequence length, recomputation, AdamW's moments)
-// needs more memory than the machine has available; the error gives the estimate and the keys
-// that size it.
+// needs more memory than the limit; the error gives the estimate, the keys
+// that size it, and a tensor × pipeline layout whose ranks would fit. The limit is
+// memory_limit_bytes: train.max_memory_mb, or the memory the machine has available when that is less.
 void check_memory_available(const RunSettings& settings);
+double memory_limit_bytes(const TrainSettings& t);
+// The memory plan of the largest rank of a layout of tensor × stages ranks (the costliest stage of
+// an even split of the blocks, one micro-batch in flight; 1 and 1: one process), AdamW's moments
+// and their sum.
+struct RankMemory {
+  MemoryPlan plan;
+  double optimizer = 0, needed = 0;
+};
+RankMemory largest_rank_memory(const RunSettings& settings, int tensor, int stages);
 // The most the bf16 working copies take beside `plan` under train.precision = "bf16" (every weight
 // again in bf16: plan.parameters / 2); 0 in fp32.
 double working_copy_bound(const MemoryPlan& plan, const TrainSettings& t);
@@ -47,6 +59,15 @@ double working_copy_bound(const MemoryPlan& plan, const TrainSettings& t);
 // The context of `session` at `step` with the run settings methods read (batch, accumulation,
 // sequence length, seed, horizon, run directory): what every event's context starts from.
 TrainContext run_context(Session& session, const TrainSettings& train, int64_t step);
+
+// How this rank takes part in a checkpoint (StepStrategy::prepare_checkpoint, save_checkpoint).
+struct CheckpointRole {
+  // The session is this rank's part of a layout (a tensor shard, a pipeline stage or both) and
+  // stays so: the writing ranks each write their part (a sharded checkpoint). false: the session
+  // is whole and the same on every rank, and rank 0 writes it (AdamW's moments: see its sharding).
+  bool sharded = false;
+  bool writes = true;  // sharded: false on a data replica whose part another replica writes
+};
 
 // How one optimizer step executes: the strategy the trainer and the benchmark run steps through,
 // applied from outside the model (torchtitan's lesson). Single process today; data-parallel and
@@ -86,6 +107,30 @@ class StepStrategy {
   // strategy leaves parts of it with their owners between steps (pipeline stages each update
   // their own blocks): the trainer calls it before evaluating, saving a checkpoint or sampling.
   virtual void synchronize() {}
+  // Before the trainer writes a checkpoint: the session as save_checkpoint writes it. By default
+  // whole (synchronize()); a strategy whose ranks hold parts of the model may leave them in place
+  // and have each write its own (every rank holds its part's AdamW moments whole until
+  // after_checkpoint()).
+  virtual CheckpointRole prepare_checkpoint() {
+    synchronize();
+    return {};
+  }
+  virtual void after_checkpoint() {}
+  // At a resume from a sharded checkpoint of this run's tensor degree, after the strategy's and the
+  // session's state are loaded and before AdamW's moments are: cuts the session to this rank's part
+  // now, so that it reads its moments' slices only (no rank ever holds the whole model's moments).
+  // false: the session stays whole (the default; the moments are loaded whole and cut at the
+  // first step).
+  virtual bool enter_parts() { return false; }
+  // How the trainer evaluates the session as it is: every rank of `group` runs evaluate_loss with
+  // `share`; nullopt (the default): the session is synchronize()d and evaluated over the run's
+  // ranks. Tensor parallelism: over its data replicas, each tensor group running the sharded
+  // forward; a pipeline of tensor groups: each replica's stages chain their sharded forwards.
+  struct Evaluation {
+    ProcessGroup* group = nullptr;
+    EvalShare share;
+  };
+  virtual std::optional<Evaluation> evaluation() { return std::nullopt; }
   // The strategy's own state, kept in checkpoints (a pipeline's current layout); null: none.
   virtual nlohmann::json save_state() const { return nullptr; }
   virtual void load_state(const nlohmann::json& /*state*/) {}

@@ -176,9 +176,15 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                  dir, fmt::join(changed, "; "));
     continues_out_dir = checkpoint_run_dir(dir) == fs::weakly_canonical(fs::path(t.out_dir)).string();
     load_checkpoint_params(dir, session_->model());
+    {
+      const TrainState saved = read_checkpoint_state(dir);
+      if (!saved.session.is_null()) session_->load_state(saved.session);
+      step_->load_state(saved.strategy);
+    }
+    // A sharded checkpoint at this run's tensor degree: each rank reads the moments of its own
+    // part (a method's state is restored on the whole model, so not with methods).
+    if (methods_.empty() && checkpoint_tensor_degree(dir) == settings_.parallel.tensor) step_->enter_parts();
     TrainState state = load_checkpoint_state(dir, session_->optim());
-    if (!state.session.is_null()) session_->load_state(state.session);
-    step_->load_state(state.strategy);
     start_step_ = state.step;
     flops_executed_ = state.flops;
     flops_dense_ = state.dense_flops;
@@ -220,7 +226,7 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
 }
 
 std::string Trainer::save(int64_t step) {
-  step_->synchronize();
+  const CheckpointRole role = step_->prepare_checkpoint();
   TrainContext ctx = step_->context(step);
   methods_.fire(Event::Checkpoint, ctx);
   TrainState state;
@@ -237,8 +243,10 @@ std::string Trainer::save(int64_t step) {
   state.loader_epoch = loader.epoch;
   state.loader_position = loader.position;
   state.ranks = group_.size();
-  return save_checkpoint(settings_.train.out_dir, config_, session_->model(), &session_->optim(), state,
-                         tokenizer_->to_json(), settings_.train.keep_checkpoints, group_);
+  std::string saved = save_checkpoint(settings_.train.out_dir, config_, session_->model(), &session_->optim(), state,
+                                      tokenizer_->to_json(), settings_.train.keep_checkpoints, group_, role);
+  step_->after_checkpoint();
+  return saved;
 }
 
 Trainer::~Trainer() = default;
@@ -287,12 +295,12 @@ float Trainer::evaluate() {
                                           group_, nullptr, masking_ ? &*masking_ : nullptr).loss);
 }
 
-std::vector<Trainer::ValScore> Trainer::evaluate_all() {
+std::vector<Trainer::ValScore> Trainer::evaluate_all(ProcessGroup& group, const EvalShare* share) {
   const TrainSettings& t = settings_.train;
   std::vector<ValScore> scores;
   for (const ValSet& set : val_sets_) {
-    const EvalResult r = evaluate_loss(session_->model(), *set.loader, t.batch_size, t.eval_batches, group_,
-                                       &token_bytes_, masking_ ? &*masking_ : nullptr);
+    const EvalResult r = evaluate_loss(session_->model(), *set.loader, t.batch_size, t.eval_batches, group,
+                                       &token_bytes_, masking_ ? &*masking_ : nullptr, share);
     scores.push_back({set.name, r.loss, r.bits_per_byte, r.accuracy});
   }
   return scores;
@@ -413,10 +421,13 @@ FitResult Trainer::fit() {
     const bool last = step + 1 == end_step || agreed[0] > 0;
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
     if (eval_now) {
-      step_->synchronize();
+      // On the session as it is where the strategy evaluates its parts (tensor parallelism),
+      // else on the whole model.
+      const std::optional<StepStrategy::Evaluation> evaluation = step_->evaluation();
+      if (!evaluation) step_->synchronize();
       TrainContext ctx = step_->context(step, &record);
       methods_.fire(Event::Eval, ctx);
-      scores = evaluate_all();
+      scores = evaluation ? evaluate_all(*evaluation->group, &evaluation->share) : evaluate_all(group_);
       val_loss = static_cast<float>(scores.front().loss);
     }
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
@@ -481,13 +492,13 @@ FitResult Trainer::fit() {
     }
   }
   if (tty) io::print("\n");
-  step_->synchronize();  // the whole model for the samples after fit()
   {
     TrainContext ctx = step_->context(step);
     methods_.fire(Event::FitEnd, ctx);
   }
   result.interrupted = group_.any(stop_requested());
   const std::string saved = step > start_step_ ? save(step) : "";
+  step_->synchronize();  // the whole model for the samples after fit() (and the caller's reads)
   if (print && result.interrupted) io::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
   else if (print && !saved.empty()) io::print("checkpoint {}\n", saved);
   result.first_step = start_step_;

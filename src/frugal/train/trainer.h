@@ -66,7 +66,8 @@ class Trainer {
     double loss = 0, bits_per_byte = 0;
     double accuracy = 0;  // an encoder's masked-token accuracy
   };
-  std::vector<ValScore> evaluate_all();
+  // Over `group`'s ranks (the run's, or the strategy's evaluation(), with its share).
+  std::vector<ValScore> evaluate_all(ProcessGroup& group, const EvalShare* share = nullptr);
   // Prints sample.count samples (streamed as they are generated) to stdout.
   void print_samples();
 
