@@ -25,7 +25,7 @@ command() {
     data2) echo "$mpi $bin bench --preset $preset --threads 1 $*" ;;
   esac
 }
-layouts="one tensor2 tensor2-waited tensor2-seq data2"
+layouts=${LAYOUTS:-"one tensor2 tensor2-waited tensor2-seq data2"}  # LAYOUTS=... runs a subset ("one" first)
 for layout in $layouts; do  # each layout's memory plan line (one step)
   echo "$layout: $($(command "$layout" --steps 1 --warmup 0) 2>&1 | grep -m1 'memory plan')"
 done
@@ -43,7 +43,7 @@ runs = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
     i, layout, tokens, rss, comm, hidden = line.split()
     runs[i][layout] = (float(tokens), float(rss), float(comm), float(hidden))
-for layout in ("tensor2", "tensor2-waited", "tensor2-seq", "data2"):
+for layout in [l for l in ("tensor2", "tensor2-waited", "tensor2-seq", "data2") if l in runs["1"]]:
     speed = [r[layout][0] / r["one"][0] for r in runs.values()]
     memory = [r[layout][1] / r["one"][1] for r in runs.values()]
     comm = [r[layout][2] for r in runs.values()]
