@@ -331,7 +331,7 @@ TEST_F(TensorParallel, SequenceParallelismWithBf16ActivationsAndMasks) {
 }
 
 // The backward's input-gradient sums run in the background beside the weight gradients
-// (parallel.tensor_overlap, on by default): the same bits as waiting for each sum where it is
+// (parallel.tensor_overlap): the same bits as waiting for each sum where it is
 // called, with and without sequence parallelism, and with two linears' weight gradients behind one
 // sum (a gated MLP, in bf16, whose format rounds the output gradient for each half); the seconds
 // the exchanges ran hidden are logged.
@@ -343,7 +343,7 @@ TEST_F(TensorParallel, OverlappedSumsGiveTheWaitedForRunBitForBit) {
   for (const auto& [name, extra] : cases) {
     const std::string args = kTensor2 + " " + extra;
     const TrainedRun waited = train(name + "-waited", 2, 6, args + " --set parallel.tensor_overlap=false");
-    const TrainedRun overlapped = train(name, 2, 6, args);
+    const TrainedRun overlapped = train(name, 2, 6, args + " --set parallel.tensor_overlap=true");
     expect_identical(waited.steps, overlapped.steps);
     double hidden = 0, hidden_when_waited = 0;
     for (const nlohmann::json& step : overlapped.steps) hidden += step["comm"].value("hidden_s", 0.0);

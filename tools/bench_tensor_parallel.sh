@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tensor parallelism against one process and data parallelism on a preset's training step
 # (docs/parallel.md, "Tensor parallelism"): per round, alternated, `frugal bench` in one process
-# with 1 thread, under mpirun -np 2 with parallel.tensor = 2 (1 thread per rank), the same waiting
+# with 1 thread, under mpirun -np 2 with parallel.tensor = 2 and the overlap on (1 thread per rank), the same waiting
 # for each backward sum instead of overlapping it with the weight gradients (tensor2-waited), with
 # sequence parallelism (tensor2-seq) and under mpirun -np 2 data parallel (1 thread per rank); the
 # machine is shared and noisy, so the ratios are taken within each round. Prints each layout's
@@ -19,7 +19,7 @@ command() {
   shift
   case $layout in
     one) echo "env OMP_NUM_THREADS=1 $bin bench --preset $preset --threads 1 $*" ;;
-    tensor2) echo "$mpi $bin bench --preset $preset --threads 1 $* --set parallel.tensor=2" ;;
+    tensor2) echo "$mpi $bin bench --preset $preset --threads 1 $* --set parallel.tensor=2 --set parallel.tensor_overlap=true" ;;
     tensor2-waited) echo "$mpi $bin bench --preset $preset --threads 1 $* --set parallel.tensor=2 --set parallel.tensor_overlap=false" ;;
     tensor2-seq) echo "$mpi $bin bench --preset $preset --threads 1 $* --set parallel.tensor=2 --set parallel.sequence=true" ;;
     data2) echo "$mpi $bin bench --preset $preset --threads 1 $*" ;;

@@ -155,8 +155,9 @@ io::ConfigSchema run_schema() {
                 "shrink by T; the rows must divide by T")
       .add_bool("parallel.tensor_overlap", par.tensor_overlap, "with parallel.tensor > 1: each block's sums of "
                 "the column-parallel linears' input gradients over the group run in the background while "
-                "this rank computes those linears' weight gradients (the same bits either way; false waits "
-                "for each sum where it is called)")
+                "this rank computes those linears' weight gradients, a thread of the rank waiting on the "
+                "exchange (the same bits either way); off by default: where each rank's threads fill the cores, "
+                "that thread costs more than it hides (docs/parallel.md)")
       .add_int("parallel.expert", par.expert, "under mpirun: expert-parallel ranks P (each holds E/P of "
                "every mixture's experts; tokens travel to their experts' ranks by all-to-all); the P "
                "ranks of a group are data-parallel for everything else, ranks / P groups; "

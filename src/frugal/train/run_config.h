@@ -60,7 +60,7 @@ struct ParallelSettings {
   std::string autopipe_cost = "time";  // what AutoPipe balances: "time" or "parameters" (bytes held)
   int tensor = 1;           // T: the ranks of a tensor-parallel group, each holding 1/T of every split tensor
   bool sequence = false;    // sequence parallelism: with T > 1, the rows between the linears split over the group
-  bool tensor_overlap = true;  // the backward's input-gradient sums run beside the weight-gradient GEMMs
+  bool tensor_overlap = false;  // the backward's input-gradient sums run beside the weight-gradient GEMMs
   int expert = 1;           // P: the ranks of an expert-parallel group, each holding E/P of every mixture's experts
   std::string comm_dtype = "fp32";  // the data-parallel gradient reductions' payload: "fp32" or "bf16"
 };
