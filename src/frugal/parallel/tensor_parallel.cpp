@@ -123,31 +123,25 @@ MpiTensorCollectives::PendingSum MpiTensorCollectives::post_sum(float* x, size_t
   return {.x = x, .n = part, .out = out, .scatter = scatter};
 }
 
-void MpiTensorCollectives::add_in_rank_order(const PendingSum& sum) {
-  const float* g = gathered_.data();
-  const size_t n = sum.n;
-  const int ranks = size_;
-  float* out = sum.out;
+namespace {
+// out[i] = g[i] op g[n + i] op … op g[(ranks − 1)·n + i]: the ranks' i-th values (gathered in rank
+// order, (ranks, n)) combined in rank order, the same bits on every rank. out may be g's first row.
+template <class Op>
+void combine_in_rank_order(const float* g, size_t n, int ranks, float* out, Op op) {
 #pragma omp parallel for schedule(static) if (n >= (1 << 14))
   for (size_t i = 0; i < n; ++i) {
     float acc = g[i];
-    for (int r = 1; r < ranks; ++r) acc += g[r * n + i];
+    for (int r = 1; r < ranks; ++r) acc = op(acc, g[r * n + i]);
     out[i] = acc;
   }
 }
+}  // namespace
 
 template <class Op>
 void MpiTensorCollectives::reduce(float* x, size_t n, Op op) {
   gathered_.resize(n * size_);
   all_gather(x, n, gathered_.data());
-  const float* g = gathered_.data();
-  const int ranks = size_;
-#pragma omp parallel for schedule(static) if (n >= (1 << 14))
-  for (size_t i = 0; i < n; ++i) {
-    float acc = g[i];
-    for (int r = 1; r < ranks; ++r) acc = op(acc, g[r * n + i]);
-    x[i] = acc;
-  }
+  combine_in_rank_order(gathered_.data(), n, size_, x, op);
 }
 
 void MpiTensorCollectives::all_reduce_sum(float* x, size_t n) { reduce(x, n, std::plus<float>()); }
@@ -158,7 +152,7 @@ void MpiTensorCollectives::reduce_scatter_sum(float* x, size_t n, float* out) {
   const PendingSum sum = post_sum(x, n, out, true, request);
   world_.wait(request, "the tensor-parallel group's exchange");
   count(n - sum.n, timer.seconds());
-  add_in_rank_order(sum);  // as reduce() adds
+  combine_in_rank_order(gathered_.data(), sum.n, size_, sum.out, std::plus<float>());  // as reduce() adds
 }
 
 void MpiTensorCollectives::start_sum_rows(float* x, size_t N, size_t width, float* local) {
@@ -176,7 +170,7 @@ void MpiTensorCollectives::finish_sum_rows() {
   hidden_seconds_ += background_->finish();
   const PendingSum sum = std::exchange(started_, {});
   count(sum.scatter ? sum.n * (size_ - 1) : sum.n, timer.seconds());
-  add_in_rank_order(sum);
+  combine_in_rank_order(gathered_.data(), sum.n, size_, sum.out, std::plus<float>());
 }
 
 void MpiTensorCollectives::all_reduce_max(float* x, size_t n) {

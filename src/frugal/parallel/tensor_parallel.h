@@ -97,7 +97,6 @@ class MpiTensorCollectives final : public TensorCollectives {
     bool scatter = false;
   };
   PendingSum post_sum(float* x, size_t n, float* out, bool scatter, MPI_Request& request);
-  void add_in_rank_order(const PendingSum& sum);
   void count(size_t floats_sent, double waited);
   template <class Op>
   void reduce(float* x, size_t n, Op op);
