@@ -296,6 +296,30 @@ TEST(GptTensorParallel, TwoShardsGiveTheWholeModelsLossAndGradients) {
   expect_gpt_shards_equal_the_whole(c, false);
 }
 
+// A shard (and a pipeline stage's shard) initialises its part of the whole model's weights, bit for
+// bit: a tensor-parallel run starts in parts (StepStrategy::enter_parts) and is still one process's.
+TEST(GptTensorParallel, EachShardInitialisesItsPartOfTheWholeModelsWeights) {
+  ModelConfig c = config(MlpKind::Swiglu);
+  c.vocab_size = 70;  // rank 1's vocabulary rows end in padding, which stays zero
+  c.n_layer = 2;
+  GPT whole(c);
+  whole.init_weights(11);
+  ThreadCollectives::Group group(2);
+  for (const BlockRange& range : {BlockRange::whole(c), BlockRange{1, 2, false, true}}) {
+    for (int r = 0; r < 2; ++r) {
+      ThreadCollectives comm(group, r);
+      GPT shard(c, range, &comm);
+      shard.init_weights(11);
+      for (const ParamInfo& e : shard.table().entries()) {
+        std::vector<float> want(e.numel);
+        e.copy_local(whole.params() + whole.table().at(e.name).offset, want.data(), comm.coord());
+        EXPECT_EQ(std::vector<float>(shard.params() + e.offset, shard.params() + e.offset + e.numel), want)
+            << e.name << " of rank " << r << " of blocks [" << range.begin << ", " << range.end << ")";
+      }
+    }
+  }
+}
+
 // The same with sequence parallelism: the rows between the linears split over the two ranks, the
 // dropout masks keyed by the global rows, the LayerNorms' and position embedding's gradients summed
 // over the group (replicas with the same bits).

@@ -108,6 +108,50 @@ TEST(SafeTensors, RoundTripThroughFile) {
   EXPECT_TRUE(header.tensors.empty());
 }
 
+// Written from views (a model's buffers, not copied): the same file as from the copies.
+TEST(SafeTensors, WritingFromViewsGivesTheSameFile) {
+  TempDir dir;
+  const SafeTensors st = sample();
+  std::map<std::string, TensorView> views;
+  for (const auto& [name, t] : st.tensors) views[name] = {t.dtype, t.shape, t.bytes.data()};
+  write_safetensors(dir.file("v.safetensors"), st.metadata, views);
+  std::ifstream in(dir.file("v.safetensors"), std::ios::binary);
+  EXPECT_EQ((std::vector<uint8_t>{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()}),
+            serialize_safetensors(st));
+}
+
+// Tensor by tensor: the same metadata and tensors as read_safetensors, one at a time; a missing
+// tensor names the file; a damaged file fails as it does for read_safetensors, when opened.
+TEST(SafeTensors, ReaderReadsEachTensorAsTheWholeFileReadDoes) {
+  TempDir dir;
+  const std::string path = dir.file("m.safetensors");
+  const SafeTensors st = sample();
+  write_safetensors(path, st);
+  const SafeTensorsReader reader(path);
+  EXPECT_EQ(reader.metadata(), st.metadata);
+  EXPECT_EQ(reader.size(), st.tensors.size());
+  SafeTensors back;
+  back.metadata = reader.metadata();
+  for (const auto& [name, t] : st.tensors) {
+    ASSERT_TRUE(reader.contains(name)) << name;
+    back.tensors[name] = reader.read(name);
+  }
+  back.tensors["bf16"] = reader.read("bf16");  // read again after its pages were given back
+  expect_same(st, back);
+  EXPECT_FALSE(reader.contains("nope"));
+  try {
+    reader.read("nope");
+    FAIL() << "read a missing tensor";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'nope' is not in " + path), std::string::npos) << e.what();
+  }
+  std::vector<uint8_t> bytes = serialize_safetensors(st);
+  bytes.resize(bytes.size() - 3);
+  std::ofstream(dir.file("cut.safetensors"), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                                      std::streamsize(bytes.size()));
+  EXPECT_THROW(SafeTensorsReader{dir.file("cut.safetensors")}, Error);
+}
+
 TEST(SafeTensors, HeaderIsSortedAndPaddedToEightBytes) {
   for (int extra = 0; extra < 8; ++extra) {
     SafeTensors st;

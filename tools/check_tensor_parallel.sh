@@ -9,13 +9,14 @@
 # process on the avx2 and the reference kernels (FRUGAL_ISA). Prints the largest relative
 # difference of the loss, gradient norm and validation loss of each against one process on the
 # default kernels, and ZeRO's against ZeRO-0's (0 is bit for bit).
-# Usage: [HEAD=untied] tools/check_tensor_parallel.sh [BINARY] [DATA_DIR] [STEPS]
+# EXTRA adds --set arguments to every run (another trajectory: EXTRA="--set optim.lr=1e-3").
+# Usage: [HEAD=untied] [EXTRA=...] tools/check_tensor_parallel.sh [BINARY] [DATA_DIR] [STEPS]
 #   e.g. tools/check_tensor_parallel.sh build/frugal runs/data/shakespeare-char 30
 set -euo pipefail
 bin=${1:-build/frugal} data=${2:-runs/data/shakespeare-char} steps=${3:-30}
 out=$(mktemp -d)
 source "$(dirname "$0")/exactness_model.sh"
-model="$exactness_model --set model.tied_head=$([ "${HEAD:-tied}" = untied ] && echo false || echo true)"
+model="$exactness_model --set model.tied_head=$([ "${HEAD:-tied}" = untied ] && echo false || echo true) ${EXTRA:-}"
 train() {  # NAME NP ARGS...: NP 0 is one process
   local name=$1 np=$2
   shift 2

@@ -52,7 +52,8 @@ void add_train_command(CLI::App& app) {
     else
       io::print("trained steps {} to {} in {:.1f} s ({} steps in {:.1f} s over the run's sessions)",
                 r.first_step + 1, r.steps, r.seconds, r.steps, r.run_seconds);
-    io::print(": train loss {:.4f}, val loss {:.4f}\n", r.final_train_loss, r.final_val_loss);
+    io::print(": train loss {:.4f}, val loss {:.4f}; peak memory {:.0f} MiB{}\n", r.final_train_loss, r.final_val_loss,
+              r.peak_rss_mib, world.group().size() > 1 ? " (the largest rank's)" : "");
     if (!r.interrupted) trainer.print_samples();
   });
 }

@@ -197,24 +197,23 @@ class HeaderParser {
   const DamageRemedy& remedy_;
 };
 
-// The header JSON for `st` with the byte offsets of each tensor in name order, padded with
+// The header JSON for `tensors` with the byte offsets of each tensor in name order, padded with
 // spaces so that 8 + header length is a multiple of 8.
-std::string encode_header(const SafeTensors& st) {
+std::string encode_header(const std::map<std::string, std::string>& metadata,
+                          const std::map<std::string, TensorView>& tensors) {
   json header = json::object();
   uint64_t offset = 0;
-  for (const auto& [name, t] : st.tensors) {
+  for (const auto& [name, t] : tensors) {
     FRUGAL_CHECK(name != kMetadataKey, "a tensor may not be named '{}'; rename it", kMetadataKey);
     size_t nbytes = 0;
-    FRUGAL_CHECK(checked_nbytes(t.shape, dtype_size(t.dtype), &nbytes) && nbytes == t.bytes.size(),
-                 "tensor '{}' holds {} bytes but dtype {} shape {} needs {}; fix the code that "
-                 "filled it", name, t.bytes.size(), dtype_name(t.dtype), shape_string(t.shape),
-                 nbytes);
+    FRUGAL_CHECK(checked_nbytes(t.shape, dtype_size(t.dtype), &nbytes), "tensor '{}' shape {} is "
+                 "invalid (negative or overflowing); fix the code that filled it", name, shape_string(t.shape));
     header[name] = {{"dtype", dtype_name(t.dtype)},
                     {"shape", t.shape},
                     {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
   }
-  if (!st.metadata.empty()) header[kMetadataKey] = st.metadata;
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
   std::string text;
   try {
     text = header.dump();
@@ -224,6 +223,26 @@ std::string encode_header(const SafeTensors& st) {
   }
   text.resize((text.size() + 7) / 8 * 8, ' ');
   return text;
+}
+
+size_t view_bytes(const TensorView& t) {
+  size_t n = 0;
+  checked_nbytes(t.shape, dtype_size(t.dtype), &n);  // checked by encode_header
+  return n;
+}
+
+// Views of st's tensors, after checking that each holds as many bytes as its shape needs.
+std::map<std::string, TensorView> views_of(const SafeTensors& st) {
+  std::map<std::string, TensorView> views;
+  for (const auto& [name, t] : st.tensors) {
+    size_t nbytes = 0;
+    FRUGAL_CHECK(checked_nbytes(t.shape, dtype_size(t.dtype), &nbytes) && nbytes == t.bytes.size(),
+                 "tensor '{}' holds {} bytes but dtype {} shape {} needs {}; fix the code that "
+                 "filled it", name, t.bytes.size(), dtype_name(t.dtype), shape_string(t.shape),
+                 nbytes);
+    views[name] = {t.dtype, t.shape, t.bytes.data()};
+  }
+  return views;
 }
 
 std::array<uint8_t, 8> length_prefix(uint64_t n) {
@@ -264,6 +283,14 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
+  // Gives back the pages of [p, p + n) that were read: they count in the process's memory until
+  // unmapped, and read from the file again if touched.
+  void drop_pages(const uint8_t* p, size_t n) const {
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p + n);
+    if (n > 0) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
 
  private:
   const uint8_t* data_ = nullptr;
@@ -341,8 +368,17 @@ void SafeTensors::put_f32(const std::string& name, std::vector<int64_t> shape, c
   put(name, DType::F32, std::move(shape), data);
 }
 
-SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what,
-                              SafeTensorsPart part, const DamageRemedy& remedy) {
+namespace {
+
+// A validated header: the metadata and the tensors, whose byte ranges tile the data section that
+// starts at data_begin.
+struct Header {
+  std::map<std::string, std::string> metadata;
+  std::vector<Entry> entries;
+  const uint8_t* data_begin = nullptr;
+};
+
+Header parse_header(const uint8_t* data, size_t size, const std::string& what, const DamageRemedy& remedy) {
   if (size < 8)
     damaged(what, fmt::format("only {} bytes, shorter than the 8-byte header length", size),
             kTruncated, remedy);
@@ -368,25 +404,33 @@ SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::strin
     damaged(what, fmt::format("header is a JSON {}, not an object", header.type_name()), kCorrupt,
             remedy);
 
-  const uint8_t* data_begin = header_begin + header_len;
-  uint64_t data_size = size - 8 - header_len;
-  HeaderParser parser(what, data_size, remedy);
-  SafeTensors st;
-  std::vector<Entry> entries;
+  Header out;
+  out.data_begin = header_begin + header_len;
+  HeaderParser parser(what, size - 8 - header_len, remedy);
   for (const auto& [name, value] : header.items()) {
     if (name == kMetadataKey) {
-      st.metadata = parser.metadata(value);
+      out.metadata = parser.metadata(value);
     } else {
-      entries.push_back(parser.entry(name, value));
+      out.entries.push_back(parser.entry(name, value));
     }
   }
-  parser.check_tiling(entries);
+  parser.check_tiling(out.entries);
+  return out;
+}
+
+}  // namespace
+
+SafeTensors parse_safetensors(const uint8_t* data, size_t size, const std::string& what,
+                              SafeTensorsPart part, const DamageRemedy& remedy) {
+  Header header = parse_header(data, size, what, remedy);
+  SafeTensors st;
+  st.metadata = std::move(header.metadata);
   if (part == SafeTensorsPart::Metadata) return st;
-  for (Entry& e : entries) {
+  for (Entry& e : header.entries) {
     TensorData& t = st.tensors[e.name];
     t.dtype = e.dtype;
     t.shape = std::move(e.shape);
-    t.bytes.assign(data_begin + e.begin, data_begin + e.end);
+    t.bytes.assign(header.data_begin + e.begin, header.data_begin + e.end);
   }
   return st;
 }
@@ -396,8 +440,45 @@ SafeTensors read_safetensors(const std::string& path, SafeTensorsPart part, cons
   return parse_safetensors(file.data(), file.size(), path, part, remedy);
 }
 
+struct SafeTensorsReader::Impl {
+  explicit Impl(const std::string& path) : path(path), file(path) {}
+  std::string path;
+  MappedFile file;
+  Header header;
+  std::map<std::string, const Entry*> by_name;
+};
+
+SafeTensorsReader::SafeTensorsReader(const std::string& path, const DamageRemedy& remedy)
+    : impl_(std::make_unique<Impl>(path)) {
+  impl_->header = parse_header(impl_->file.data(), impl_->file.size(), path, remedy);
+  for (const Entry& e : impl_->header.entries) impl_->by_name[e.name] = &e;
+}
+
+SafeTensorsReader::~SafeTensorsReader() = default;
+
+const std::map<std::string, std::string>& SafeTensorsReader::metadata() const { return impl_->header.metadata; }
+
+bool SafeTensorsReader::contains(const std::string& name) const { return impl_->by_name.count(name) > 0; }
+
+size_t SafeTensorsReader::size() const { return impl_->by_name.size(); }
+
+TensorData SafeTensorsReader::read(const std::string& name) const {
+  const auto it = impl_->by_name.find(name);
+  FRUGAL_CHECK(it != impl_->by_name.end(), "tensor '{}' is not in {} ({} tensors); check the name or that the "
+               "file comes from a matching model", name, impl_->path, impl_->by_name.size());
+  const Entry& e = *it->second;
+  TensorData t;
+  t.dtype = e.dtype;
+  t.shape = e.shape;
+  const uint8_t* begin = impl_->header.data_begin + e.begin;
+  t.bytes.assign(begin, begin + (e.end - e.begin));
+  impl_->file.drop_pages(begin, e.end - e.begin);
+  return t;
+}
+
 std::vector<uint8_t> serialize_safetensors(const SafeTensors& st) {
-  std::string header = encode_header(st);
+  const std::map<std::string, TensorView> views = views_of(st);
+  std::string header = encode_header(st.metadata, views);
   size_t total = 8 + header.size();
   for (const auto& [name, t] : st.tensors) total += t.bytes.size();
   std::vector<uint8_t> out(total);
@@ -414,12 +495,18 @@ std::vector<uint8_t> serialize_safetensors(const SafeTensors& st) {
 }
 
 void write_safetensors(const std::string& path, const SafeTensors& st) {
-  std::string header = encode_header(st);
+  write_safetensors(path, st.metadata, views_of(st));
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                       const std::map<std::string, TensorView>& tensors) {
+  std::string header = encode_header(metadata, tensors);
   AtomicFileWriter writer(path);
   auto prefix = length_prefix(header.size());
   writer.write(prefix);
   writer.write(header.data(), header.size());
-  for (const auto& [name, t] : st.tensors) writer.write(t.bytes);
+  for (const auto& [name, t] : tensors)
+    if (const size_t n = view_bytes(t)) writer.write(t.data, n);
   writer.commit();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,14 @@ struct SafeTensors {
   void put_f32(const std::string& name, std::vector<int64_t> shape, const float* data);
 };
 
+// A tensor to be written, by reference: its bytes stay where they are until they are written.
+struct TensorView {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // numel(shape) elements of the dtype
+  static TensorView f32(std::vector<int64_t> shape, const float* data) { return {DType::F32, std::move(shape), data}; }
+};
+
 // What to read: everything, or the header's metadata only (the header is validated in full, but
 // no tensor bytes are copied: a checkpoint's stored config without copying its weights).
 enum class SafeTensorsPart { All, Metadata };
@@ -59,5 +68,29 @@ std::vector<uint8_t> serialize_safetensors(const SafeTensors& st);
 // Written to a temporary file in the same directory, fsync'ed, then renamed over `path`;
 // streams the tensors, so the file image is never held in memory twice.
 void write_safetensors(const std::string& path, const SafeTensors& st);
+// The same from tensors by reference (a model's weights and moments written without a copy).
+void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                       const std::map<std::string, TensorView>& tensors);
+
+// A safetensors file opened to read tensor by tensor: the header is validated in full when it is
+// opened (errors as read_safetensors'); read() copies one tensor's bytes and gives back the pages of
+// the file it touched, so the process holds one tensor of the file at a time where
+// read_safetensors holds them all.
+class SafeTensorsReader {
+ public:
+  explicit SafeTensorsReader(const std::string& path, const DamageRemedy& remedy = reexport_remedy);
+  ~SafeTensorsReader();
+  SafeTensorsReader(const SafeTensorsReader&) = delete;
+  SafeTensorsReader& operator=(const SafeTensorsReader&) = delete;
+  const std::map<std::string, std::string>& metadata() const;
+  bool contains(const std::string& name) const;
+  size_t size() const;  // tensors
+  // Throws Error naming the tensor and the file when it is not there.
+  TensorData read(const std::string& name) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace frugal::io

@@ -156,6 +156,8 @@ GPT::GPT(const ModelConfig& config, const BlockRange& range, TensorCollectives* 
 
 void GPT::init_weights(uint64_t seed) {
   const float residual_std = config_.init_std / std::sqrt(2.0f * config_.n_layer);
+  const ShardCoord& shard = table_.shard();
+  std::vector<float> whole;  // a split tensor's whole values, of which this rank keeps its part
   for (const ParamInfo& e : table_.entries()) {
     float* p = params_.data() + e.offset;
     if (e.init == Init::Zeros || e.init == Init::Ones) {
@@ -163,8 +165,13 @@ void GPT::init_weights(uint64_t seed) {
       continue;
     }
     const float std = e.init == Init::ResidualNormal ? residual_std : config_.init_std;
-    // Real rows only: vocabulary padding rows stay zero.
-    const size_t n = e.used_numel(table_.shard());
+    // The values are those of the whole tensor (a tensor shard cuts its part from them), real
+    // rows only: vocabulary padding rows stay zero.
+    const bool split = shard.group_of(e.placement).size > 1;
+    const size_t numel = split ? e.global_numel() : e.numel;
+    const size_t n = e.used_rows < 0 ? numel : numel / size_t(e.shape[0]) * size_t(e.used_rows);
+    if (split) whole.assign(numel, 0.0f);
+    float* values = split ? whole.data() : p;
     uint64_t key = mix64(seed);
     for (char ch : e.name) key = mix64(key ^ static_cast<uint8_t>(ch));
 #pragma omp parallel for schedule(static)
@@ -172,9 +179,12 @@ void GPT::init_weights(uint64_t seed) {
       // Box-Muller from two counter-based uniforms: any thread count gives the same values.
       const double u1 = std::max(1e-12, static_cast<double>(uniform_at(key, 2 * i)));
       const double u2 = uniform_at(key, 2 * i + 1);
-      p[i] = static_cast<float>(std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+      values[i] = static_cast<float>(std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
     }
-    std::fill(p + n, p + e.numel, 0.0f);
+    if (split)
+      e.copy_local(whole.data(), p, shard);
+    else
+      std::fill(p + n, p + e.numel, 0.0f);
   }
   mark_stale();  // the formats' working copies (bf16 weights) derive from the new weights
 }

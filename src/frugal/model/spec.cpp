@@ -10,6 +10,12 @@
 
 namespace frugal {
 
+size_t TensorSpec::global_numel() const {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
 std::vector<int64_t> TensorSpec::local_shape(const ShardCoord& coord) const {
   std::vector<int64_t> local = shape;
   const ShardCoord shard = coord.group_of(placement);

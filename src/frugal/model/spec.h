@@ -111,6 +111,8 @@ struct TensorSpec {
   // The untied LM head (optim.head_lr gives it its own learning rate).
   bool untied_head = false;
 
+  // The elements of the whole tensor (shape).
+  size_t global_numel() const;
   // The shape this rank holds; throws Error when the split axis does not divide by the group.
   std::vector<int64_t> local_shape(const ShardCoord& shard) const;
   // Copies this rank's part of the whole tensor `global` (shape) into `local` (local_shape), or

@@ -16,9 +16,13 @@ std::string describe_shape(int stages, int replicas) {
 }
 
 std::string PipelineLayout::describe() const {
-  std::string blocks;
+  return fmt::format("{}, {}", describe_shape(stages, replicas), describe_blocks());
+}
+
+std::string PipelineLayout::describe_blocks() const {
+  std::string blocks = "blocks";
   for (int k = 0; k < stages; ++k) blocks += fmt::format(" [{}, {})", bounds[k], bounds[k + 1]);
-  return fmt::format("{}, blocks{}", describe_shape(stages, replicas), blocks);
+  return blocks;
 }
 
 UnitCosts parameter_costs(const ModelConfig& config) {

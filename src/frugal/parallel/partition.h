@@ -32,6 +32,7 @@ struct PipelineLayout {
   std::vector<int> bounds;
   bool operator==(const PipelineLayout&) const = default;
   std::string describe() const;  // "2 stages × 1 replica, blocks [0, 3) [3, 6)"
+  std::string describe_blocks() const;  // "blocks [0, 3) [3, 6)"
 };
 // "2 stages × 1 replica"
 std::string describe_shape(int stages, int replicas);

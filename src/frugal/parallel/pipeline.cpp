@@ -93,9 +93,9 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
 }
 
 PipelineStep::~PipelineStep() {
-  // A stage's tensor shard refers to tensor_comm_: gather it first (unless an error is ending the
-  // run, when the other ranks may never join, and the session goes too).
-  if (std::uncaught_exceptions() == 0) hold_tensor_shard(false);
+  // A stage's tensor shard refers to tensor_comm_ (drop_shard; fit() synchronize()s first where
+  // the whole model is still needed).
+  if (sharded_) drop_shard(session_);
   tensor_comm_.reset();
   if (tensor_group_ != MPI_COMM_NULL) MPI_Comm_free(&tensor_group_);
   dp_.reset();
@@ -232,7 +232,7 @@ void PipelineStep::apply(const PipelineLayout& layout) {
   const TrainSettings& t = settings_.train;
   layout_ = layout;
   applied_ = true;
-  name_ = describe_layout(layout.describe());
+  name_ = describe_layout(describe_shape(layout.stages, layout.replicas), layout.describe_blocks());
   mesh_.reset();  // before the new one: MPI_Comm_free is collective like the split
   mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(layout.replicas, layout.stages, tensor_), base_);
   if (layout.stages == 1) {  // data parallelism: the DataParallelStep runs the steps
@@ -304,18 +304,7 @@ int PipelineStep::stages_for(int n_layer) const {
 }
 
 StepResult PipelineStep::run(int64_t step, const BatchSource& next_batch, nlohmann::json* record) {
-  if (!applied_) {
-    if (!measured_) {
-      const PipelineLayout start = plan_layout();
-      if (world_.is_writer())
-        io::print("pipeline: {} (costliest stage {}){}\n", start.describe(),
-                  describe_cost(slowest_stage(costs_, layout_frozen_, start.bounds)),
-                  start.stages == 1 ? "" : describe_stage_plans());
-    } else {
-      layout_reshapes_ = session_.reshapes();  // the checkpoint's layout was made for its model
-      apply(layout_);
-    }
-  }
+  if (!applied_) start();
   hold(ranges(layout_));  // back to the stage after a synchronize()
   if (dp_) {
     const StepResult r = dp_->run(step, next_batch, record);
@@ -646,10 +635,22 @@ CheckpointRole PipelineStep::prepare_checkpoint() {
   return {.sharded = true, .writes = replica() == 0};
 }
 
+void PipelineStep::start() {
+  if (!measured_) {
+    const PipelineLayout start = plan_layout();
+    if (world_.is_writer())
+      io::print("pipeline: {} (costliest stage {}){}\n", start.describe(),
+                describe_cost(slowest_stage(costs_, layout_frozen_, start.bounds)),
+                start.stages == 1 ? "" : describe_stage_plans());
+  } else {
+    layout_reshapes_ = session_.reshapes();  // the checkpoint's layout was made for its model
+    apply(layout_);
+  }
+}
+
 bool PipelineStep::enter_parts() {
-  if (tensor_ == 1 || !measured_ || applied_) return false;
-  layout_reshapes_ = session_.reshapes();  // the checkpoint's layout was made for its model
-  apply(layout_);
+  if (tensor_ == 1 || applied_) return false;
+  start();
   return sharded_;
 }
 
@@ -769,9 +770,9 @@ void PipelineStep::hold_tensor_shard(bool sharded, bool gradients) {
   sharded_ = sharded;
 }
 
-std::string PipelineStep::describe_layout(const std::string& shape) const {
-  return fmt::format("pipeline of {}{}, {}", shape, tensor_ > 1 ? fmt::format(" × tensor {}", tensor_) : "",
-                     gpipe_ ? "GPipe" : "1F1B");
+std::string PipelineStep::describe_layout(const std::string& shape, const std::string& blocks) const {
+  return fmt::format("pipeline of {}{}{}, {}", shape, tensor_ > 1 ? fmt::format(" × tensor {}", tensor_) : "",
+                     blocks.empty() ? "" : ", " + blocks, gpipe_ ? "GPipe" : "1F1B");
 }
 
 }  // namespace frugal::parallel

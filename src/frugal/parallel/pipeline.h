@@ -46,9 +46,12 @@
 // synchronize() gathers each stage's shards first and, unless the model is then whole, cuts them
 // again. Such a pipeline needs no synchronize() for evaluation (each replica's stages chain their
 // sharded forwards over its share of the batches) nor for checkpoints (each rank of the first
-// replica writes its shard of its stage: a sharded checkpoint, train/checkpoint.h). Methods act on whole blocks as under tensor parallelism alone: a stage gathers its shards
-// around a Reconfigure that may choose masks, and with their gradients for a method that reads
-// whole gradients (mst's growth) until the clip; adaptive freezing's per-block sums add the
+// replica writes its shard of its stage: a sharded checkpoint, train/checkpoint.h), and without
+// methods it starts there: the layout is chosen (AutoPipe's measurement included) before any
+// weight is written and each rank initialises, or reads from a sharded checkpoint, its stage's
+// shard only (enter_parts). Methods act on whole blocks as under tensor parallelism alone: a stage
+// gathers its shards around a Reconfigure that may choose masks, and with their gradients for a
+// method that reads whole gradients (mst's growth) until the clip; adaptive freezing's per-block sums add the
 // shards' parts, then the stages'. AutoDP (parallel.elastic with a freezing method), and a V-cycle
 // level short enough to leave one stage, are refused: a one-stage layout is data parallelism
 // without tensor shards.
@@ -134,8 +137,9 @@ class PipelineStep final : public StepStrategy {
   // Rebuilds the session around this rank's tensor shard of its blocks, or gathers them whole
   // (with their gradients too when `gradients`).
   void hold_tensor_shard(bool sharded, bool gradients = false);
-  // "pipeline of 2 stages × 1 replica × tensor 2, 1F1B" from a layout's shape.
-  std::string describe_layout(const std::string& shape) const;
+  // "pipeline of 2 stages × 1 replica × tensor 2, blocks [0, 2) [2, 4), 1F1B" from a layout's shape
+  // and its blocks (once chosen).
+  std::string describe_layout(const std::string& shape, const std::string& blocks = "") const;
   // Makes `layout` current: the ranks' blocks, communicators, the stage's activation plan,
   // DataParallelStep for one stage.
   void apply(const PipelineLayout& layout);
@@ -147,6 +151,8 @@ class PipelineStep final : public StepStrategy {
   // The current model's unit costs (measured, or bytes), the starting limit and AutoPipe's layout,
   // made current (apply): at the first step and after a reshape.
   PipelineLayout plan_layout();
+  // The first layout, made current: planned (and printed), or the checkpoint's (load_state).
+  void start();
   // After a Reconfigure that reshaped the model (held whole on every rank): a pipeline for it.
   void follow_reshape(int64_t step, nlohmann::json* record);
   // The step's metrics of a re-partition from `before` to `next`: what caused it (the frozen

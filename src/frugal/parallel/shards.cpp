@@ -46,4 +46,6 @@ void hold_shard(Session& session, bool sharded, Placement::Kind kind, TensorColl
   session.model().add_routing(window);
 }
 
+void drop_shard(Session& session) { session.repartition(session.model().range(), nullptr); }
+
 }  // namespace frugal::parallel

@@ -1,10 +1,11 @@
 // Moving a session between the whole model and this rank's shard of it, for the strategies that
 // split tensors over a group of ranks (tensor parallelism: Placement::Kind::Sharded; expert
-// parallelism: Placement::Kind::Experts). The session starts whole (initialised or loaded as in one
-// process), becomes the shard at a strategy's first step, and is gathered whole again on every rank
-// where the strategy needs it whole (expert parallelism: evaluation, checkpoints and samples;
-// tensor parallelism: the samples and its methods' Reconfigures, its evaluations and checkpoints
-// running on the shards).
+// parallelism: Placement::Kind::Experts). The session becomes the shard before its weights are
+// written (tensor parallelism without methods: StepStrategy::enter_parts), or starts whole
+// (initialised or loaded as in one process) and becomes the shard at a strategy's first step, and
+// is gathered whole again on every rank where the strategy needs it whole (expert parallelism:
+// evaluation, checkpoints and samples; tensor parallelism: the samples and its methods'
+// Reconfigures, its evaluations and checkpoints running on the shards).
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -25,5 +26,11 @@ using AllGather = std::function<void(const float* local, size_t n, float* out)>;
 // reads them whole mid-step; without, they are spent and the new model's start at zero.
 void hold_shard(Session& session, bool sharded, Placement::Kind kind, TensorCollectives& comm,
                 const AllGather& all_gather, bool gradients = false);
+
+// What a strategy whose session holds a shard leaves when it ends: the whole of the session's block
+// range, its weights and moments zero (the pages of which take no memory), built without `comm`,
+// which goes with the strategy. No rank communicates, so it holds when an error is ending the run
+// too; a caller that still needs the trained model synchronize()s before the strategy goes.
+void drop_shard(Session& session);
 
 }  // namespace frugal::parallel

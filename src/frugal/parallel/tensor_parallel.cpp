@@ -226,9 +226,9 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
 }
 
 TensorParallelStep::~TensorParallelStep() {
-  // The session may still hold a shard that refers to comm_: gather it first (unless an error is
-  // ending the run, when the other ranks may never join, and the session goes too).
-  if (std::uncaught_exceptions() == 0) hold(false);
+  // The session may still hold a shard that refers to comm_ (drop_shard; fit() synchronize()s
+  // first where the whole model is still needed).
+  if (sharded_) drop_shard(session_);
   comm_.reset();
   replica_group_.reset();
   mesh_.reset();

@@ -18,11 +18,13 @@
 // one process's order, and each shard's gradients are summed over its D replicas after the
 // backward (not overlapped), as a pipeline's replicas do.
 //
-// The session starts whole (initialised or loaded as in one process) and becomes this rank's
+// Without methods the session becomes this rank's shard before any weight is written
+// (enter_parts: each rank initialises its part, or reads it from a sharded checkpoint of this
+// degree); otherwise it starts whole (initialised or loaded as in one process) and becomes the
 // shard at the first step. It stays the shard for evaluation (each tensor group runs the sharded
 // forward over its replica's share of the validation batches) and for checkpoints (sharded: each
 // rank of the first replica writes its shard, train/checkpoint.h; any layout, or one process,
-// reads them back whole); synchronize() (before the samples at the end) gathers the whole model,
+// reads them back whole) to the end of the run; synchronize() (before samples) gathers the whole model,
 // weights and moments, on every rank, and the next step scatters it again. With D > 1, ZeRO
 // (parallel.zero) shards each tensor shard's AdamW moments (1) and gradients (2) over its D
 // replicas as DataParallelStep does over its ranks (zero.h): each replica updates its part and the

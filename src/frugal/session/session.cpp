@@ -74,7 +74,7 @@ void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
 }
 
 void Session::repartition(const BlockRange& range, const ReshapeMap& fill, TensorCollectives* tensor) {
-  FRUGAL_CHECK(!optim_->sharded(), "internal: a session with a sharded optimizer is re-partitioned");
+  FRUGAL_CHECK(!fill || !optim_->sharded(), "internal: a session with a sharded optimizer is re-partitioned");
   tensor_ = tensor;
   // Before the first step the moments are zero: allocating them now would take their memory early.
   rebuild(model_->config(), range, fill, optim_->steps_taken() > 0, true);

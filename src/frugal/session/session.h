@@ -112,8 +112,10 @@ class Session {
   // whole model), `fill` filling its weights and moments (from this session's tensors and from
   // the processes that hold the others; before the optimizer's first step `fill` sees no moments,
   // which are zero; it also sees both models' gradients, which a strategy may move along). With `tensor`, the new model is this rank's shard of that tensor-parallel
-  // group (GPT's constructor; it must outlive the session); without, it is not split. Call only
-  // between steps; references to the old model and optimizer are invalid afterwards.
+  // group (GPT's constructor; it must outlive the session); without, it is not split. A null
+  // `fill` leaves the new model's weights and moments zero (a strategy that ends drops its part
+  // this way: shards.h). Call only between steps; references to the old model and optimizer are
+  // invalid afterwards.
   void repartition(const BlockRange& range, const ReshapeMap& fill, TensorCollectives* tensor = nullptr);
   // ZeRO (stages 1 and 2): from now on the optimizer keeps moments for, and updates, only
   // [begin, end) of the flat parameter buffer. Replaces the optimizer with a fresh one: call

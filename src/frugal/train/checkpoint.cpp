@@ -282,34 +282,33 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
     // A sharded checkpoint: each writing rank its part of the weights and their moments.
     on_every_rank(group, "writing its part of the checkpoint", [&] {
       if (!role.sharded || !role.writes) return;
-      io::SafeTensors part;
-      part.metadata["format"] = kFormat;
-      part.metadata["shard"] = nlohmann::json{{"tensor_rank", table.shard().rank}, {"tensor_size", table.shard().size},
-                                              {"blocks", {model.range().begin, model.range().end}}}.dump();
+      const std::map<std::string, std::string> metadata{
+          {"format", kFormat},
+          {"shard", nlohmann::json{{"tensor_rank", table.shard().rank}, {"tensor_size", table.shard().size},
+                                   {"blocks", {model.range().begin, model.range().end}}}.dump()}};
+      std::map<std::string, io::TensorView> part;  // written from where they are: no copy of the part
       for (const ParamInfo& e : table.entries()) {
         if (!part_writes(e, table)) continue;
-        part.put_f32(e.name, e.local, model.params() + e.offset);
+        part[e.name] = io::TensorView::f32(e.local, model.params() + e.offset);
         if (!optim) continue;
         AdamW& moments = const_cast<AdamW&>(*optim);
         const size_t at = e.offset - optim->shard_begin();
-        part.put_f32(kMomentPrefixes[0] + e.name, e.local, moments.m() + at);
-        part.put_f32(kMomentPrefixes[1] + e.name, e.local, moments.v() + at);
+        part[kMomentPrefixes[0] + e.name] = io::TensorView::f32(e.local, moments.m() + at);
+        part[kMomentPrefixes[1] + e.name] = io::TensorView::f32(e.local, moments.v() + at);
       }
-      io::write_safetensors((tmp_dir / part_file_name(group.rank())).string(), part);
+      io::write_safetensors((tmp_dir / part_file_name(group.rank())).string(), metadata, part);
       if (const char* kill = std::getenv(kExitAfterPartVariable); kill && std::atoi(kill) == group.rank())
         std::_Exit(9);
     });
     // Each rank writes the moments it owns into the shared temporary directory.
     on_every_rank(group, "writing its optimizer shard", [&] {
       if (!sharded) return;
-      io::SafeTensors shard;
-      shard.metadata["format"] = kFormat;
-      shard.metadata["shard"] = nlohmann::json{{"begin", optim->shard_begin()}, {"end", optim->shard_end()},
+      const std::string range = nlohmann::json{{"begin", optim->shard_begin()}, {"end", optim->shard_end()},
                                                {"total", model.table().total()}}.dump();
       const int64_t n = static_cast<int64_t>(optim->shard_end() - optim->shard_begin());
-      shard.put_f32("adamw.m", {n}, const_cast<AdamW*>(optim)->m());
-      shard.put_f32("adamw.v", {n}, const_cast<AdamW*>(optim)->v());
-      io::write_safetensors((tmp_dir / shard_file_name(group.rank())).string(), shard);
+      io::write_safetensors((tmp_dir / shard_file_name(group.rank())).string(), {{"format", kFormat}, {"shard", range}},
+                            {{"adamw.m", io::TensorView::f32({n}, const_cast<AdamW*>(optim)->m())},
+                             {"adamw.v", io::TensorView::f32({n}, const_cast<AdamW*>(optim)->v())}});
     });
   } catch (...) {
     discard_tmp();
@@ -319,16 +318,14 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
     if (!writer) return;
     bool replaced = false;
     try {
-      io::SafeTensors weights;
-      weights.metadata["format"] = kFormat;
-      weights.metadata["config"] = config.to_toml();
-      weights.metadata["model"] = model_config_json(model.config()).dump();
+      std::map<std::string, std::string> metadata{
+          {"format", kFormat}, {"config", config.to_toml()}, {"model", model_config_json(model.config()).dump()}};
+      std::map<std::string, io::TensorView> weights;
       if (role.sharded)  // the weights are in the ranks' files
-        weights.metadata[kManifestKey] = part_manifest(model.config(), parts).dump();
+        metadata[kManifestKey] = part_manifest(model.config(), parts).dump();
       else
-        for (const ParamInfo& e : table.entries())
-          weights.put_f32(e.name, e.shape, model.params() + e.offset);
-      io::write_safetensors((tmp_dir / "model.safetensors").string(), weights);
+        for (const ParamInfo& e : table.entries()) weights[e.name] = io::TensorView::f32(e.shape, model.params() + e.offset);
+      io::write_safetensors((tmp_dir / "model.safetensors").string(), metadata, weights);
 
       nlohmann::json js{{"step", state.step},
                         {"optimizer_steps", state.optimizer_steps},
@@ -346,15 +343,14 @@ std::string save_checkpoint(const std::string& run_dir, const io::Config& config
         nlohmann::json& names = js["method_tensors"] = nlohmann::json::array();
         for (const auto& [name, values] : state.method_tensors) names.push_back(name);
       }
-      io::SafeTensors train_state;
-      train_state.metadata["format"] = kFormat;
-      train_state.metadata["state"] = js.dump();
+      std::map<std::string, io::TensorView> moments;
       if (optim && !sharded && !role.sharded) {
         const int64_t n = static_cast<int64_t>(table.total());
-        train_state.put_f32("adamw.m", {n}, const_cast<AdamW*>(optim)->m());
-        train_state.put_f32("adamw.v", {n}, const_cast<AdamW*>(optim)->v());
+        moments["adamw.m"] = io::TensorView::f32({n}, const_cast<AdamW*>(optim)->m());
+        moments["adamw.v"] = io::TensorView::f32({n}, const_cast<AdamW*>(optim)->v());
       }
-      io::write_safetensors((tmp_dir / "train_state.safetensors").string(), train_state);
+      io::write_safetensors((tmp_dir / "train_state.safetensors").string(),
+                            {{"format", kFormat}, {"state", js.dump()}}, moments);
       if (!state.method_tensors.empty()) {
         io::SafeTensors method_state;
         method_state.metadata["format"] = kFormat;
@@ -406,8 +402,9 @@ nlohmann::json part_manifest_of(const std::string& checkpoint_dir) {
 // `table` stored under `prefix` ("" for the weights, kMomentPrefixes) to put(e, part, coord), coord
 // the part's place in its tensor group; then checks that every tensor got all of them. `table` is
 // the whole model's (every part of every tensor), or one rank's part at the checkpoint's tensor
-// degree (the slices of its tensor rank of the tensors it updates: files holding none are not
-// read). Errors name the file and what to do.
+// degree (the slices of its tensor rank of the tensors it holds — of the moments, of those it
+// updates: not a last stage's copy of a tied wte — files holding none of them are not opened). The
+// files are read one tensor at a time. Errors name the file and what to do.
 void read_parts(const std::string& checkpoint_dir, const nlohmann::json& manifest, const ParamTable& table,
                 const std::string& prefix,
                 const std::function<void(const ParamInfo&, std::span<const float>, const ShardCoord&)>& put) {
@@ -421,7 +418,7 @@ void read_parts(const std::string& checkpoint_dir, const nlohmann::json& manifes
   const auto wanted = [&](const std::string& name, int r) -> const ParamInfo* {
     const ParamInfo* e = table.find(name);
     if (!part || !e) return e;
-    if (e->offset < table.owned_begin()) return nullptr;  // a last stage's copy of a tied wte
+    if (!prefix.empty() && e->offset < table.owned_begin()) return nullptr;  // a tied wte's copy has no moments
     return e->placement.kind != Placement::Kind::Sharded || r == held.rank ? e : nullptr;
   };
   std::map<std::string, int> parts;  // per tensor: the parts read
@@ -434,7 +431,7 @@ void read_parts(const std::string& checkpoint_dir, const nlohmann::json& manifes
     const std::string path = (fs::path(checkpoint_dir) / name).string();
     FRUGAL_CHECK(fs::exists(path), "{} is missing: the checkpoint is sharded over {} files and needs every one; "
                  "copy it back, or {}", path, manifest.at("files").size(), earlier_checkpoint_advice(checkpoint_dir));
-    const io::SafeTensors file = read_checkpoint_file(checkpoint_dir, name.c_str());
+    const io::SafeTensorsReader file(path, [&] { return earlier_checkpoint_advice(checkpoint_dir); });
     const ShardCoord coord{.rank = r, .size = T};
     const BlockRange range{f.at("blocks")[0], f.at("blocks")[1], f.at("embeddings"), f.at("head")};
     const ParamTable written = ParamTable::build(written_config, range, coord);
@@ -448,10 +445,10 @@ void read_parts(const std::string& checkpoint_dir, const nlohmann::json& manifes
                    "from a different model shape; use the checkpoint's model settings", path, tensor);
       if (!e) continue;  // another rank's
       const std::string key = prefix + tensor;
-      FRUGAL_CHECK(file.tensors.count(key), "{} has no tensor '{}' though the manifest lists it{}: the file is "
+      FRUGAL_CHECK(file.contains(key), "{} has no tensor '{}' though the manifest lists it{}: the file is "
                    "damaged; {}", path, key, prefix.empty() ? "" : " (resume needs the moments; --init-from "
                    "starts a new run from the weights)", earlier_checkpoint_advice(checkpoint_dir));
-      const io::TensorData& data = file.at(key);
+      const io::TensorData data = file.read(key);
       const std::vector<int64_t>& local = written.at(tensor).local;
       FRUGAL_CHECK(data.shape == local, "{}: tensor '{}' has shape [{}] but tensor rank {} of {} of this model "
                    "holds [{}]: the checkpoint is from a different model shape; use the checkpoint's model "
@@ -463,7 +460,7 @@ void read_parts(const std::string& checkpoint_dir, const nlohmann::json& manifes
     }
   }
   for (const ParamInfo& e : table.entries()) {
-    if (part && e.offset < table.owned_begin()) continue;
+    if (part && !prefix.empty() && e.offset < table.owned_begin()) continue;
     const int needed = !part && e.placement.kind == Placement::Kind::Sharded ? T : 1;
     FRUGAL_CHECK(parts[e.name] == needed, "{}: the sharded checkpoint holds {} of the {} parts of tensor '{}': "
                  "the manifest is damaged or the checkpoint is of another model shape; {}", checkpoint_dir,
@@ -543,31 +540,40 @@ io::Config checkpoint_config(const std::string& checkpoint_dir, const io::Config
 void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model) {
   const std::string path = (fs::path(checkpoint_dir) / "model.safetensors").string();
   if (const nlohmann::json manifest = part_manifest_of(checkpoint_dir); !manifest.is_null()) {
-    FRUGAL_CHECK(model.table().shard().size == 1 && model.table().owned_begin() == 0,
-                 "internal: a sharded checkpoint is read into the whole model");
+    // The whole model assembles every tensor from its parts; a rank's part at the checkpoint's
+    // degree (a resume that starts in parts, StepStrategy::enter_parts) takes its own.
+    const ParamTable& table = model.table();
+    const bool part = table.shard().size > 1;
+    FRUGAL_CHECK(part || (table.owned_begin() == 0 && model.range() == BlockRange::whole(model.config())),
+                 "internal: a sharded checkpoint is read into a pipeline stage without tensor shards");
     float* params = model.params();
-    read_parts(checkpoint_dir, manifest, model.table(), "", [&](const ParamInfo& e, std::span<const float> part,
+    read_parts(checkpoint_dir, manifest, table, "", [&](const ParamInfo& e, std::span<const float> values,
                                                        const ShardCoord& coord) {
-      e.copy_global(part.data(), params + e.offset, coord);
+      if (part)
+        std::ranges::copy(values, params + e.offset);
+      else
+        e.copy_global(values.data(), params + e.offset, coord);
     });
     return;
   }
-  io::SafeTensors st = read_checkpoint_file(checkpoint_dir, "model.safetensors");
+  FRUGAL_CHECK(model.table().shard().size == 1 && model.range() == BlockRange::whole(model.config()),
+               "internal: a whole checkpoint is read into a part of the model");
+  const io::SafeTensorsReader file(path, [&] { return earlier_checkpoint_advice(checkpoint_dir); });
   for (const ParamInfo& e : model.table().entries()) {
-    auto it = st.tensors.find(e.name);
-    FRUGAL_CHECK(it != st.tensors.end(), "{} has no tensor '{}': the checkpoint is from a different "
+    FRUGAL_CHECK(file.contains(e.name), "{} has no tensor '{}': the checkpoint is from a different "
                  "model shape; use a config matching the checkpoint's", path, e.name);
-    FRUGAL_CHECK(it->second.shape == e.shape,
+    const io::TensorData data = file.read(e.name);
+    FRUGAL_CHECK(data.shape == e.shape,
                  "{}: tensor '{}' has shape [{}] but this model needs [{}]: the checkpoint is from a "
                  "different model shape; use the checkpoint's model settings",
-                 path, e.name, fmt::join(it->second.shape, ", "), fmt::join(e.shape, ", "));
-    std::vector<float> v = it->second.to_f32(e.name);
+                 path, e.name, fmt::join(data.shape, ", "), fmt::join(e.shape, ", "));
+    const std::vector<float> v = data.to_f32(e.name);
     check_finite(checkpoint_dir, path, e.name, v);
     std::copy(v.begin(), v.end(), model.params() + e.offset);
   }
-  FRUGAL_CHECK(st.tensors.size() == model.table().entries().size(),
+  FRUGAL_CHECK(file.size() == model.table().entries().size(),
                "{} has {} tensors but this model has {}: the checkpoint is from a different model "
-               "shape; use the checkpoint's model settings", path, st.tensors.size(),
+               "shape; use the checkpoint's model settings", path, file.size(),
                model.table().entries().size());
 }
 

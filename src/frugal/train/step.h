@@ -116,11 +116,11 @@ class StepStrategy {
     return {};
   }
   virtual void after_checkpoint() {}
-  // At a resume from a sharded checkpoint of this run's tensor degree, after the strategy's and the
-  // session's state are loaded and before AdamW's moments are: cuts the session to this rank's part
-  // now, so that it reads its moments' slices only (no rank ever holds the whole model's moments).
-  // false: the session stays whole (the default; the moments are loaded whole and cut at the
-  // first step).
+  // Cuts the session to this rank's part now, before its weights are written: at the start of a
+  // run without methods (then initialised part by part: GPT::init_weights), or at a resume from a
+  // sharded checkpoint of this run's tensor degree after the strategy's and the session's state
+  // are loaded (then each rank reads its own part's weights and moments). No rank then ever holds
+  // the whole model. false: the session stays whole (the default; it is cut at the first step).
   virtual bool enter_parts() { return false; }
   // How the trainer evaluates the session as it is: every rank of `group` runs evaluate_loss with
   // `share`; nullopt (the default): the session is synchronize()d and evaluated over the run's

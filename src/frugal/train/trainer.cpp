@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/error.h"
+#include "frugal/core/memory.h"
 #include "frugal/core/rng.h"
 #include "frugal/core/threading.h"
 #include "frugal/core/timer.h"
@@ -146,10 +147,17 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   SessionOptions session = session_options(settings_);
   if (resume) session.model = checkpoint_model_config(resume->dir);
   session_ = std::make_unique<Session>(session);
-  session_->model().init_weights(t.seed);
   methods_ = MethodSet::from_config(config_);
   step_ = options.step_strategy(*session_, methods_, settings_);
   step_->set_num_samples(train_loader_->num_samples());
+  // A strategy that splits the model may hold this rank's part from now on, before any weight is
+  // written: the whole model's pages then never take memory, and each rank initialises (or a
+  // resume reads, below) its part only. Not with methods, which start on the whole model, nor
+  // from another run's weights (--init-from reads the whole model).
+  if (!resume && methods_.empty() && options.init_from.empty()) step_->enter_parts();
+  // A resume without methods reads every weight; with methods, their Init sees the initial weights
+  // as at the run's start.
+  if (!resume || !methods_.empty()) session_->model().init_weights(t.seed);
   {
     TrainContext ctx = step_->context(0);
     methods_.fire(Event::Init, ctx);
@@ -175,15 +183,15 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                  "--resume RUN), or start a new run from its weights with --init-from",
                  dir, fmt::join(changed, "; "));
     continues_out_dir = checkpoint_run_dir(dir) == fs::weakly_canonical(fs::path(t.out_dir)).string();
-    load_checkpoint_params(dir, session_->model());
     {
       const TrainState saved = read_checkpoint_state(dir);
       if (!saved.session.is_null()) session_->load_state(saved.session);
       step_->load_state(saved.strategy);
     }
-    // A sharded checkpoint at this run's tensor degree: each rank reads the moments of its own
-    // part (a method's state is restored on the whole model, so not with methods).
+    // A sharded checkpoint at this run's tensor degree: each rank reads the weights and moments of
+    // its own part (a method's state is restored on the whole model, so not with methods).
     if (methods_.empty() && checkpoint_tensor_degree(dir) == settings_.parallel.tensor) step_->enter_parts();
+    load_checkpoint_params(dir, session_->model());
     TrainState state = load_checkpoint_state(dir, session_->optim());
     start_step_ = state.step;
     flops_executed_ = state.flops;
@@ -250,6 +258,13 @@ std::string Trainer::save(int64_t step) {
 }
 
 Trainer::~Trainer() = default;
+
+double Trainer::largest_peak_rss_mib() {
+  std::vector<double> each(group_.size(), 0.0);
+  each[group_.rank()] = double(peak_rss_bytes()) / 1048576.0;
+  each = group_.sum(each);
+  return *std::ranges::max_element(each);
+}
 
 void Trainer::add_routing_metrics(nlohmann::json& record) {
   RoutingStats routing = session_->model().take_routing();
@@ -450,6 +465,7 @@ FitResult Trainer::fit() {
         }
       }
       add_routing_metrics(record);
+      record["peak_rss_mib"] = largest_peak_rss_mib();
       const std::string warning = record.value("warning", "");
       // A run whose log or progress cannot be written stops, with a checkpoint if the disk allows.
       try {
@@ -498,7 +514,9 @@ FitResult Trainer::fit() {
   }
   result.interrupted = group_.any(stop_requested());
   const std::string saved = step > start_step_ ? save(step) : "";
-  step_->synchronize();  // the whole model for the samples after fit() (and the caller's reads)
+  // The whole model on every rank for the samples after fit() (rank 0's print_samples); without
+  // samples a strategy's ranks keep their parts (no rank then ever holds the whole model).
+  if (settings_.sample.count > 0) step_->synchronize();
   if (print && result.interrupted) io::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
   else if (print && !saved.empty()) io::print("checkpoint {}\n", saved);
   result.first_step = start_step_;
@@ -506,6 +524,7 @@ FitResult Trainer::fit() {
   result.final_val_loss = val_loss;
   result.seconds = wall.seconds();
   result.run_seconds = wall_offset_ + result.seconds;
+  result.peak_rss_mib = largest_peak_rss_mib();
   wall_started_ = nullptr;
   stop_signals_.reset();
   return result;

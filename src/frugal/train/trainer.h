@@ -48,6 +48,7 @@ struct FitResult {
   double seconds = 0;         // this fit()'s wall time
   double run_seconds = 0;     // the run's, over every session (metrics.jsonl's wall_s)
   bool interrupted = false;
+  double peak_rss_mib = 0;    // the largest rank's peak resident memory over the run's process, at the end
 };
 
 class Trainer {
@@ -83,6 +84,9 @@ class Trainer {
   // of the routed rows; and the worst block's max/mean load as "moe_max_over_mean_load". Nothing
   // for a dense model.
   void add_routing_metrics(nlohmann::json& record);
+  // The peak resident memory (VmHWM) of the run's largest rank so far, in MiB (metrics'
+  // peak_rss_mib at each log line, FitResult's at the end). Every rank calls it.
+  double largest_peak_rss_mib();
   std::string save(int64_t step);
   // After a failed write of metrics.jsonl or of the progress output: saves a checkpoint if it can,
   // then throws Error with the cause and how the run ended.
