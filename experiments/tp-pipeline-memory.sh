@@ -5,12 +5,12 @@
 # sharded checkpoints and resumes from one, each rank's peak RSS (VmHWM, /usr/bin/time) under the
 # limit; then `frugal eval` in one process reads the sharded checkpoint back whole (one process may
 # exceed the limit: it is the assembly the issue allows). docs/parallel.md quotes the numbers.
-# Usage: experiments/tp-pipeline-memory.sh [OUT_DIR] (about 4 minutes on 2 cores)
+# Usage: [FRUGAL=binary] experiments/tp-pipeline-memory.sh [OUT_DIR] (about 1 minute on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/tp-pipeline-memory}
 data=runs/data/shakespeare-char
-[ -d "$data" ] || ./build/frugal prepare --tokenizer char --input data/tinyshakespeare/input.txt --out "$data"
+[ -d "$data" ] || ${FRUGAL:-./build/frugal} prepare --tokenizer char --input data/tinyshakespeare/input.txt --out "$data"
 limit=320
 # 4 blocks of width 1024 (50.5M parameters, 808 MB of weights, gradients and AdamW moments in fp32),
 # short sequences: the model state dominates the plan.
@@ -24,22 +24,22 @@ rss="/usr/bin/time -f rank-peak-rss-kb=%M"
 mkdir -p "$out"
 
 echo "== one process and tensor 2 alone: refused"
-./build/frugal train configs/shakespeare-char.toml $model --set train.out_dir="$out/one" --overwrite \
+${FRUGAL:-./build/frugal} train configs/shakespeare-char.toml $model --set train.out_dir="$out/one" --overwrite \
   --set train.max_steps=6 2>&1 | tail -1 || true
-$mpi -np 2 ./build/frugal train configs/shakespeare-char.toml $model --set parallel.tensor=2 \
+$mpi -np 2 ${FRUGAL:-./build/frugal} train configs/shakespeare-char.toml $model --set parallel.tensor=2 \
   --set train.out_dir="$out/tensor2" --overwrite --set train.max_steps=6 2>&1 | grep -m1 error || true
 
 echo "== tensor 2 × pipeline 2: 6 steps, evaluations and checkpoints at steps 3 and 6"
-$mpi -np 4 $rss ./build/frugal train configs/shakespeare-char.toml $model $layout \
+$mpi -np 4 $rss ${FRUGAL:-./build/frugal} train configs/shakespeare-char.toml $model $layout \
   --set train.out_dir="$out/tp2pp2" --overwrite --set train.max_steps=6 2>&1 |
   grep -E "memory plan|pipeline:|^step|rank-peak-rss|checkpoint"
 ls "$out/tp2pp2/checkpoints/step_00000006"
 
 echo "== resumed from step 6 to step 9"
-$mpi -np 4 $rss ./build/frugal train configs/shakespeare-char.toml $model $layout \
+$mpi -np 4 $rss ${FRUGAL:-./build/frugal} train configs/shakespeare-char.toml $model $layout \
   --set train.out_dir="$out/tp2pp2" --set train.max_steps=9 --resume "$out/tp2pp2" 2>&1 |
   grep -E "resumed|^step|rank-peak-rss|checkpoint"
 
 echo "== the sharded checkpoint evaluated in one process (the run logged val_loss at step 9)"
-$rss ./build/frugal eval "$out/tp2pp2" --batch-size 2 --max-batches 2 --threads 1 2>&1
+$rss ${FRUGAL:-./build/frugal} eval "$out/tp2pp2" --batch-size 2 --max-batches 2 --threads 1 2>&1
 grep -o '"val_loss":[0-9.]*' "$out/tp2pp2/metrics.jsonl" | tail -1

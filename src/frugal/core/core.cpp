@@ -48,10 +48,22 @@ std::string omp_wait_policy() {
   return out.empty() ? "libgomp default" : out;
 }
 
-void AlignedFree::operator()(void* p) const { std::free(p); }
+void AlignedFree::operator()(void* p) const {
+  if (mapped_bytes)
+    munmap(p, mapped_bytes);
+  else
+    std::free(p);
+}
 
-void* aligned_zeroed_alloc(size_t bytes) {
+void* aligned_zeroed_alloc(size_t bytes, size_t* mapped_bytes) {
+  *mapped_bytes = 0;
   if (bytes == 0) return nullptr;
+  if (bytes >= kMappedBytes) {  // page-aligned, and zero pages the kernel maps in only when written
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    *mapped_bytes = bytes;
+    return p;
+  }
   size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, rounded);
   if (!p) throw std::bad_alloc();

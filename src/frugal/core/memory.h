@@ -8,7 +8,9 @@ namespace frugal {
 
 inline constexpr size_t kAlign = 64;  // bytes: one cache line, one AVX-512 vector
 
+// Frees what aligned_zeroed_alloc returned: unmaps it when it was mapped on its own (mapped_bytes).
 struct AlignedFree {
+  size_t mapped_bytes = 0;
   void operator()(void* p) const;
 };
 
@@ -32,11 +34,19 @@ class Buffer {
   size_t n_ = 0;
 };
 
-void* aligned_zeroed_alloc(size_t bytes);
+// `bytes` zeroed, 64-byte aligned, whose whole pages take memory only once written. From
+// kMappedBytes up a mapping of its own (*mapped_bytes its length, else 0), whose memory goes back
+// to the operating system when freed: the allocator's heap keeps freed blocks of up to tens of MiB
+// resident, which a model's buffers, built and dropped at start-up (AutoPipe's unit models) and at
+// every re-partition, would otherwise leave behind.
+inline constexpr size_t kMappedBytes = size_t{1} << 20;
+void* aligned_zeroed_alloc(size_t bytes, size_t* mapped_bytes);
 
 template <class T>
 void Buffer<T>::resize(size_t n) {
-  ptr_.reset(static_cast<T*>(aligned_zeroed_alloc(n * sizeof(T))));
+  size_t mapped = 0;
+  T* p = static_cast<T*>(aligned_zeroed_alloc(n * sizeof(T), &mapped));
+  ptr_ = std::unique_ptr<T, AlignedFree>(p, AlignedFree{mapped});
   n_ = n;
 }
 
