@@ -446,6 +446,7 @@ struct SafeTensorsReader::Impl {
   MappedFile file;
   Header header;
   std::map<std::string, const Entry*> by_name;
+  const Entry& entry(const std::string& name) const;  // throws naming the file when it is not there
 };
 
 SafeTensorsReader::SafeTensorsReader(const std::string& path, const DamageRemedy& remedy)
@@ -462,11 +463,21 @@ bool SafeTensorsReader::contains(const std::string& name) const { return impl_->
 
 size_t SafeTensorsReader::size() const { return impl_->by_name.size(); }
 
+const Entry& SafeTensorsReader::Impl::entry(const std::string& name) const {
+  const auto it = by_name.find(name);
+  FRUGAL_CHECK(it != by_name.end(), "tensor '{}' is not in {} ({} tensors); check the name or that the "
+               "file comes from a matching model", name, path, by_name.size());
+  return *it->second;
+}
+
+size_t SafeTensorsReader::numel(const std::string& name) const {
+  size_t n = 1;
+  for (int64_t d : impl_->entry(name).shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
 TensorData SafeTensorsReader::read(const std::string& name) const {
-  const auto it = impl_->by_name.find(name);
-  FRUGAL_CHECK(it != impl_->by_name.end(), "tensor '{}' is not in {} ({} tensors); check the name or that the "
-               "file comes from a matching model", name, impl_->path, impl_->by_name.size());
-  const Entry& e = *it->second;
+  const Entry& e = impl_->entry(name);
   TensorData t;
   t.dtype = e.dtype;
   t.shape = e.shape;

@@ -85,6 +85,8 @@ class SafeTensorsReader {
   const std::map<std::string, std::string>& metadata() const;
   bool contains(const std::string& name) const;
   size_t size() const;  // tensors
+  // The elements of tensor `name` (from the header: nothing is read); throws as read() does.
+  size_t numel(const std::string& name) const;
   // Throws Error naming the tensor and the file when it is not there.
   TensorData read(const std::string& name) const;
 

@@ -626,14 +626,14 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
   // that wrote them (any world size: each shard file gives its range of the flat buffer).
   const size_t begin = optim.shard_begin(), end = optim.shard_end();
   size_t covered = 0;
-  auto take = [&](const io::SafeTensors& file, const std::string& file_path, size_t file_begin,
+  auto take = [&](const io::SafeTensorsReader& file, const std::string& file_path, size_t file_begin,
                   size_t file_end) {
     const size_t lo = std::max(begin, file_begin), hi = std::min(end, file_end);
     if (lo >= hi) return;
     for (auto [name, dst] : {std::pair{"adamw.m", optim.m()}, std::pair{"adamw.v", optim.v()}}) {
-      FRUGAL_CHECK(file.tensors.count(name), "{} has no optimizer moments '{}'; it cannot be "
+      FRUGAL_CHECK(file.contains(name), "{} has no optimizer moments '{}'; it cannot be "
                    "resumed (use --init-from to start a new run from its weights)", file_path, name);
-      std::vector<float> v = file.at(name).to_f32(name);
+      const std::vector<float> v = file.read(name).to_f32(name);
       FRUGAL_CHECK(v.size() == file_end - file_begin, "{}: optimizer state '{}' has {} values "
                    "where {} were expected; the file is damaged", file_path, name, v.size(),
                    file_end - file_begin);
@@ -669,8 +669,8 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
     }
     covered = end - begin;
   } else if (s.optimizer_shards == 0) {
-    const io::SafeTensors st = read_checkpoint_file(checkpoint_dir, "train_state.safetensors");
-    const size_t n = st.tensors.count("adamw.m") ? st.at("adamw.m").numel() : model_total;
+    const io::SafeTensorsReader st(path, [&] { return earlier_checkpoint_advice(checkpoint_dir); });
+    const size_t n = st.contains("adamw.m") ? st.numel("adamw.m") : model_total;
     FRUGAL_CHECK(n == model_total, "{}: optimizer state 'adamw.m' has {} values but this model "
                  "needs {}; the checkpoint is from a different model shape", path, n, model_total);
     take(st, path, 0, model_total);
@@ -681,8 +681,10 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
       FRUGAL_CHECK(fs::exists(file_path), "{} is missing: the checkpoint was written by {} "
                    "processes with a sharded optimizer and needs every shard; {}", file_path,
                    shards, earlier_checkpoint_advice(checkpoint_dir));
-      io::SafeTensors file = read_checkpoint_file(checkpoint_dir, shard_file_name(r).c_str());
-      const nlohmann::json range = nlohmann::json::parse(file.metadata.at("shard"));
+      const io::SafeTensorsReader file(file_path, [&] { return earlier_checkpoint_advice(checkpoint_dir); });
+      FRUGAL_CHECK(file.metadata().count("shard"), "{} has no shard range in its metadata: the file is damaged; {}",
+                   file_path, earlier_checkpoint_advice(checkpoint_dir));
+      const nlohmann::json range = nlohmann::json::parse(file.metadata().at("shard"));
       FRUGAL_CHECK(range.at("total").get<size_t>() == model_total, "{}: the optimizer shard is of "
                    "a model of {} parameters but this model has {}; the checkpoint is from a "
                    "different model shape", file_path, range.at("total").get<size_t>(), model_total);
