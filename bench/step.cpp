@@ -99,7 +99,7 @@ BenchResult run_train_bench(const BenchPreset& preset, const StepStrategyFactory
   session.set_lr_schedule([lr = s.optim.lr](int64_t) { return lr; });  // every step alike
   MethodSet methods = MethodSet::from_config(preset.config);
   const std::unique_ptr<StepStrategy> runner = strategy(session, methods, s);
-  if (methods.empty()) runner->enter_parts();  // as the trainer starts: no rank holds the whole model
+  runner->enter_parts();  // as the trainer starts: no rank holds the whole model
   session.model().init_weights(t.seed);
   // The data set is B random sequences (ids 0..B-1), and every micro-batch is all of them: each
   // step is like a step of a later epoch, so methods that depend on samples coming back work as

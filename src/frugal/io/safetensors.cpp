@@ -312,11 +312,15 @@ bool parse_dtype(const std::string& name, DType* out) {
   return false;
 }
 
-size_t TensorData::numel() const {
+namespace {
+size_t numel_of(const std::vector<int64_t>& shape) {
   size_t n = 1;
   for (int64_t d : shape) n *= static_cast<size_t>(d);
   return n;
 }
+}  // namespace
+
+size_t TensorData::numel() const { return numel_of(shape); }
 
 std::vector<float> TensorData::to_f32(const std::string& name) const {
   size_t n = numel();
@@ -470,11 +474,7 @@ const Entry& SafeTensorsReader::Impl::entry(const std::string& name) const {
   return *it->second;
 }
 
-size_t SafeTensorsReader::numel(const std::string& name) const {
-  size_t n = 1;
-  for (int64_t d : impl_->entry(name).shape) n *= static_cast<size_t>(d);
-  return n;
-}
+size_t SafeTensorsReader::numel(const std::string& name) const { return numel_of(impl_->entry(name).shape); }
 
 TensorData SafeTensorsReader::read(const std::string& name) const {
   const Entry& e = impl_->entry(name);

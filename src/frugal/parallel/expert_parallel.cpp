@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <exception>
 
 #include "frugal/core/error.h"
 #include "frugal/kernels/ops.h"

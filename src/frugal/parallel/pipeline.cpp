@@ -648,7 +648,7 @@ void PipelineStep::start() {
   }
 }
 
-bool PipelineStep::enter_parts() {
+bool PipelineStep::cut_to_parts() {
   if (tensor_ == 1 || applied_) return false;
   start();
   return sharded_;

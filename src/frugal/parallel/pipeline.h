@@ -51,8 +51,8 @@
 // weight is written and each rank initialises, or reads from a sharded checkpoint, its stage's
 // shard only (enter_parts). Methods act on whole blocks as under tensor parallelism alone: a stage
 // gathers its shards around a Reconfigure that may choose masks, and with their gradients for a
-// method that reads whole gradients (mst's growth) until the clip; adaptive freezing's per-block sums add the
-// shards' parts, then the stages'. AutoDP (parallel.elastic with a freezing method), and a V-cycle
+// method that reads whole gradients (mst's growth) until the clip; adaptive freezing's per-block
+// sums add the shards' parts, then the stages'. AutoDP (parallel.elastic with a freezing method), and a V-cycle
 // level short enough to leave one stage, are refused: a one-stage layout is data parallelism
 // without tensor shards.
 #pragma once
@@ -84,8 +84,8 @@ class PipelineStep final : public StepStrategy {
   // With tensor shards: each replica's stages chain their sharded forwards over its share of the
   // batches, the last stage's losses added over every rank (no gather); else synchronize()d.
   std::optional<Evaluation> evaluation() override;
-  // With tensor shards and the checkpoint's layout: the stage's shard now (its layout applied).
-  bool enter_parts() override;
+  // With tensor shards: the stage's shard now (the checkpoint's layout applied, or one planned now).
+  bool cut_to_parts() override;
   nlohmann::json save_state() const override;
   void load_state(const nlohmann::json& state) override;
 

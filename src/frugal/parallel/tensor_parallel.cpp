@@ -4,9 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
-#include <exception>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -273,7 +272,7 @@ CheckpointRole TensorParallelStep::prepare_checkpoint() {
   return {.sharded = true, .writes = replica() == 0};
 }
 
-bool TensorParallelStep::enter_parts() {
+bool TensorParallelStep::cut_to_parts() {
   if (settings_.parallel.zero > 0) return false;
   hold(true);
   return true;

@@ -141,7 +141,7 @@ class TensorParallelStep final : public StepStrategy {
   CheckpointRole prepare_checkpoint() override;
   void after_checkpoint() override;
   // The shard now, unless ZeRO shards its moments over the replicas (then whole until the first step).
-  bool enter_parts() override;
+  bool cut_to_parts() override;
   // Over the replicas: each tensor group evaluates with the sharded forward (no gather).
   std::optional<Evaluation> evaluation() override {
     return Evaluation{replica_group_.get(), {replica(), replicas(), {}}};

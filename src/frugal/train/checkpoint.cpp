@@ -104,6 +104,12 @@ io::SafeTensors read_checkpoint_file(const std::string& checkpoint_dir, const ch
                               [&] { return earlier_checkpoint_advice(checkpoint_dir); });
 }
 
+// The same file opened to read a tensor at a time (the model's weights and moments).
+io::SafeTensorsReader open_checkpoint_file(const std::string& checkpoint_dir, const std::string& name) {
+  return io::SafeTensorsReader((fs::path(checkpoint_dir) / name).string(),
+                               [&] { return earlier_checkpoint_advice(checkpoint_dir); });
+}
+
 // Throws Error naming the tensor when values, tensor `name` of file `path` in checkpoint_dir,
 // hold a NaN or an infinity: such weights sample garbage and evaluate to nan.
 void check_finite(const std::string& checkpoint_dir, const std::string& path,
@@ -431,7 +437,7 @@ void read_parts(const std::string& checkpoint_dir, const nlohmann::json& manifes
     const std::string path = (fs::path(checkpoint_dir) / name).string();
     FRUGAL_CHECK(fs::exists(path), "{} is missing: the checkpoint is sharded over {} files and needs every one; "
                  "copy it back, or {}", path, manifest.at("files").size(), earlier_checkpoint_advice(checkpoint_dir));
-    const io::SafeTensorsReader file(path, [&] { return earlier_checkpoint_advice(checkpoint_dir); });
+    const io::SafeTensorsReader file = open_checkpoint_file(checkpoint_dir, name);
     const ShardCoord coord{.rank = r, .size = T};
     const BlockRange range{f.at("blocks")[0], f.at("blocks")[1], f.at("embeddings"), f.at("head")};
     const ParamTable written = ParamTable::build(written_config, range, coord);
@@ -558,7 +564,7 @@ void load_checkpoint_params(const std::string& checkpoint_dir, GPT& model) {
   }
   FRUGAL_CHECK(model.table().shard().size == 1 && model.range() == BlockRange::whole(model.config()),
                "internal: a whole checkpoint is read into a part of the model");
-  const io::SafeTensorsReader file(path, [&] { return earlier_checkpoint_advice(checkpoint_dir); });
+  const io::SafeTensorsReader file = open_checkpoint_file(checkpoint_dir, "model.safetensors");
   for (const ParamInfo& e : model.table().entries()) {
     FRUGAL_CHECK(file.contains(e.name), "{} has no tensor '{}': the checkpoint is from a different "
                  "model shape; use a config matching the checkpoint's", path, e.name);
@@ -669,7 +675,7 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
     }
     covered = end - begin;
   } else if (s.optimizer_shards == 0) {
-    const io::SafeTensorsReader st(path, [&] { return earlier_checkpoint_advice(checkpoint_dir); });
+    const io::SafeTensorsReader st = open_checkpoint_file(checkpoint_dir, "train_state.safetensors");
     const size_t n = st.contains("adamw.m") ? st.numel("adamw.m") : model_total;
     FRUGAL_CHECK(n == model_total, "{}: optimizer state 'adamw.m' has {} values but this model "
                  "needs {}; the checkpoint is from a different model shape", path, n, model_total);
@@ -681,7 +687,7 @@ TrainState load_checkpoint_state(const std::string& checkpoint_dir, AdamW& optim
       FRUGAL_CHECK(fs::exists(file_path), "{} is missing: the checkpoint was written by {} "
                    "processes with a sharded optimizer and needs every shard; {}", file_path,
                    shards, earlier_checkpoint_advice(checkpoint_dir));
-      const io::SafeTensorsReader file(file_path, [&] { return earlier_checkpoint_advice(checkpoint_dir); });
+      const io::SafeTensorsReader file = open_checkpoint_file(checkpoint_dir, shard_file_name(r));
       FRUGAL_CHECK(file.metadata().count("shard"), "{} has no shard range in its metadata: the file is damaged; {}",
                    file_path, earlier_checkpoint_advice(checkpoint_dir));
       const nlohmann::json range = nlohmann::json::parse(file.metadata().at("shard"));

@@ -117,11 +117,12 @@ class StepStrategy {
   }
   virtual void after_checkpoint() {}
   // Cuts the session to this rank's part now, before its weights are written: at the start of a
-  // run without methods (then initialised part by part: GPT::init_weights), or at a resume from a
-  // sharded checkpoint of this run's tensor degree after the strategy's and the session's state
-  // are loaded (then each rank reads its own part's weights and moments). No rank then ever holds
-  // the whole model. false: the session stays whole (the default; it is cut at the first step).
-  virtual bool enter_parts() { return false; }
+  // run (then initialised part by part: GPT::init_weights), or at a resume from a sharded
+  // checkpoint of this run's tensor degree after the strategy's and the session's state are loaded
+  // (then each rank reads its own part's weights and moments). No rank then ever holds the whole
+  // model. Not with methods, which start on the whole model (their Init, their restored state).
+  // false: the session stays whole (it is cut at the first step).
+  bool enter_parts() { return methods_.empty() && cut_to_parts(); }
   // How the trainer evaluates the session as it is: every rank of `group` runs evaluate_loss with
   // `share`; nullopt (the default): the session is synchronize()d and evaluated over the run's
   // ranks. Tensor parallelism: over its data replicas, each tensor group running the sharded
@@ -143,6 +144,9 @@ class StepStrategy {
  protected:
   // The step's method events in order, with the strategy's pieces below between them.
   StepResult run_events(int64_t step, const BatchSource& next_batch, nlohmann::json* record);
+
+  // enter_parts() of a strategy whose ranks hold parts of the model (the default: none).
+  virtual bool cut_to_parts() { return false; }
 
   // The pieces a strategy plugs into the sequence.
   // Before BatchStart: what the context needs beyond context() (replicas sharing a cache).

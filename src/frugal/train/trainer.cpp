@@ -152,9 +152,9 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   step_->set_num_samples(train_loader_->num_samples());
   // A strategy that splits the model may hold this rank's part from now on, before any weight is
   // written: the whole model's pages then never take memory, and each rank initialises (or a
-  // resume reads, below) its part only. Not with methods, which start on the whole model, nor
-  // from another run's weights (--init-from reads the whole model).
-  if (!resume && methods_.empty() && options.init_from.empty()) step_->enter_parts();
+  // resume reads, below) its part only. Not from another run's weights (--init-from reads the
+  // whole model).
+  if (!resume && options.init_from.empty()) step_->enter_parts();
   // A resume without methods reads every weight; with methods, their Init sees the initial weights
   // as at the run's start.
   if (!resume || !methods_.empty()) session_->model().init_weights(t.seed);
@@ -189,8 +189,8 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
       step_->load_state(saved.strategy);
     }
     // A sharded checkpoint at this run's tensor degree: each rank reads the weights and moments of
-    // its own part (a method's state is restored on the whole model, so not with methods).
-    if (methods_.empty() && checkpoint_tensor_degree(dir) == settings_.parallel.tensor) step_->enter_parts();
+    // its own part.
+    if (checkpoint_tensor_degree(dir) == settings_.parallel.tensor) step_->enter_parts();
     load_checkpoint_params(dir, session_->model());
     TrainState state = load_checkpoint_state(dir, session_->optim());
     start_step_ = state.step;
@@ -260,9 +260,9 @@ std::string Trainer::save(int64_t step) {
 Trainer::~Trainer() = default;
 
 double Trainer::largest_peak_rss_mib() {
-  std::vector<double> each(group_.size(), 0.0);
-  each[group_.rank()] = double(peak_rss_bytes()) / 1048576.0;
-  each = group_.sum(each);
+  const double mine = double(peak_rss_bytes()) / 1048576.0;
+  std::vector<double> each(group_.size());
+  group_.allgather(&mine, 1, each.data());
   return *std::ranges::max_element(each);
 }
 
