@@ -132,7 +132,7 @@ LinearInput TransformerBlock::joined(const float* in, const k::bf16* in16, const
                                     TensorCollectives& comm) const {
   if (!shard_.split_rows()) return {in, in16};
   const size_t local = size_t(N) / shard_.size * config_.n_embd;  // this rank's values
-  if (in) comm.all_gather(in, local, s.joined);
+  if (in) comm.gather_rows(in, local, s.joined);
   // bf16 values in pairs, as floats (n_embd is even: checked with the configuration)
   if (in16) comm.all_gather(reinterpret_cast<const float*>(in16), local / 2, reinterpret_cast<float*>(s.joined16));
   return {in ? s.joined : nullptr, in16 ? s.joined16 : nullptr};
@@ -209,7 +209,7 @@ void TransformerBlock::backward(const float* params, float* grads, const BlockAc
       d = masked;
     }
     if (!split) return d;
-    comm.all_gather(d, nC, s.branch);
+    comm.gather_rows(d, nC, s.branch);
     return s.branch;
   };
   // Post-LN: d loss / d (h + MLP branch), through ln_2, is what the MLP branch and h receive.

@@ -6,7 +6,8 @@
 // Under sequence parallelism (ShardCoord::sequence) the rows between the linears are split over
 // the group: an all-gather of the rows joins them before a column-parallel linear (and the head),
 // a reduce-scatter replaces the sum after a row-parallel one (and the embedding's lookup); the
-// backward mirrors them (block.h).
+// backward mirrors them (block.h). Those row messages (sum_rows, gather_rows) are the ones a
+// group may send in bf16; the statistics and parameter-gradient sums stay fp32.
 // It also carries the expert-parallel group's all-to-all (model/moe.h): each rank sends the rows
 // routed to another rank's experts there and receives their outputs back. The model layer knows
 // no MPI: one process uses SoloCollectives (groups of one: nothing to do, the all-to-all is a
@@ -39,10 +40,15 @@ class TensorCollectives {
   virtual void reduce_scatter_sum(float* x, size_t n, float* out) {
     if (out != x) std::copy_n(x, n, out);
   }
+  // all_gather of rows of fp32 values (activations, their gradients): what a group may send in a
+  // narrower dtype (parallel.comm_dtype), every rank then getting the same rounded rows, its own
+  // included. all_gather itself moves the bits as they are (bf16 pairs too).
+  virtual void gather_rows(const float* local, size_t n, float* out) { all_gather(local, n, out); }
   // The group's sum of the partial rows x (N rows of `width`; a row-parallel linear's output, a
   // column-parallel one's input gradient): whole in x on every rank, or under sequence parallelism
-  // only this rank's rows, into `local` (N / size rows; may be x).
-  void sum_rows(float* x, size_t N, size_t width, float* local) {
+  // only this rank's rows, into `local` (N / size rows; may be x). A group may send the rows in a
+  // narrower dtype (parallel.comm_dtype) and add them in fp32.
+  virtual void sum_rows(float* x, size_t N, size_t width, float* local) {
     if (coord().split_rows())
       reduce_scatter_sum(x, N * width, local);
     else

@@ -103,7 +103,7 @@ void TokenEmbedding::backward(const float* params, float* grads, const float* do
       kernels::residual_forward(grads + wpe_, grads + wpe_, part, TC);
     }
     if (!token_grad) return;
-    comm.all_gather(dout, n * C_, acts.joined);
+    comm.gather_rows(dout, n * C_, acts.joined);
     dout = acts.joined;
   } else {
     kernels::encoder_backward(token_grad && !split_ ? grads + wte_ : nullptr,

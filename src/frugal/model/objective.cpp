@@ -60,7 +60,7 @@ LossTerms CausalLmHead::forward(const float* params, float* grads, const Objecti
   const bool rows_split = shard_.split_rows();
   const float* normed = acts[Norm];
   if (rows_split) {
-    comm.all_gather(acts[Norm], size_t(n) * C, acts[kJoinedRows]);
+    comm.gather_rows(acts[Norm], size_t(n) * C, acts[kJoinedRows]);
     normed = acts[kJoinedRows];
   }
   float* dnorm = training ? acts[rows_split ? kJoinedGrads : DNorm] : nullptr;

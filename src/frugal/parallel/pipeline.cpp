@@ -12,6 +12,7 @@
 #include "frugal/core/memory.h"
 #include "frugal/core/timer.h"
 #include "frugal/io/stdout.h"
+#include "frugal/kernels/ops.h"
 #include "frugal/parallel/grad_norm.h"
 #include "frugal/parallel/shards.h"
 #include "frugal/parallel/wire.h"
@@ -46,7 +47,7 @@ PipelineStep::PipelineStep(Session& session, MethodSet& methods, const RunSettin
     : StepStrategy(session, methods, settings), world_(world), tensor_(settings.parallel.tensor),
       dp_settings_(settings),
       gpipe_(settings.parallel.schedule == "gpipe"), elastic_(settings.parallel.elastic),
-      balance_parameters_(settings.parallel.autopipe_cost == "parameters") {
+      balance_parameters_(settings.parallel.autopipe_cost == "parameters"), wire_(comm_dtype(settings.parallel)) {
   const int K = settings.parallel.pipeline_stages, N = world.size(), M = settings.train.grad_accum;
   const int L = session.model().config().n_layer, T = tensor_;
   FRUGAL_CHECK(N % (K * T) == 0, "parallel.pipeline_stages = {}{} does not divide the {} ranks; run mpirun "
@@ -404,14 +405,24 @@ void PipelineStep::backward(TrainContext& ctx, int micro) {
 
 void PipelineStep::send(std::vector<float>& buffer, MPI_Request& request, const float* data, int to, int tag) {
   if (request != MPI_REQUEST_NULL) world_.wait(request, "a pipeline send to the next stage");
-  std::memcpy(buffer.data(), data, sizeof(float) * buffer.size());
-  MPI_Isend(buffer.data(), static_cast<int>(buffer.size()), MPI_FLOAT, to, tag, pipe(), &request);
+  const size_t n = buffer.size();
+  if (wire_ == kernels::DType::BF16)
+    kernels::f32_to_bf16(reinterpret_cast<kernels::bf16*>(buffer.data()), data, n);
+  else
+    std::memcpy(buffer.data(), data, sizeof(float) * n);
+  bytes_sent_ += double(n) * kernels::dtype_size(wire_);
+  MPI_Isend(buffer.data(), static_cast<int>(n), wire_type(wire_), to, tag, pipe(), &request);
 }
 
 void PipelineStep::receive(float* out, int from, int tag, const std::string& what) {
+  const size_t n = act_in_.size();
+  const bool bf16 = wire_ == kernels::DType::BF16;
+  if (bf16) received_.resize(n);
   MPI_Request request;
-  MPI_Irecv(out, static_cast<int>(act_in_.size()), MPI_FLOAT, from, tag, pipe(), &request);
+  MPI_Irecv(bf16 ? static_cast<void*>(received_.data()) : out, static_cast<int>(n), wire_type(wire_), from, tag,
+            pipe(), &request);
   world_.wait(request, what);
+  if (bf16) kernels::bf16_to_f32(out, received_.data(), n);
 }
 
 void PipelineStep::wait_sends() {
@@ -490,6 +501,7 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
   }
   losses_.assign(Mr, 0.0);
   busy_ = 0;
+  bytes_sent_ = 0;
   Timer schedule;
   if (gpipe_) {  // every forward, then every backward (in order: gradients add up as in one process)
     for (int j = 0; j < Mr; ++j) forward(ctx, step, j, r);
@@ -538,8 +550,9 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
 
   // Every micro-batch's loss (from the last stages), in one-process order, the FLOPs (counted by
   // the first stages), each rank's busy and schedule seconds and the floats its session holds:
-  // one sum over the ranks, where each value comes from one rank and the others add zeros.
-  std::vector<double> v(M + 8 + 3 * N, 0.0);
+  // one sum over the ranks, where each value comes from one rank and the others add zeros; and
+  // the bytes of the stages' messages, every rank's added.
+  std::vector<double> v(M + 8 + 3 * N + 1, 0.0);
   if (k == K - 1 && tensor_rank() == 0)  // a stage's tensor ranks all have them
     for (int j = 0; j < Mr; ++j) v[d * Mr + j] = losses_[j];
   if (k == 0) {  // with tensor parallelism, each rank its shard's
@@ -552,7 +565,9 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
   v[M + 8 + me] = busy_;
   v[M + 8 + N + me] = schedule_seconds;
   v[M + 8 + 2 * N + me] = static_cast<double>(model.num_floats());
+  v.back() = bytes_sent_;
   v = world_.sum(v);
+  bytes_sent_ = v.back();
   r.loss = 0;
   for (int i = 0; i < M; ++i) r.loss += v[i];
   r.loss /= M;
@@ -560,7 +575,7 @@ void PipelineStep::run_micro_batches(TrainContext& ctx, int64_t step, const Batc
   r.dense = {v[M + 4], v[M + 5], v[M + 6], v[M + 7]};
   rank_busy_.assign(v.begin() + M + 8, v.begin() + M + 8 + N);
   rank_schedule_.assign(v.begin() + M + 8 + N, v.begin() + M + 8 + 2 * N);
-  rank_floats_.assign(v.begin() + M + 8 + 2 * N, v.end());
+  rank_floats_.assign(v.begin() + M + 8 + 2 * N, v.end() - 1);
 }
 
 std::string PipelineStep::describe_stage_plans() const {
@@ -618,7 +633,8 @@ void PipelineStep::add_metrics(nlohmann::json& record) {
   }
   record["pipeline"] = {{"stages", K}, {"replicas", D}, {"bounds", layout_.bounds},
                         {"busy_s", busy}, {"bubble", mean_bubble}, {"stage_bubble", bubble},
-                        {"bubble_ideal", double(K - 1) / (Mr + K - 1)}, {"held_floats", held}};
+                        {"bubble_ideal", double(K - 1) / (Mr + K - 1)}, {"held_floats", held},
+                        {"bytes_sent", bytes_sent_}};
   record["pipeline_stages"] = K;  // top level and numeric: `frugal report` plots them
   record["pipeline_replicas"] = D;
   record["pipeline_repartitions"] = repartitions_;
@@ -759,7 +775,7 @@ void PipelineStep::start_tensor_groups(const MethodSet& methods, int fewest_bloc
   // The tensor groups never change (a re-partition changes data × pipeline only): T consecutive ranks.
   MPI_Comm_split(base_, world_.rank() / tensor_, world_.rank() % tensor_, &tensor_group_);
   tensor_comm_ = std::make_unique<MpiTensorCollectives>(world_, tensor_group_, settings_.parallel.sequence,
-                                                       settings_.parallel.tensor_overlap);
+                                                       settings_.parallel.tensor_overlap, wire_);
 }
 
 void PipelineStep::hold_tensor_shard(bool sharded, bool gradients) {

@@ -170,8 +170,10 @@ class PipelineStep final : public StepStrategy {
   int slot_of(int micro) const { return micro % slots_; }
   // TrainContext::share_blocks over this replica's stages.
   void share_blocks(std::span<const int> layers, std::vector<std::string>& blobs);
-  // Sends the slot's copy of `data` (B·T·C floats) to pipeline rank `to` after the slot's previous send finished.
+  // Sends the slot's copy of `data` (B·T·C floats) to pipeline rank `to` after the slot's previous
+  // send finished; on a bf16 wire the copy is data rounded to bf16 (in the buffer's first half).
   void send(std::vector<float>& buffer, MPI_Request& request, const float* data, int to, int tag);
+  // Receives B·T·C floats into out (on a bf16 wire received as bf16 and widened).
   void receive(float* out, int from, int tag, const std::string& what);
   void wait_sends();
 
@@ -202,9 +204,12 @@ class PipelineStep final : public StepStrategy {
   std::vector<float> act_in_, grad_in_;   // received (B,T,C)
   std::vector<float> head_grad_;          // first stage: a piece of a tied head's token-embedding gradient
   std::vector<kernels::bf16> staged_;     // the replicas' gradient sum on a bf16 wire (parallel/wire.h)
+  kernels::DType wire_;                   // parallel.comm_dtype: the stages' activations and gradients too
+  std::vector<kernels::bf16> received_;   // a message of the stages on a bf16 wire
   std::vector<std::vector<float>> act_out_, grad_out_;  // per slot: being sent
   std::vector<MPI_Request> act_sends_, grad_sends_;
   double busy_ = 0;  // seconds of compute in the step's schedule
+  double bytes_sent_ = 0;  // the step's activations and input gradients sent (after the step: every rank's)
   // Per rank: the step's busy and schedule seconds, the floats its session holds.
   std::vector<double> rank_busy_, rank_schedule_, rank_floats_;
   size_t lo_ = 0, hi_ = 0;  // the step's trainable slice of this stage's flat buffer

@@ -16,6 +16,7 @@
 #include "frugal/kernels/ops.h"
 #include "frugal/parallel/grad_norm.h"
 #include "frugal/parallel/shards.h"
+#include "frugal/parallel/wire.h"
 #include "frugal/parallel/zero.h"
 
 namespace frugal::parallel {
@@ -82,17 +83,18 @@ class MpiTensorCollectives::BackgroundWait {
   std::thread thread_;  // last: it starts once the members above are made
 };
 
-MpiTensorCollectives::MpiTensorCollectives(MpiWorld& world, MPI_Comm group, bool sequence, bool overlap)
-    : world_(world), group_(group), sequence_(sequence), overlap_(overlap) {
+MpiTensorCollectives::MpiTensorCollectives(MpiWorld& world, MPI_Comm group, bool sequence, bool overlap,
+                                           kernels::DType wire)
+    : world_(world), group_(group), sequence_(sequence), overlap_(overlap), wire_(wire) {
   MPI_Comm_rank(group, &rank_);
   MPI_Comm_size(group, &size_);
 }
 
 MpiTensorCollectives::~MpiTensorCollectives() = default;
 
-void MpiTensorCollectives::count(size_t floats_sent, double waited) {
+void MpiTensorCollectives::count(size_t values_sent, double waited, size_t value_bytes) {
   seconds_ += waited;
-  bytes_ += double(floats_sent) * sizeof(float);
+  bytes_ += double(values_sent) * double(value_bytes);
   ++calls_;
 }
 
@@ -113,12 +115,19 @@ MpiTensorCollectives::PendingSum MpiTensorCollectives::post_sum(float* x, size_t
   FRUGAL_CHECK(part * (scatter ? size_ : 1) == n && part <= size_t(INT32_MAX),
                "internal: a tensor-parallel sum of {} floats over {} ranks", n, size_);
   gathered_.resize(part * size_);  // (size, part)
+  const void* payload = x;
+  void* arrived = gathered_.data();
+  if (wire_ == kernels::DType::BF16) {
+    staged_.resize(n);
+    kernels::f32_to_bf16(staged_.data(), x, n);
+    gathered16_.resize(part * size_);
+    payload = staged_.data(), arrived = gathered16_.data();
+  }
+  const MPI_Datatype type = wire_type(wire_);
   if (scatter)  // every rank's slice of this rank's rows
-    MPI_Ialltoall(x, static_cast<int>(part), MPI_FLOAT, gathered_.data(), static_cast<int>(part), MPI_FLOAT, group_,
-                  &request);
+    MPI_Ialltoall(payload, static_cast<int>(part), type, arrived, static_cast<int>(part), type, group_, &request);
   else
-    MPI_Iallgather(x, static_cast<int>(n), MPI_FLOAT, gathered_.data(), static_cast<int>(n), MPI_FLOAT, group_,
-                   &request);
+    MPI_Iallgather(payload, static_cast<int>(n), type, arrived, static_cast<int>(n), type, group_, &request);
   return {.x = x, .n = part, .out = out, .scatter = scatter};
 }
 
@@ -145,13 +154,43 @@ void MpiTensorCollectives::reduce(float* x, size_t n, Op op) {
 
 void MpiTensorCollectives::all_reduce_sum(float* x, size_t n) { reduce(x, n, std::plus<float>()); }
 
+void MpiTensorCollectives::complete(const PendingSum& sum, double waited) {
+  count(sum.scatter ? sum.n * (size_ - 1) : sum.n, waited, kernels::dtype_size(wire_));
+  if (wire_ == kernels::DType::BF16) kernels::bf16_to_f32(gathered_.data(), gathered16_.data(), gathered_.size());
+  combine_in_rank_order(gathered_.data(), sum.n, size_, sum.out, std::plus<float>());  // as reduce() adds
+}
+
 void MpiTensorCollectives::reduce_scatter_sum(float* x, size_t n, float* out) {
   const Timer timer;
   MPI_Request request;
   const PendingSum sum = post_sum(x, n, out, true, request);
   world_.wait(request, "the tensor-parallel group's exchange");
-  count(n - sum.n, timer.seconds());
-  combine_in_rank_order(gathered_.data(), sum.n, size_, sum.out, std::plus<float>());  // as reduce() adds
+  complete(sum, timer.seconds());
+}
+
+void MpiTensorCollectives::sum_rows(float* x, size_t N, size_t width, float* local) {
+  const bool scatter = coord().split_rows();
+  const Timer timer;
+  MPI_Request request;
+  const PendingSum sum = post_sum(x, N * width, scatter ? local : x, scatter, request);
+  world_.wait(request, "the tensor-parallel group's exchange");
+  complete(sum, timer.seconds());
+}
+
+void MpiTensorCollectives::gather_rows(const float* local, size_t n, float* out) {
+  if (wire_ == kernels::DType::F32) return all_gather(local, n, out);
+  FRUGAL_CHECK(n <= size_t(INT32_MAX), "internal: a tensor-parallel all-gather of {} values", n);
+  FRUGAL_CHECK(!started_.x, "internal: a tensor-parallel collective while a background sum is in flight");
+  const Timer timer;
+  staged_.resize(n);
+  kernels::f32_to_bf16(staged_.data(), local, n);
+  gathered16_.resize(n * size_);
+  MPI_Request request;
+  MPI_Iallgather(staged_.data(), static_cast<int>(n), MPI_UINT16_T, gathered16_.data(), static_cast<int>(n),
+                 MPI_UINT16_T, group_, &request);
+  world_.wait(request, "the tensor-parallel group's exchange");
+  kernels::bf16_to_f32(out, gathered16_.data(), gathered16_.size());
+  count(n, timer.seconds(), sizeof(kernels::bf16));
 }
 
 void MpiTensorCollectives::start_sum_rows(float* x, size_t N, size_t width, float* local) {
@@ -167,9 +206,7 @@ void MpiTensorCollectives::finish_sum_rows() {
   if (!started_.x) return;  // a group of one: done in start_sum_rows
   const Timer timer;
   hidden_seconds_ += background_->finish();
-  const PendingSum sum = std::exchange(started_, {});
-  count(sum.scatter ? sum.n * (size_ - 1) : sum.n, timer.seconds());
-  combine_in_rank_order(gathered_.data(), sum.n, size_, sum.out, std::plus<float>());
+  complete(std::exchange(started_, {}), timer.seconds());
 }
 
 void MpiTensorCollectives::all_reduce_max(float* x, size_t n) {
@@ -212,7 +249,7 @@ TensorParallelStep::TensorParallelStep(Session& session, MethodSet& methods, con
   base_ = world.new_communicator();
   mesh_ = std::make_unique<MpiMesh>(MeshShape::data_pipeline(N / T, 1, T), base_);
   comm_ = std::make_unique<MpiTensorCollectives>(world, mesh_->group(Dim::Tensor), settings.parallel.sequence,
-                                                 settings.parallel.tensor_overlap);
+                                                 settings.parallel.tensor_overlap, comm_dtype(settings.parallel));
   replica_group_ = std::make_unique<MpiGroup>(world, mesh_->group(Dim::Data));
   name_ = N == T ? fmt::format("tensor-parallel over {} ranks", T)
                  : fmt::format("tensor-parallel over {} ranks × {} data-parallel replicas", T, N / T);

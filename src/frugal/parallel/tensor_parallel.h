@@ -62,8 +62,11 @@ class MpiTensorCollectives final : public TensorCollectives {
  public:
   // `group`: the tensor group's communicator, its ranks ordered by their tensor coordinate;
   // `sequence`: the models built on it split their rows between the linears (parallel.sequence);
-  // `overlap`: start_sum_rows runs in the background (parallel.tensor_overlap).
-  MpiTensorCollectives(MpiWorld& world, MPI_Comm group, bool sequence = false, bool overlap = true);
+  // `overlap`: start_sum_rows runs in the background (parallel.tensor_overlap); `wire`: the dtype
+  // the row messages (sum_rows, gather_rows) travel in (parallel.comm_dtype): bf16 rounds each
+  // rank's rows to nearest even and adds them in fp32, half the bytes.
+  MpiTensorCollectives(MpiWorld& world, MPI_Comm group, bool sequence = false, bool overlap = true,
+                       kernels::DType wire = kernels::DType::F32);
   ~MpiTensorCollectives() override;
   ShardCoord coord() const override { return {.rank = rank_, .size = size_, .sequence = sequence_}; }
   void all_reduce_sum(float* x, size_t n) override;
@@ -76,6 +79,10 @@ class MpiTensorCollectives final : public TensorCollectives {
   void all_gather(const float* local, size_t n, float* out) override;
   // An all-to-all of the slices, each rank adding the ones it receives in rank order.
   void reduce_scatter_sum(float* x, size_t n, float* out) override;
+  void gather_rows(const float* local, size_t n, float* out) override;
+  // An all-gather (or under sequence parallelism the all-to-all of reduce_scatter_sum) in the wire
+  // dtype, the ranks' rows added in rank order.
+  void sum_rows(float* x, size_t N, size_t width, float* local) override;
   bool overlaps() const override { return overlap_ && size_ > 1; }
   void start_sum_rows(float* x, size_t N, size_t width, float* local) override;
   void finish_sum_rows() override;
@@ -98,8 +105,11 @@ class MpiTensorCollectives final : public TensorCollectives {
     float* out = nullptr;
     bool scatter = false;
   };
+  // Posts the exchange of a sum of x (n floats) in the wire dtype.
   PendingSum post_sum(float* x, size_t n, float* out, bool scatter, MPI_Request& request);
-  void count(size_t floats_sent, double waited);
+  // Adds the arrived values of `sum` into its out, in rank order, and counts the exchange.
+  void complete(const PendingSum& sum, double waited);
+  void count(size_t values_sent, double waited, size_t value_bytes = sizeof(float));
   template <class Op>
   void reduce(float* x, size_t n, Op op);
 
@@ -107,7 +117,9 @@ class MpiTensorCollectives final : public TensorCollectives {
   MPI_Comm group_;
   int rank_ = 0, size_ = 1;
   bool sequence_, overlap_;
+  kernels::DType wire_;
   std::vector<float> gathered_;  // (size, n) of the reduction in progress
+  std::vector<kernels::bf16> staged_, gathered16_;  // on a bf16 wire: this rank's rows, and every rank's
   class BackgroundWait;          // the thread that waits on a started sum's exchange
   std::unique_ptr<BackgroundWait> background_;
   PendingSum started_;           // the sum start_sum_rows posted, until finish_sum_rows

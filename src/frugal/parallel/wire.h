@@ -1,7 +1,9 @@
-// The dtype gradients travel in between ranks (parallel.comm_dtype): fp32 as they are, or bf16 —
-// rounded to nearest (ties to even) before the collective, summed in fp32 with every partial sum
-// rounded to bf16 (a user-defined MPI sum on MPI_UINT16_T, exactly commutative, so every rank's
-// copy of a sum is the same), widened back to fp32 after it: half the bytes on the wire.
+// The dtype messages travel in between ranks (parallel.comm_dtype): fp32 as they are, or bf16 —
+// rounded to nearest (ties to even) before they leave, half the bytes on the wire. Gradient
+// reductions here sum in fp32 with every partial sum rounded to bf16 (a user-defined MPI sum on
+// MPI_UINT16_T, exactly commutative, so every rank's copy of a sum is the same) and widen the
+// result back to fp32; the pipeline's stage messages and a tensor group's rows use wire_type
+// (pipeline.cpp, tensor_parallel.cpp).
 #pragma once
 #include <mpi.h>
 

@@ -162,10 +162,12 @@ io::ConfigSchema run_schema() {
                "every mixture's experts; tokens travel to their experts' ranks by all-to-all); the P "
                "ranks of a group are data-parallel for everything else, ranks / P groups; "
                "model.moe.experts must divide by P; 1: none", Range::at_least(1))
-      .add_string("parallel.comm_dtype", par.comm_dtype, "under mpirun: the dtype data parallelism's "
-                  "gradient reductions send (all-reduce, ZeRO-2's reduce-scatter, a pipeline's replicas): "
-                  "bf16 rounds each bucket to bf16 and sums in fp32 rounding every partial sum to bf16, "
-                  "half the bytes of fp32", {"fp32", "bf16"});
+      .add_string("parallel.comm_dtype", par.comm_dtype, "under mpirun: the dtype of the messages between "
+                  "ranks: data parallelism's gradient reductions (all-reduce, ZeRO-2's reduce-scatter, a "
+                  "pipeline's replicas; bf16 sums in fp32 rounding every partial sum to bf16), the "
+                  "activations and input gradients between pipeline stages, and a tensor group's sums "
+                  "and all-gathers of rows (each rank's rows rounded, added in fp32); bf16 halves their "
+                  "bytes (docs/parallel.md)", {"fp32", "bf16"});
   SampleSettings p;
   s.add_int("sample.count", p.count, "samples printed at the end of training", Range::at_least(0))
       .add_int("sample.max_tokens", p.max_tokens, "tokens per sample", Range::at_least(1))

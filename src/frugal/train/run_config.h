@@ -62,7 +62,7 @@ struct ParallelSettings {
   bool sequence = false;    // sequence parallelism: with T > 1, the rows between the linears split over the group
   bool tensor_overlap = false;  // the backward's input-gradient sums run beside the weight-gradient GEMMs
   int expert = 1;           // P: the ranks of an expert-parallel group, each holding E/P of every mixture's experts
-  std::string comm_dtype = "fp32";  // the data-parallel gradient reductions' payload: "fp32" or "bf16"
+  std::string comm_dtype = "fp32";  // the messages' payload (reductions, stages, tensor rows): "fp32" or "bf16"
 };
 
 struct RunSettings {
@@ -82,7 +82,7 @@ std::string describe_precision(const TrainSettings& t);
 // The dtype of the model's GEMMs that train.precision names (every command that builds the run's
 // model uses it, so a checkpoint is evaluated and sampled with the GEMMs it was trained with).
 kernels::DType linear_dtype(const TrainSettings& t);
-// The payload dtype of data parallelism's gradient reductions (parallel.comm_dtype).
+// The payload dtype of the messages between ranks (parallel.comm_dtype).
 kernels::DType comm_dtype(const ParallelSettings& p);
 
 // Blocks whose activations are recomputed in backward, from train.recompute; throws for a bad spec.
