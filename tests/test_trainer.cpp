@@ -21,6 +21,7 @@
 #include "frugal/core/error.h"
 #include "frugal/core/profile.h"
 #include "frugal/data/text.h"
+#include "frugal/kernels/ops.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/step.h"
 #include "frugal/train/trainer.h"
@@ -234,6 +235,24 @@ TEST(Trainer, Bf16ResumeIsBitExactAndTrainsCloseToFp32) {
     EXPECT_NE(bf16, fp32);
     for (size_t i = 0; i < bf16.size(); ++i) EXPECT_NEAR(bf16[i], fp32[i], 2e-3) << "step " << i;
   }
+}
+
+// train.precision = "auto" trains in bf16 where this CPU computes bf16 natively and in fp32 elsewhere
+// (the forced AVX2 and reference paths here), the losses of the run that names its choice, and the
+// run's config.toml and checkpoints record the choice, so a resume or an eval on another CPU
+// computes the same function.
+TEST(Trainer, AutoPrecisionTrainsAndRecordsWhatItChose) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::string chosen = kernels::bf16_matmul_native() ? "bf16" : "fp32";
+  const FitResult automatic =
+      Trainer(tiny_config(data, dir.file("auto"), {"train.precision=auto", "train.max_steps=3"}), {.quiet = true}).fit();
+  const FitResult named =
+      Trainer(tiny_config(data, dir.file("named"), {"train.precision=" + chosen, "train.max_steps=3"}), {.quiet = true})
+          .fit();
+  EXPECT_EQ(automatic.losses, named.losses);
+  EXPECT_EQ(io::Config::load(run_schema(), dir.file("auto") + "/config.toml").get_string("train.precision"), chosen);
+  EXPECT_EQ(run_settings(checkpoint_config(resolve_checkpoint(dir.file("auto")), run_schema())).train.precision, chosen);
 }
 
 // A bf16 run rounds its linears' and head's weights when it installs their formats, and no step

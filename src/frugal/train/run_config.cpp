@@ -116,8 +116,10 @@ io::ConfigSchema run_schema() {
                   "activation recomputation: \"none\", \"all\", or block indices like \"0,1,2\"")
       .add_string("train.precision", t.precision,
                   "what the block linears' GEMMs compute in: \"fp32\", or \"bf16\" (bf16 operands, fp32 sums, fp32 "
-                  "master weights and AdamW; native on CPUs with AVX512_BF16 or AMX, converted to fp32 elsewhere)",
-                  {"fp32", "bf16"})
+                  "master weights and AdamW; native on CPUs with AVX512_BF16 or AMX, converted to fp32 elsewhere), "
+                  "or \"auto\": bf16 where this CPU computes it natively, else fp32 (the run's config.toml "
+                  "records the choice, so a resume elsewhere computes the same)",
+                  {"fp32", "bf16", "auto"})
       .add_int("train.eval_interval", t.eval_interval, "steps between validation evaluations", Range::at_least(1))
       .add_int("train.eval_batches", t.eval_batches, "validation batches per evaluation", Range::at_least(1))
       .add_int("train.log_interval", t.log_interval, "steps between log lines", Range::at_least(1))
@@ -204,6 +206,11 @@ SessionOptions session_options(const RunSettings& s) {
           // A time budget's steps are unknown until its probe: warm-up, then the schedule at its start.
           .max_steps = t.budget == "seconds" ? std::numeric_limits<int64_t>::max() / 4 : t.max_steps,
           .linear_dtype = linear_dtype(t)};
+}
+
+std::string resolved_precision(const std::string& precision) {
+  if (precision != "auto") return precision;
+  return kernels::bf16_matmul_native() ? "bf16" : "fp32";
 }
 
 kernels::DType linear_dtype(const TrainSettings& t) {
@@ -328,7 +335,7 @@ RunSettings run_settings(const io::Config& c) {
   t.seed = static_cast<uint64_t>(c.get_int("train.seed"));
   t.threads = c.get_int32("train.threads");
   t.recompute = c.get_string("train.recompute");
-  t.precision = c.get_string("train.precision");
+  t.precision = resolved_precision(c.get_string("train.precision"));
   t.eval_interval = c.get_int32("train.eval_interval");
   t.eval_batches = c.get_int32("train.eval_batches");
   t.log_interval = c.get_int32("train.log_interval");

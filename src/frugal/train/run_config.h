@@ -36,7 +36,7 @@ struct TrainSettings {
   uint64_t seed = 1337;
   int threads = 0;
   std::string recompute = "none";  // "none" | "all" | block indices "0,1,2"
-  std::string precision = "fp32";  // the block linears' GEMMs: "fp32" | "bf16" (fp32 master weights)
+  std::string precision = "fp32";  // the block linears' GEMMs: "fp32" | "bf16" (fp32 master weights); never "auto"
   int eval_interval = 200, eval_batches = 20, log_interval = 10;
   int checkpoint_interval = 0;  // steps between checkpoints; 0: only at the end (and on a signal)
   int keep_checkpoints = 3;
@@ -76,6 +76,9 @@ struct RunSettings {
 io::ConfigSchema run_schema();
 // docs/config.md: an introduction and the schema's reference table (a test keeps the file current).
 std::string config_reference_markdown();
+// train.precision as a run uses it: "auto" becomes "bf16" where this CPU computes bf16 natively
+// (kernels::bf16_matmul_native), else "fp32"; the others stay.
+std::string resolved_precision(const std::string& precision);
 // train.precision for logs: "fp32", or "bf16 (GEMMs native (oneDNN, avx512_core_bf16))", or, on a
 // CPU without bf16 dot products, "bf16 (GEMMs converted to fp32: ...)", which says what it costs.
 std::string describe_precision(const TrainSettings& t);

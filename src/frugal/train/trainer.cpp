@@ -220,8 +220,15 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
                  t.out_dir);
     if (writer) fs::remove_all(fs::path(t.out_dir) / "checkpoints");
   }
-  // Keep the model.vocab_size actually used in the saved config.
+  // Keep the model.vocab_size actually used in the saved config, and the precision "auto" chose.
   config_.set("model.vocab_size", std::to_string(m.vocab_size));
+  if (config_.get_string("train.precision") == "auto") {
+    const std::vector<double> chose_bf16 = group_.sum(std::vector<double>{t.precision == "bf16" ? 1.0 : 0.0});
+    FRUGAL_CHECK(chose_bf16[0] == 0 || chose_bf16[0] == group_.size(), "train.precision = \"auto\" chose bf16 on "
+                 "{} of the {} ranks (their CPUs differ in native bf16 compute); set train.precision = \"bf16\" "
+                 "or \"fp32\"", chose_bf16[0], group_.size());
+    config_.set("train.precision", t.precision);
+  }
   const std::string toml = config_.to_toml();
   if (writer) {
     io::write_file_atomic((fs::path(t.out_dir) / "config.toml").string(), toml);
