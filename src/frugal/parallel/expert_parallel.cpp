@@ -17,7 +17,8 @@ namespace frugal::parallel {
 
 // ---- MpiExpertCollectives ----
 
-MpiExpertCollectives::MpiExpertCollectives(MpiWorld& world, MPI_Comm group) : world_(world), group_(group) {
+MpiExpertCollectives::MpiExpertCollectives(MpiWorld& world, MPI_Comm group, kernels::DType wire)
+    : world_(world), group_(group), wire_(wire) {
   MPI_Comm_rank(group, &rank_);
   MPI_Comm_size(group, &size_);
   for (auto* v : {&send_counts_, &send_displs_, &recv_counts_, &recv_displs_}) v->resize(size_);
@@ -47,12 +48,21 @@ void MpiExpertCollectives::all_to_all_rows(const float* send, const int32_t* sen
   }
   FRUGAL_CHECK(sent <= INT32_MAX && received <= INT32_MAX, "internal: an expert exchange of {} floats "
                "exceeds MPI's int counts; use smaller micro-batches", std::max(sent, received));
+  const bool bf16 = wire_ == kernels::DType::BF16;
+  if (bf16) {
+    sent16_.resize(size_t(sent));
+    kernels::f32_to_bf16(sent16_.data(), send, size_t(sent));
+    received16_.resize(size_t(received));
+  }
+  const MPI_Datatype type = wire_type(wire_);
   MPI_Request request;
-  MPI_Ialltoallv(send, send_counts_.data(), send_displs_.data(), MPI_FLOAT, recv, recv_counts_.data(),
-                 recv_displs_.data(), MPI_FLOAT, group_, &request);
+  MPI_Ialltoallv(bf16 ? static_cast<const void*>(sent16_.data()) : send, send_counts_.data(), send_displs_.data(),
+                 type, bf16 ? static_cast<void*>(received16_.data()) : recv, recv_counts_.data(),
+                 recv_displs_.data(), type, group_, &request);
   world_.wait(request, "the expert group's exchange of routed rows");
+  if (bf16) kernels::bf16_to_f32(recv, received16_.data(), size_t(received));
   seconds_ += timer.seconds();
-  bytes_ += double(sent - send_counts_[rank_]) * sizeof(float);
+  bytes_ += double(sent - send_counts_[rank_]) * double(kernels::dtype_size(wire_));
   ++calls_;
 }
 
@@ -92,7 +102,7 @@ ExpertParallelStep::ExpertParallelStep(Session& session, MethodSet& methods, con
   // experts does not run with (all but freezing): refused with the config (train/run_config.cpp).
   base_ = world.new_communicator();
   mesh_ = std::make_unique<MpiMesh>(data_expert(N / P, P), base_);
-  comm_ = std::make_unique<MpiExpertCollectives>(world, mesh_->group(Dim::Expert));
+  comm_ = std::make_unique<MpiExpertCollectives>(world, mesh_->group(Dim::Expert), wire_);
   name_ = N == P ? fmt::format("expert-parallel over {} ranks", P)
                  : fmt::format("expert-parallel over {} ranks × {} data-parallel groups", P, N / P);
   if (settings.parallel.zero > 0) name_ += fmt::format(", ZeRO-{}", settings.parallel.zero);

@@ -40,12 +40,13 @@ namespace frugal::parallel {
 class ZeroOverReplicas;  // zero.h
 
 // The collectives of one rank of an expert group over MPI: its all-to-all (counts with
-// MPI_Alltoall, rows with MPI_Alltoallv); the tensor group is this rank alone. Counts the seconds
+// MPI_Alltoall, rows with MPI_Alltoallv, in the wire dtype of parallel.comm_dtype: bf16 rounds the
+// rows to nearest even, half the bytes); the tensor group is this rank alone. Counts the seconds
 // and the bytes it sends to other ranks.
 class MpiExpertCollectives final : public TensorCollectives {
  public:
   // `group`: the expert group's communicator, its ranks ordered by their expert coordinate.
-  MpiExpertCollectives(MpiWorld& world, MPI_Comm group);
+  MpiExpertCollectives(MpiWorld& world, MPI_Comm group, kernels::DType wire = kernels::DType::F32);
   ShardCoord coord() const override { return {0, 1, rank_, size_}; }
   void all_reduce_sum(float*, size_t) override {}  // a tensor group of one
   void all_reduce_max(float*, size_t) override {}
@@ -68,7 +69,9 @@ class MpiExpertCollectives final : public TensorCollectives {
   MpiWorld& world_;
   MPI_Comm group_;
   int rank_ = 0, size_ = 1;
-  std::vector<int> send_counts_, send_displs_, recv_counts_, recv_displs_;  // all_to_all_rows, in floats
+  kernels::DType wire_;
+  std::vector<int> send_counts_, send_displs_, recv_counts_, recv_displs_;  // all_to_all_rows, in values
+  std::vector<kernels::bf16> sent16_, received16_;                           // the rows on a bf16 wire
   double seconds_ = 0, bytes_ = 0;
   int calls_ = 0;
 };

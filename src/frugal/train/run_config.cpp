@@ -167,9 +167,9 @@ io::ConfigSchema run_schema() {
       .add_string("parallel.comm_dtype", par.comm_dtype, "under mpirun: the dtype of the messages between "
                   "ranks: data parallelism's gradient reductions (all-reduce, ZeRO-2's reduce-scatter, a "
                   "pipeline's replicas; bf16 sums in fp32 rounding every partial sum to bf16), the "
-                  "activations and input gradients between pipeline stages, and a tensor group's sums "
-                  "and all-gathers of rows (each rank's rows rounded, added in fp32); bf16 halves their "
-                  "bytes (docs/parallel.md)", {"fp32", "bf16"});
+                  "activations and input gradients between pipeline stages, a tensor group's sums and "
+                  "all-gathers of rows (each rank's rows rounded, added in fp32) and an expert group's "
+                  "routed rows; bf16 halves their bytes (docs/parallel.md)", {"fp32", "bf16"});
   SampleSettings p;
   s.add_int("sample.count", p.count, "samples printed at the end of training", Range::at_least(0))
       .add_int("sample.max_tokens", p.max_tokens, "tokens per sample", Range::at_least(1))
