@@ -3,7 +3,8 @@
 # (docs/parallel.md, "Tensor parallelism"): per round, alternated, `frugal bench` in one process
 # with 1 thread, under mpirun -np 2 with parallel.tensor = 2 and the overlap on (1 thread per rank), the same waiting
 # for each backward sum instead of overlapping it with the weight gradients (tensor2-waited), with
-# sequence parallelism (tensor2-seq) and under mpirun -np 2 data parallel (1 thread per rank); the
+# sequence parallelism (tensor2-seq), waiting with the row messages in bf16 (tensor2-bf16wire:
+# parallel.comm_dtype) and under mpirun -np 2 data parallel (1 thread per rank); the
 # machine is shared and noisy, so the ratios are taken within each round. Prints each layout's
 # memory plan line (a one-step run), each run's tokens/s, peak RSS of the largest rank, exposed
 # communication share and share hidden behind the weight gradients, then per layout the median
@@ -22,6 +23,7 @@ command() {
     tensor2) echo "$mpi $bin bench --preset $preset --threads 1 $* --set parallel.tensor=2 --set parallel.tensor_overlap=true" ;;
     tensor2-waited) echo "$mpi $bin bench --preset $preset --threads 1 $* --set parallel.tensor=2 --set parallel.tensor_overlap=false" ;;
     tensor2-seq) echo "$mpi $bin bench --preset $preset --threads 1 $* --set parallel.tensor=2 --set parallel.sequence=true" ;;
+    tensor2-bf16wire) echo "$mpi $bin bench --preset $preset --threads 1 $* --set parallel.tensor=2 --set parallel.tensor_overlap=false --set parallel.comm_dtype=bf16" ;;
     data2) echo "$mpi $bin bench --preset $preset --threads 1 $*" ;;
   esac
 }
