@@ -1,10 +1,11 @@
 // The adamw kernel family (the fused AdamW update): the CPU kernel against the naive reference, and
-// the update that writes the bf16 working copy too.
+// the update that writes the bf16 working copy too (rounded to nearest or stochastically).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "frugal/kernels/ref/adamw_ref.h"
+#include "frugal/kernels/ref/bf16_ref.h"
 #include "kernel_test.h"
 
 TEST(Kernels, AdamWMatchesReference) {
@@ -68,5 +69,31 @@ TEST(Kernels, AdamWBf16CopyIsTheRoundedUpdate) {
       EXPECT_EQ(v2, v1);
       EXPECT_TRUE(got == want);
     }
+  }, /*with_reference=*/true);
+}
+
+// The update writing a stochastically rounded working copy (train.bf16_rounding = "stochastic"): on
+// every path (the reference's too) p, m and v are that path's adamw_update's bit for bit and p16 the
+// reference's stochastic rounding of the updated p, element by element from its index (n = 45: the
+// masked tail too; the indices crossing 2^32 halfway); the copy is not the nearest rounding.
+TEST(Kernels, AdamWStochasticBf16CopyIsTheReferenceRoundingOfTheUpdate) {
+  const size_t n = 45;
+  auto p = to_f(random_vector(n, 47)), g = to_f(random_vector(n, 48));
+  auto m = to_f(random_vector(n, 49, 0.1)), v = to_f(random_vector(n, 50, 0.1));
+  for (auto& x : v) x = std::fabs(x);
+  const k::AdamWStep step{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+  const k::Bf16Rounding rounding{.stochastic = true, .seed = 3, .first = (uint64_t(1) << 32) - 20};
+  on_every_isa([&] {
+    auto p1 = p, m1 = m, v1 = v, p2 = p, m2 = m, v2 = v;
+    k::adamw_update(p1.data(), g.data(), m1.data(), v1.data(), n, step, true);
+    std::vector<k::bf16> want(n), nearest(n), got(n);
+    for (size_t i = 0; i < n; ++i) want[i] = ref::to_bf16_stochastic(p1[i], rounding.seed, rounding.first + i);
+    k::f32_to_bf16(nearest.data(), p1.data(), n);
+    EXPECT_FALSE(want == nearest);
+    k::adamw_update_bf16(p2.data(), got.data(), g.data(), m2.data(), v2.data(), n, step, true, rounding);
+    EXPECT_EQ(p2, p1);
+    EXPECT_EQ(m2, m1);
+    EXPECT_EQ(v2, v1);
+    EXPECT_TRUE(got == want);
   }, /*with_reference=*/true);
 }
