@@ -120,10 +120,10 @@ io::ConfigSchema run_schema() {
                   {"fp32", "bf16"})
       .add_string("train.bf16_rounding", t.bf16_rounding,
                   "train.precision = \"bf16\": how the bf16 working copies of the weights are rounded from the "
-                  "fp32 masters after every update: \"nearest\" (to nearest even) or \"stochastic\" (unbiased: up "
-                  "with the probability of the cut-off fraction, the random bits a hash of train.seed, the "
-                  "parameter's index and the bf16 interval of its value, so resumes and data parallelism stay bit-exact; not with "
-                  "parallel.tensor or parallel.expert)",
+                  "fp32 masters: \"nearest\" (to nearest even) or \"stochastic\" (unbiased: up with the "
+                  "probability of the cut-off fraction, the random bits a hash of train.seed, the parameter's index "
+                  "and the bf16 interval of its value, so resumes and data parallelism stay bit-exact; not with "
+                  "parallel.tensor or parallel.expert; docs/performance.md)",
                   {"nearest", "stochastic"})
       .add_int("train.eval_interval", t.eval_interval, "steps between validation evaluations", Range::at_least(1))
       .add_int("train.eval_batches", t.eval_batches, "validation batches per evaluation", Range::at_least(1))
@@ -408,9 +408,10 @@ RunSettings run_settings(const io::Config& c) {
                  "the weights, which train.precision = \"{}\" has none of; set train.precision = \"bf16\" or "
                  "train.bf16_rounding = \"nearest\"", t.precision);
     FRUGAL_CHECK(par.tensor == 1 && par.expert == 1, "train.bf16_rounding = \"stochastic\" does not run with "
-                 "parallel.{} = {} yet (its random bits are keyed by a parameter's place in the whole model, "
-                 "which a shard's rank does not index); use train.bf16_rounding = \"nearest\" or data and "
-                 "pipeline parallelism", par.tensor > 1 ? "tensor" : "expert", std::max(par.tensor, par.expert));
+                 "parallel.{} = {} yet (its random bits are keyed by each weight's index in the whole model, "
+                 "which a rank holding slices of tensors does not index); use train.bf16_rounding = \"nearest\", "
+                 "or data or pipeline parallelism", par.tensor > 1 ? "tensor" : "expert",
+                 std::max(par.tensor, par.expert));
   }
   if (o.muon.enabled) {
     FRUGAL_CHECK(par.tensor == 1, "optim.name = \"muon\" does not run with parallel.tensor = {}: each rank "

@@ -48,7 +48,8 @@ void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, 
     return update(p, g, m, v, n, s, decay, [&](size_t i, auto lanes, __m256 pi) { store(p16 + i, lanes, pi); });
   bf16_rounding::for_each_span(rounding.seed, rounding.first, n, [&](size_t b, size_t e, uint32_t key, uint32_t low) {
     const __m256i k = _mm256_set1_epi32(static_cast<int>(key));
-    const __m256i lanes_low = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(low)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i lanes_low =
+        _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(low)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     update(p + b, g + b, m + b, v + b, e - b, s, decay, [&](size_t i, auto lanes, __m256 pi) {
       const __m256i at = _mm256_add_epi32(lanes_low, _mm256_set1_epi32(static_cast<int>(i)));
       store(p16 + b + i, lanes, round_bf16_stochastic(pi, at, k));
