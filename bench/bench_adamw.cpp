@@ -1,8 +1,9 @@
 // Benchmark of the adamw kernel (the fused AdamW update): GB/s over the parameters of the presets,
 // next to the dense SGEMM rate measured in the same run.
 // Bytes counted (float32, n parameters): p, g, m, v read, p, m, v written = 4·7·n; with the bf16
-// working copy written too (adamw_update_bf16) 4·7·n + 2·n, against adamw_update followed by the
-// rounding pass it replaces (f32_to_bf16: 4·n read, 2·n written).
+// working copy written too (adamw_update_bf16, rounded to nearest or stochastically:
+// train.bf16_rounding) 4·7·n + 2·n, against adamw_update followed by the rounding pass it replaces
+// (f32_to_bf16: 4·n read, 2·n written).
 // Each rate is the best wall-clock time of `reps` calls (bench/kernel_bench.h).
 // Usage: bench_adamw [threads=2] [reps=20]
 #include <cmath>
@@ -31,9 +32,12 @@ void bench_adamw(const char* what, size_t n, int reps) {
     frugal::kernels::adamw_update(p.data(), g.data(), m.data(), v.data(), n, step, true);
   }, reps), 4.0 * 7 * n);
   std::vector<frugal::kernels::bf16> p16(n);
-  print_bandwidth(" with bf16 copy:", best_seconds([&] {
-    frugal::kernels::adamw_update_bf16(p.data(), p16.data(), g.data(), m.data(), v.data(), n, step, true);
-  }, reps), 4.0 * 7 * n + 2.0 * n);
+  for (const bool stochastic : {false, true}) {
+    const frugal::kernels::Bf16Rounding rounding{.stochastic = stochastic, .seed = 1};
+    print_bandwidth(stochastic ? " with stochastically rounded bf16 copy:" : " with bf16 copy:", best_seconds([&] {
+      frugal::kernels::adamw_update_bf16(p.data(), p16.data(), g.data(), m.data(), v.data(), n, step, true, rounding);
+    }, reps), 4.0 * 7 * n + 2.0 * n);
+  }
   print_bandwidth(" update then rounding pass:", best_seconds([&] {
     frugal::kernels::adamw_update(p.data(), g.data(), m.data(), v.data(), n, step, true);
     frugal::kernels::f32_to_bf16(p16.data(), p.data(), n);

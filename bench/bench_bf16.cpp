@@ -1,4 +1,5 @@
-// Benchmark of the bf16 kernel family (ops.h section bf16): the conversions' bandwidth, and on every
+// Benchmark of the bf16 kernel family (ops.h section bf16): the conversions' bandwidth (the
+// stochastic rounding of train.bf16_rounding too), and on every
 // GEMM shape of a `frugal bench` preset's training step (bench/step_shapes.h: each linear's forward,
 // input gradient and weight gradient, and the LM head's three) the bf16 GEMM (oneDNN's bf16 matmul
 // where the CPU has a JIT kernel for it, else fp32 GEMMs on widened operands: the path
@@ -35,6 +36,10 @@ void bench_conversions(int reps) {
   std::printf("conversions of %zu values:", n);
   frugal::bench::print_bandwidth("f32_to_bf16", frugal::bench::best_seconds([&] { k::f32_to_bf16(b.data(), x.data(), n); }, reps),
                                  6.0 * n);
+  const k::Bf16Rounding stochastic{.stochastic = true, .seed = 1};
+  frugal::bench::print_bandwidth(" round_to_bf16 stochastic", frugal::bench::best_seconds([&] {
+    k::round_to_bf16(b.data(), x.data(), n, stochastic);
+  }, reps), 6.0 * n);
   frugal::bench::print_bandwidth(" bf16_to_f32", frugal::bench::best_seconds([&] { k::bf16_to_f32(y.data(), b.data(), n); }, reps),
                                  6.0 * n);
   std::printf("\n");

@@ -70,9 +70,12 @@ double optimizer_mib(const std::string& output) {
 // The documented tolerance (docs/parallel.md): N ranks against one process with N× the
 // accumulation agree to 1e-6 relative over these 8 steps of dense training (the sum of the ranks'
 // gradients rounds differently from one buffer that the GEMMs accumulate into, and training
-// amplifies the difference step by step); 2:4 sparsity's mask choice amplifies it more, to 1e-5.
+// amplifies the difference step by step); 2:4 sparsity's mask choice amplifies it more, to 1e-5,
+// and bf16's roundings (of activations, gradients and weights) to 1e-4 to a few 1e-3 (measured,
+// the weights rounded to nearest / stochastically: AVX-512 2.0e-3 / 1.1e-3, AVX2 2.6e-3 / 7.7e-4,
+// reference 2.5e-4 / 1.5e-3).
 // The measured difference is printed.
-constexpr double kTolerance = 1e-6, kMaskTolerance = 1e-5;
+constexpr double kTolerance = 1e-6, kMaskTolerance = 1e-5, kBf16Tolerance = 1e-2;
 
 TEST_F(DataParallel, RanksEqualOneProcessWithTheirAccumulation) {
   for (auto [np, accum] : {std::pair{2, 1}, {2, 2}, {4, 1}}) {
@@ -257,6 +260,23 @@ TEST_F(DataParallel, MuonEqualsOneProcessAndZeroStages) {
     expect_identical(parallel.steps, train(fmt::format("muon-zero{}", stage), 2, 6,
                                            muon + fmt::format(" --set parallel.zero={}", stage)).steps);
   expect_identical(train("muon-np4", 4, 2, muon).steps, train("muon-np4-zero2", 4, 2, muon + " --set parallel.zero=2").steps);
+}
+
+// bf16 with stochastically rounded working copies (train.bf16_rounding): the random bits are a
+// hash of each weight's index in the whole model and its value's bf16 interval, so np = 2 is one
+// process with twice the accumulation as closely as with the nearest rounding (within the same
+// bf16 tolerance; both printed), and
+// ZeRO-1/2 — each rank rounding its shard's copies in the update, the others' re-rounded from the
+// gathered masters — give ZeRO-0's run bit for bit.
+TEST_F(DataParallel, Bf16StochasticRoundingEqualsOneProcessAndZeroStages) {
+  const std::string bf16 = "--set train.precision=bf16", sr = bf16 + " --set train.bf16_rounding=stochastic";
+  expect_two_ranks_equal_one_process("bf16", "bf16, nearest", 8, bf16, kBf16Tolerance);
+  const TrainedRun parallel =
+      expect_two_ranks_equal_one_process("bf16-sr", "bf16, stochastic rounding", 8, sr, kBf16Tolerance);
+  for (int stage : {1, 2})
+    expect_identical(parallel.steps,
+                     train(fmt::format("bf16-sr-zero{}", stage), 2, 8, sr + fmt::format(" --set parallel.zero={}", stage))
+                         .steps);
 }
 
 // Batch-size warm-up: each rank ramps its micro-batches, 1, 2, then 3; one process ramping 2, 4,

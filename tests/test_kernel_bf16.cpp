@@ -64,6 +64,72 @@ TEST(KernelBf16, ConversionsMatchTheReferenceBitForBit) {
   });
 }
 
+// Stochastic rounding (kernels/bf16_rounding.h, train.bf16_rounding): on every path (the
+// reference's too) round_to_bf16 gives the reference's bits, element by element from each element's
+// 64-bit index, over a length that is no multiple of 8 and whose indices cross 2^32; each result is
+// one of the two bf16 values around x (x itself when exact), NaN stays NaN and ±inf and the
+// signed zeros stay; and the nearest rounding is f32_to_bf16's bit for bit.
+TEST(KernelBf16, StochasticRoundingMatchesTheReferenceBitForBit) {
+  std::vector<float> x = to_f(random_vector(100003, 5));
+  for (size_t i = 0; i < x.size(); i += 7) x[i] *= 1e-39f;  // subnormals
+  for (uint32_t u : {0x3f808000u, 0x3f800000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+                     0x7f7fffffu, 0x80000000u, 0x00000000u, 0x00000001u})
+    x.push_back(std::bit_cast<float>(u));
+  const k::Bf16Rounding rounding{.stochastic = true, .seed = 42, .first = (uint64_t(1) << 32) - 40000};
+  std::vector<bf16> expected(x.size());
+  for (size_t i = 0; i < x.size(); ++i) expected[i] = ref::to_bf16_stochastic(x[i], rounding.seed, rounding.first + i);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t u = std::bit_cast<uint32_t>(x[i]);
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(ref::to_f32(expected[i]))) << "element " << i;
+    } else {
+      const uint16_t down = uint16_t(u >> 16), got = bits(expected[i]);
+      EXPECT_TRUE(got == down || (got == down + 1 && (u & 0xffffu) != 0)) << "element " << i;
+    }
+  }
+  on_every_isa([&] {
+    std::vector<bf16> got(x.size()), nearest(x.size());
+    k::round_to_bf16(got.data(), x.data(), x.size(), rounding);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bits(got[i]), bits(expected[i])) << "element " << i;
+    k::round_to_bf16(nearest.data(), x.data(), x.size(), {.stochastic = false, .seed = 42});
+    EXPECT_TRUE(nearest == rounded(x));
+  }, /*with_reference=*/true);
+}
+
+// Stochastic rounding is unbiased: each value below, rounded at 2^20 indices (a subnormal, a
+// binade's top, values near either neighbour, negative ones), rounds up with the probability of
+// its cut-off fraction p = (low 16 bits) / 2^16 within 5 standard deviations (sqrt(p(1-p)/n),
+// about 5e-4 at most), so the mean of the roundings is x within 5 such deviations of a bf16 step;
+// an exact bf16 value never moves; and another seed gives other bits.
+TEST(KernelBf16, StochasticRoundingIsUnbiased) {
+  const size_t n = size_t(1) << 20;
+  for (uint32_t u : {0x3f80'4ccdu, 0xc049'0fdbu, 0x3a83'126fu, 0x3f7f'ff00u, 0x0000'0123u, 0x3f80'0001u,
+                     0xbf80'fff0u, 0x4120'0000u}) {
+    const float value = std::bit_cast<float>(u);
+    SCOPED_TRACE(value);
+    const std::vector<float> x(n, value);
+    std::vector<bf16> got(n), other(n);
+    k::round_to_bf16(got.data(), x.data(), n, {.stochastic = true, .seed = 9, .first = 12345});
+    k::round_to_bf16(other.data(), x.data(), n, {.stochastic = true, .seed = 10, .first = 12345});
+    const uint16_t down = uint16_t(u >> 16);
+    const double p = double(u & 0xffffu) / 65536.0;
+    size_t up = 0;
+    double sum = 0;
+    for (const bf16 b : got) {
+      ASSERT_TRUE(bits(b) == down || bits(b) == down + 1);
+      up += bits(b) == down + 1;
+      sum += ref::to_f32(b);
+    }
+    const double sigma = std::sqrt(p * (1 - p) / double(n));
+    EXPECT_LE(std::fabs(double(up) / double(n) - p), 5 * sigma + 1e-12);
+    const double step = std::fabs(double(ref::to_f32(bf16(down + 1))) - double(ref::to_f32(bf16(down))));
+    EXPECT_LE(std::fabs(sum / double(n) - double(value)), 5 * sigma * step + 1e-12 * std::fabs(value));
+    if (p > 0) {
+      EXPECT_FALSE(got == other);
+    }
+  }
+}
+
 // A linear's output gradient rounded with its bias gradient in one pass: on every path (the
 // reference's too) the rounding is f32_to_bf16's and the bias gradient matmul_backward's, bit for
 // bit, added to what dbias held; and within 1e-5 of fp64 sums. Shapes: fewer rows than one

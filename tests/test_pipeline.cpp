@@ -74,6 +74,17 @@ TEST_F(Pipeline, GPipeAnd1F1BEqualOneProcessWithTheSameMicroBatches) {
   EXPECT_GT(gpipe.steps.back()["pipeline"]["bubble"].get<double>(), 0.0);
 }
 
+// bf16 with stochastically rounded working copies (train.bf16_rounding): each weight's random bits
+// are keyed by its index in the whole model (ParamInfo::global_offset), not in its stage's buffer,
+// so two stages give one process's run bit for bit, as with the nearest rounding.
+TEST_F(Pipeline, Bf16StochasticRoundingEqualsOneProcess) {
+  for (const std::string rounding : {"nearest", "stochastic"}) {
+    const std::string bf16 = "--set train.precision=bf16 --set train.bf16_rounding=" + rounding;
+    expect_identical(train("bf16-" + rounding, 0, 6, bf16).steps,
+                     train("bf16-" + rounding + "-k2", 2, 6, bf16 + " --set parallel.pipeline_stages=2").steps);
+  }
+}
+
 TEST_F(Pipeline, ReplicasAndATiedHeadAgreeWithinTheTolerance) {
   const TrainedRun single = train("single", 0, 8, "");
   const TrainedRun replicas = train("k2d2", 4, 8, "--set parallel.pipeline_stages=2");

@@ -255,6 +255,44 @@ TEST(Trainer, AutoPrecisionTrainsAndRecordsWhatItChose) {
   EXPECT_EQ(run_settings(checkpoint_config(resolve_checkpoint(dir.file("auto")), run_schema())).train.precision, chosen);
 }
 
+// Stochastically rounded bf16 working copies (train.bf16_rounding = "stochastic"): resume is
+// bit-exact (the copies re-rounded from the loaded masters are those the updates wrote: their
+// random bits are a hash of the seed, each weight's index and value, no generator's state), for
+// the dense model, a mixture of experts (the experts' own copies), Muon (its matrices' copies
+// rounded after its update) and a frozen prefix (copies of weights no update writes). The losses
+// are not those of the nearest rounding and stay within 2e-3 of them over 8 steps (as bf16 of
+// fp32); fp32 and tensor or expert parallelism are refused in one line.
+TEST(Trainer, Bf16StochasticRoundingResumesBitExactly) {
+  const std::vector<float> nearest = expect_resume_is_bit_exact({"train.precision=bf16"});
+  const std::vector<float> stochastic =
+      expect_resume_is_bit_exact({"train.precision=bf16", "train.bf16_rounding=stochastic"});
+  ASSERT_EQ(stochastic.size(), nearest.size());
+  EXPECT_NE(stochastic, nearest);
+  for (size_t i = 0; i < stochastic.size(); ++i) EXPECT_NEAR(stochastic[i], nearest[i], 2e-3) << "step " << i;
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"model.moe.experts=4", "model.moe.hidden=48", "model.moe.every=2"},
+        {"optim.name=muon"}, {"methods.freeze.frozen_layers=1"}}) {
+    SCOPED_TRACE(extra.front());
+    std::vector<std::string> settings = extra;
+    settings.insert(settings.end(), {"train.precision=bf16", "train.bf16_rounding=stochastic"});
+    expect_resume_is_bit_exact(settings);
+  }
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const auto refusal = [&](const std::vector<std::string>& extra) {
+    return error_of([&] { run_settings(tiny_config(data, dir.file("x"), extra)); });
+  };
+  EXPECT_NE(refusal({"train.bf16_rounding=stochastic"}).find("train.precision = \"fp32\" has none"),
+            std::string::npos);
+  EXPECT_NE(refusal({"train.precision=bf16", "train.bf16_rounding=stochastic", "parallel.tensor=2"})
+                .find("does not run with parallel.tensor = 2"),
+            std::string::npos);
+  EXPECT_NE(refusal({"train.precision=bf16", "train.bf16_rounding=stochastic", "model.moe.experts=4",
+                     "parallel.expert=2"})
+                .find("does not run with parallel.expert = 2"),
+            std::string::npos);
+}
+
 // A bf16 run rounds its linears' and head's weights when it installs their formats, and no step
 // rounds them again: each update writes the working copies (GPT::update_params), and the end of
 // the step once re-rounded every weight anyway (a pass over the weights a step). Two and six steps

@@ -139,6 +139,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 void f32_to_bf16(bf16* out, const float* in, size_t n) { Bf16::table().to_bf16(out, in, n); }
+void round_to_bf16(bf16* out, const float* in, size_t n, const Bf16Rounding& rounding) {
+  Bf16::table().round_to_bf16(out, in, n, rounding);
+}
 void bf16_to_f32(float* out, const bf16* in, size_t n) { Bf16::table().to_f32(out, in, n); }
 void f32_to_bf16_bias_grad(bf16* out, float* dbias, const float* dout, int N, int OC) {
   Bf16::table().to_bf16_bias_grad(out, dbias, dout, N, OC);
@@ -293,8 +296,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
   Adamw::table().update(p, g, m, v, n, s, decay);
 }
 void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
-                       bool decay) {
-  Adamw::table().update_bf16(p, p16, g, m, v, n, s, decay);
+                       bool decay, const Bf16Rounding& rounding) {
+  Adamw::table().update_bf16(p, p16, g, m, v, n, s, decay, rounding);
 }
 
 void newton_schulz(float* x, int R, int C, int steps) { NewtonSchulz::table().orthogonalise(x, R, C, steps); }

@@ -42,6 +42,7 @@ struct MatmulKernels {
 };
 struct Bf16Kernels {
   decltype(&kernels::f32_to_bf16) to_bf16;
+  decltype(&kernels::round_to_bf16) round_to_bf16;
   decltype(&kernels::bf16_to_f32) to_f32;
   decltype(&kernels::f32_to_bf16_bias_grad) to_bf16_bias_grad;
   decltype(&kernels::matmul_bf16_forward) matmul_forward;

@@ -31,6 +31,7 @@
 #include <string>
 
 #include "frugal/kernels/attention_pattern.h"
+#include "frugal/kernels/bf16_rounding.h"
 #include "frugal/kernels/dtype.h"
 
 namespace frugal::kernels {
@@ -76,6 +77,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // subnormals are kept).
 void f32_to_bf16(bf16* out, const float* in, size_t n);
 void bf16_to_f32(float* out, const bf16* in, size_t n);  // exact
+// in (n) rounded into out as `rounding` says (kernels/bf16_rounding.h): f32_to_bf16 to nearest,
+// else stochastically, out[i] from the bits of in[i], the seed and the index rounding.first + i.
+void round_to_bf16(bf16* out, const float* in, size_t n, const Bf16Rounding& rounding);
 // A bf16 linear's output gradient dout (N,OC) in one pass: out (N,OC) = f32_to_bf16 of it, and
 // dbias (OC) += its fp32 column sums, matmul_backward's bias gradient bit for bit on the same path.
 void f32_to_bf16_bias_grad(bf16* out, float* dbias, const float* dout, int N, int OC);
@@ -380,9 +384,10 @@ struct AdamWStep {
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
                   bool decay);
 // adamw_update writing the updated p rounded to bf16 into p16 (n) as well: the bf16 working copy
-// of a bf16 model's weights (f32_to_bf16 of the updated p, bit for bit) without a pass of its own.
+// of a bf16 model's weights (round_to_bf16 of the updated p with `rounding`, bit for bit) without a
+// pass of its own.
 void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
-                       bool decay);
+                       bool decay, const Bf16Rounding& rounding = {});
 
 // ---- newton_schulz: Muon's orthogonalisation of an update matrix (optim/muon.h) ----
 // The quintic Newton–Schulz iteration's coefficients (Keller Jordan's Muon): chosen for the

@@ -97,7 +97,7 @@ class TransformerBlock {
   const MoeMlp* moe() const { return moe_; }
   void set_attention_pattern(const kernels::AttentionPattern& p) { attention_.set_pattern(p); }
   // The MLP's own working copies (FeedForward::set_dtype, refresh; a mixture's experts).
-  void set_mlp_dtype(kernels::DType dtype) { mlp_->set_dtype(dtype); }
+  void set_mlp_dtype(kernels::DType dtype, const WeightRounding& rounding) { mlp_->set_dtype(dtype, rounding); }
   void refresh_mlp(const float* params) const { mlp_->refresh(params); }
   size_t mlp_working_copy_bytes() const { return mlp_->working_copy_bytes(); }
 

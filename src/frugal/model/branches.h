@@ -159,8 +159,8 @@ class FeedForward {
   virtual void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const = 0;
   // The dtype of the GEMMs whose weights are no LinearSlot's (a mixture's experts): with BF16 they
   // run on bf16 working copies that refresh(params) rounds from the fp32 weights (the model calls
-  // it whenever it refreshes its linears' formats). An MLP of LinearSlots has none.
-  virtual void set_dtype(kernels::DType /*dtype*/) {}
+  // it whenever it refreshes its linears' formats) as `rounding` says. An MLP of LinearSlots has none.
+  virtual void set_dtype(kernels::DType /*dtype*/, const WeightRounding& /*rounding*/) {}
   virtual void refresh(const float* /*params*/) {}
   virtual size_t working_copy_bytes() const { return 0; }
 };

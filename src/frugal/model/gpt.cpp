@@ -283,7 +283,7 @@ size_t GPT::linear_weight_offset(int layer, Linear which) const {
 void GPT::set_linear_format(int layer, Linear which, std::shared_ptr<LinearFormat> format) {
   FRUGAL_CHECK(layer >= 0 && layer < config_.n_layer, "internal: no block {}", layer);
   FRUGAL_CHECK(linear_weight_offset(layer, which) != kAbsent, "internal: block {} has no such linear", layer);
-  if (!format) format = default_format();
+  if (!format) format = default_format(linear_weight_offset(layer, which));
   if (blocks_[layer].set_format(which, format)) format_changed_at_[layer] = ++format_changes_;
   const auto [oc, ic] = linear_shape(which);
   format->refresh(params_.data() + linear_weight_offset(layer, which), oc, ic);
@@ -332,22 +332,30 @@ void GPT::for_each_linear(const std::function<void(int, Linear, LinearFormat&, s
     }
 }
 
-std::shared_ptr<LinearFormat> GPT::default_format() const {
-  return linear_dtype_ == kernels::DType::BF16 ? std::make_shared<Bf16Format>() : dense_;
+std::shared_ptr<LinearFormat> GPT::default_format(size_t offset) const {
+  if (linear_dtype_ != kernels::DType::BF16) return dense_;
+  return std::make_shared<Bf16Format>(weight_rounding(offset));
+}
+
+kernels::Bf16Rounding GPT::weight_rounding(size_t offset) const {
+  return weight_rounding_.from(table_.global_offset(offset));
 }
 
 bool GPT::is_default_format(const LinearFormat& format) const {
   return &format == dense_.get() || dynamic_cast<const Bf16Format*>(&format) != nullptr;
 }
 
-void GPT::set_linear_dtype(kernels::DType dtype) {
-  if (dtype == linear_dtype_) return;
+void GPT::set_linear_dtype(kernels::DType dtype, const kernels::Bf16Rounding& weight_rounding) {
+  const kernels::Bf16Rounding base{weight_rounding.stochastic, weight_rounding.seed};
+  if (dtype == linear_dtype_ && base == weight_rounding_) return;
   linear_dtype_ = dtype;
+  weight_rounding_ = base;
   for_each_linear([&](int layer, Linear which, LinearFormat& format, size_t, int, int) {
     if (is_default_format(format)) set_linear_format(layer, which, nullptr);
   });
-  for (int l = range_.begin; l < range_.end; ++l) blocks_[l].set_mlp_dtype(dtype);
-  objective_->set_dtype(dtype);
+  const WeightRounding rounding = [this](size_t offset) { return this->weight_rounding(offset); };
+  for (int l = range_.begin; l < range_.end; ++l) blocks_[l].set_mlp_dtype(dtype, rounding);
+  objective_->set_dtype(dtype, rounding);
   refresh_formats();
   if (B_ > 0) plan(B_, T_, recompute_, stage_, slots());  // the activations' dtype changed
 }
@@ -372,7 +380,8 @@ void GPT::update_params(const ParamUpdate& update) {
   std::vector<WorkingCopy> copies;
   if (!formats_stale_) {
     for_each_linear([&](int, Linear, LinearFormat& format, size_t offset, int oc, int ic) {
-      if (auto* bf16 = dynamic_cast<Bf16Format*>(&format)) copies.push_back({offset, size_t(oc) * ic, bf16->working_copy()});
+      if (auto* bf16 = dynamic_cast<Bf16Format*>(&format))
+        copies.push_back({offset, size_t(oc) * ic, bf16->working_copy(), bf16->weight_rounding()});
     });
     if (const WorkingCopy head = objective_->working_copy(); head.data) copies.push_back(head);
   }

@@ -150,7 +150,10 @@ class GPT {
   // (DenseFormat) or BF16 (Bf16Format: bf16 operands, fp32 sums, fp32 master weights). Installs
   // the new default on every linear that has the old one. It is also the activation dtype of the
   // plan (BF16: the linears' inputs stored in bf16); a planned model is planned again.
-  void set_linear_dtype(kernels::DType dtype);
+  // `weight_rounding` (its first unused): how every bf16 working copy of a weight is rounded from
+  // it (train.bf16_rounding), each element indexed by its place in the whole model
+  // (ParamInfo::global_offset), so that a pipeline stage rounds its blocks as one process does.
+  void set_linear_dtype(kernels::DType dtype, const kernels::Bf16Rounding& weight_rounding = {});
   kernels::DType linear_dtype() const { return linear_dtype_; }
   // The format block `layer`'s linear runs with; never null.
   LinearFormat& linear_format(int layer, Linear which) const;
@@ -289,7 +292,10 @@ class GPT {
   // Calls f(format, weight, OC, IC) for every block linear of the range.
   // f(layer, which, its format, its weight's offset, OC, IC) for every block linear this range holds.
   void for_each_linear(const std::function<void(int, Linear, LinearFormat&, size_t, int, int)>& f) const;
-  std::shared_ptr<LinearFormat> default_format() const;
+  // The default format of the linear whose weight is at `offset`.
+  std::shared_ptr<LinearFormat> default_format(size_t offset) const;
+  // How the working copy of the weight at `offset` is rounded (set_linear_dtype).
+  kernels::Bf16Rounding weight_rounding(size_t offset) const;
   bool is_default_format(const LinearFormat& format) const;
   // Lays out the activations and backward scratch of plan(B, T, recompute, stage, slots) through
   // `take` (counting only, for estimate_memory, when it returns null), in arena order.
@@ -310,6 +316,7 @@ class GPT {
   Buffer<float> params_, grads_;
   std::shared_ptr<LinearFormat> dense_;  // the DenseFormat every fp32 linear starts with
   kernels::DType linear_dtype_ = kernels::DType::F32;
+  kernels::Bf16Rounding weight_rounding_;
   mutable bool formats_stale_ = false;  // params() was handed out since the last refresh_formats()
   // Since then only update_params changed the weights, writing the Bf16Formats' and the head's copies.
   mutable bool copies_written_ = false;

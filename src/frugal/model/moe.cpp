@@ -391,22 +391,26 @@ void MoeMlp::add_flops(double N, bool runs, bool trains, ComponentFlops& f) cons
   if (shared_) shared_->add_flops(N, runs, trains, f);
 }
 
-void MoeMlp::set_dtype(kernels::DType dtype) {
+void MoeMlp::set_dtype(kernels::DType dtype, const WeightRounding& rounding) {
   dtype_ = dtype;
   if (dtype != kernels::DType::BF16) fc_bf16_ = gate_bf16_ = proj_bf16_ = {};
+  const auto at = [&](size_t w) { return w == kAbsent ? kernels::Bf16Rounding{} : rounding(w); };
+  fc_rounding_ = at(fc_w_);
+  gate_rounding_ = at(gate_w_);
+  proj_rounding_ = at(proj_w_);
 }
 
 void MoeMlp::refresh(const float* params) {
   if (dtype_ != kernels::DType::BF16) return;
   FRUGAL_PROFILE("bf16 weight rounding");
   const size_t n = size_t(local_) * hidden_ * C_;  // each of c_fc, c_gate, c_proj (this rank's experts)
-  const auto round = [&](std::vector<kernels::bf16>& copy, size_t w) {
+  const auto round = [&](std::vector<kernels::bf16>& copy, size_t w, const kernels::Bf16Rounding& rounding) {
     copy.resize(w == kAbsent ? 0 : n);
-    if (w != kAbsent) k::f32_to_bf16(copy.data(), params + w, n);
+    if (w != kAbsent) k::round_to_bf16(copy.data(), params + w, n, rounding);
   };
-  round(fc_bf16_, fc_w_);
-  round(gate_bf16_, gate_w_);
-  round(proj_bf16_, proj_w_);
+  round(fc_bf16_, fc_w_, fc_rounding_);
+  round(gate_bf16_, gate_w_, gate_rounding_);
+  round(proj_bf16_, proj_w_, proj_rounding_);
 }
 
 size_t MoeMlp::working_copy_bytes() const {

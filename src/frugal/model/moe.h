@@ -83,7 +83,7 @@ class MoeMlp final : public FeedForward {
   void add_flops(double N, bool runs, bool trains, ComponentFlops& f) const override;
 
   // The experts' GEMMs in bf16 (FeedForward::set_dtype): their weights rounded by refresh().
-  void set_dtype(kernels::DType dtype) override;
+  void set_dtype(kernels::DType dtype, const WeightRounding& rounding) override;
   void refresh(const float* params) override;
   size_t working_copy_bytes() const override;
 
@@ -127,6 +127,7 @@ class MoeMlp final : public FeedForward {
   // With dtype_ BF16: the experts' c_fc, c_gate (gated MLPs) and c_proj weights rounded to bf16.
   kernels::DType dtype_ = kernels::DType::F32;
   std::vector<kernels::bf16> fc_bf16_, gate_bf16_, proj_bf16_;
+  kernels::Bf16Rounding fc_rounding_, gate_rounding_, proj_rounding_;  // how each is rounded
 };
 
 }  // namespace frugal

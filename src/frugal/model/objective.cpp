@@ -131,16 +131,17 @@ void CausalLmHead::row_logits(const float* params, const float* x, float* out, f
   head_logits(params, scratch, out, 1);
 }
 
-void HeadWorkingCopy::set_dtype(kernels::DType dtype) {
+void HeadWorkingCopy::set_dtype(kernels::DType dtype, size_t offset, const WeightRounding& rounding) {
   dtype_ = dtype;
   if (!bf16()) copy_ = {};
+  rounding_ = offset == ParamTable::kAbsent ? kernels::Bf16Rounding{} : rounding(offset);
 }
 
 void HeadWorkingCopy::refresh(const float* weight, int rows, int C) {
   if (!bf16()) return;
   FRUGAL_PROFILE("bf16 weight rounding");
   copy_.resize(size_t(rows) * C);
-  k::f32_to_bf16(copy_.data(), weight, copy_.size());
+  k::round_to_bf16(copy_.data(), weight, copy_.size(), rounding_);
 }
 
 void CausalLmHead::refresh(const float* params) {

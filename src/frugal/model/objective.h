@@ -84,9 +84,9 @@ class Objective {
   // FLOPs of N rows: dense, and executed (`head_trains`: its weight-gradient product runs).
   virtual ComponentFlops flops(double N, bool head_trains) const = 0;
   // The dtype its GEMMs take (kernels/dtype.h): with BF16 they run on a bf16 working copy of its
-  // weight, which refresh(params) rounds from the fp32 weights (the model calls it whenever its
-  // weights may have changed, as it refreshes the linears' formats).
-  virtual void set_dtype(kernels::DType dtype) = 0;
+  // weight, which refresh(params) rounds from the fp32 weights as `rounding` says (the model calls
+  // it whenever its weights may have changed, as it refreshes the linears' formats).
+  virtual void set_dtype(kernels::DType dtype, const WeightRounding& rounding) = 0;
   virtual void refresh(const float* params) = 0;
   virtual size_t working_copy_bytes() const = 0;  // what refresh() keeps
   // That copy as the part of the flat buffer it rounds (no data: none), for an optimizer to update.
@@ -104,17 +104,21 @@ std::unique_ptr<Objective> make_objective(const ModelConfig& config, const Param
 // set_dtype / refresh / working_copy_bytes).
 class HeadWorkingCopy {
  public:
-  void set_dtype(kernels::DType dtype);
+  // The copy of the weight at `offset` of the flat buffer (kAbsent: none) in `dtype`.
+  void set_dtype(kernels::DType dtype, size_t offset, const WeightRounding& rounding);
   bool bf16() const { return dtype_ == kernels::DType::BF16; }
   // Rounds weight (rows, C) when the dtype is BF16.
   void refresh(const float* weight, int rows, int C);
   const kernels::bf16* data() const { return copy_.data(); }
   size_t bytes() const { return copy_.size() * sizeof(kernels::bf16); }
   // The copy of the weight at `offset` of the flat buffer (no data: none).
-  WorkingCopy at(size_t offset) { return copy_.empty() ? WorkingCopy{} : WorkingCopy{offset, copy_.size(), copy_.data()}; }
+  WorkingCopy at(size_t offset) {
+    return copy_.empty() ? WorkingCopy{} : WorkingCopy{offset, copy_.size(), copy_.data(), rounding_};
+  }
 
  private:
   kernels::DType dtype_ = kernels::DType::F32;
+  kernels::Bf16Rounding rounding_;
   std::vector<kernels::bf16> copy_;
 };
 
@@ -137,7 +141,9 @@ class CausalLmHead final : public Objective {
   void logits(const float* params, const ObjectiveActs& acts, const float* x, float* out, int N) const override;
   void row_logits(const float* params, const float* x, float* out, float* scratch) const override;
   ComponentFlops flops(double N, bool head_trains) const override;
-  void set_dtype(kernels::DType dtype) override { copy_.set_dtype(dtype); }
+  void set_dtype(kernels::DType dtype, const WeightRounding& rounding) override {
+    copy_.set_dtype(dtype, head_, rounding);
+  }
   void refresh(const float* params) override;
   size_t working_copy_bytes() const override { return copy_.bytes(); }
   WorkingCopy working_copy() override { return head_ == kAbsent ? WorkingCopy{} : copy_.at(head_); }
@@ -176,7 +182,9 @@ class MaskedLmHead final : public Objective {
   void logits(const float* params, const ObjectiveActs& acts, const float* x, float* out, int N) const override;
   void row_logits(const float* params, const float* x, float* out, float* scratch) const override;
   ComponentFlops flops(double N, bool head_trains) const override;
-  void set_dtype(kernels::DType dtype) override { copy_.set_dtype(dtype); }
+  void set_dtype(kernels::DType dtype, const WeightRounding& rounding) override {
+    copy_.set_dtype(dtype, head_, rounding);
+  }
   void refresh(const float* params) override;
   size_t working_copy_bytes() const override { return copy_.bytes(); }
   WorkingCopy working_copy() override { return head_ == kAbsent ? WorkingCopy{} : copy_.at(head_); }

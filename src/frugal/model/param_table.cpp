@@ -102,9 +102,13 @@ ParamTable ParamTable::build(const ModelConfig& c, const BlockRange& range, cons
   // (A last stage without the embeddings holds a tied head's copy of wte: its gradient is the
   // head's part, for the parallel strategy to add to the first stage's.)
   constexpr size_t align_floats = kAlign / sizeof(float);
+  const auto aligned = [](size_t numel) { return (numel + align_floats - 1) / align_floats * align_floats; };
   ParamTable table;
   table.shard_ = shard;
+  size_t whole = 0;  // the whole model's buffer in one process
   for (const TensorSpec& t : spec.tensors()) {
+    const size_t global_offset = whole;
+    whole += aligned(t.global_numel());
     if (!range.holds(t, c)) continue;
     ParamInfo e;
     static_cast<TensorSpec&>(e) = t;
@@ -112,7 +116,8 @@ ParamTable ParamTable::build(const ModelConfig& c, const BlockRange& range, cons
     e.numel = 1;
     for (int64_t d : e.local) e.numel *= static_cast<size_t>(d);
     e.offset = table.total_;
-    table.total_ += (e.numel + align_floats - 1) / align_floats * align_floats;
+    e.global_offset = global_offset;
+    table.total_ += aligned(e.numel);
     if (t.layer == -1 && !range.embeddings) table.owned_begin_ = table.total_;  // the tied head's copy
     table.entries_.push_back(std::move(e));
   }
@@ -129,6 +134,12 @@ const ParamInfo& ParamTable::at(std::string_view name) const {
   const ParamInfo* e = find(name);
   FRUGAL_CHECK(e, "internal: no parameter named '{}' in this model", name);
   return *e;
+}
+
+size_t ParamTable::global_offset(size_t offset) const {
+  for (const auto& e : entries_)
+    if (offset >= e.offset && offset < e.offset + e.numel) return e.global_offset + (offset - e.offset);
+  fail("internal: offset {} of the parameter buffer lies in no tensor", offset);
 }
 
 size_t ParamTable::offset_of(std::string_view name) const {

@@ -8,11 +8,13 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "frugal/kernels/bf16_rounding.h"
 #include "frugal/kernels/dtype.h"
 #include "frugal/model/config.h"
 #include "frugal/model/spec.h"
@@ -21,11 +23,17 @@ namespace frugal {
 
 // The bf16 working copy of the parameters [offset, offset + numel) of the flat buffer (a bf16
 // linear's weight, the LM head's): GPT::update_params hands the current ones to the optimizer,
-// which writes there the rounding of every parameter it changes (kernels::adamw_update_bf16).
+// which writes there the rounding of every parameter it changes (kernels::adamw_update_bf16), as
+// `rounding` (that of the copy's first element) says.
 struct WorkingCopy {
   size_t offset = 0, numel = 0;
   kernels::bf16* data = nullptr;
+  kernels::Bf16Rounding rounding;
 };
+
+// How the bf16 working copy of the weight at an offset of the flat buffer is rounded from it (its
+// first element's rounding; GPT::set_linear_dtype).
+using WeightRounding = std::function<kernels::Bf16Rounding(size_t offset)>;
 
 // The part of a model one process runs: the embeddings (first stage), blocks [begin, end), and the
 // final LayerNorm with the LM head and loss (last stage). The whole model is one range; a pipeline
@@ -54,6 +62,10 @@ struct BlockRange {
 struct ParamInfo : TensorSpec {
   std::vector<int64_t> local;  // this rank's shape (the global one unless sharded)
   size_t offset = 0;           // in floats, into the flat buffer
+  // In floats, into the flat buffer of the whole model in one process (ParamTable::build(config)):
+  // the tensor's place whatever part of the model this table holds (a pipeline stage's blocks).
+  // Of a tensor-parallel shard's local tensor, the whole tensor's place.
+  size_t global_offset = 0;
   size_t numel = 0;            // of the local shape
   // Decoupled weight decay applies to 2-D tensors only (weights and embeddings).
   bool decays() const { return role == ParamRole::Weight || role == ParamRole::Embedding; }
@@ -79,6 +91,8 @@ class ParamTable {
   const ParamInfo* find(std::string_view name) const;
   const ParamInfo& at(std::string_view name) const;  // throws Error when absent
   size_t offset_of(std::string_view name) const;      // kAbsent when absent
+  // The global_offset of the element at `offset` of the buffer, within a tensor the table holds.
+  size_t global_offset(size_t offset) const;
   size_t total() const { return total_; }             // floats, including alignment padding
   // Where the tensors this range updates begin: past a tied head's copy of wte on a last stage
   // without the embeddings (the first stage owns and updates it), else 0. The optimizer's moments

@@ -101,7 +101,7 @@ void AdamW::update(float* params, const float* grads, size_t begin, float lr, si
                    "the Muon matrix {}", shard_begin_, shard_end_, e.name);
       muon_update(params + b, grads + b, m_.data() + o, muon, config_.muon, lr * config_.muon.lr / config_.lr,
                   muon_scratch_);
-      if (copy) kernels::f32_to_bf16(copy->data, params + copy->offset, copy->numel);
+      if (copy) kernels::round_to_bf16(copy->data, params + copy->offset, copy->numel, copy->rounding);
       continue;
     }
     kernels::AdamWStep tensor_step = s;
@@ -110,7 +110,8 @@ void AdamW::update(float* params, const float* grads, size_t begin, float lr, si
     const size_t split = copy ? std::clamp(copy->offset + copy->numel, b, e_end) : b;
     if (split > b)
       kernels::adamw_update_bf16(params + b, copy->data + (b - copy->offset), grads + b, m_.data() + o,
-                                 v_.data() + o, split - b, tensor_step, e.decays());
+                                 v_.data() + o, split - b, tensor_step, e.decays(),
+                                 copy->rounding.from(b - copy->offset));
     if (e_end > split)
       kernels::adamw_update(params + split, grads + split, m_.data() + o + (split - b), v_.data() + o + (split - b),
                             e_end - split, tensor_step, e.decays());

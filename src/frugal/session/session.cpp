@@ -29,7 +29,7 @@ Session::Session(const SessionOptions& options) : Session(options, BlockRange::w
 Session::Session(const SessionOptions& options, const BlockRange& range) : options_(options) {
   set_default_schedule(options.max_steps);
   model_ = std::make_unique<GPT>(options.model, range);
-  model_->set_linear_dtype(options.linear_dtype);
+  model_->set_linear_dtype(options.linear_dtype, options.weight_rounding);
   plan(*model_);
   optim_ = std::make_unique<AdamW>(model_->table(), options.optim);
 }
@@ -106,7 +106,7 @@ void Session::install_block_settings() {
 void Session::rebuild(const ModelConfig& config, const BlockRange& range, const ReshapeMap& map, bool moments,
                       bool gradients) {
   auto next_model = std::make_unique<GPT>(config, range, tensor_);
-  next_model->set_linear_dtype(options_.linear_dtype);
+  next_model->set_linear_dtype(options_.linear_dtype, options_.weight_rounding);
   auto next_optim = std::make_unique<AdamW>(next_model->table(), options_.optim);
   if (map) {
     const NamedTensors from(model_->table(), model_->params(), moments ? optim_->m() : nullptr,

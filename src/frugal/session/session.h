@@ -75,6 +75,7 @@ struct SessionOptions {
   RecomputePolicy recompute;     // none recomputed when empty
   int64_t max_steps = 1;         // the default schedule's length: warm-up + cosine (lr_at)
   kernels::DType linear_dtype = kernels::DType::F32;  // GPT::set_linear_dtype of every model built
+  kernels::Bf16Rounding weight_rounding;              // with it: how the bf16 weights are rounded
 };
 
 class Session {

@@ -736,6 +736,7 @@ CheckpointModel load_checkpoint_model(const std::string& checkpoint_dir) {
   SessionOptions options;
   options.model = checkpoint_model_config(checkpoint_dir);
   options.linear_dtype = linear_dtype(train);  // a bf16 run's function has its GEMMs on rounded operands
+  options.weight_rounding = weight_rounding(train);
   CheckpointModel out{std::make_unique<Session>(options), {}};
   MethodSet methods = MethodSet::from_config(config);
   if (methods.empty()) {

@@ -120,6 +120,13 @@ io::ConfigSchema run_schema() {
                   "or \"auto\": bf16 where this CPU computes it natively, else fp32 (the run's config.toml "
                   "records the choice, so a resume elsewhere computes the same)",
                   {"fp32", "bf16", "auto"})
+      .add_string("train.bf16_rounding", t.bf16_rounding,
+                  "train.precision = \"bf16\": how the bf16 working copies of the weights are rounded from the "
+                  "fp32 masters: \"nearest\" (to nearest even) or \"stochastic\" (unbiased: up with the "
+                  "probability of the cut-off fraction, the random bits a hash of train.seed, the parameter's index "
+                  "and the bf16 interval of its value, so resumes and data parallelism stay bit-exact; not with "
+                  "parallel.tensor or parallel.expert; docs/performance.md)",
+                  {"nearest", "stochastic"})
       .add_int("train.eval_interval", t.eval_interval, "steps between validation evaluations", Range::at_least(1))
       .add_int("train.eval_batches", t.eval_batches, "validation batches per evaluation", Range::at_least(1))
       .add_int("train.log_interval", t.log_interval, "steps between log lines", Range::at_least(1))
@@ -205,7 +212,8 @@ SessionOptions session_options(const RunSettings& s) {
           .recompute = [spec = t.recompute](int n_layer) { return recompute_blocks(spec, n_layer); },
           // A time budget's steps are unknown until its probe: warm-up, then the schedule at its start.
           .max_steps = t.budget == "seconds" ? std::numeric_limits<int64_t>::max() / 4 : t.max_steps,
-          .linear_dtype = linear_dtype(t)};
+          .linear_dtype = linear_dtype(t),
+          .weight_rounding = weight_rounding(t)};
 }
 
 std::string resolved_precision(const std::string& precision) {
@@ -215,6 +223,10 @@ std::string resolved_precision(const std::string& precision) {
 
 kernels::DType linear_dtype(const TrainSettings& t) {
   return t.precision == "bf16" ? kernels::DType::BF16 : kernels::DType::F32;
+}
+
+kernels::Bf16Rounding weight_rounding(const TrainSettings& t) {
+  return {.stochastic = t.bf16_rounding == "stochastic", .seed = t.seed};
 }
 
 kernels::DType comm_dtype(const ParallelSettings& p) {
@@ -336,6 +348,7 @@ RunSettings run_settings(const io::Config& c) {
   t.threads = c.get_int32("train.threads");
   t.recompute = c.get_string("train.recompute");
   t.precision = resolved_precision(c.get_string("train.precision"));
+  t.bf16_rounding = c.get_string("train.bf16_rounding");
   t.eval_interval = c.get_int32("train.eval_interval");
   t.eval_batches = c.get_int32("train.eval_batches");
   t.log_interval = c.get_int32("train.log_interval");
@@ -398,6 +411,17 @@ RunSettings run_settings(const io::Config& c) {
     FRUGAL_CHECK(!methods.any(&Capabilities::changes_trainable_set), "parallel.sequence = true with a method "
                  "that freezes blocks is not built yet (a frozen prefix runs and caches whole samples); "
                  "remove the method or set parallel.sequence = false");
+  }
+  if (t.bf16_rounding == "stochastic") {
+    FRUGAL_CHECK(t.precision == "bf16", "train.bf16_rounding = \"stochastic\" rounds the bf16 working copies of "
+                 "the weights, which train.precision = \"{}\"{} has none of; set train.precision = \"bf16\" or "
+                 "train.bf16_rounding = \"nearest\"", t.precision,
+                 c.get_string("train.precision") == "auto" ? " (what \"auto\" chose on this CPU)" : "");
+    FRUGAL_CHECK(par.tensor == 1 && par.expert == 1, "train.bf16_rounding = \"stochastic\" does not run with "
+                 "parallel.{} = {} yet (its random bits are keyed by each weight's index in the whole model, "
+                 "which a rank holding slices of tensors does not index); use train.bf16_rounding = \"nearest\", "
+                 "or data or pipeline parallelism", par.tensor > 1 ? "tensor" : "expert",
+                 std::max(par.tensor, par.expert));
   }
   if (o.muon.enabled) {
     FRUGAL_CHECK(par.tensor == 1, "optim.name = \"muon\" does not run with parallel.tensor = {}: each rank "

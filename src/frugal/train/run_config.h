@@ -37,6 +37,7 @@ struct TrainSettings {
   int threads = 0;
   std::string recompute = "none";  // "none" | "all" | block indices "0,1,2"
   std::string precision = "fp32";  // the block linears' GEMMs: "fp32" | "bf16" (fp32 master weights); never "auto"
+  std::string bf16_rounding = "nearest";  // bf16: the weights' working copies, "nearest" | "stochastic"
   int eval_interval = 200, eval_batches = 20, log_interval = 10;
   int checkpoint_interval = 0;  // steps between checkpoints; 0: only at the end (and on a signal)
   int keep_checkpoints = 3;
@@ -85,6 +86,9 @@ std::string describe_precision(const TrainSettings& t);
 // The dtype of the model's GEMMs that train.precision names (every command that builds the run's
 // model uses it, so a checkpoint is evaluated and sampled with the GEMMs it was trained with).
 kernels::DType linear_dtype(const TrainSettings& t);
+// How the bf16 working copies of the weights are rounded (train.bf16_rounding, keyed by train.seed):
+// the rounding of the model's element 0.
+kernels::Bf16Rounding weight_rounding(const TrainSettings& t);
 // The payload dtype of the messages between ranks (parallel.comm_dtype).
 kernels::DType comm_dtype(const ParallelSettings& p);
 

@@ -1,17 +1,20 @@
 // The fused AdamW update on CPU through the shared element-wise loop (cpu/elementwise.h), writing
-// the parameters' bf16 rounding too when given where (a bf16 model's working copy).
+// the parameters' bf16 rounding too when given where (a bf16 model's working copy): to nearest, or
+// stochastically (kernels/bf16_rounding.h).
 #include <cmath>
 
 #include "frugal/core/profile.h"
+#include "frugal/kernels/bf16_rounding.h"
 #include "frugal/kernels/cpu/elementwise.h"
 #include "frugal/kernels/cpu/cpu_backend.h"
 
 namespace frugal::kernels::cpu {
 namespace {
 
-// p16: null, or where the updated p goes rounded to bf16.
-void adamw_update_to(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
-                     bool decay) {
+// The update of [0, n), handing each 8-float group's updated p to store16(i, lanes, p).
+template <class Store16>
+void update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s, bool decay,
+            Store16&& store16) {
   FRUGAL_PROFILE("adamw");
   const float c1 = 1.0f / (1.0f - std::pow(s.beta1, static_cast<float>(s.t)));
   const float c2 = 1.0f / (1.0f - std::pow(s.beta2, static_cast<float>(s.t)));
@@ -31,16 +34,31 @@ void adamw_update_to(float* p, bf16* p16, const float* g, float* m, float* v, si
     store(m + i, mask, mi);
     store(v + i, mask, vi);
     store(p + i, mask, pi);
-    if (p16) store(p16 + i, mask, pi);
+    store16(i, mask, pi);
   });
 }
 
 void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s, bool decay) {
-  adamw_update_to(p, nullptr, g, m, v, n, s, decay);
+  update(p, g, m, v, n, s, decay, [](size_t, auto, __m256) {});
+}
+
+void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
+                       bool decay, const Bf16Rounding& rounding) {
+  if (!rounding.stochastic)
+    return update(p, g, m, v, n, s, decay, [&](size_t i, auto lanes, __m256 pi) { store(p16 + i, lanes, pi); });
+  bf16_rounding::for_each_span(rounding.seed, rounding.first, n, [&](size_t b, size_t e, uint32_t key, uint32_t low) {
+    const __m256i k = _mm256_set1_epi32(static_cast<int>(key));
+    const __m256i lanes_low =
+        _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(low)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    update(p + b, g + b, m + b, v + b, e - b, s, decay, [&](size_t i, auto lanes, __m256 pi) {
+      const __m256i at = _mm256_add_epi32(lanes_low, _mm256_set1_epi32(static_cast<int>(i)));
+      store(p16 + b + i, lanes, round_bf16_stochastic(pi, at, k));
+    });
+  });
 }
 
 }  // namespace
 
-const AdamwKernels adamw_avx2{&adamw_update, &adamw_update_to};
+const AdamwKernels adamw_avx2{&adamw_update, &adamw_update_bf16};
 
 }  // namespace frugal::kernels::cpu

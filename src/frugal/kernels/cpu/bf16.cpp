@@ -63,7 +63,8 @@ void matmul_bf16_backward(float* dinp, float* dweight, const bf16* dout, const b
   }
 }
 
-const Bf16Kernels bf16_avx2{&f32_to_bf16_loop,     &bf16_to_f32_loop,     &f32_to_bf16_bias_grad_loop,
-                            &matmul_bf16_forward,  &matmul_bf16_backward, &onednn_bf16_matmul_isa};
+const Bf16Kernels bf16_avx2{&f32_to_bf16_loop,           &round_to_bf16_loop,  &bf16_to_f32_loop,
+                            &f32_to_bf16_bias_grad_loop, &matmul_bf16_forward, &matmul_bf16_backward,
+                            &onednn_bf16_matmul_isa};
 
 }  // namespace frugal::kernels::cpu

@@ -8,7 +8,8 @@
 
 namespace frugal::kernels::cpu {
 
-const Bf16Kernels bf16_avx512{&f32_to_bf16_loop,    &bf16_to_f32_loop,     &f32_to_bf16_bias_grad_loop,
-                              &matmul_bf16_forward, &matmul_bf16_backward, &onednn_bf16_matmul_isa};
+const Bf16Kernels bf16_avx512{&f32_to_bf16_loop,           &round_to_bf16_loop,  &bf16_to_f32_loop,
+                              &f32_to_bf16_bias_grad_loop, &matmul_bf16_forward, &matmul_bf16_backward,
+                              &onednn_bf16_matmul_isa};
 
 }  // namespace frugal::kernels::cpu

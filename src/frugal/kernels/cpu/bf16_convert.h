@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "frugal/core/profile.h"
+#include "frugal/kernels/bf16_rounding.h"
 #include "frugal/kernels/cpu/column_sums.h"
 #include "frugal/kernels/dtype.h"
 
@@ -23,6 +24,21 @@ inline bf16 bf16_of(float f) {
 inline void f32_to_bf16_loop(bf16* out, const float* in, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= (size_t(1) << 18))
   for (size_t i = 0; i < n; ++i) out[i] = bf16_of(in[i]);
+}
+
+// round_to_bf16: to nearest, or stochastically with the random bits of bf16_rounding.h, a span of
+// indices at a time.
+inline void round_to_bf16_loop(bf16* out, const float* in, size_t n, const Bf16Rounding& rounding) {
+  if (!rounding.stochastic) return f32_to_bf16_loop(out, in, n);
+  namespace r = bf16_rounding;
+  r::for_each_span(rounding.seed, rounding.first, n, [&](size_t begin, size_t end, uint32_t key, uint32_t low) {
+#pragma omp parallel for simd schedule(static) if (end - begin >= (size_t(1) << 18))
+    for (size_t i = begin; i < end; ++i) {
+      uint32_t x;
+      std::memcpy(&x, in + i, sizeof x);
+      out[i] = bf16(r::round_bits(x, r::random16(key, low + static_cast<uint32_t>(i - begin), x)));
+    }
+  });
 }
 
 // A linear's output gradient rounded for its bf16 GEMMs and its bias gradient in one pass over it:

@@ -34,26 +34,51 @@ inline __m256 load(const float* p, FirstLanes l) { return _mm256_maskload_ps(p, 
 inline void store(float* p, AllLanes, __m256 v) { _mm256_storeu_ps(p, v); }
 inline void store(float* p, FirstLanes l, __m256 v) { _mm256_maskstore_ps(p, l.mask, v); }
 
-// 8 floats rounded to bf16, to nearest with ties to even, NaN kept quiet: the reference's rounding
-// (kernels/ref/bf16_ref.h) bit for bit, in AVX2 integer operations (the AVX512_BF16 instruction
-// flushes subnormals, so it would not match).
-inline __m128i round_bf16(__m256 v) {
-  const __m256i x = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+// The bf16 bits of 8 floats with bits x, given their bits rounded (`rounded`, each <= 0xffff),
+// packed: NaN kept, quiet, as the reference keeps it (kernels/ref/bf16_ref.h).
+inline __m128i pack_bf16(__m256i x, __m256i rounded) {
   const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
                                          _mm256_set1_epi32(0x7f800000));
   const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
   const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);  // each lane <= 0xffff: packus keeps it
   return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
-inline void store(bf16* p, AllLanes, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), round_bf16(v)); }
-inline void store(bf16* p, FirstLanes l, __m256 v) {
+
+// 8 floats rounded to bf16, to nearest with ties to even, NaN kept quiet: the reference's rounding
+// (kernels/ref/bf16_ref.h) bit for bit, in AVX2 integer operations (the AVX512_BF16 instruction
+// flushes subnormals, so it would not match).
+inline __m128i round_bf16(__m256 v) {
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  return pack_bf16(x, _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16));
+}
+
+// bf16_rounding::hash32 of 8 lanes.
+inline __m256i hash32(__m256i x) {
+  x = _mm256_mullo_epi32(_mm256_xor_si256(x, _mm256_srli_epi32(x, 16)), _mm256_set1_epi32(0x7feb352d));
+  x = _mm256_mullo_epi32(_mm256_xor_si256(x, _mm256_srli_epi32(x, 15)), _mm256_set1_epi32(int(0x846ca68bu)));
+  return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+}
+
+// 8 floats rounded to bf16 stochastically (kernels/bf16_rounding.h): the elements with lower index
+// bits `low` of the span with `key`, the reference's bits.
+inline __m128i round_bf16_stochastic(__m256 v, __m256i low, __m256i key) {
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i r =
+      _mm256_srli_epi32(hash32(_mm256_xor_si256(hash32(_mm256_xor_si256(low, key)), _mm256_srli_epi32(x, 16))), 16);
+  return pack_bf16(x, _mm256_srli_epi32(_mm256_add_epi32(x, r), 16));
+}
+
+// Stores 8 bf16 values (rounded: the lanes of an __m128i) or 8 floats rounded to nearest.
+inline void store(bf16* p, AllLanes, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
+inline void store(bf16* p, FirstLanes l, __m128i h) {
   alignas(16) bf16 lanes[8];
-  _mm_store_si128(reinterpret_cast<__m128i*>(lanes), round_bf16(v));
+  _mm_store_si128(reinterpret_cast<__m128i*>(lanes), h);
   const int n = __builtin_popcount(_mm256_movemask_ps(_mm256_castsi256_ps(l.mask)));
   std::memcpy(p, lanes, sizeof(bf16) * n);
 }
+inline void store(bf16* p, AllLanes l, __m256 v) { store(p, l, round_bf16(v)); }
+inline void store(bf16* p, FirstLanes l, __m256 v) { store(p, l, round_bf16(v)); }
 
 // Calls f(i, lanes) for every 8-float group of [0, n), lanes = AllLanes{} or, for a short last
 // group, FirstLanes (so f is generic: [&](size_t i, auto lanes) { ... load(p + i, lanes) ... }).

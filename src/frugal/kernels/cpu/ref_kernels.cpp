@@ -117,9 +117,9 @@ void adamw_update(float* p, const float* g, float* m, float* v, size_t n, const 
   ref::adamw_update(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.t, decay, s.grad_scale);
 }
 void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
-                       bool decay) {
+                       bool decay, const Bf16Rounding& rounding) {
   ref::adamw_update(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.t, decay, s.grad_scale);
-  f32_to_bf16_ref(p16, p, n);
+  ref::round_to_bf16(p16, p, n, rounding);
 }
 
 // ---- the sparse families: the CPU packing (its checks and its layout, which the packed weight's
@@ -188,9 +188,9 @@ const EncoderKernels encoder_ref{&ref::encoder_forward<float>, &ref::encoder_bac
 const LayernormKernels layernorm_ref{&ref::layernorm_forward<float>, &ref::layernorm_backward<float>,
                                      &layernorm_forward_bf16};
 const MatmulKernels matmul_ref{&ref::matmul_forward<float>, &ref::matmul_backward<float>};
-const Bf16Kernels bf16_ref{&f32_to_bf16_ref,           &bf16_to_f32_ref,
-                           &ref::f32_to_bf16_bias_grad, &ref::matmul_bf16_forward,
-                           &ref::matmul_bf16_backward,  [] { return std::string(); }};
+const Bf16Kernels bf16_ref{&f32_to_bf16_ref,           &ref::round_to_bf16,        &bf16_to_f32_ref,
+                           &ref::f32_to_bf16_bias_grad, &ref::matmul_bf16_forward, &ref::matmul_bf16_backward,
+                           [] { return std::string(); }};
 const Sparse24Kernels sparse24_ref{&sparse24_pack, &sparse24_refresh_values, &sparse24_forward,
                                    &sparse24_backward_input, &mvue24_rows};
 const SparseLinearKernels sparse_linear_ref{&sparse_linear_pack, &sparse_linear_refresh_values,

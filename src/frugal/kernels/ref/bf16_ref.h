@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "frugal/kernels/bf16_rounding.h"
 #include "frugal/kernels/dtype.h"
 #include "frugal/kernels/ref/matmul_ref.h"
 
@@ -18,6 +19,22 @@ inline bf16 to_bf16(float x) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return bf16((u >> 16) | 0x40u);  // NaN: keep it, quiet
   const uint32_t lsb = (u >> 16) & 1u;                                     // ties go to even
   return bf16((u + 0x7fffu + lsb) >> 16);
+}
+
+// x, the element at index `index` of the whole parameter vector, rounded stochastically with the
+// seed (kernels/bf16_rounding.h), element by element from its 64-bit index.
+inline bf16 to_bf16_stochastic(float x, uint64_t seed, uint64_t index) {
+  namespace r = bf16_rounding;
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const uint32_t key = r::span_key(seed, static_cast<uint32_t>(index >> 32));
+  return bf16(r::round_bits(u, r::random16(key, static_cast<uint32_t>(index), u)));
+}
+
+// in (n) rounded into out as `rounding` says.
+inline void round_to_bf16(bf16* out, const float* in, size_t n, const Bf16Rounding& rounding) {
+  for (size_t i = 0; i < n; ++i)
+    out[i] = rounding.stochastic ? to_bf16_stochastic(in[i], rounding.seed, rounding.first + i) : to_bf16(in[i]);
 }
 
 inline float to_f32(bf16 x) {

@@ -37,7 +37,7 @@ void Bf16Format::refresh(const float* weight, int OC, int C) {
   OC_ = OC;
   C_ = C;
   weight_.resize(size_t(OC) * C);
-  kernels::f32_to_bf16(weight_.data(), weight, weight_.size());
+  kernels::round_to_bf16(weight_.data(), weight, weight_.size(), weight_rounding_);
 }
 
 void Bf16Format::forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
