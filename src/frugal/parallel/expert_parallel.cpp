@@ -48,19 +48,13 @@ void MpiExpertCollectives::all_to_all_rows(const float* send, const int32_t* sen
   }
   FRUGAL_CHECK(sent <= INT32_MAX && received <= INT32_MAX, "internal: an expert exchange of {} floats "
                "exceeds MPI's int counts; use smaller micro-batches", std::max(sent, received));
-  const bool bf16 = wire_ == kernels::DType::BF16;
-  if (bf16) {
-    sent16_.resize(size_t(sent));
-    kernels::f32_to_bf16(sent16_.data(), send, size_t(sent));
-    received16_.resize(size_t(received));
-  }
   const MPI_Datatype type = wire_type(wire_);
   MPI_Request request;
-  MPI_Ialltoallv(bf16 ? static_cast<const void*>(sent16_.data()) : send, send_counts_.data(), send_displs_.data(),
-                 type, bf16 ? static_cast<void*>(received16_.data()) : recv, recv_counts_.data(),
-                 recv_displs_.data(), type, group_, &request);
+  MPI_Ialltoallv(wire_payload(send, size_t(sent), wire_, sent16_), send_counts_.data(), send_displs_.data(), type,
+                 wire_landing(recv, size_t(received), wire_, received16_), recv_counts_.data(), recv_displs_.data(),
+                 type, group_, &request);
   world_.wait(request, "the expert group's exchange of routed rows");
-  if (bf16) kernels::bf16_to_f32(recv, received16_.data(), size_t(received));
+  wire_arrived(recv, size_t(received), wire_, received16_);
   seconds_ += timer.seconds();
   bytes_ += double(sent - send_counts_[rank_]) * double(kernels::dtype_size(wire_));
   ++calls_;

@@ -416,13 +416,11 @@ void PipelineStep::send(std::vector<float>& buffer, MPI_Request& request, const 
 
 void PipelineStep::receive(float* out, int from, int tag, const std::string& what) {
   const size_t n = act_in_.size();
-  const bool bf16 = wire_ == kernels::DType::BF16;
-  if (bf16) received_.resize(n);
   MPI_Request request;
-  MPI_Irecv(bf16 ? static_cast<void*>(received_.data()) : out, static_cast<int>(n), wire_type(wire_), from, tag,
-            pipe(), &request);
+  MPI_Irecv(wire_landing(out, n, wire_, received_), static_cast<int>(n), wire_type(wire_), from, tag, pipe(),
+            &request);
   world_.wait(request, what);
-  if (bf16) kernels::bf16_to_f32(out, received_.data(), n);
+  wire_arrived(out, n, wire_, received_);
 }
 
 void PipelineStep::wait_sends() {

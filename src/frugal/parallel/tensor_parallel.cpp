@@ -115,14 +115,8 @@ MpiTensorCollectives::PendingSum MpiTensorCollectives::post_sum(float* x, size_t
   FRUGAL_CHECK(part * (scatter ? size_ : 1) == n && part <= size_t(INT32_MAX),
                "internal: a tensor-parallel sum of {} floats over {} ranks", n, size_);
   gathered_.resize(part * size_);  // (size, part)
-  const void* payload = x;
-  void* arrived = gathered_.data();
-  if (wire_ == kernels::DType::BF16) {
-    staged_.resize(n);
-    kernels::f32_to_bf16(staged_.data(), x, n);
-    gathered16_.resize(part * size_);
-    payload = staged_.data(), arrived = gathered16_.data();
-  }
+  const void* payload = wire_payload(x, n, wire_, staged_);
+  void* arrived = wire_landing(gathered_.data(), gathered_.size(), wire_, gathered16_);
   const MPI_Datatype type = wire_type(wire_);
   if (scatter)  // every rank's slice of this rank's rows
     MPI_Ialltoall(payload, static_cast<int>(part), type, arrived, static_cast<int>(part), type, group_, &request);
@@ -156,7 +150,7 @@ void MpiTensorCollectives::all_reduce_sum(float* x, size_t n) { reduce(x, n, std
 
 void MpiTensorCollectives::complete(const PendingSum& sum, double waited) {
   count(sum.scatter ? sum.n * (size_ - 1) : sum.n, waited, kernels::dtype_size(wire_));
-  if (wire_ == kernels::DType::BF16) kernels::bf16_to_f32(gathered_.data(), gathered16_.data(), gathered_.size());
+  wire_arrived(gathered_.data(), gathered_.size(), wire_, gathered16_);
   combine_in_rank_order(gathered_.data(), sum.n, size_, sum.out, std::plus<float>());  // as reduce() adds
 }
 
@@ -182,14 +176,12 @@ void MpiTensorCollectives::gather_rows(const float* local, size_t n, float* out)
   FRUGAL_CHECK(n <= size_t(INT32_MAX), "internal: a tensor-parallel all-gather of {} values", n);
   FRUGAL_CHECK(!started_.x, "internal: a tensor-parallel collective while a background sum is in flight");
   const Timer timer;
-  staged_.resize(n);
-  kernels::f32_to_bf16(staged_.data(), local, n);
-  gathered16_.resize(n * size_);
+  const MPI_Datatype type = wire_type(wire_);
   MPI_Request request;
-  MPI_Iallgather(staged_.data(), static_cast<int>(n), MPI_UINT16_T, gathered16_.data(), static_cast<int>(n),
-                 MPI_UINT16_T, group_, &request);
+  MPI_Iallgather(wire_payload(local, n, wire_, staged_), static_cast<int>(n), type,
+                 wire_landing(out, n * size_, wire_, gathered16_), static_cast<int>(n), type, group_, &request);
   world_.wait(request, "the tensor-parallel group's exchange");
-  kernels::bf16_to_f32(out, gathered16_.data(), gathered16_.size());
+  wire_arrived(out, n * size_, wire_, gathered16_);
   count(n, timer.seconds(), sizeof(kernels::bf16));
 }
 

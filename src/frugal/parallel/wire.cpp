@@ -40,11 +40,25 @@ MPI_Op wire_sum(kernels::DType wire) {
   return op;
 }
 
-void* wire_payload(float* x, size_t n, kernels::DType wire, std::vector<kernels::bf16>& staged) {
+const void* wire_payload(const float* x, size_t n, kernels::DType wire, std::vector<kernels::bf16>& staged) {
   if (wire != kernels::DType::BF16) return x;
   staged.resize(n);
   kernels::f32_to_bf16(staged.data(), x, n);
   return staged.data();
+}
+
+void* wire_payload(float* x, size_t n, kernels::DType wire, std::vector<kernels::bf16>& staged) {
+  return const_cast<void*>(wire_payload(static_cast<const float*>(x), n, wire, staged));
+}
+
+void* wire_landing(float* out, size_t n, kernels::DType wire, std::vector<kernels::bf16>& staged) {
+  if (wire != kernels::DType::BF16) return out;
+  staged.resize(n);
+  return staged.data();
+}
+
+void wire_arrived(float* out, size_t n, kernels::DType wire, const std::vector<kernels::bf16>& staged) {
+  if (wire == kernels::DType::BF16) kernels::bf16_to_f32(out, staged.data(), n);
 }
 
 void all_reduce_sum(MpiWorld& world, MPI_Comm comm, float* x, size_t n, kernels::DType wire,

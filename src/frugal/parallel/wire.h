@@ -24,6 +24,12 @@ MPI_Op wire_sum(kernels::DType wire);
 // What a collective sends for x (n floats): x itself on an fp32 wire; on a bf16 wire x rounded
 // into `staged`, whose start holds the collective's result afterwards.
 void* wire_payload(float* x, size_t n, kernels::DType wire, std::vector<kernels::bf16>& staged);
+// The same for a send that leaves x as it is.
+const void* wire_payload(const float* x, size_t n, kernels::DType wire, std::vector<kernels::bf16>& staged);
+// Where a message of n values for `out` arrives: out itself on an fp32 wire, on a bf16 wire
+// `staged`; wire_arrived then widens them into out.
+void* wire_landing(float* out, size_t n, kernels::DType wire, std::vector<kernels::bf16>& staged);
+void wire_arrived(float* out, size_t n, kernels::DType wire, const std::vector<kernels::bf16>& staged);
 
 // x (n floats) = its sum over the ranks of comm, sent as `wire`; `staged` holds the bf16 payload
 // between calls. Waits through world.wait, which names a silent rank in `what`.
