@@ -1,6 +1,6 @@
-// Benchmark of the fused attention kernels: GFLOP/s of forward (fp32, and on bf16 operands:
-// attention_forward_bf16) and backward, first on the attention shapes of `frugal bench`'s presets
-// (bench/step_shapes.h: S, M, L) with the bf16 forward's speed-up over fp32 and the milliseconds
+// Benchmark of the fused attention kernels: GFLOP/s of forward and backward (fp32, and on bf16
+// operands: attention_forward_bf16, attention_backward_bf16), first on the attention shapes of
+// `frugal bench`'s presets (bench/step_shapes.h: S, M, L) with the bf16 speed-ups over fp32 and the milliseconds
 // a training step spends in attention, then on other model shapes, for each instruction set the
 // CPU has (AVX2, AVX-512: vdpbf16ps where it has AVX512_BF16), next to the SGEMM rate of frugal's
 // dense GEMM library (kernels/cpu/gemm.h: oneDNN by default, FRUGAL_GEMM=openblas) measured in the
@@ -12,7 +12,7 @@
 //   forward  = 2 products (Q·Kᵀ, P·V)                                = 4·B·NH·HS·pairs(T)
 //   backward = 5 products (Q·Kᵀ recomputed, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K)
 //                                                                     = 10·B·NH·HS·pairs(T)
-//   forward bf16 (attention_forward_bf16: the same products on bf16 operands) = the forward's
+//   forward and backward bf16 (the same products on bf16 operands) = the fp32 ones' counts
 // Each rate is the best wall-clock time of `reps` calls (the machine is shared: the best call is
 // the one least disturbed by other processes).
 // Usage: bench_attention [threads=2] [reps=20]
@@ -33,7 +33,7 @@ using frugal::bench::print;
 using frugal::bench::random_floats;
 
 struct Seconds {
-  double forward, forward_bf16, backward;
+  double forward, forward_bf16, backward, backward_bf16;
 };
 
 // Times forward and backward under `pattern`; prints them, and their speed-up over `baseline`
@@ -65,6 +65,12 @@ Seconds bench_attention(int B, int T, int C, int NH, int reps,
                                         lse.data(), B, T, C, NH, pattern);
   }, reps);
   print(" backward:", s.backward, 2.5 * fwd_flops);
+  s.backward_bf16 = best_seconds([&] {
+    frugal::kernels::attention_backward_bf16(dqkv.data(), dout.data(), qkv16.data(), out.data(), lse.data(), B, T, C,
+                                             NH, pattern);
+  }, reps);
+  print(" backward bf16:", s.backward_bf16, 2.5 * fwd_flops);
+  std::printf(" (%.2fx)", s.backward / s.backward_bf16);
   if (baseline)
     std::printf("  speed-up over causal: forward %.2fx backward %.2fx",
                 baseline->forward / s.forward, baseline->backward / s.backward);
@@ -92,8 +98,9 @@ int main(int argc, char** argv) {
     for (const frugal::bench::PresetShape& p : frugal::bench::kPresets) {
       std::printf("preset %s: ", p.name);
       const Seconds s = bench_attention(p.B, p.T, p.C, p.heads, reps);
-      std::printf("  per step (%d layers): forward fp32 %.2f ms, bf16 %.2f ms; backward %.2f ms\n", p.layers,
-                  1e3 * p.layers * s.forward, 1e3 * p.layers * s.forward_bf16, 1e3 * p.layers * s.backward);
+      std::printf("  per step (%d layers): forward fp32 %.2f ms, bf16 %.2f ms; backward fp32 %.2f ms, bf16 %.2f ms\n",
+                  p.layers, 1e3 * p.layers * s.forward, 1e3 * p.layers * s.forward_bf16, 1e3 * p.layers * s.backward,
+                  1e3 * p.layers * s.backward_bf16);
     }
     bench_attention(12, 64, 128, 4, reps);
     bench_attention(4, 64, 768, 12, reps);

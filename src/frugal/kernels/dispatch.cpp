@@ -217,6 +217,11 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                         const AttentionPattern& pattern) {
   Attention::table().backward(dqkv, dout, qkv, out, lse, B, T, C, NH, pattern);
 }
+void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, int B, int T, int C, int NH,
+                             const AttentionPattern& pattern) {
+  Attention::table().backward_bf16(dqkv, dout, qkv, out, lse, B, T, C, NH, pattern);
+}
 void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache,
                       int t, int C, int NH, const AttentionPattern& pattern) {
   Attention::table().decode(out, q, k_cache, v_cache, t, C, NH, pattern);

@@ -69,6 +69,7 @@ struct AttentionKernels {
   decltype(&kernels::attention_forward) forward;
   decltype(&kernels::attention_forward_bf16) forward_bf16;
   decltype(&kernels::attention_backward) backward;
+  decltype(&kernels::attention_backward_bf16) backward_bf16;
   decltype(&kernels::attention_decode) decode;
 };
 struct ActivationsKernels {

@@ -179,7 +179,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
                        const AttentionPattern& pattern);
 // attention_forward on bf16 operands (train.precision = "bf16") where attention_bf16_operands
 // says so: qkv is rounded to bf16 in place (nearest even; the values the products use, which
-// attention_backward then reads), Q·Kᵀ and P·V are products of bf16 values summed in fp32
+// attention_backward_bf16 then reads), Q·Kᵀ and P·V are products of bf16 values summed in fp32
 // (vdpbf16ps where the CPU has AVX512_BF16; each P rounded to bf16 as it weights V), the softmax,
 // its running max and sum and lse are fp32. Elsewhere attention_forward's fp32 result bit for bit,
 // qkv untouched. out (fp32) and out16 (B,T,C) = out rounded to nearest even, bit for bit (the
@@ -197,6 +197,15 @@ inline bool attention_bf16_operands(const AttentionPattern& pattern, int T) {
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH,
                         const AttentionPattern& pattern);
+// attention_backward after attention_forward_bf16, on bf16 operands where attention_bf16_operands
+// says so: q, k, v are the bf16 values the forward left in qkv; dout is rounded to bf16 (nearest
+// even) where it multiplies (dO·Vᵀ, Pᵀ·dO, and D_i = dO_i · out_i); P and dS (fp32, from the
+// recomputed scores) are rounded to bf16 where they weight dO, Q and K; the products are of bf16
+// values summed in fp32 (vdpbf16ps where the CPU has AVX512_BF16). Elsewhere attention_backward
+// bit for bit.
+void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, int B, int T, int C, int NH,
+                             const AttentionPattern& pattern);
 
 // ---- attention: one new query against a key/value cache (autoregressive decoding) ----
 // out (C) = per head h: softmax(q_h · K_hᵀ / sqrt(HS)) · V_h over the cached positions j < t that

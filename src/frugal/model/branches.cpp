@@ -206,7 +206,9 @@ void Attention::backward(const float* params, float* grads, const Acts& a, const
                          TensorCollectives& comm) const {
   const int N = B * T;
   proj_.backward(params, grads, s.datt, dout, {a.att, a.att16}, N, false);
-  k::attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, B, T, sizes_.attn_width, sizes_.n_head, pattern_);
+  // after the bf16 forward (a.att16), the backward on the bf16 values it rounded qkv to
+  (a.att16 ? k::attention_backward_bf16 : k::attention_backward)(s.dqkv, s.datt, a.qkv, a.att, a.lse, B, T,
+                                                                 sizes_.attn_width, sizes_.n_head, pattern_);
   k::qk_transform_backward(s.dqkv, a.qkv, a.inv_rms, B, T, sizes_.attn_width, sizes_.n_head, transform_);
   column_parallel_backward({{&qkv_, s.dqkv}}, params, grads, din, in, N, comm);
 }

@@ -31,15 +31,25 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   kernels().backward(dqkv, dout, qkv, out, lse, B, T, C, NH, pattern);
 }
 
+template <IsaKernelsOf kernels>
+void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, int B, int T, int C, int NH,
+                             const AttentionPattern& pattern) {
+  FRUGAL_PROFILE("attention bwd");
+  kernels().backward_bf16(dqkv, dout, qkv, out, lse, B, T, C, NH, pattern);
+}
+
 }  // namespace
 
 const AttentionKernels attention_avx2{&attention_forward<&attention_detail::avx2_kernels>,
                                       &attention_forward_bf16<&attention_detail::avx2_kernels>,
                                       &attention_backward<&attention_detail::avx2_kernels>,
+                                      &attention_backward_bf16<&attention_detail::avx2_kernels>,
                                       &attention_decode_avx2};
 const AttentionKernels attention_avx512{&attention_forward<&attention_detail::avx512_kernels>,
                                         &attention_forward_bf16<&attention_detail::avx512_kernels>,
                                         &attention_backward<&attention_detail::avx512_kernels>,
+                                        &attention_backward_bf16<&attention_detail::avx512_kernels>,
                                         &attention_decode_avx2};
 
 }  // namespace frugal::kernels::cpu

@@ -1,6 +1,6 @@
 // Fused attention on CPU: the per-instruction-set tile loops (attention_avx2.cpp,
 // attention_avx512.cpp), which attention.cpp wraps into the family's kernel tables
-// (kernels/cpu/cpu_backend.h), the AVX-512 forward on bf16 with AVX512_BF16's dot products
+// (kernels/cpu/cpu_backend.h), the AVX-512 forward and backward on bf16 with AVX512_BF16's dot products
 // (attention_avx512bf16.cpp), and the one-query decode kernel (attention_decode.cpp). Results are
 // deterministic per instruction set and thread count; the two instruction sets differ in the last
 // bits (different register blocking, same tolerances).
@@ -27,13 +27,15 @@ struct IsaKernels {
   ForwardFn forward;
   ForwardBf16Fn forward_bf16;
   BackwardFn backward;
+  BackwardFn backward_bf16;  // attention_backward_bf16 of kernels/ops.h
 };
 
 const IsaKernels& avx2_kernels();
 const IsaKernels& avx512_kernels();  // call only when isa_available(Isa::Avx512)
-// The AVX-512 forward on bf16 with vdpbf16ps (attention_avx512bf16.cpp): call only when the CPU
-// has AVX512_BF16 as well.
+// The AVX-512 forward and backward on bf16 with vdpbf16ps (attention_avx512bf16.cpp): call only
+// when the CPU has AVX512_BF16 as well.
 ForwardBf16Fn avx512bf16_forward_bf16();
+BackwardFn avx512bf16_backward_bf16();
 
 }  // namespace attention_detail
 

@@ -6,7 +6,7 @@
 namespace frugal::kernels::attention_detail {
 
 const IsaKernels& avx2_kernels() {
-  static const IsaKernels k{&forward<Avx2>, &forward_bf16<Avx2>, &backward<Avx2>};
+  static const IsaKernels k{&forward<Avx2>, &forward_bf16<Avx2>, &backward<Avx2>, &backward_bf16<Avx2>};
   return k;
 }
 

@@ -24,10 +24,10 @@
 namespace frugal::kernels::attention_detail {
 
 const IsaKernels& avx512_kernels() {
-  // the forward on bf16 with vdpbf16ps where the CPU has AVX512_BF16, else on widened pairs
-  static const IsaKernels k{&forward<Avx512>,
-                            __builtin_cpu_supports("avx512bf16") ? avx512bf16_forward_bf16() : &forward_bf16<Avx512>,
-                            &backward<Avx512>};
+  // the forward and backward on bf16 with vdpbf16ps where the CPU has AVX512_BF16, else on widened pairs
+  static const bool dot = __builtin_cpu_supports("avx512bf16");
+  static const IsaKernels k{&forward<Avx512>, dot ? avx512bf16_forward_bf16() : &forward_bf16<Avx512>,
+                            &backward<Avx512>, dot ? avx512bf16_backward_bf16() : &backward_bf16<Avx512>};
   return k;
 }
 

@@ -1,4 +1,5 @@
-// The fused attention's forward on bf16 operands (attention_forward_bf16) with AVX512_BF16: the
+// The fused attention's forward and backward on bf16 operands (attention_forward_bf16,
+// attention_backward_bf16) with AVX512_BF16: the
 // Avx512 traits with the bf16 pairs multiplied by vdpbf16ps (16 fp32 lanes, each summing two exact
 // bf16 products into its accumulator). Called only after a run-time check of AVX512_BF16
 // (attention_avx512.cpp). Headers as in attention_avx512.cpp: standard and project headers before
@@ -32,5 +33,6 @@ struct Avx512Bf16 : Avx512 {
 }  // namespace
 
 ForwardBf16Fn avx512bf16_forward_bf16() { return &forward_bf16<Avx512Bf16>; }
+BackwardFn avx512bf16_backward_bf16() { return &backward_bf16<Avx512Bf16>; }
 
 }  // namespace frugal::kernels::attention_detail

@@ -13,7 +13,10 @@
 // nothing) and FMAs contiguous rows of B. The forward on bf16 operands (forward_bf16) runs the
 // same tile loop with its two products on bf16 pairs (two inner indices per 32-bit word, summed
 // by vdpbf16ps or by two FMAs on the widened halves): each head's q, k, v rounded in place and
-// packed once (q and k rows, v as pairs of rows), P rounded to pairs of keys per tile. Strided{w, s} runs as its window Local(w), then per
+// packed once (q and k rows, v as pairs of rows), P rounded to pairs of keys per tile. The
+// backward on bf16 operands (backward_bf16) likewise runs the backward's loop (backward_tiles)
+// with its five products on pairs: dO rounded, each head's q, k, v, dO packed once as rows and
+// q, k, dO as pairs of rows, P and dS rounded per tile pair. Strided{w, s} runs as its window Local(w), then per
 // residue class mod s a causal pass over the strided pairs beyond the window (the class's rows
 // packed into a contiguous sequence), merged through the lse. See docs/attention.md.
 //
@@ -519,6 +522,27 @@ void pair_rows(uint32_t* dst, const float* lo, const float* hi, int n) {
     if (c < n) pair_rows<typename Isa::Narrow>(dst + c, lo + c, hi ? hi + c : nullptr, n - c);
 }
 
+// x (n floats, n a multiple of 8) rounded to bf16 into dst (n / 2 pair words), x untouched.
+template <class Isa>
+void bf16_row(uint32_t* dst, const float* x, int n) {
+  constexpr int L = Isa::kLanes;
+  int c = 0;
+  for (; c + L <= n; c += L) Isa::store_bf16(dst + c / 2, Isa::round_high(Isa::load(x + c)));
+  if constexpr (L > 8)
+    if (c < n) bf16_row<typename Isa::Narrow>(dst + c / 2, x + c, n - c);
+}
+
+// dst (h2 x kTile words) = the first n rows (h2 pair words each, contiguous) of rows, transposed:
+// row c of dst holds word c of every row; columns n..round_up8(n) are zeroed.
+inline void transpose_pairs(uint32_t* dst, const uint32_t* rows, int h2, int n) {
+  if (h2 % 8 == 0) {  // 32-bit words moved as floats (bits kept)
+    transpose_tile(reinterpret_cast<float*>(dst), kTile, reinterpret_cast<const float*>(rows), h2, n, h2);
+    return;
+  }
+  for (int c = 0; c < h2; ++c)
+    for (int i = 0; i < round_up8(n); ++i) dst[size_t(c) * kTile + i] = i < n ? rows[size_t(i) * h2 + c] : 0;
+}
+
 // Per-thread bf16 operands of one head: its q and k rows (T x HS/2 pair words, bf16 rows), its v
 // as pairs of rows (ceil(T/2) x HS words, row j/2 = (v_j, v_j+1)), the query tile's Qᵀ as pairs
 // (HS/2 x kTile words) and the probabilities as pairs of key rows (kTile/2 x kTile words).
@@ -558,14 +582,7 @@ struct Bf16Products {
   const Dims& d;
   Bf16Scratch& s;
   void queries(ForwardScratch&, int q0, int nq) const {  // Qᵀ: the q rows' pair words transposed
-    const int H2 = d.HS / 2;
-    const uint32_t* q = s.q.data() + size_t(q0) * H2;
-    if (H2 % 8 == 0) {  // 32-bit words moved as floats (bits kept)
-      transpose_tile(reinterpret_cast<float*>(s.qt.data()), kTile, reinterpret_cast<const float*>(q), H2, nq, H2);
-      return;
-    }
-    for (int c = 0; c < H2; ++c)
-      for (int i = 0; i < round_up8(nq); ++i) s.qt[size_t(c) * kTile + i] = i < nq ? q[size_t(i) * H2 + c] : 0;
+    transpose_pairs(s.qt.data(), s.q.data() + size_t(q0) * d.HS / 2, d.HS / 2, nq);
   }
   void scores(ForwardScratch& w, int k0, int nk, int nq_pad, Band band) const {
     gemm_tile<Isa>(w.st.data(), kTile, PairOperand{s.k.data() + size_t(k0) * d.HS / 2, size_t(d.HS) / 2, 1},
@@ -663,56 +680,159 @@ void ds_row(float* ds, const float* p, int n_pad, uint64_t allowed, float D_i, f
   for (; j < n_pad; ++j) ds[j] = 0.0f;
 }
 
-// dqkv for one (batch, head): this call owns its dq, dk and dv columns entirely.
+// The backward's five products on fp32 operands, read from qkv and dout as they are: per key tile
+// Kᵀ and Vᵀ transposed once (into w.kt, w.vt), per tile pair S = Q·Kᵀ, dP = dO·Vᵀ, then
+// dV (+)= Pᵀ·dO, dK (+)= dSᵀ·Q and dQ (+)= dS·K with Pᵀ and dSᵀ read as views. D_t = rowsum(dO_t ∘ O_t).
 template <class Isa>
-void backward_head(float* dqkv, const float* dout, const float* qkv, const float* out,
-                   const float* lse, const Dims& d, const TileMasks& masks, int b, int h,
-                   BackwardScratch& w) {
+struct F32BackwardProducts {
+  const float *dout, *qkv, *out;
+  const Dims& d;
+  int b, h;
+  BackwardScratch& w;
+  void prepare(float* D) const {
+    for (int t = 0; t < d.T; ++t) {
+      const float* g = dout + d.at(b, t, d.C, h);
+      const float* o = out + d.at(b, t, d.C, h);
+      __m256 acc = _mm256_setzero_ps();
+      for (int c = 0; c < d.HS; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(g + c), _mm256_loadu_ps(o + c), acc);
+      D[t] = hsum(acc);
+    }
+  }
+  void key_tile(int k0, int nk) const {
+    const float* K = qkv + d.at(b, k0, 3 * d.C, h) + d.C;
+    transpose_tile(w.kt.data(), kTile, K, 3 * d.C, nk, d.HS);
+    transpose_tile(w.vt.data(), kTile, K + d.C, 3 * d.C, nk, d.HS);
+  }
+  void scores(float* p, float* dp, int q0, int nq, int nk_pad, Band band) const {
+    gemm_tile<Isa>(p, kTile, Operand{qkv + d.at(b, q0, 3 * d.C, h), size_t(3) * d.C, 1}, w.kt.data(), kTile, nq,
+                   nk_pad, d.HS, false, Causal::QueryRowsKeyCols, band);  // S = Q·Kᵀ
+    gemm_tile<Isa>(dp, kTile, Operand{dout + d.at(b, q0, d.C, h), size_t(d.C), 1}, w.vt.data(), kTile, nq, nk_pad,
+                   d.HS, false, Causal::QueryRowsKeyCols, band);  // dP = dO·Vᵀ
+  }
+  // dK, dV: the key tile's rows of dqkv (overwritten when `first`); dQ the query tile's.
+  void gradients(float* dK, float* dV, float* dQ, float* p, float* ds, int q0, int nq, int k0, int nk,
+                 bool first, bool dq_accumulate, Band band) const {
+    const int C3 = 3 * d.C;
+    const float* Q = qkv + d.at(b, q0, C3, h);
+    const Operand p_t{p, 1, kTile}, ds_t{ds, 1, kTile};  // Pᵀ, dSᵀ as views
+    gemm_tile<Isa>(dV, C3, p_t, dout + d.at(b, q0, d.C, h), d.C, nk, d.HS, nq, !first, Causal::KeyRowsQueryInner,
+                   band);  // dV (+)= Pᵀ·dO
+    gemm_tile<Isa>(dK, C3, ds_t, Q, C3, nk, d.HS, nq, !first, Causal::KeyRowsQueryInner, band);  // dK (+)= dSᵀ·Q
+    gemm_tile<Isa>(dQ, C3, Operand{ds, kTile, 1}, qkv + d.at(b, k0, C3, h) + d.C, C3, nq, d.HS, nk, dq_accumulate,
+                   Causal::QueryRowsKeyInner, band);  // dQ (+)= dS·K
+  }
+};
+
+// Per-thread bf16 operands of one head for the backward on bf16 (backward_bf16): the rows of q, k,
+// v and dO as pair words along the head dimension (T x HS/2; the A operands of S = Q·Kᵀ and
+// dP = dO·Vᵀ, and the rows the key tile's Kᵀ, Vᵀ are transposed from), q, k and dO as pairs of
+// rows ((T+1)/2 x HS, row t/2 = (x_t, x_t+1); the B operands of dK = dSᵀ·Q, dQ = dS·K and
+// dV = Pᵀ·dO); per key tile Kᵀ, Vᵀ (HS/2 x kTile); per tile pair P and dS as pairs of query rows
+// (kTile/2 x kTile: Pᵀ and dSᵀ read as views) and dS as pair words along keys (kTile x kTile/2).
+struct Bf16BackwardScratch {
+  std::vector<uint32_t> q, k, v, g, q2, k2, g2, kt, vt, p2, ds2, dsk;
+  Bf16BackwardScratch(int T, int HS)
+      : q(size_t(T) * HS / 2), k(q.size()), v(q.size()), g(q.size()), q2(size_t(T + 1) / 2 * HS), k2(q2.size()),
+        g2(q2.size()), kt(size_t(HS) / 2 * kTile), vt(kt.size()), p2(size_t(kTile) / 2 * kTile), ds2(p2.size()),
+        dsk(p2.size()) {}
+};
+
+// The backward's five products on bf16 operands (backward_bf16), vdpbf16ps where Isa has it: q, k
+// and v are the bf16 values the forward left in qkv (packed exactly), dO is dout rounded to bf16
+// (nearest even), and P and dS are rounded to bf16 where they weight dO, Q and K; every sum in
+// fp32. D_t = rowsum(dO_t ∘ O_t) with the rounded dO (the dO that dP is computed from).
+template <class Isa>
+struct Bf16BackwardProducts {
+  const Dims& d;
+  Bf16BackwardScratch& s;
+  const float *dout, *qkv, *out;
+  int b, h;
+  void prepare(float* D) const {
+    const int HS = d.HS, H2 = HS / 2, C3 = 3 * d.C;
+    auto row = [&](int t) { return qkv + d.at(b, t, C3, h); };
+    auto grad = [&](int t) { return dout + d.at(b, t, d.C, h); };
+    for (int t = 0; t < d.T; ++t) {
+      const size_t at = size_t(t) * H2;
+      bf16_row<Isa>(s.q.data() + at, row(t), HS);
+      bf16_row<Isa>(s.k.data() + at, row(t) + d.C, HS);
+      bf16_row<Isa>(s.v.data() + at, row(t) + 2 * d.C, HS);
+      bf16_row<Isa>(s.g.data() + at, grad(t), HS);
+      const float* o = out + d.at(b, t, d.C, h);
+      __m256 acc = _mm256_setzero_ps();
+      for (int c = 0; c < HS; c += 8)
+        acc = _mm256_fmadd_ps(Avx2::as_reg(Avx2::round_high(_mm256_loadu_ps(grad(t) + c))), _mm256_loadu_ps(o + c), acc);
+      D[t] = hsum(acc);
+    }
+    for (int t = 0; t < d.T; t += 2) {
+      const bool odd = t + 1 < d.T;
+      const size_t at = size_t(t / 2) * HS;
+      pair_rows<Isa>(s.q2.data() + at, row(t), odd ? row(t + 1) : nullptr, HS);
+      pair_rows<Isa>(s.k2.data() + at, row(t) + d.C, odd ? row(t + 1) + d.C : nullptr, HS);
+      pair_rows<Isa>(s.g2.data() + at, grad(t), odd ? grad(t + 1) : nullptr, HS);
+    }
+  }
+  void key_tile(int k0, int nk) const {
+    transpose_pairs(s.kt.data(), s.k.data() + size_t(k0) * d.HS / 2, d.HS / 2, nk);
+    transpose_pairs(s.vt.data(), s.v.data() + size_t(k0) * d.HS / 2, d.HS / 2, nk);
+  }
+  void scores(float* p, float* dp, int q0, int nq, int nk_pad, Band band) const {
+    const size_t H2 = d.HS / 2;
+    gemm_tile<Isa>(p, kTile, PairOperand{s.q.data() + q0 * H2, H2, 1}, s.kt.data(), kTile, nq, nk_pad, d.HS, false,
+                   Causal::QueryRowsKeyCols, band);  // S = Q·Kᵀ
+    gemm_tile<Isa>(dp, kTile, PairOperand{s.g.data() + q0 * H2, H2, 1}, s.vt.data(), kTile, nq, nk_pad, d.HS, false,
+                   Causal::QueryRowsKeyCols, band);  // dP = dO·Vᵀ
+  }
+  void gradients(float* dK, float* dV, float* dQ, float* p, float* ds, int q0, int nq, int k0, int nk,
+                 bool first, bool dq_accumulate, Band band) const {
+    const int C3 = 3 * d.C, HS = d.HS, nk_pad = round_up8(nk);
+    for (int i = 0; i < nq; i += 2) {  // P and dS as pairs of query rows
+      const bool odd = i + 1 < nq;
+      pair_rows<Isa>(s.p2.data() + size_t(i / 2) * kTile, p + i * kTile, odd ? p + (i + 1) * kTile : nullptr, nk_pad);
+      pair_rows<Isa>(s.ds2.data() + size_t(i / 2) * kTile, ds + i * kTile, odd ? ds + (i + 1) * kTile : nullptr,
+                     nk_pad);
+    }
+    for (int i = 0; i < nq; ++i) bf16_row<Isa>(s.dsk.data() + size_t(i) * kTile / 2, ds + i * kTile, nk_pad);
+    const size_t q_pairs = size_t(q0 / 2) * HS;
+    gemm_tile<Isa>(dV, C3, PairOperand{s.p2.data(), 1, kTile}, s.g2.data() + q_pairs, HS, nk, HS, nq, !first,
+                   Causal::KeyRowsQueryInner, band);  // dV (+)= Pᵀ·dO
+    gemm_tile<Isa>(dK, C3, PairOperand{s.ds2.data(), 1, kTile}, s.q2.data() + q_pairs, HS, nk, HS, nq, !first,
+                   Causal::KeyRowsQueryInner, band);  // dK (+)= dSᵀ·Q
+    gemm_tile<Isa>(dQ, C3, PairOperand{s.dsk.data(), kTile / 2, 1}, s.k2.data() + size_t(k0 / 2) * HS, HS, nq, HS,
+                   nk, dq_accumulate, Causal::QueryRowsKeyInner, band);  // dQ (+)= dS·K
+  }
+};
+
+// dqkv for one (batch, head): this call owns its dq, dk and dv columns entirely. Key tiles
+// outside, query tiles inside; the products computed by `products` (F32BackwardProducts,
+// Bf16BackwardProducts), the softmax's backward in fp32 between them.
+template <class Isa, class Products>
+void backward_tiles(float* dqkv, const float* lse, const Products& products, const Dims& d,
+                    const TileMasks& masks, int b, int h, BackwardScratch& w) {
   const int C3 = 3 * d.C, HS = d.HS;
   const float* lse_bh = lse + (static_cast<size_t>(b) * d.NH + h) * d.T;
-  for (int t = 0; t < d.T; ++t) {  // D_t = rowsum(dO_t ∘ O_t)
-    const float* g = dout + d.at(b, t, d.C, h);
-    const float* o = out + d.at(b, t, d.C, h);
-    __m256 acc = _mm256_setzero_ps();
-    for (int c = 0; c < HS; c += 8)
-      acc = _mm256_fmadd_ps(_mm256_loadu_ps(g + c), _mm256_loadu_ps(o + c), acc);
-    w.D[t] = hsum(acc);
-  }
+  products.prepare(w.D.data());  // D_t = rowsum(dO_t ∘ O_t)
   std::fill(w.dq_written.begin(), w.dq_written.end(), 0);
   for (int kt = 0; kt < d.n_tiles; ++kt) {
     const int k0 = kt * kTile, nk = std::min(kTile, d.T - k0), nk_pad = round_up8(nk);
-    const float* K = qkv + d.at(b, k0, C3, h) + d.C;
-    const float* V = K + d.C;
     float* dK = dqkv + d.at(b, k0, C3, h) + d.C;  // dK, dV of this key tile: written by the
     float* dV = dK + d.C;                         // first active query tile, then accumulated
-    transpose_tile(w.kt.data(), kTile, K, C3, nk, HS);
-    transpose_tile(w.vt.data(), kTile, V, C3, nk, HS);
+    products.key_tile(k0, nk);
     bool first = true;
     for (int qt = d.query_tiles_begin(kt); qt < d.n_tiles; ++qt) {
       const int q0 = qt * kTile, nq = std::min(kTile, d.T - q0);
       if (masks.kind[masks.at(qt, kt)] == Tile::Empty) continue;
       const TileMask& mask = masks.mask[masks.at(qt, kt)];
       const Band band = d.band(q0, k0);
-      const float* Q = qkv + d.at(b, q0, C3, h);
-      const float* dO = dout + d.at(b, q0, d.C, h);
-      float* dQ = dqkv + d.at(b, q0, C3, h);
       float *p = w.p.data(), *ds = w.ds.data();
-      gemm_tile<Isa>(p, kTile, Operand{Q, size_t(C3), 1}, w.kt.data(), kTile, nq, nk_pad, HS,
-                     false, Causal::QueryRowsKeyCols, band);  // S = Q·Kᵀ
-      gemm_tile<Isa>(ds, kTile, Operand{dO, size_t(d.C), 1}, w.vt.data(), kTile, nq, nk_pad, HS,
-                     false, Causal::QueryRowsKeyCols, band);  // dP = dO·Vᵀ
+      products.scores(p, ds, q0, nq, nk_pad, band);  // S into p, dP into ds
       for (int i = 0; i < nq; ++i) {  // P = exp(S·scale - lse); dS = P ∘ (dP - D)·scale
         const uint64_t allowed = mask.row[i];
         probability_row<Isa>(p + i * kTile, nk_pad, allowed, d.scale, lse_bh[q0 + i]);
         ds_row<Isa>(ds + i * kTile, p + i * kTile, nk_pad, allowed, w.D[q0 + i], d.scale);
       }
-      const Operand p_t{p, 1, kTile}, ds_t{ds, 1, kTile};  // Pᵀ, dSᵀ as views
-      gemm_tile<Isa>(dV, C3, p_t, dO, d.C, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
-                     band);  // dV += Pᵀ·dO
-      gemm_tile<Isa>(dK, C3, ds_t, Q, C3, nk, HS, nq, !first, Causal::KeyRowsQueryInner,
-                     band);  // dK += dSᵀ·Q
-      gemm_tile<Isa>(dQ, C3, Operand{ds, kTile, 1}, K, C3, nq, HS, nk, w.dq_written[qt] != 0,
-                     Causal::QueryRowsKeyInner, band);  // dQ (+)= dS·K, the first time overwritten
+      // dQ (+)= dS·K: the first time overwritten
+      products.gradients(dK, dV, dqkv + d.at(b, q0, C3, h), p, ds, q0, nq, k0, nk, first, w.dq_written[qt] != 0,
+                         band);
       w.dq_written[qt] = 1;
       first = false;
     }
@@ -726,6 +846,14 @@ void backward_head(float* dqkv, const float* dout, const float* qkv, const float
     if (!w.dq_written[qt])
       for (int t = qt * kTile; t < std::min(d.T, (qt + 1) * kTile); ++t)
         std::fill_n(dqkv + d.at(b, t, C3, h), HS, 0.0f);
+}
+
+// The fp32 backward of one (batch, head).
+template <class Isa>
+void backward_head(float* dqkv, const float* dout, const float* qkv, const float* out,
+                   const float* lse, const Dims& d, const TileMasks& masks, int b, int h,
+                   BackwardScratch& w) {
+  backward_tiles<Isa>(dqkv, lse, F32BackwardProducts<Isa>{dout, qkv, out, d, b, h, w}, d, masks, b, h, w);
 }
 
 // ---- Strided{w, s}: the window, then the strided pairs per residue class ----
@@ -987,6 +1115,25 @@ void backward(float* dqkv, const float* dout, const float* qkv, const float* out
         if (classes->length(r) > 0)
           backward_class<Isa>(dqkv, dout, qkv, out, lse, d, *classes, bh / NH, bh % NH, r, w, pw);
     }
+  }
+}
+
+// The backward after forward_bf16 (attention_backward_bf16): the products on bf16 operands
+// (Bf16BackwardProducts) where attention_bf16_operands says so, else the fp32 backward.
+template <class Isa>
+void backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                   int T, int C, int NH, const AttentionPattern& pattern) {
+  if (!attention_bf16_operands(pattern, T)) return backward<Isa>(dqkv, dout, qkv, out, lse, B, T, C, NH, pattern);
+  const Dims d(B, T, C, NH, pattern);
+  const TileMasks masks(pattern, d, /*key_rows=*/false);
+#pragma omp parallel
+  {
+    BackwardScratch w(d.HS, T, d.n_tiles);
+    Bf16BackwardScratch s(T, d.HS);
+#pragma omp for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; ++bh)
+      backward_tiles<Isa>(dqkv, lse, Bf16BackwardProducts<Isa>{d, s, dout, qkv, out, bh / NH, bh % NH}, d, masks,
+                          bh / NH, bh % NH, w);
   }
 }
 

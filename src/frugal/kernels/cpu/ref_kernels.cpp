@@ -50,7 +50,8 @@ void layernorm_forward_bf16(bf16* out16, float* out, float* mean, float* rstd, c
   y.to(out16);
 }
 
-// ---- attention: the bf16 forward where it computes on bf16 (else fp32), its output rounded ----
+// ---- attention: the bf16 forward and backward where they compute on bf16 (else fp32), the
+// forward's output rounded ----
 void attention_forward_bf16(float* out, bf16* out16, float* lse, float* qkv, int B, int T, int C, int NH,
                             const AttentionPattern& pattern) {
   if (attention_bf16_operands(pattern, T))
@@ -58,6 +59,11 @@ void attention_forward_bf16(float* out, bf16* out16, float* lse, float* qkv, int
   else
     ref::attention_forward(out, lse, qkv, B, T, C, NH, pattern);
   f32_to_bf16_ref(out16, out, size_t(B) * T * C);
+}
+void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                             int B, int T, int C, int NH, const AttentionPattern& pattern) {
+  (attention_bf16_operands(pattern, T) ? &ref::attention_backward_bf16<float> : &ref::attention_backward<float>)(
+      dqkv, dout, qkv, out, lse, B, T, C, NH, pattern);
 }
 
 // ---- activations: GateAct -> the template's 0 (gelu) / 1 (silu); bf16 outputs rounded ----
@@ -197,7 +203,7 @@ const SparseLinearKernels sparse_linear_ref{&sparse_linear_pack, &sparse_linear_
                                             &sparse_linear_forward, &sparse_linear_backward_input,
                                             &sparse_linear_backward_weight};
 const AttentionKernels attention_ref{&ref::attention_forward<float>, &attention_forward_bf16,
-                                     &ref::attention_backward<float>,
+                                     &ref::attention_backward<float>, &attention_backward_bf16,
                                      &ref::attention_decode<float>};
 const ActivationsKernels activations_ref{&ref::gelu_forward<float>, &ref::gelu_backward<float>,
                                          &gated_forward, &gated_backward, &ref::relu2_forward<float>,

@@ -82,23 +82,26 @@ void attention_forward_bf16(T* out, T* lse, T* qkv, int B, int Tn, int C, int NH
   forward_rows(out, lse, qkv, B, Tn, C, NH, pattern, /*bf16_p=*/true);
 }
 
-// dqkv (B,Tn,3C) =; dout (B,Tn,C), qkv, lse from the forward. `out` is not read here: the softmax
-// backward uses D_i = Σ_j p_ij dp_ij directly, the definition the optimised kernel's
-// rowsum(dO_i ∘ O_i) must agree with.
+// dqkv (B,Tn,3C) =; dout (B,Tn,C), qkv, out, lse from the forward. With bf16 (the backward after
+// attention_forward_bf16): dO is dout rounded to bf16, D_i = dO_i · out_i, and p and ds rounded to
+// bf16 where they weight dO, q and k; without it `out` is not read: D_i = Σ_j p_ij dp_ij directly,
+// the definition the optimised kernel's rowsum(dO_i ∘ O_i) must agree with.
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
-                        int Tn, int C, int NH, const AttentionPattern& pattern) {
+void backward_rows(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn, int C, int NH,
+                   const AttentionPattern& pattern, bool bf16) {
   const int HS = C / NH;
   const T scale = T(1) / std::sqrt(T(HS));
+  auto rounded = [&](T x) { return bf16 ? T(to_f32(to_bf16(float(x)))) : x; };
   std::fill(dqkv, dqkv + static_cast<size_t>(B) * Tn * 3 * C, T(0));
-  std::vector<T> p(Tn), dp(Tn);
+  std::vector<T> p(Tn), dp(Tn), dO(HS);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
       for (int i = 0; i < Tn; ++i) {
         const std::vector<int> keys = visible(pattern, i, pattern.is_causal() ? i + 1 : Tn);
         const size_t qi = (static_cast<size_t>(b) * Tn + i) * 3 * C + h * HS;
+        const size_t oi = (static_cast<size_t>(b) * Tn + i) * C + h * HS;
         const T* q = qkv + qi;
-        const T* dO = dout + (static_cast<size_t>(b) * Tn + i) * C + h * HS;
+        for (int d = 0; d < HS; ++d) dO[d] = rounded(dout[oi + d]);
         const T L = lse[(static_cast<size_t>(b) * NH + h) * Tn + i];
         T D = 0;
         for (int j : keys) {
@@ -110,18 +113,33 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
           }
           p[j] = std::exp(s * scale - L);
           dp[j] = dpj;
-          D += p[j] * dpj;
+          if (!bf16) D += p[j] * dpj;
         }
+        for (int d = 0; d < HS && bf16; ++d) D += dO[d] * out[oi + d];
         for (int j : keys) {
           const size_t kj = (static_cast<size_t>(b) * Tn + j) * 3 * C + h * HS;
-          const T ds = p[j] * (dp[j] - D) * scale;  // d loss / d (q·k)
+          const T ds = rounded(p[j] * (dp[j] - D) * scale), pj = rounded(p[j]);  // d loss / d (q·k)
           for (int d = 0; d < HS; ++d) {
             dqkv[qi + d] += ds * qkv[kj + C + d];
             dqkv[kj + C + d] += ds * q[d];
-            dqkv[kj + 2 * C + d] += p[j] * dO[d];
+            dqkv[kj + 2 * C + d] += pj * dO[d];
           }
         }
       }
+}
+
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn, int C,
+                        int NH, const AttentionPattern& pattern) {
+  backward_rows(dqkv, dout, qkv, out, lse, B, Tn, C, NH, pattern, /*bf16=*/false);
+}
+
+// The backward after attention_forward_bf16 (ops.h attention_backward_bf16 where
+// attention_bf16_operands): backward_rows with bf16, in T's arithmetic.
+template <class T>
+void attention_backward_bf16(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn,
+                             int C, int NH, const AttentionPattern& pattern) {
+  backward_rows(dqkv, dout, qkv, out, lse, B, Tn, C, NH, pattern, /*bf16=*/true);
 }
 
 // out (C); q (C), k_cache (t,C), v_cache (t,C): the query at position t - 1 against the cached
