@@ -680,6 +680,19 @@ void ds_row(float* ds, const float* p, int n_pad, uint64_t allowed, float D_i, f
   for (; j < n_pad; ++j) ds[j] = 0.0f;
 }
 
+// D_t = rowsum(dO_t ∘ O_t) for one row of dO (g) and O (o), n a multiple of 8; with kRounded, dO
+// rounded to bf16 first (the dO the bf16 backward's products use).
+template <bool kRounded>
+float out_grad_dot(const float* g, const float* o, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int c = 0; c < n; c += 8) {
+    __m256 gc = _mm256_loadu_ps(g + c);
+    if constexpr (kRounded) gc = Avx2::as_reg(Avx2::round_high(gc));
+    acc = _mm256_fmadd_ps(gc, _mm256_loadu_ps(o + c), acc);
+  }
+  return hsum(acc);
+}
+
 // The backward's five products on fp32 operands, read from qkv and dout as they are: per key tile
 // Kᵀ and Vᵀ transposed once (into w.kt, w.vt), per tile pair S = Q·Kᵀ, dP = dO·Vᵀ, then
 // dV (+)= Pᵀ·dO, dK (+)= dSᵀ·Q and dQ (+)= dS·K with Pᵀ and dSᵀ read as views. D_t = rowsum(dO_t ∘ O_t).
@@ -690,13 +703,8 @@ struct F32BackwardProducts {
   int b, h;
   BackwardScratch& w;
   void prepare(float* D) const {
-    for (int t = 0; t < d.T; ++t) {
-      const float* g = dout + d.at(b, t, d.C, h);
-      const float* o = out + d.at(b, t, d.C, h);
-      __m256 acc = _mm256_setzero_ps();
-      for (int c = 0; c < d.HS; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(g + c), _mm256_loadu_ps(o + c), acc);
-      D[t] = hsum(acc);
-    }
+    for (int t = 0; t < d.T; ++t)
+      D[t] = out_grad_dot<false>(dout + d.at(b, t, d.C, h), out + d.at(b, t, d.C, h), d.HS);
   }
   void key_tile(int k0, int nk) const {
     const float* K = qkv + d.at(b, k0, 3 * d.C, h) + d.C;
@@ -757,11 +765,7 @@ struct Bf16BackwardProducts {
       bf16_row<Isa>(s.k.data() + at, row(t) + d.C, HS);
       bf16_row<Isa>(s.v.data() + at, row(t) + 2 * d.C, HS);
       bf16_row<Isa>(s.g.data() + at, grad(t), HS);
-      const float* o = out + d.at(b, t, d.C, h);
-      __m256 acc = _mm256_setzero_ps();
-      for (int c = 0; c < HS; c += 8)
-        acc = _mm256_fmadd_ps(Avx2::as_reg(Avx2::round_high(_mm256_loadu_ps(grad(t) + c))), _mm256_loadu_ps(o + c), acc);
-      D[t] = hsum(acc);
+      D[t] = out_grad_dot<true>(grad(t), out + d.at(b, t, d.C, h), HS);
     }
     for (int t = 0; t < d.T; t += 2) {
       const bool odd = t + 1 < d.T;
