@@ -77,6 +77,7 @@ set = ["methods.freeze.frozen_layers=1"]
 [[run]]
 name = "scratch"
 pretrained = false
+baseline = "scratch"
 )");
   const Experiment e = load_experiment(path);
   ASSERT_EQ(e.runs.size(), 3u);
@@ -92,6 +93,8 @@ pretrained = false
     EXPECT_TRUE(row.final_val_loss.has_value()) << row.name;
   }
   EXPECT_EQ(table.rows[0].name, "dense");
+  EXPECT_EQ(table.rows[1].baseline, 0u);  // against the first run
+  EXPECT_EQ(table.rows[2].baseline, 2u);  // its own baseline: from scratch against itself
   for (const char* run : {"pretrain", "dense", "frozen", "scratch"})
     EXPECT_TRUE(std::filesystem::exists(out + "/" + run + "/metrics.jsonl")) << run;
   // Pretrained runs start from the same weights (same first loss), lower than from scratch.
@@ -145,9 +148,34 @@ TEST(Experiment, RefusesMalformedFiles) {
   expect_error("runs = 3\n[[run]]\nname = \"a\"\n", "unknown key 'runs'");
   expect_error("[[run]]\nname = \"a\"\npretrained = true\n", "[pretrain]");
   expect_error("[base]\nmodel.n_layer = \"four\"\n[[run]]\nname = \"a\"\n", "model.n_layer");
+  expect_error("[[run]]\nname = \"a\"\nbaselne = \"a\"\n", "unknown key 'baselne'");
+  expect_error("[[run]]\nname = \"a\"\n[[run]]\nname = \"b\"\nbaseline = \"c\"\n", "baseline 'c' is not a run");
+  expect_error("[[run]]\nname = \"a\"\n[[run]]\nname = \"b\"\nbaseline = 3\n", "baseline must be the name");
+  expect_error("[[run]]\nname = \"a\"\n[[run]]\nname = \"b\"\nbaseline = \"a\"\n[[run]]\nname = \"c\"\n"
+               "baseline = \"b\"\n", "run 'b' is a baseline and so is compared with itself");
+  expect_error("[[run]]\nname = \"a\"\nbaseline = \"b\"\n[[run]]\nname = \"b\"\n", "(the first run)");
   // a run's directory is deleted and rewritten: its name must not reach outside the output
   for (const char* name : {"..", ".", ".hidden", "a/b", "a b", ""})
     expect_error(fmt::format("[[run]]\nname = \"{}\"\n", name), "run name");
+}
+
+// Seeds: each run names its own seed's dense run, which is then its own baseline; the rest keep the first.
+TEST(Experiment, BaselinesPerSeed) {
+  TempDir dir;
+  const std::string path = write_file(dir, "seeds.toml", R"(
+[[run]]
+name = "dense"
+[[run]]
+name = "method"
+[[run]]
+name = "dense-s2"
+set = ["train.seed=7"]
+[[run]]
+name = "method-s2"
+baseline = "dense-s2"
+set = ["train.seed=7"]
+)");
+  EXPECT_EQ(baseline_indices(load_experiment(path)), (std::vector<size_t>{0, 0, 2, 2}));
 }
 
 TEST(Experiment, CommandReportsAMissingFile) {

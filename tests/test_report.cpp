@@ -111,6 +111,41 @@ TEST(Report, TimeAndFlopsToTargetInterpolate) {
                            "2.25× | 133 TFLOP | 55.6% |")) << md;
 }
 
+TEST(Report, EachRunAgainstItsOwnBaseline) {
+  TempDir tmp;
+  // Two seeds: each method run is measured against its own seed's dense run.
+  const auto base1 = read_run(make_run(tmp.path() / "base1", {3.0, 2.5, 2.0}, 1.0, 1e12));
+  const auto fast1 = read_run(make_run(tmp.path() / "fast1", {2.8, 2.2, 1.9}, 0.5, 0.5e12));
+  const auto base2 = read_run(make_run(tmp.path() / "base2", {3.0, 2.6, 2.2}, 1.0, 1e12));
+  const auto fast2 = read_run(make_run(tmp.path() / "fast2", {2.8, 2.2, 1.9}, 0.5, 0.5e12));
+  const ReportTable t = compare_runs({base1, fast1, base2, fast2}, std::nullopt, {0, 0, 2, 2});
+  EXPECT_TRUE(t.several_baselines());
+  EXPECT_DOUBLE_EQ(t.target, 2.0);
+  EXPECT_DOUBLE_EQ(t.rows[1].target, 2.0);
+  EXPECT_NEAR(*t.rows[1].speedup, 300 / (400.0 / 3), 1e-12);  // as against base1 alone
+  // fast2 against base2's 2.2: at step 200 (2.2), 100 s, against base2's 300 s.
+  EXPECT_EQ(t.rows[3].baseline, 2u);
+  EXPECT_DOUBLE_EQ(t.rows[3].target, 2.2);
+  EXPECT_DOUBLE_EQ(t.rows[3].to_target->wall_s, 100);
+  EXPECT_DOUBLE_EQ(*t.rows[3].speedup, 3.0);
+  EXPECT_NEAR(*t.rows[3].loss_gap, -0.3, 1e-12);
+  EXPECT_DOUBLE_EQ(*t.rows[2].speedup, 1.0);  // a baseline against itself
+  const std::string md = markdown(t);
+  EXPECT_TRUE(contains(md, "`base1` **2.0000**, `base2` **2.2000**")) << md;
+  EXPECT_TRUE(contains(md, "| fast2 | base2 | 300 | 1.9000 | -0.3000 |")) << md;
+  // One baseline: the table keeps its single-baseline form.
+  EXPECT_FALSE(contains(markdown(compare_runs({base1, fast1}, std::nullopt, {0, 0})), "| vs |"));
+  // A baseline compared with another run, the first run not a baseline, a count or a position off.
+  EXPECT_TRUE(contains(error_of([&] { compare_runs({base1, fast1, base2}, std::nullopt, {0, 0, 1}); }),
+                       "fast1 is the baseline of base2 and so must be its own"));
+  EXPECT_TRUE(contains(error_of([&] { compare_runs({base1, fast1}, std::nullopt, {1, 1}); }),
+                       "the first run (base1) is the first baseline"));
+  EXPECT_TRUE(contains(error_of([&] { compare_runs({base1, fast1}, std::nullopt, {0}); }),
+                       "1 baselines given for 2 runs"));
+  EXPECT_TRUE(contains(error_of([&] { compare_runs({base1, fast1}, std::nullopt, {0, 5}); }),
+                       "position 6, past the 2 runs"));
+}
+
 TEST(Report, GivenTargetHitExactlyOrAtFirstEvaluation) {
   TempDir tmp;
   const auto run = read_run(make_run(tmp.path() / "r", {3.0, 2.5, 2.0}, 2.0, 1e12));
@@ -318,4 +353,11 @@ TEST(Report, Cli) {
   std::tie(rc, out) = run(base + " " + fast + " --names a --no-plots --out " + tmp.file("o"));
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(contains(out, "1 names given for 2 runs")) << out;
+  const std::string base2 = make_run(tmp.path() / "base2", {3.0, 2.6, 2.2}, 1.0, 1e12);
+  std::tie(rc, out) = run(base + " " + fast + " " + base2 + " " + fast + " --names a,b,c,d --baselines 1,1,3,3 "
+                          "--no-plots --out " + tmp.file("o"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "| d | c | 300 | 1.9000 | -0.3000 |")) << out;
+  std::tie(rc, out) = run(base + " " + fast + " --baselines 1,0 --no-plots --out " + tmp.file("o"));
+  EXPECT_NE(rc, 0) << out;
 }

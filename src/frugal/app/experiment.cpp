@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>
@@ -90,14 +91,47 @@ Experiment load_experiment(const std::string& path, const std::vector<std::strin
                  "use letters, digits, '_', '-' and '.', not starting with '.'", path, r.name);
     FRUGAL_CHECK(names.insert(r.name).second, "{}: the run name '{}' is used twice (or is the "
                  "reserved 'pretrain')", path, r.name);
+    static const std::set<std::string> run_keys = {"name", "set", "pretrained", "baseline"};
+    for (const auto& [key, value] : *t)
+      FRUGAL_CHECK(run_keys.count(std::string(key.str())), "{}: unknown key '{}'; a [[run]] has name, "
+                   "set, pretrained and baseline", where, key.str());
     r.overrides = string_list((*t)["set"], where);
+    if (const auto b = (*t)["baseline"]) {
+      FRUGAL_CHECK(b.is_string(), "{}: baseline must be the name of a run", where);
+      r.baseline = *b.value<std::string>();
+    }
     r.pretrained = (*t)["pretrained"].value_or(e.pretrain_steps > 0);
     FRUGAL_CHECK(!r.pretrained || e.pretrain_steps > 0, "{}: pretrained = true needs a [pretrain] table", where);
     e.runs.push_back(std::move(r));
   }
-  for (const ExperimentRun& r : e.runs) experiment_config(e, &r, "check");  // fail early
+  baseline_indices(e);  // fail early
+  for (const ExperimentRun& r : e.runs) experiment_config(e, &r, "check");
   if (e.pretrain_steps > 0) experiment_config(e, nullptr, "check");
   return e;
+}
+
+std::vector<size_t> baseline_indices(const Experiment& e) {
+  auto index_of = [&](const ExperimentRun& r) -> std::optional<size_t> {  // r's baseline key
+    if (r.baseline.empty()) return std::nullopt;
+    const auto named = std::find_if(e.runs.begin(), e.runs.end(),
+                                    [&](const ExperimentRun& other) { return other.name == r.baseline; });
+    FRUGAL_CHECK(named != e.runs.end(), "{} run '{}': baseline '{}' is not a run of the file", e.path,
+                 r.name, r.baseline);
+    return size_t(named - e.runs.begin());
+  };
+  std::vector<size_t> out(e.runs.size(), 0);
+  std::vector<bool> named_as_baseline(e.runs.size(), false);
+  named_as_baseline[0] = true;
+  for (const ExperimentRun& r : e.runs)
+    if (const auto b = index_of(r)) named_as_baseline[*b] = true;
+  for (size_t i = 0; i < e.runs.size(); ++i) {
+    const auto b = index_of(e.runs[i]);
+    out[i] = b ? *b : named_as_baseline[i] ? i : 0;
+    FRUGAL_CHECK(!named_as_baseline[i] || out[i] == i, "{} run '{}' is a baseline{} and so is compared "
+                 "with itself; drop its baseline key ('{}')", e.path, e.runs[i].name,
+                 i == 0 ? " (the first run)" : "", e.runs[i].baseline);
+  }
+  return out;
 }
 
 io::Config experiment_config(const Experiment& e, const ExperimentRun* run, const std::string& out_dir) {
@@ -164,6 +198,7 @@ ReportTable run_experiment(const Experiment& e, const ExperimentOptions& o) {
   ReportOptions report;
   report.target_loss = e.target_loss;
   report.names = names;
+  report.baselines = baseline_indices(e);
   report.plots = o.plots;
   const ReportTable table = write_report(dirs, o.out_dir, report);
   const std::string md = results_markdown(e, o, table);

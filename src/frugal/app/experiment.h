@@ -26,6 +26,7 @@ struct ExperimentRun {
   std::string name;
   std::vector<std::string> overrides;  // "key=value"
   bool pretrained = true;
+  std::string baseline;  // the run this one is compared with in the report; empty: the first run
 };
 
 struct Experiment {
@@ -44,6 +45,12 @@ struct Experiment {
 // resolved once, so a bad key fails before anything trains). Throws Error naming the file and the
 // problem.
 Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Each run's baseline as an index into e.runs (compare_runs' `baselines`): the run its `baseline`
+// key names; a run that the first run or a `baseline` key names is its own; any other, the first.
+// Throws Error when a name is not a run of the file, or a baseline has a baseline key naming
+// another run.
+std::vector<size_t> baseline_indices(const Experiment& e);
 
 // The resolved run config of a run (nullptr: the pretraining run) writing to out_dir.
 io::Config experiment_config(const Experiment& e, const ExperimentRun* run, const std::string& out_dir);

@@ -135,26 +135,52 @@ std::optional<Crossing> first_crossing(const RunMetrics& run, double target) {
   return std::nullopt;
 }
 
-ReportTable compare_runs(const std::vector<RunMetrics>& runs, std::optional<double> target) {
+bool ReportTable::several_baselines() const {
+  return std::any_of(rows.begin(), rows.end(), [](const ReportRow& r) { return r.baseline != 0; });
+}
+
+ReportTable compare_runs(const std::vector<RunMetrics>& runs, std::optional<double> target,
+                         const std::vector<size_t>& baselines) {
   FRUGAL_CHECK(!runs.empty(), "no runs to compare; pass at least one run directory");
   for (const RunMetrics& r : runs)
     FRUGAL_CHECK(!r.points.empty(), "run {} ({}) has no metrics lines yet; wait until it has logged "
                  "or leave it out", r.name, r.dir);
-  ReportTable table;
-  table.target_given = target.has_value();
-  if (!target) {
-    const auto evals = runs[0].evals();
+  FRUGAL_CHECK(baselines.empty() || baselines.size() == runs.size(), "{} baselines given for {} runs; "
+               "give one per run", baselines.size(), runs.size());
+  auto baseline_of = [&](size_t i) { return baselines.empty() ? size_t{0} : baselines[i]; };
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const size_t b = baseline_of(i);
+    FRUGAL_CHECK(b < runs.size(), "run {}'s baseline is position {}, past the {} runs given", runs[i].name,
+                 b + 1, runs.size());
+    FRUGAL_CHECK(baseline_of(b) == b, "run {} is the baseline of {} and so must be its own, not "
+                 "compared with {}", runs[b].name, runs[i].name, runs[baseline_of(b)].name);
+  }
+  FRUGAL_CHECK(baseline_of(0) == 0, "the first run ({}) is the first baseline", runs[0].name);
+  // Each baseline's target: the given one, or its final validation loss.
+  std::vector<double> targets(runs.size(), kNaN);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (baseline_of(i) != i) continue;
+    if (target) {
+      targets[i] = *target;
+      continue;
+    }
+    const auto evals = runs[i].evals();
     FRUGAL_CHECK(!evals.empty() && std::isfinite(*evals.back()->val_loss), "the baseline run {} ({}) "
                  "has no final validation loss to use as the target; give one with --target-loss or "
-                 "put a run with evaluations first", runs[0].name, runs[0].dir);
-    target = *evals.back()->val_loss;
+                 "put a run with evaluations first", runs[i].name, runs[i].dir);
+    targets[i] = *evals.back()->val_loss;
   }
-  FRUGAL_CHECK(std::isfinite(*target), "the target validation loss must be a finite number, got {}", *target);
-  table.target = *target;
-  for (const RunMetrics& r : runs) {
+  FRUGAL_CHECK(std::isfinite(targets[0]), "the target validation loss must be a finite number, got {}", targets[0]);
+  ReportTable table;
+  table.target_given = target.has_value();
+  table.target = targets[0];
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunMetrics& r = runs[i];
     ReportRow row;
     row.name = r.name;
     row.dir = r.dir;
+    row.baseline = baseline_of(i);
+    row.target = targets[row.baseline];
     const MetricPoint& last = r.points.back();
     row.steps = last.step;
     row.wall_s = last.wall_s;
@@ -167,11 +193,11 @@ ReportTable compare_runs(const std::vector<RunMetrics>& runs, std::optional<doub
       row.final_val_bpb = evals.back()->get("val_bpb");
       row.final_val_accuracy = evals.back()->get("val_accuracy");
     }
-    row.to_target = first_crossing(r, table.target);
+    row.to_target = first_crossing(r, row.target);
     table.rows.push_back(std::move(row));
   }
-  const ReportRow& base = table.rows[0];
   for (ReportRow& row : table.rows) {
+    const ReportRow& base = table.rows[row.baseline];
     if (row.final_val_loss && base.final_val_loss) row.loss_gap = *row.final_val_loss - *base.final_val_loss;
     if (!row.to_target || !base.to_target) continue;
     if (row.to_target->wall_s > 0) row.speedup = base.to_target->wall_s / row.to_target->wall_s;
@@ -214,14 +240,26 @@ std::string markdown(const ReportTable& table) {
                                [](const ReportRow& r) { return r.final_val_bpb.has_value(); });
   const bool accuracy = std::any_of(table.rows.begin(), table.rows.end(),
                                     [](const ReportRow& r) { return r.final_val_accuracy.has_value(); });
-  std::string out = fmt::format(
-      "Target validation loss: **{:.4f}** ({}). Baseline: `{}`.\n\n", table.target,
-      table.target_given ? "given" : "the baseline's final validation loss", table.rows[0].name);
-  out += fmt::format("| run | steps | final val loss |{}{} gap vs baseline | wall-clock | training FLOPs |",
-                     bpb ? " final val bits/byte |" : "", accuracy ? " final val accuracy |" : "");
+  const bool several = table.several_baselines();
+  std::string out;
+  if (!several) {
+    out = fmt::format("Target validation loss: **{:.4f}** ({}). Baseline: `{}`.\n\n", table.target,
+                      table.target_given ? "given" : "the baseline's final validation loss", table.rows[0].name);
+  } else {  // each run against its own baseline (say, each seed against its dense run)
+    std::vector<std::string> targets;
+    for (size_t i = 0; i < table.rows.size(); ++i)
+      if (table.rows[i].baseline == i)
+        targets.push_back(fmt::format("`{}` **{:.4f}**", table.rows[i].name, table.rows[i].target));
+    out = fmt::format("Each run against its baseline (column `vs`); target validation loss{}: {}.\n\n",
+                      table.target_given ? " (given)" : ", the baseline's final validation loss",
+                      fmt::join(targets, ", "));
+  }
+  out += fmt::format("| run |{} steps | final val loss |{}{} gap vs baseline | wall-clock | training FLOPs |",
+                     several ? " vs |" : "", bpb ? " final val bits/byte |" : "",
+                     accuracy ? " final val accuracy |" : "");
   if (dense) out += " saved vs dense |";
   out += " step at target | time to target | speed-up | FLOPs to target | FLOPs reduction |\n";
-  out += "| --- | ---: | ---: | ---: | ---: | ---: |";
+  out += several ? "| --- | --- | ---: | ---: | ---: | ---: | ---: |" : "| --- | ---: | ---: | ---: | ---: | ---: |";
   if (bpb) out += " ---: |";
   if (accuracy) out += " ---: |";
   if (dense) out += " ---: |";
@@ -229,7 +267,8 @@ std::string markdown(const ReportTable& table) {
   auto seconds = [](double s) { return fmt::format("{:.1f} s", s); };
   auto percent = [](double v) { return fmt::format("{:.1f}%", 100 * v); };
   for (const ReportRow& r : table.rows) {
-    out += fmt::format("| {} | {} | {} |{}{} {} | {} | {} |", markdown_cell(r.name), r.steps,
+    out += fmt::format("| {} |{} {} | {} |{}{} {} | {} | {} |", markdown_cell(r.name),
+                       several ? fmt::format(" {} |", markdown_cell(table.rows[r.baseline].name)) : "", r.steps,
                        or_dash(r.final_val_loss, [](double v) { return fmt::format("{:.4f}", v); }),
                        bpb ? fmt::format(" {} |", or_dash(r.final_val_bpb, [](double v) { return fmt::format("{:.4f}", v); })) : "",
                        accuracy ? fmt::format(" {} |", or_dash(r.final_val_accuracy, [](double v) { return fmt::format("{:.4f}", v); })) : "",
@@ -499,7 +538,7 @@ ReportTable write_report(const std::vector<RunMetrics>& runs_in, const std::stri
                  "run directory, in the same order", options.names.size(), runs.size());
     for (size_t i = 0; i < runs.size(); ++i) runs[i].name = options.names[i];
   }
-  const ReportTable table = compare_runs(runs, options.target_loss);
+  const ReportTable table = compare_runs(runs, options.target_loss, options.baselines);
   std::optional<std::string> gnuplot;
   if (options.plots) {
     gnuplot = find_executable(options.gnuplot);

@@ -51,6 +51,8 @@ std::optional<Crossing> first_crossing(const RunMetrics& run, double target);
 
 struct ReportRow {
   std::string name, dir;
+  size_t baseline = 0;                    // the row this one is compared with (itself for a baseline)
+  double target = 0;                      // the validation loss to_target refers to
   int64_t steps = 0;                      // last logged step
   std::optional<double> final_val_loss;   // last evaluation
   std::optional<double> final_val_bpb;    // its bits per byte (val_bpb), when logged
@@ -59,21 +61,25 @@ struct ReportRow {
   std::optional<double> dense_flops;      // when the run logs dense_flops (sparse / frozen methods)
   std::optional<double> saved_vs_dense;   // 1 - flops / dense_flops
   std::optional<Crossing> to_target;      // nullopt: never reached
-  // Versus the baseline (row 0); nullopt where undefined (either side missing).
+  // Versus the row's baseline; nullopt where undefined (either side missing).
   std::optional<double> speedup;          // baseline time-to-target / this run's
   std::optional<double> flops_reduction;  // 1 - this run's FLOPs-to-target / baseline's
   std::optional<double> loss_gap;         // final val loss - baseline's
 };
 
 struct ReportTable {
-  double target = 0;           // validation loss the *_to_target columns refer to
-  bool target_given = false;   // false: the baseline's final validation loss
-  std::vector<ReportRow> rows;  // rows[0] is the baseline
+  double target = 0;           // the first baseline's target (rows[0].target): the plots' line
+  bool target_given = false;   // false: each row's target is its baseline's final validation loss
+  std::vector<ReportRow> rows;  // rows[0] is a baseline
+  bool several_baselines() const;
 };
 
-// runs[0] is the baseline. target: default the baseline's final validation loss (Error when the
-// baseline has no evaluation and no target is given).
-ReportTable compare_runs(const std::vector<RunMetrics>& runs, std::optional<double> target);
+// Each run is compared with a baseline: baselines[i] is run i's index (empty: every run against
+// runs[0]). A run that is some run's baseline must be its own (say, seeds each against their own
+// dense run). target: default each baseline's final validation loss (Error when a baseline has no
+// evaluation and no target is given).
+ReportTable compare_runs(const std::vector<RunMetrics>& runs, std::optional<double> target,
+                         const std::vector<size_t>& baselines = {});
 
 // The table as GitHub markdown (a line on the target, then one row per run).
 std::string markdown(const ReportTable& table);
@@ -84,6 +90,7 @@ std::string levels_markdown(const std::vector<RunMetrics>& runs);
 struct ReportOptions {
   std::optional<double> target_loss;  // default: the baseline's final validation loss
   std::vector<std::string> names;     // legend names, one per run; default the directory names
+  std::vector<size_t> baselines;      // each run's baseline (compare_runs); default the first run
   bool plots = true;                  // false: report.md with the table only, no gnuplot needed
   std::string gnuplot = "gnuplot";    // executable (looked up in PATH when it has no '/')
 };
