@@ -119,14 +119,15 @@ std::vector<size_t> baseline_indices(const Experiment& e) {
                  r.name, r.baseline);
     return size_t(named - e.runs.begin());
   };
-  std::vector<size_t> out(e.runs.size(), 0);
+  std::vector<std::optional<size_t>> keys;  // each run's baseline key, resolved
+  for (const ExperimentRun& r : e.runs) keys.push_back(index_of(r));
   std::vector<bool> named_as_baseline(e.runs.size(), false);
   named_as_baseline[0] = true;
-  for (const ExperimentRun& r : e.runs)
-    if (const auto b = index_of(r)) named_as_baseline[*b] = true;
+  for (const auto& b : keys)
+    if (b) named_as_baseline[*b] = true;
+  std::vector<size_t> out(e.runs.size(), 0);
   for (size_t i = 0; i < e.runs.size(); ++i) {
-    const auto b = index_of(e.runs[i]);
-    out[i] = b ? *b : named_as_baseline[i] ? i : 0;
+    out[i] = keys[i] ? *keys[i] : named_as_baseline[i] ? i : 0;
     FRUGAL_CHECK(!named_as_baseline[i] || out[i] == i, "{} run '{}' is a baseline{} and so is compared "
                  "with itself; drop its baseline key ('{}')", e.path, e.runs[i].name,
                  i == 0 ? " (the first run)" : "", e.runs[i].baseline);

@@ -259,7 +259,7 @@ std::string markdown(const ReportTable& table) {
                      accuracy ? " final val accuracy |" : "");
   if (dense) out += " saved vs dense |";
   out += " step at target | time to target | speed-up | FLOPs to target | FLOPs reduction |\n";
-  out += several ? "| --- | --- | ---: | ---: | ---: | ---: | ---: |" : "| --- | ---: | ---: | ---: | ---: | ---: |";
+  out += fmt::format("| --- |{} ---: | ---: | ---: | ---: | ---: |", several ? " --- |" : "");
   if (bpb) out += " ---: |";
   if (accuracy) out += " ---: |";
   if (dense) out += " ---: |";
