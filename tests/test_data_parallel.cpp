@@ -299,6 +299,23 @@ TEST_F(DataParallel, OtherCommandsRefuseToRunOnSeveralRanks) {
   EXPECT_FALSE(fs::exists(tmp_.file("prepared")));
 }
 
+// Only the writer rank looks at the run directory at start-up; the others learn from it whether it
+// holds a run. (Under --overwrite another rank that looked could find the writer's deleting half
+// done and fail on a directory that vanished: seen under load.) Rank 1 is started with a run
+// directory of its own whose checkpoints/ is a file, which fails any look into it; the run must
+// not notice.
+TEST_F(DataParallel, OnlyTheWriterLooksAtTheRunDirectoryAtStartUp) {
+  const std::string trap = tmp_.file("trap");
+  fs::create_directories(trap);
+  std::ofstream(trap + "/checkpoints") << "not a directory";
+  const std::string rank0 = train_args("writer", 2, "");
+  const std::string rank1 = train_args("writer", 2, "--set train.out_dir=" + trap);
+  const std::string mpmd = mpirun(1) + " " + rank0 + " : -np 1 " + FRUGAL_BINARY + " " + rank1;
+  const CliResult r = run_shell(mpmd);
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(metrics(tmp_.file("writer")).size(), 2u) << r.output;
+}
+
 // A job started in the background, its output in a file.
 class Job {
  public:

@@ -212,8 +212,12 @@ Trainer::Trainer(const io::Config& config, const TrainerOptions& options)
   }
 
   metrics_path_ = (fs::path(t.out_dir) / "metrics.jsonl").string();
-  if (!continues_out_dir && (run_has_checkpoints(t.out_dir) ||
-                             (fs::exists(metrics_path_) && fs::file_size(metrics_path_) > 0))) {
+  // Whether out_dir holds another run: the writer looks and tells the others (a rank that looked
+  // itself could find the writer's deleting half done, and fail on a directory that vanished).
+  const bool holds_run = !continues_out_dir && group_.sum(std::vector<double>{
+      writer && (run_has_checkpoints(t.out_dir) || (fs::exists(metrics_path_) && fs::file_size(metrics_path_) > 0))
+          ? 1.0 : 0.0})[0] > 0;
+  if (holds_run) {
     FRUGAL_CHECK(options.overwrite, "train.out_dir = {0} already holds a run (checkpoints or "
                  "metrics.jsonl); continue it with --resume {0}, choose another train.out_dir, or "
                  "pass --overwrite to delete that run's checkpoints and metrics and start over",
