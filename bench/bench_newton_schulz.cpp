@@ -1,5 +1,6 @@
-// Benchmark of the newton_schulz kernel family (Muon's orthogonalisation): GFLOP/s on the block
-// linears of the presets (5 iterations), next to the dense SGEMM rate measured in the same run.
+// Benchmark of the newton_schulz kernel family (Muon's orthogonalisation): GFLOP/s of the fp32 and
+// the bf16 variant on the block linears of the Tiny Shakespeare quickstart (C 192) and the presets M
+// and L (5 iterations), next to the dense SGEMM rate measured in the same run.
 // FLOPs counted per iteration, m = min(R,C), n = max(R,C): 4·m²·n + 2·m³ (two products with the
 // (m,n) matrix and one of the (m,m) Gram matrix with itself).
 // Each rate is the best wall-clock time of `reps` calls (bench/kernel_bench.h).
@@ -22,20 +23,22 @@ void bench_newton_schulz(const char* what, int R, int C, int reps) {
   const int steps = 5;
   const double m = std::min(R, C), n = std::max(R, C);
   const double flops = steps * (4 * m * m * n + 2 * m * m * m);
-  const double s = best_seconds([&] {
-    x = g;
-    frugal::kernels::newton_schulz(x.data(), R, C, steps);
-  }, reps);
-  std::printf("newton_schulz %s (%d,%d) x%d: %.2f ms, %.1f GFLOP/s\n", what, R, C, steps, s * 1e3, flops / s / 1e9);
+  for (const bool bf16 : {false, true}) {
+    const double s = best_seconds([&] {
+      x = g;
+      (bf16 ? frugal::kernels::newton_schulz_bf16 : frugal::kernels::newton_schulz)(x.data(), R, C, steps);
+    }, reps);
+    std::printf("newton_schulz%s %s (%d,%d) x%d: %.2f ms, %.1f GFLOP/s\n", bf16 ? "_bf16" : "", what, R, C, steps,
+                s * 1e3, flops / s / 1e9);
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = frugal::bench::start(argc, argv);
-  for (int C : {384, 768}) {
-    const char* preset = C == 384 ? "preset M" : "preset L";
-    std::printf("%s:\n", preset);
+  for (int C : {192, 384, 768}) {
+    std::printf("%s:\n", C == 192 ? "quickstart" : C == 384 ? "preset M" : "preset L");
     bench_newton_schulz("qkv", 3 * C, C, reps);
     bench_newton_schulz("attn proj", C, C, reps);
     bench_newton_schulz("fc", 4 * C, C, reps);

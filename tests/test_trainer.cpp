@@ -113,6 +113,9 @@ TEST(Trainer, MuonResumeIsBitExact) {
   TempDir dir;
   const FitResult adamw = Trainer(tiny_config(make_data(dir), dir.file("a")), {.quiet = true}).fit();
   EXPECT_NE(muon, adamw.losses);
+  // Newton–Schulz on bf16 operands: deterministic too, and another run than fp32's.
+  const std::vector<float> bf16 = expect_resume_is_bit_exact({"optim.name=muon", "optim.muon.precision=bf16"});
+  EXPECT_NE(bf16, muon);
 }
 
 // Rotary positions, QK-norm and a logit soft-cap: resume is bit-exact, the run differs from the

@@ -306,6 +306,9 @@ void adamw_update_bf16(float* p, bf16* p16, const float* g, float* m, float* v, 
 }
 
 void newton_schulz(float* x, int R, int C, int steps) { NewtonSchulz::table().orthogonalise(x, R, C, steps); }
+void newton_schulz_bf16(float* x, int R, int C, int steps) {
+  NewtonSchulz::table().orthogonalise_bf16(x, R, C, steps);
+}
 void qk_transform_forward(float* qkv, float* inv_rms, int B, int T, int pos0, int C, int NH, const QkTransform& t) {
   QkTransformFamily::table().forward(qkv, inv_rms, B, T, pos0, C, NH, t);
 }

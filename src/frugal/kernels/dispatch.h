@@ -115,6 +115,7 @@ struct AdamwKernels {
 };
 struct NewtonSchulzKernels {
   decltype(&kernels::newton_schulz) orthogonalise;
+  decltype(&kernels::newton_schulz_bf16) orthogonalise_bf16;
 };
 struct QkTransformKernels {
   decltype(&kernels::qk_transform_forward) forward;

@@ -407,5 +407,10 @@ inline constexpr float kNewtonSchulzA = 3.4445f, kNewtonSchulzB = -4.7750f, kNew
 // R > C the same on xᵀ, i.e. x = a·x + x·(b·A + c·A²) with A = xᵀ·x (the Gram matrix is always
 // min(R,C)²). ‖x‖_F is summed in double; everything else in fp32.
 void newton_schulz(float* x, int R, int C, int steps);
+// The same iteration with its three products on bf16 operands (optim.muon.precision = "bf16"): x,
+// the Gram matrix A and the polynomial B are rounded to bf16 (nearest even) where they enter a
+// product, the sums are fp32 (the matmul_bf16 contract: oneDNN's bf16 matmul where the CPU computes
+// bf16, fp32 GEMMs on the widened operands elsewhere); a·x, b·A and the norm stay fp32.
+void newton_schulz_bf16(float* x, int R, int C, int steps);
 
 }  // namespace frugal::kernels

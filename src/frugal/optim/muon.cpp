@@ -26,7 +26,7 @@ void muon_update(float* p, const float* g, float* buf, const MuonMatrices& shape
       buf[i] = beta * buf[i] + (1.0f - beta) * g[i];
       u[i] = c.nesterov ? (1.0f - beta) * g[i] + beta * buf[i] : buf[i];
     }
-    kernels::newton_schulz(u, shape.rows, shape.cols, c.ns_steps);
+    (c.bf16 ? kernels::newton_schulz_bf16 : kernels::newton_schulz)(u, shape.rows, shape.cols, c.ns_steps);
     for (size_t i = 0; i < n; ++i) p[i] = keep * p[i] - step * u[i];
   }
 }

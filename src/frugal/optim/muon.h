@@ -26,6 +26,7 @@ struct MuonConfig {
   bool nesterov = true;
   int ns_steps = 5;
   float weight_decay = 0.0f;  // decoupled, like AdamW's
+  bool bf16 = false;          // optim.muon.precision = "bf16": Newton–Schulz's products on bf16 operands
 };
 
 // The matrices of tensor e that Muon updates: `count` of (rows, cols) each, contiguous; count 0

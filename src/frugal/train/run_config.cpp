@@ -84,7 +84,11 @@ io::ConfigSchema run_schema() {
                 "instead of the buffer")
       .add_int("optim.muon.ns_steps", o.muon.ns_steps, "Newton–Schulz iterations per update", Range::closed(1, 20))
       .add_float("optim.muon.weight_decay", io::decimal_value(o.muon.weight_decay), "Muon's decoupled weight "
-                 "decay: W ← (1 − lr·wd)·W", Range::at_least(0));
+                 "decay: W ← (1 − lr·wd)·W", Range::at_least(0))
+      .add_string("optim.muon.precision", "fp32", "Newton–Schulz's products: \"fp32\", or \"bf16\" operands "
+                  "with fp32 sums (faster for widths of 384 and more where the CPU computes bf16; elsewhere "
+                  "converted, no faster; docs/optim.md)",
+                  {"fp32", "bf16"});
   TrainSettings t;
   s.add_string("data.dir", "", "data directory: written by `frugal prepare` (manifest.json, shards/, frugal_tokenizer.json; or an earlier version's train.bin, val.bin), or of nanoGPT/llm.c token files (*train*.bin, *val*.bin; set data.tokenizer)")
       .add_strings("data.val", {}, "more validation sets, each evaluated at every eval and logged as val_loss/NAME and val_bpb/NAME: \"NAME=DIR\" or \"DIR\" (NAME: its last path component), DIR a data directory whose val split is read (same vocabulary as data.dir); data.dir's own is always evaluated, as val_loss")
@@ -314,6 +318,7 @@ RunSettings run_settings(const io::Config& c) {
   o.muon.nesterov = c.get_bool("optim.muon.nesterov");
   o.muon.ns_steps = c.get_int32("optim.muon.ns_steps");
   o.muon.weight_decay = static_cast<float>(c.get_float("optim.muon.weight_decay"));
+  o.muon.bf16 = c.get_string("optim.muon.precision") == "bf16";
   TrainSettings& t = r.train;
   t.data_dir = c.get_string("data.dir");
   t.data_tokenizer = c.get_string("data.tokenizer");

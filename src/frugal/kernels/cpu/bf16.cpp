@@ -63,6 +63,17 @@ void matmul_bf16_backward(float* dinp, float* dweight, const bf16* dout, const b
   }
 }
 
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb,
+               bool accumulate, float* C, int ldc) {
+  if (onednn_has_bf16()) {
+    onednn_matmul_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, nullptr, accumulate, C, ldc);
+    return;
+  }
+  thread_local std::vector<float> a, b;
+  sgemm(trans_a, trans_b, M, N, K, 1.0f, widened(A, size_t(trans_a ? K : M) * lda, a), lda,
+        widened(B, size_t(trans_b ? N : K) * ldb, b), ldb, accumulate ? 1.0f : 0.0f, C, ldc);
+}
+
 const Bf16Kernels bf16_avx2{&f32_to_bf16_loop,           &round_to_bf16_loop,  &bf16_to_f32_loop,
                             &f32_to_bf16_bias_grad_loop, &matmul_bf16_forward, &matmul_bf16_backward,
                             &onednn_bf16_matmul_isa};

@@ -216,7 +216,7 @@ const LmHeadKernels lm_head_ref{&lm_head_cross_entropy, &lm_head_cross_entropy_s
                                  &ref::lm_head_cross_entropy_bf16, &ref::lm_head_cross_entropy_split_bf16,
                                  &ref::lm_head_softcap<float>};
 const AdamwKernels adamw_ref{&adamw_update, &adamw_update_bf16};
-const NewtonSchulzKernels newton_schulz_ref{&ref::newton_schulz<float>};
+const NewtonSchulzKernels newton_schulz_ref{&ref::newton_schulz<float>, &ref::newton_schulz_bf16<float>};
 const QkTransformKernels qk_transform_ref{&ref::qk_transform_forward<float>, &ref::qk_transform_backward<float>};
 const MoeKernels moe_ref{&ref::moe_router_forward<float>, &ref::moe_router_backward<float>,
                          &ref::moe_permute<float>, &ref::moe_unpermute<float>,

@@ -1,19 +1,23 @@
 // Naive reference of Muon's Newton–Schulz orthogonalisation (ops.h section newton_schulz): the test
 // oracle for kernels/cpu/newton_schulz.cpp and the ref path. Scalar loops, templated on the scalar
-// type so tests can run it in fp64 (with the coefficients rounded to float, as the kernel has them).
-// Never optimised.
+// type so tests can run it in fp64 (with the coefficients rounded to float, as the kernel has them),
+// with or without the bf16 variant's roundings of the products' operands. Never optimised.
 #pragma once
 #include <cmath>
 #include <vector>
 
 #include "frugal/kernels/ops.h"
+#include "frugal/kernels/ref/bf16_ref.h"
 
 namespace frugal::kernels::ref {
 
-// x (R,C): see kernels::newton_schulz. Works on the wide orientation explicitly: X (m,n) with
-// m = min(R,C) is x or its transpose, copied back at the end.
+// x (R,C): see kernels::newton_schulz (bf16_operands: kernels::newton_schulz_bf16). Works on the
+// wide orientation explicitly: X (m,n) with m = min(R,C) is x or its transpose, copied back at the
+// end.
 template <class T>
-void newton_schulz(T* x, int R, int C, int steps) {
+void newton_schulz_rounded(T* x, int R, int C, int steps, bool bf16_operands) {
+  // A product's operand: the value itself, or rounded to bf16 (through float) where bf16 is on.
+  const auto operand = [bf16_operands](T v) { return bf16_operands ? T(to_f32(to_bf16(float(v)))) : v; };
   const bool tall = R > C;
   const int m = tall ? C : R, n = tall ? R : C;
   std::vector<T> X(size_t(m) * n), Y(X.size()), A(size_t(m) * m), B(A.size());
@@ -26,29 +30,45 @@ void newton_schulz(T* x, int R, int C, int steps) {
       X[at] = x[size_t(i) * C + j] / norm;
     }
   const T a = kNewtonSchulzA, b = kNewtonSchulzB, c = kNewtonSchulzC;
+  std::vector<T> Xo(X.size()), Ao(A.size()), Bo(B.size());  // the products' operands
+  const auto operands = [&](const std::vector<T>& from, std::vector<T>& to) {
+    for (size_t i = 0; i < from.size(); ++i) to[i] = operand(from[i]);
+  };
   for (int s = 0; s < steps; ++s) {
+    operands(X, Xo);
     for (int i = 0; i < m; ++i)  // A = X·Xᵀ
       for (int j = 0; j < m; ++j) {
         T sum = 0;
-        for (int k = 0; k < n; ++k) sum += X[size_t(i) * n + k] * X[size_t(j) * n + k];
+        for (int k = 0; k < n; ++k) sum += Xo[size_t(i) * n + k] * Xo[size_t(j) * n + k];
         A[size_t(i) * m + j] = sum;
       }
+    operands(A, Ao);
     for (int i = 0; i < m; ++i)  // B = b·A + c·A·A
       for (int j = 0; j < m; ++j) {
         T sum = 0;
-        for (int k = 0; k < m; ++k) sum += A[size_t(i) * m + k] * A[size_t(k) * m + j];
+        for (int k = 0; k < m; ++k) sum += Ao[size_t(i) * m + k] * Ao[size_t(k) * m + j];
         B[size_t(i) * m + j] = b * A[size_t(i) * m + j] + c * sum;
       }
+    operands(B, Bo);
     for (int i = 0; i < m; ++i)  // Y = a·X + B·X
       for (int j = 0; j < n; ++j) {
         T sum = 0;
-        for (int k = 0; k < m; ++k) sum += B[size_t(i) * m + k] * X[size_t(k) * n + j];
+        for (int k = 0; k < m; ++k) sum += Bo[size_t(i) * m + k] * Xo[size_t(k) * n + j];
         Y[size_t(i) * n + j] = a * X[size_t(i) * n + j] + sum;
       }
     X.swap(Y);
   }
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < C; ++j) x[size_t(i) * C + j] = X[tall ? size_t(j) * n + i : size_t(i) * n + j];
+}
+
+template <class T>
+void newton_schulz(T* x, int R, int C, int steps) {
+  newton_schulz_rounded(x, R, C, steps, false);
+}
+template <class T>
+void newton_schulz_bf16(T* x, int R, int C, int steps) {
+  newton_schulz_rounded(x, R, C, steps, true);
 }
 
 }  // namespace frugal::kernels::ref
