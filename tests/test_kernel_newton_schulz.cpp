@@ -11,20 +11,23 @@
 #include "frugal/kernels/ref/newton_schulz_ref.h"
 #include "kernel_test.h"
 
-TEST(Kernels, NewtonSchulzMatchesFp64Reference) {
+// Every case: wide, tall and square matrices, 0, 1 and 5 iterations; `check` gets the shape, the
+// iterations and the start matrix (random floats).
+template <class Check>
+void for_each_case(Check&& check) {
   struct Shape { int R, C; };
-  for (const Shape s : {Shape{7, 19}, Shape{19, 7}, Shape{16, 16}, Shape{48, 144}, Shape{150, 40}}) {
-    for (int steps : {0, 1, 5}) {
-      const size_t n = size_t(s.R) * s.C;
-      std::vector<double> expected = random_vector(n, 31 + s.R, 0.02);
-      std::vector<float> got = to_f(expected);
-      expected = to_d(got);  // both start from the same floats
-      k::newton_schulz(got.data(), s.R, s.C, steps);
-      ref::newton_schulz(expected.data(), s.R, s.C, steps);
-      const double error = max_error_rel_to_max(got.data(), expected.data(), n);
-      EXPECT_LT(error, 2e-5) << s.R << "x" << s.C << ", " << steps << " steps";
-    }
-  }
+  for (const Shape s : {Shape{7, 19}, Shape{19, 7}, Shape{16, 16}, Shape{48, 144}, Shape{150, 40}})
+    for (int steps : {0, 1, 5}) check(s.R, s.C, steps, to_f(random_vector(size_t(s.R) * s.C, 31 + s.R, 0.02)));
+}
+
+TEST(Kernels, NewtonSchulzMatchesFp64Reference) {
+  for_each_case([](int R, int C, int steps, std::vector<float> got) {
+    std::vector<double> expected = to_d(got);  // both start from the same floats
+    k::newton_schulz(got.data(), R, C, steps);
+    ref::newton_schulz(expected.data(), R, C, steps);
+    EXPECT_LT(max_error_rel_to_max(got.data(), expected.data(), got.size()), 2e-5) << R << "x" << C << ", " << steps
+                                                                                     << " steps";
+  });
 }
 
 // ‖a − b‖_F / ‖b‖_F.
@@ -42,34 +45,29 @@ double frobenius_relative(const std::vector<float>& a, const std::vector<double>
 // one-ulp difference (its slope is 3.4 near zero), so there the whole matrix is compared:
 // within 5% in the Frobenius norm of the reference and of the fp32 kernel's result (Muon's update).
 TEST(Kernels, NewtonSchulzBf16MatchesItsReferenceAndStaysCloseToFp32) {
-  struct Shape { int R, C; };
-  for (const Shape s : {Shape{7, 19}, Shape{19, 7}, Shape{16, 16}, Shape{48, 144}, Shape{150, 40}}) {
-    for (int steps : {0, 1, 5}) {
-      const size_t n = size_t(s.R) * s.C;
-      std::vector<double> expected = random_vector(n, 31 + s.R, 0.02);
-      std::vector<float> got = to_f(expected);
-      expected = to_d(got);
-      std::vector<float> fp32 = got;
-      k::newton_schulz_bf16(got.data(), s.R, s.C, steps);
-      k::newton_schulz(fp32.data(), s.R, s.C, steps);
-      ref::newton_schulz_bf16(expected.data(), s.R, s.C, steps);
-      const double error = max_error_rel_to_max(got.data(), expected.data(), n);
-      const double fp32_error = max_error_rel_to_max(fp32.data(), expected.data(), n);
-      const double whole = frobenius_relative(got, expected), from_fp32 = frobenius_relative(got, to_d(fp32));
-      std::printf("%dx%d, %d steps: bf16 kernel %.2g from its reference (fp32 kernel %.2g); Frobenius %.2g from it, "
-                  "%.2g from fp32\n", s.R, s.C, steps, error, fp32_error, whole, from_fp32);
-      const std::string where = std::to_string(s.R) + "x" + std::to_string(s.C) + ", " + std::to_string(steps) + " steps";
-      if (steps == 0) {  // the normalisation alone: fp32 in both
-        EXPECT_LT(error, 2e-6) << where;
-      }
-      if (steps == 1) {
-        EXPECT_LT(error, 1e-3) << where;
-        EXPECT_LT(3 * error, fp32_error) << where << ": the bound does not tell bf16 from fp32";
-      }
-      EXPECT_LT(whole, 5e-2) << where;
-      EXPECT_LT(from_fp32, 5e-2) << where;
+  for_each_case([](int R, int C, int steps, std::vector<float> got) {
+    const size_t n = got.size();
+    std::vector<double> expected = to_d(got);
+    std::vector<float> fp32 = got;
+    k::newton_schulz_bf16(got.data(), R, C, steps);
+    k::newton_schulz(fp32.data(), R, C, steps);
+    ref::newton_schulz_bf16(expected.data(), R, C, steps);
+    const double error = max_error_rel_to_max(got.data(), expected.data(), n);
+    const double fp32_error = max_error_rel_to_max(fp32.data(), expected.data(), n);
+    const double whole = frobenius_relative(got, expected), from_fp32 = frobenius_relative(got, to_d(fp32));
+    std::printf("%dx%d, %d steps: bf16 kernel %.2g from its reference (fp32 kernel %.2g); Frobenius %.2g from it, "
+                "%.2g from fp32\n", R, C, steps, error, fp32_error, whole, from_fp32);
+    const std::string where = std::to_string(R) + "x" + std::to_string(C) + ", " + std::to_string(steps) + " steps";
+    if (steps == 0) {  // the normalisation alone: fp32 in both
+      EXPECT_LT(error, 2e-6) << where;
     }
-  }
+    if (steps == 1) {
+      EXPECT_LT(error, 1e-3) << where;
+      EXPECT_LT(3 * error, fp32_error) << where << ": the bound does not tell bf16 from fp32";
+    }
+    EXPECT_LT(whole, 5e-2) << where;
+    EXPECT_LT(from_fp32, 5e-2) << where;
+  });
 }
 
 // diag(s) (3,5) has singular values s on the axes: each iteration maps every s_i through the
