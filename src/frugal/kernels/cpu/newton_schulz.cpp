@@ -28,8 +28,11 @@ void normalise(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-void newton_schulz(float* x, int R, int C, int steps) {
-  FRUGAL_PROFILE("newton_schulz");
+// The frame both variants share: x normalised, then `steps` times iterate(X, Y, A, B, tall, m)
+// writes the next iterate of X (R,C) into Y, with A and B (m,m) scratch for the Gram matrix and the
+// polynomial, m = min(R,C), tall = R > C; the result ends in x.
+template <class Iterate>
+void orthogonalise(float* x, int R, int C, int steps, Iterate&& iterate) {
   const size_t n_all = size_t(R) * C;
   normalise(x, n_all);
   if (steps == 0) return;
@@ -39,42 +42,39 @@ void newton_schulz(float* x, int R, int C, int steps) {
   y.resize(n_all);
   gram.resize(size_t(m) * m);
   poly.resize(gram.size());
-  float *X = x, *Y = y.data(), *A = gram.data(), *B = poly.data();
+  float *X = x, *Y = y.data();
   for (int s = 0; s < steps; ++s) {
-    if (tall)
-      sgemm(true, false, m, m, R, 1.0f, X, C, X, C, 0.0f, A, m);  // A (m,m) = Xᵀ·X
-    else
-      sgemm(false, true, m, m, C, 1.0f, X, C, X, C, 0.0f, A, m);  // A (m,m) = X·Xᵀ
-    std::memcpy(B, A, sizeof(float) * gram.size());
-    sgemm(false, false, m, m, m, kNewtonSchulzC, A, m, A, m, kNewtonSchulzB, B, m);  // B = b·A + c·A·A
-    std::memcpy(Y, X, sizeof(float) * n_all);
-    if (tall)
-      sgemm(false, false, R, C, m, 1.0f, X, C, B, m, kNewtonSchulzA, Y, C);  // Y (R,C) = a·X + X·B
-    else
-      sgemm(false, false, m, C, m, 1.0f, B, m, X, C, kNewtonSchulzA, Y, C);  // Y (R,C) = a·X + B·X
+    iterate(X, Y, gram.data(), poly.data(), tall, m);
     std::swap(X, Y);
   }
   if (X != x) std::memcpy(x, X, sizeof(float) * n_all);
 }
 
+void newton_schulz(float* x, int R, int C, int steps) {
+  FRUGAL_PROFILE("newton_schulz");
+  orthogonalise(x, R, C, steps, [R, C](const float* X, float* Y, float* A, float* B, bool tall, int m) {
+    if (tall)
+      sgemm(true, false, m, m, R, 1.0f, X, C, X, C, 0.0f, A, m);  // A (m,m) = Xᵀ·X
+    else
+      sgemm(false, true, m, m, C, 1.0f, X, C, X, C, 0.0f, A, m);  // A (m,m) = X·Xᵀ
+    std::memcpy(B, A, sizeof(float) * m * m);
+    sgemm(false, false, m, m, m, kNewtonSchulzC, A, m, A, m, kNewtonSchulzB, B, m);  // B = b·A + c·A·A
+    std::memcpy(Y, X, sizeof(float) * R * C);
+    if (tall)
+      sgemm(false, false, R, C, m, 1.0f, X, C, B, m, kNewtonSchulzA, Y, C);  // Y (R,C) = a·X + X·B
+    else
+      sgemm(false, false, m, C, m, 1.0f, B, m, X, C, kNewtonSchulzA, Y, C);  // Y (R,C) = a·X + B·X
+  });
+}
+
 void newton_schulz_bf16(float* x, int R, int C, int steps) {
   FRUGAL_PROFILE("newton_schulz bf16");
-  const size_t n_all = size_t(R) * C;
-  normalise(x, n_all);
-  if (steps == 0) return;
-  const bool tall = R > C;
-  const int m = tall ? C : R;
-  const size_t n_gram = size_t(m) * m;
-  thread_local std::vector<float> y, gram, poly;
-  thread_local std::vector<bf16> x16, gram16, poly16;  // the products' operands
-  y.resize(n_all);
-  gram.resize(n_gram);
-  poly.resize(n_gram);
-  x16.resize(n_all);
-  gram16.resize(n_gram);
-  poly16.resize(n_gram);
-  float *X = x, *Y = y.data(), *A = gram.data(), *B = poly.data();
-  for (int s = 0; s < steps; ++s) {
+  orthogonalise(x, R, C, steps, [R, C](const float* X, float* Y, float* A, float* B, bool tall, int m) {
+    const size_t n_all = size_t(R) * C, n_gram = size_t(m) * m;
+    thread_local std::vector<bf16> x16, gram16, poly16;  // the products' operands
+    x16.resize(n_all);
+    gram16.resize(n_gram);
+    poly16.resize(n_gram);
     f32_to_bf16_loop(x16.data(), X, n_all);
     if (tall)
       gemm_bf16(true, false, m, m, R, x16.data(), C, x16.data(), C, false, A, m);  // A (m,m) = Xᵀ·X
@@ -89,9 +89,7 @@ void newton_schulz_bf16(float* x, int R, int C, int steps) {
     else
       gemm_bf16(false, false, m, C, m, poly16.data(), m, x16.data(), C, false, Y, C);  // Y (R,C) = B·X
     for (size_t i = 0; i < n_all; ++i) Y[i] += kNewtonSchulzA * X[i];
-    std::swap(X, Y);
-  }
-  if (X != x) std::memcpy(x, X, sizeof(float) * n_all);
+  });
 }
 
 }  // namespace
