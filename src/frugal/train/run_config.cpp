@@ -237,11 +237,14 @@ kernels::DType comm_dtype(const ParallelSettings& p) {
   return p.comm_dtype == "bf16" ? kernels::DType::BF16 : kernels::DType::F32;
 }
 
+std::string describe_bf16_gemms() {
+  if (kernels::bf16_matmul_native()) return fmt::format("GEMMs {}", kernels::bf16_matmul_path());
+  return fmt::format("GEMMs {}: this CPU has no bf16 dot-product instructions (AVX512_BF16, AMX), so the run "
+                     "has bf16's rounding without its speed", kernels::bf16_matmul_path());
+}
+
 std::string describe_precision(const TrainSettings& t) {
-  if (t.precision != "bf16") return t.precision;
-  if (kernels::bf16_matmul_native()) return fmt::format("bf16 (GEMMs {})", kernels::bf16_matmul_path());
-  return fmt::format("bf16 (GEMMs {}: this CPU has no bf16 dot-product instructions (AVX512_BF16, AMX), so "
-                     "the run has bf16's rounding without its speed)", kernels::bf16_matmul_path());
+  return t.precision == "bf16" ? fmt::format("bf16 ({})", describe_bf16_gemms()) : t.precision;
 }
 
 std::vector<bool> recompute_blocks(const std::string& spec, int n_layer) {

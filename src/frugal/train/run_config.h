@@ -83,6 +83,9 @@ std::string resolved_precision(const std::string& precision);
 // train.precision for logs: "fp32", or "bf16 (GEMMs native (oneDNN, avx512_core_bf16))", or, on a
 // CPU without bf16 dot products, "bf16 (GEMMs converted to fp32: ...)", which says what it costs.
 std::string describe_precision(const TrainSettings& t);
+// How this process computes products of bf16 operands, for logs: "GEMMs native (oneDNN, ISA)", or
+// the converted path and what that costs (the part of describe_precision after "bf16").
+std::string describe_bf16_gemms();
 // The dtype of the model's GEMMs that train.precision names (every command that builds the run's
 // model uses it, so a checkpoint is evaluated and sampled with the GEMMs it was trained with).
 kernels::DType linear_dtype(const TrainSettings& t);

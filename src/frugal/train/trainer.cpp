@@ -353,9 +353,7 @@ FitResult Trainer::fit() {
     io::print("kernels: {} (FRUGAL_ISA), dense GEMM {}, precision {}\n", kernels::kernel_backend_name(),
               kernels::cpu::gemm_backend_name(kernels::cpu::gemm_backend()), describe_precision(settings_.train));
     if (const MuonConfig& muon = settings_.optim.muon; muon.enabled && muon.bf16)
-      io::print("optim: Muon's Newton–Schulz products on bf16 operands ({}{})\n", kernels::bf16_matmul_path(),
-                kernels::bf16_matmul_native() ? "" : ": this CPU has no bf16 dot-product instructions, so they "
-                "have bf16's rounding without its speed");
+      io::print("optim: Muon's Newton–Schulz products on bf16 operands ({})\n", describe_bf16_gemms());
     const MemoryPlan plan = step_->memory_plan();
     const size_t optimizer = step_->optimizer_bytes();
     io::print("{}{}\n", plan.describe(optimizer),
