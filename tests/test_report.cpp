@@ -83,7 +83,7 @@ TEST(Report, TimeAndFlopsToTargetInterpolate) {
   const auto fast = read_run(make_run(tmp.path() / "fast", {2.8, 2.2, 1.9}, 0.5, 0.5e12));
   const ReportTable t = compare_runs({base, fast}, std::nullopt);
   EXPECT_FALSE(t.target_given);
-  EXPECT_DOUBLE_EQ(t.target, 2.0);
+  EXPECT_DOUBLE_EQ(t.target(), 2.0);
   ASSERT_EQ(t.rows.size(), 2u);
   const ReportRow& b = t.rows[0];
   ASSERT_TRUE(b.to_target);
@@ -120,7 +120,7 @@ TEST(Report, EachRunAgainstItsOwnBaseline) {
   const auto fast2 = read_run(make_run(tmp.path() / "fast2", {2.8, 2.2, 1.9}, 0.5, 0.5e12));
   const ReportTable t = compare_runs({base1, fast1, base2, fast2}, std::nullopt, {0, 0, 2, 2});
   EXPECT_TRUE(t.several_baselines());
-  EXPECT_DOUBLE_EQ(t.target, 2.0);
+  EXPECT_DOUBLE_EQ(t.target(), 2.0);
   EXPECT_DOUBLE_EQ(t.rows[1].target, 2.0);
   EXPECT_NEAR(*t.rows[1].speedup, 300 / (400.0 / 3), 1e-12);  // as against base1 alone
   // fast2 against base2's 2.2: at step 200 (2.2), 100 s, against base2's 300 s.

@@ -173,7 +173,6 @@ ReportTable compare_runs(const std::vector<RunMetrics>& runs, std::optional<doub
   FRUGAL_CHECK(std::isfinite(targets[0]), "the target validation loss must be a finite number, got {}", targets[0]);
   ReportTable table;
   table.target_given = target.has_value();
-  table.target = targets[0];
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunMetrics& r = runs[i];
     ReportRow row;
@@ -243,7 +242,7 @@ std::string markdown(const ReportTable& table) {
   const bool several = table.several_baselines();
   std::string out;
   if (!several) {
-    out = fmt::format("Target validation loss: **{:.4f}** ({}). Baseline: `{}`.\n\n", table.target,
+    out = fmt::format("Target validation loss: **{:.4f}** ({}). Baseline: `{}`.\n\n", table.target(),
                       table.target_given ? "given" : "the baseline's final validation loss", table.rows[0].name);
   } else {  // each run against its own baseline (say, each seed against its dense run)
     std::vector<std::string> targets;
@@ -401,9 +400,9 @@ std::vector<Plot> write_plot_data(const std::vector<RunMetrics>& runs, const Rep
     if (name.starts_with("run") && name.ends_with(".dat")) fs::remove(entry.path());
   }
   Plot val_wall{kPlotValVsWall, "Validation loss vs wall-clock", "wall-clock (s)", "validation loss",
-                false, "linespoints pointtype 7 pointsize 0.7 linewidth 2", {}, table.target};
+                false, "linespoints pointtype 7 pointsize 0.7 linewidth 2", {}, table.target()};
   Plot val_flops{kPlotValVsFlops, "Validation loss vs training FLOPs", "training FLOPs (log scale)",
-                 "validation loss", true, val_wall.style, {}, table.target};
+                 "validation loss", true, val_wall.style, {}, table.target()};
   Plot train{kPlotTrainVsStep, "Training loss vs step", "step", "training loss", false,
              "lines linewidth 1.5", {}, std::nullopt};
   // Per-step metrics some methods log, each drawn against the step when a run logs it.

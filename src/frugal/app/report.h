@@ -68,9 +68,9 @@ struct ReportRow {
 };
 
 struct ReportTable {
-  double target = 0;           // the first baseline's target (rows[0].target): the plots' line
   bool target_given = false;   // false: each row's target is its baseline's final validation loss
   std::vector<ReportRow> rows;  // rows[0] is a baseline
+  double target() const { return rows.front().target; }  // the first baseline's: the plots' line
   bool several_baselines() const;
 };
 
