@@ -18,6 +18,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "mpi_runs.h"
 #include "run_cli.h"
@@ -260,6 +261,21 @@ TEST_F(DataParallel, MuonEqualsOneProcessAndZeroStages) {
     expect_identical(parallel.steps, train(fmt::format("muon-zero{}", stage), 2, 6,
                                            muon + fmt::format(" --set parallel.zero={}", stage)).steps);
   expect_identical(train("muon-np4", 4, 2, muon).steps, train("muon-np4-zero2", 4, 2, muon + " --set parallel.zero=2").steps);
+}
+
+// Muon under the methods it runs with: mst (each rank zeroes the weights outside the shared masks
+// after every step) and the V-cycle (the momentum mapped through the level changes with m): np 2
+// equals one process with twice the accumulation, and ZeRO-2 gives ZeRO-0's run bit for bit.
+TEST_F(DataParallel, MuonUnderMstAndTheVcycleEqualsOneProcessAndZero2) {
+  const std::string muon = "--set optim.name=muon --set model.n_embd=64 ";
+  for (auto [name, method, tolerance] :
+       {std::tuple<std::string, std::string, double>{
+            "muon-mst", "--set methods.mst.update_interval=2 --set methods.mst.sparsity_initial=0.5 "
+                        "--set methods.mst.attention_window=16 --set methods.mst.attention_stride=16", kMaskTolerance},
+        {"muon-vcycle", "--set methods.multilevel.shares=0.25,0.5,0.25 --set methods.multilevel.moments=mapped", kTolerance}}) {
+    const TrainedRun parallel = expect_two_ranks_equal_one_process(name, name, 6, muon + method, tolerance);
+    expect_identical(parallel.steps, train(name + "-zero2", 2, 6, muon + method + " --set parallel.zero=2").steps);
+  }
 }
 
 // bf16 with stochastically rounded working copies (train.bf16_rounding): the random bits are a

@@ -1,7 +1,7 @@
 // The multilevel method (the V-cycle) in training runs: the levels visited at the scheduled steps
 // with their LR factors, bit-exact resume from every step of 2- and 3-level cycles (mapped and
 // fresh moments, both learning-rate schedules), the interpolation against the weights kept before
-// coalescing, training options it composes with, and clear errors for bad settings.
+// coalescing, training options it composes with (Muon among them), and clear errors for bad settings.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -119,6 +119,29 @@ TEST(MultiLevel, VisitsEachLevelAtItsStepsWithItsLearningRate) {
 TEST(MultiLevel, ResumesBitExactlyFromEveryStepOfTheCycle) {
   expect_resume_bit_exact_everywhere({});  // fresh moments, restarted segments
   expect_resume_bit_exact_everywhere({"methods.multilevel.moments=mapped", "methods.multilevel.lr_schedule=run"});
+}
+
+// Under Muon (its momentum kept in AdamW's m) with the recipe's model options: the momentum is
+// carried through a level change when mapped and restarted when fresh, so the two runs agree
+// until the first change and differ after it; both resume bit-exactly from every step.
+TEST(MultiLevel, UnderMuonTheMomentumFollowsTheLevelsAndResumesBitExactly) {
+  const std::vector<std::string> recipe = {"optim.name=muon", "model.position=rotary", "model.mlp=relu2"};
+  auto with_moments = [&](const char* moments) {
+    auto s = recipe;
+    s.push_back(fmt::format("methods.multilevel.moments={}", moments));
+    return s;
+  };
+  {
+    TempDir dir;  // (the resume checks below make their own)
+    const std::string data = make_data(dir);
+    const FitResult fresh = Trainer(config(data, dir.file("fresh"), with_moments("fresh")), {.quiet = true}).fit();
+    const FitResult mapped = Trainer(config(data, dir.file("mapped"), with_moments("mapped")), {.quiet = true}).fit();
+    ASSERT_EQ(fresh.losses.size(), 10u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(fresh.losses[i], mapped.losses[i]) << "step " << i + 1;  // level 2 from step 3
+    EXPECT_NE(fresh.losses[3], mapped.losses[3]);  // step 4: after the first update from the mapped momentum
+  }
+  expect_resume_bit_exact_everywhere(with_moments("fresh"));
+  expect_resume_bit_exact_everywhere(with_moments("mapped"));
 }
 
 TEST(MultiLevel, ThreeLevelsResumeBitExactlyFromEveryStep) {

@@ -436,11 +436,9 @@ RunSettings run_settings(const io::Config& c) {
                  "holds a slice of every matrix and Muon orthogonalises whole ones; use data parallelism or "
                  "optim.name = \"adamw\"", par.tensor);
     for (const auto& method : methods.methods())
-      FRUGAL_CHECK(method->name() != "sparse24" && method->name() != "mst" && method->name() != "multilevel",
-                   "methods.{} does not run with optim.name = \"muon\" yet ({}); remove it or use "
-                   "optim.name = \"adamw\"", method->name(),
-                   method->name() == "multilevel" ? "it maps AdamW's moments between widths, not Muon's momentum"
-                                                  : "an orthogonalised update is dense: it would not keep the masked weights zero");
+      FRUGAL_CHECK(method->name() != "sparse24", "methods.sparse24 does not run with optim.name = \"muon\" "
+                   "yet (its masked decay is a term added to the gradient, whose size Muon's orthogonalisation "
+                   "would not keep); remove it or use optim.name = \"adamw\"");
   }
   if (par.expert > 1) {
     FRUGAL_CHECK(m.moe.experts > 0 && m.moe.experts % par.expert == 0, "parallel.expert = {} needs a mixture "

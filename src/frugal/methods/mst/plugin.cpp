@@ -191,13 +191,13 @@ void MstMethod::initial_masks(uint64_t seed, int64_t max_steps) {
   have_masks_ = true;
 }
 
-void MstMethod::apply_masks_to_state(TrainContext& ctx) const {
+void MstMethod::apply_masks_to_state(TrainContext& ctx, bool weights_only) const {
   GPT& model = ctx.model();
   AdamW& optim = ctx.optim();
-  const bool moments = optim.steps_taken() > 0;  // else unallocated or zero
+  const bool moments = !weights_only && optim.steps_taken() > 0;  // else unallocated or zero
   for (const Target& t : targets_) {
     const size_t off = model.linear_weight_offset(t.layer, t.which);
-    if (off == GPT::kAbsent) continue;  // held by another pipeline stage
+    if (off == GPT::kAbsent || t.active == t.size()) continue;  // held by another pipeline stage, or full
     for (int64_t i = 0; i < t.size(); ++i) {
       if (t.mask[i]) continue;
       model.params()[off + i] = 0;
@@ -312,6 +312,8 @@ void MstMethod::apply(Event event, TrainContext& ctx) {
       }
       break;
     case Event::AfterOptimStep:
+      // Muon's orthogonalised update is dense: it moved the weights outside the masks too.
+      if (ctx.optim().config().muon.enabled) apply_masks_to_state(ctx, /*weights_only=*/true);
       if (match(Event::Reconfigure, ctx)) ctx.request_reconfigure = true;
       break;
     case Event::Reconfigure:

@@ -6,6 +6,9 @@
 //   Invariant between steps: W, AdamW's m and v are exactly 0 outside the mask (the gradients are
 //   0 there: SparseFormat's weight gradient changes only kept entries, and an update step's dense
 //   one is masked at AfterGradReduce; so AdamW keeps them there and nothing needs re-masking).
+//   Under Muon (optim.name = "muon") the momentum stays 0 there for the same reason, but the
+//   orthogonalised update is dense: W is zeroed outside the masks after every optimizer step (the
+//   update projected onto the masks).
 // - Topology update every `update_interval` steps t > 0, at AfterGradReduce of step t (the formats
 //   compute the dense weight gradient of that step, set at its BatchStart): per trainable linear,
 //   the counts of sparsity.h's update_counts toward the ER density of the schedule's sparsity at
@@ -96,8 +99,9 @@ class MstMethod final : public Method {
   // After a reshape (multi-level training): the new shapes' targets, masks keeping the largest
   // mapped weights at the Erdős–Rényi densities of the sparsity at target_step.
   void follow_reshape(TrainContext& ctx);
-  // Zeroes W, m and v outside every target's mask (after --init-from a dense model, idempotent).
-  void apply_masks_to_state(TrainContext& ctx) const;
+  // Zeroes W, and unless weights_only m and v, outside every target's mask (after --init-from a
+  // dense model, and after each Muon step; idempotent).
+  void apply_masks_to_state(TrainContext& ctx, bool weights_only = false) const;
   void update_topology(TrainContext& ctx);
   void mask_gradients(TrainContext& ctx) const;
   // Through the session, on every block (held or not); refreshed from the weights of the held ones.

@@ -37,8 +37,9 @@ void add_keys(io::ConfigSchema& s, const std::string& p) {
                   "warm-up in the first segment, then in each later segment a cosine from optim.lr to "
                   "optim.min_lr over its own steps, as the released code's separate runs do) or run "
                   "(the run's warm-up and cosine throughout)", {"segment", "run"})
-      .add_string(p + ".moments", "fresh", "AdamW's moments after a level change: fresh (zero, bias "
-                  "correction restarted) or mapped (through the operator that maps the weights)",
+      .add_string(p + ".moments", "fresh", "the optimizer's state after a level change (AdamW's m and v, "
+                  "Muon's momentum): fresh (zero, bias correction restarted) or mapped (through the operator "
+                  "that maps the weights)",
                   {"fresh", "mapped"});
 }
 

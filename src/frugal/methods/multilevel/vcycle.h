@@ -5,9 +5,9 @@
 // weights are kept; coming back up, the small model is de-coalesced and interpolated with the
 // kept weights: θ <- (1-α)·θ_kept + α·decoalesce(θ_small). Every switch happens at the
 // Reconfigure safe point through Session::reshape. Each level trains at its own LR factor times
-// the schedule (lr_schedule: the run's, or restarted per segment; no new warm-up). AdamW's
-// moments at a switch are mapped through the same operator as the weights, or fresh (zero, bias
-// correction restarted).
+// the schedule (lr_schedule: the run's, or restarted per segment; no new warm-up). The optimizer's
+// state at a switch — AdamW's moments, and Muon's momentum, which lives in AdamW's m — is mapped
+// through the same operator as the weights, or fresh (zero, bias correction restarted).
 // Checkpoints keep the segment, the per-level statistics and the kept weights, so a run resumes
 // bit-exactly at any point of the cycle.
 #pragma once
