@@ -1,7 +1,8 @@
 // The experiment runner: a tiny experiment (pretraining, a baseline, a freezing run and a run
 // from scratch) writes one run directory per run, results.md and report.md; pretrained runs start
 // from the pretraining's weights; malformed experiment files are refused with the reason, also by
-// the `frugal experiment` command; an experiment or run directory in use is refused untouched.
+// the `frugal experiment` command; an experiment or run directory in use is refused untouched;
+// --only trains some runs and reads the others' finished results.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "frugal/app/report.h"
 #include "frugal/core/error.h"
 #include "frugal/io/dir_lock.h"
+#include "error_of.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -157,6 +159,48 @@ TEST(Experiment, RefusesMalformedFiles) {
   // a run's directory is deleted and rewritten: its name must not reach outside the output
   for (const char* name : {"..", ".", ".hidden", "a/b", "a b", ""})
     expect_error(fmt::format("[[run]]\nname = \"{}\"\n", name), "run name");
+}
+
+// --only: an experiment in two sittings. The first trains the baseline alone (the other run is
+// named in results.md, not in the table); the second trains the other run and reads the
+// baseline's finished results without retraining it. Another config (here a --set) does not count
+// the old results, so the run alone is then refused; so are names that are not runs.
+TEST(Experiment, OnlyTrainsTheNamedRunsAndReadsTheOthersFinishedResults) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const std::string path = write_file(dir, "two.toml", one_layer_base(data, 4, 2) + R"(
+[[run]]
+name = "dense"
+[[run]]
+name = "wider"
+set = ["model.n_embd=32"]
+)");
+  const std::string out = dir.file("out");
+  const Experiment e = load_experiment(path);
+  const ReportTable first = run_experiment(e, {.out_dir = out, .plots = false, .quiet = true, .only = {"dense"}});
+  ASSERT_EQ(first.rows.size(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(out + "/wider"));
+  EXPECT_NE(read_file(out + "/results.md").find("train them with `--only`): wider."), std::string::npos)
+      << read_file(out + "/results.md");
+  const std::string dense_metrics = read_file(out + "/dense/metrics.jsonl");
+
+  const ReportTable second = run_experiment(e, {.out_dir = out, .plots = false, .quiet = true, .only = {"wider"}});
+  ASSERT_EQ(second.rows.size(), 2u);
+  EXPECT_EQ(second.rows[0].name, "dense");
+  EXPECT_EQ(second.rows[1].name, "wider");
+  EXPECT_EQ(second.rows[1].baseline, 0u);
+  EXPECT_EQ(second.rows[0].final_val_loss, first.rows[0].final_val_loss);
+  EXPECT_EQ(read_file(out + "/dense/metrics.jsonl"), dense_metrics);  // read, not trained again
+  EXPECT_EQ(read_file(out + "/results.md").find("Not in the table"), std::string::npos);
+
+  const auto error = [&](const Experiment& x, std::vector<std::string> only) {
+    return frugal::testing::error_of([&] { run_experiment(x, {.out_dir = out, .plots = false, .quiet = true, .only = only}); });
+  };
+  const std::string stale = error(load_experiment(path, {"optim.lr=1e-3"}), {"wider"});
+  EXPECT_NE(stale.find("run 'wider' is compared with 'dense', which has no finished results"), std::string::npos) << stale;
+  EXPECT_NE(error(e, {"densee"}).find("has no run 'densee'"), std::string::npos);
+  EXPECT_NE(error(e, {"pretrain"}).find("(no [pretrain] table)"), std::string::npos);
+  EXPECT_EQ(read_file(out + "/dense/metrics.jsonl"), dense_metrics);  // nothing trained by the refusals
 }
 
 // Seeds: each run names its own seed's dense run, which is then its own baseline; the rest keep the first.

@@ -151,7 +151,8 @@ io::Config experiment_config(const Experiment& e, const ExperimentRun* run, cons
 
 namespace {
 
-std::string results_markdown(const Experiment& e, const ExperimentOptions& o, const ReportTable& table) {
+std::string results_markdown(const Experiment& e, const ExperimentOptions& o, const ReportTable& table,
+                             const std::vector<std::string>& left_out) {
   std::string md = fmt::format("# Experiment {}\n\n", fs::path(e.path).stem().string());
   if (!e.description.empty()) md += e.description + "\n\n";
   md += fmt::format("Command: `{}`\n\n", o.command.empty() ? "frugal experiment " + e.path : o.command);
@@ -163,6 +164,10 @@ std::string results_markdown(const Experiment& e, const ExperimentOptions& o, co
   for (const ExperimentRun& r : e.runs)
     md += fmt::format("| {} | {} | {} |\n", r.name, r.pretrained ? "yes" : "no",
                       r.overrides.empty() ? "(base)" : fmt::format("`{}`", fmt::join(r.overrides, "` `")));
+  if (!left_out.empty())
+    md += fmt::format("\nNot in the table (no finished results in this directory, or none for its baseline; "
+                      "train them with `--only`): {}.\n", fmt::join(left_out, ", "));
+  if (table.rows.empty()) return md;
   md += fmt::format("\n{}\n", markdown(table));
   if (o.plots)
     for (const char* plot : {kPlotValVsWall, kPlotValVsFlops, kPlotTrainVsStep})
@@ -176,33 +181,80 @@ ReportTable run_experiment(const Experiment& e, const ExperimentOptions& o) {
   FRUGAL_CHECK(!o.out_dir.empty(), "no output directory for the experiment; pass --out DIR");
   const io::DirLock lock = io::DirLock::exclusive(o.out_dir, "experiment directory",
                                                   "wait for that experiment to end or pass another --out");
+  const auto dir_of = [&](const std::string& name) { return (fs::path(o.out_dir) / name).string(); };
+  const std::string pretrain_dir = dir_of("pretrain");
+  const auto config_of = [&](const ExperimentRun* r) {
+    return experiment_config(e, r, r ? dir_of(r->name) : pretrain_dir);
+  };
+  const auto selected = [&](const std::string& name) {
+    return o.only.empty() || std::find(o.only.begin(), o.only.end(), name) != o.only.end();
+  };
+  // Finished earlier with the config it would be trained with now.
+  const auto finished = [&](const ExperimentRun* r) {
+    const fs::path marker = fs::path(r ? dir_of(r->name) : pretrain_dir) / kFinishedRunFile;
+    return fs::exists(marker) &&
+           io::Config::load(run_schema(), marker.string()).to_toml() == config_of(r).to_toml();
+  };
+  for (const std::string& name : o.only)
+    FRUGAL_CHECK(name == "pretrain" ? e.pretrain_steps > 0
+                                    : std::any_of(e.runs.begin(), e.runs.end(), [&](const ExperimentRun& r) { return r.name == name; }),
+                 "--only {}: {} has no run '{}'{}", name, e.path, name,
+                 name == "pretrain" ? " (no [pretrain] table)" : "");
+  // Which runs will have results, and whether everything a run to train needs is there.
+  const std::vector<size_t> baselines = baseline_indices(e);
+  std::vector<bool> has(e.runs.size());
+  for (size_t i = 0; i < e.runs.size(); ++i) has[i] = selected(e.runs[i].name) || finished(&e.runs[i]);
+  const bool pretrain_ready = e.pretrain_steps == 0 || selected("pretrain") || finished(nullptr);
+  for (size_t i = 0; i < e.runs.size(); ++i) {
+    const ExperimentRun& r = e.runs[i];
+    if (!selected(r.name)) continue;
+    FRUGAL_CHECK(has[baselines[i]], "--only: run '{}' is compared with '{}', which has no finished results "
+                 "with this config in {}; add it to --only", r.name, e.runs[baselines[i]].name, o.out_dir);
+    FRUGAL_CHECK(!r.pretrained || pretrain_ready, "--only: run '{}' starts from the pretraining, which has no "
+                 "finished results with this config in {}; add pretrain to --only", r.name, o.out_dir);
+  }
+
   // Each run's Trainer locks its own directory before replacing the run in it (overwrite).
   auto train = [&](const std::string& name, const io::Config& config, const std::string& init_from) {
     if (!o.quiet) io::print("=== {} ===\n", name);
     Trainer trainer(config, {.init_from = init_from, .quiet = o.quiet, .overwrite = true});
+    const fs::path marker = fs::path(config.get_string("train.out_dir")) / kFinishedRunFile;
+    fs::remove(marker);  // the Trainer holds the directory and replaced the run in it
     const FitResult r = trainer.fit();
     FRUGAL_CHECK(!r.interrupted, "the experiment was interrupted during run '{}'", name);
+    io::write_file_atomic(marker.string(), config.to_toml());
     if (!o.quiet)
       io::print("{}: {} steps in {:.1f} s, val loss {:.4f}\n", name, r.steps, r.seconds, r.final_val_loss);
   };
-  const std::string pretrain_dir = (fs::path(o.out_dir) / "pretrain").string();
-  if (e.pretrain_steps > 0) {
-    train("pretrain", experiment_config(e, nullptr, pretrain_dir), "");
+  if (e.pretrain_steps > 0 && selected("pretrain")) train("pretrain", config_of(nullptr), "");
+  for (const ExperimentRun& r : e.runs)
+    if (selected(r.name)) train(r.name, config_of(&r), r.pretrained ? pretrain_dir : "");
+
+  // The report: every run with results whose baseline has them too, baselines renumbered.
+  std::vector<std::string> dirs, names, left_out;
+  std::vector<size_t> rows, row_of(e.runs.size()), report_baselines;
+  for (size_t i = 0; i < e.runs.size(); ++i) {
+    if (has[i] && has[baselines[i]]) {
+      row_of[i] = rows.size();
+      rows.push_back(i);
+      dirs.push_back(dir_of(e.runs[i].name));
+      names.push_back(e.runs[i].name);
+    } else {
+      left_out.push_back(e.runs[i].name);
+    }
   }
-  std::vector<std::string> dirs, names;
-  for (const ExperimentRun& r : e.runs) {
-    const std::string dir = (fs::path(o.out_dir) / r.name).string();
-    train(r.name, experiment_config(e, &r, dir), r.pretrained ? pretrain_dir : "");
-    dirs.push_back(dir);
-    names.push_back(r.name);
+  for (size_t i : rows) report_baselines.push_back(row_of[baselines[i]]);
+  if (rows.empty()) {  // --only pretrain: nothing to compare yet
+    io::write_file_atomic((fs::path(o.out_dir) / "results.md").string(), results_markdown(e, o, {}, left_out));
+    return {};
   }
   ReportOptions report;
   report.target_loss = e.target_loss;
   report.names = names;
-  report.baselines = baseline_indices(e);
+  report.baselines = report_baselines;
   report.plots = o.plots;
   const ReportTable table = write_report(dirs, o.out_dir, report);
-  const std::string md = results_markdown(e, o, table);
+  const std::string md = results_markdown(e, o, table, left_out);
   io::write_file_atomic((fs::path(o.out_dir) / "results.md").string(), md);
   return table;
 }

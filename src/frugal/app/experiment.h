@@ -60,10 +60,20 @@ struct ExperimentOptions {
   std::string command;   // the command line, recorded in results.md
   bool plots = true;
   bool quiet = false;    // no training progress output
+  // Train only these runs ("pretrain" for the pretraining); empty: all. The others' results are
+  // read from out_dir where an earlier invocation finished them with today's config.
+  std::vector<std::string> only;
 };
 
-// Runs the pretraining (when any) and every run sequentially, then writes the report. Returns
-// the comparison table.
+// The file a finished run's directory gets, holding the config the experiment trained it with: a
+// later invocation with --only reads the run's results instead of training it while they match.
+inline constexpr const char* kFinishedRunFile = "experiment-finished.toml";
+
+// Runs the pretraining (when any) and every run sequentially, then writes the report; with
+// options.only, only those, the report then covering every run that has finished results (a run
+// whose baseline has none is left out and named in results.md). Throws Error before training
+// anything when a name in `only` is not a run, or a run to train needs a baseline or pretraining
+// that neither is trained nor has finished results. Returns the comparison table.
 ReportTable run_experiment(const Experiment& e, const ExperimentOptions& options);
 
 }  // namespace frugal
