@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes (or completes) a virtual environment with PyTorch 2.x from PyPI for the speed baselines
 # tools/bench_torch.py / tools/compare_torch.py and the data-parallel baseline tools/bench_ddp.py /
-# tools/compare_ddp.py; not needed to build, test or train frugal.
+# tools/compare_ddp.py, and Hugging Face tokenizers / transformers for the tests that compare with
+# them (test_bpe_trainer, test_hf_bert: skipped without); not needed to build or train frugal.
 #
 #   tools/setup_torch_venv.sh [VENV_DIR]      (default: .venv-torch in the repository root)
 #
@@ -28,6 +29,13 @@ packages=(
   # torch's pure-Python requirements, and numpy, without which importing torch warns
   filelock==4.2.12 typing-extensions==4.16.0 sympy==1.14.0 mpmath==1.3.0 networkx==3.6.1
   jinja2==3.1.6 markupsafe==3.0.4 fsspec==2026.9.0 numpy==2.4.6
+  # Hugging Face tokenizers and transformers, for the tests that compare frugal's tokenizers and
+  # exports with them (they skip without), and their requirements
+  tokenizers==0.23.3 transformers==5.24.0 huggingface_hub==2.4.0 hf-xet==1.8.0 safetensors==0.8.0
+  regex==2026.11.19 packaging==26.4 PyYAML==6.0.4 tqdm==4.70.1 httpx2==2.16.2 httpcore2==2.16.2
+  h11==0.16.0 anyio==4.16.0 idna==3.20 truststore==0.10.5 typer==0.29.2 click==8.5.1 rich==15.0.0
+  markdown-it-py==4.3.0 mdurl==0.1.2 Pygments==2.21.0 shellingham==1.5.4 annotated-doc==0.0.7
+  pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
 )
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -43,5 +51,9 @@ import torch.distributed as dist
 assert dist.is_available() and dist.is_gloo_available(), "this torch has no gloo backend"
 x = torch.randn(64, 64)
 assert torch.allclose(x @ torch.eye(64), x)
-print(f"torch {torch.__version__} ready (CPU, gloo) in {sys.prefix}")
+import tokenizers
+import transformers
+
+print(f"torch {torch.__version__} ready (CPU, gloo), tokenizers {tokenizers.__version__}, "
+      f"transformers {transformers.__version__} in {sys.prefix}")
 EOF
