@@ -244,18 +244,14 @@ ReportTable run_experiment(const Experiment& e, const ExperimentOptions& o) {
     }
   }
   for (size_t i : rows) report_baselines.push_back(row_of[baselines[i]]);
-  if (rows.empty()) {  // --only pretrain: nothing to compare yet
-    io::write_file_atomic((fs::path(o.out_dir) / "results.md").string(), results_markdown(e, o, {}, left_out));
-    return {};
-  }
   ReportOptions report;
   report.target_loss = e.target_loss;
   report.names = names;
   report.baselines = report_baselines;
   report.plots = o.plots;
-  const ReportTable table = write_report(dirs, o.out_dir, report);
-  const std::string md = results_markdown(e, o, table, left_out);
-  io::write_file_atomic((fs::path(o.out_dir) / "results.md").string(), md);
+  // --only pretrain: nothing to compare yet, results.md only.
+  const ReportTable table = rows.empty() ? ReportTable{} : write_report(dirs, o.out_dir, report);
+  io::write_file_atomic((fs::path(o.out_dir) / "results.md").string(), results_markdown(e, o, table, left_out));
   return table;
 }
 
