@@ -34,9 +34,9 @@ void add_keys(io::ConfigSchema& s, const std::string& p) {
       .add_string(p + ".depth_grouping", "adjacent", "which layers are merged: adjacent (2i, 2i+1, "
                   "the paper's) or stride (i, i + L/2)", {"adjacent", "stride"})
       .add_string(p + ".lr_schedule", "segment", "the learning rate over the cycle: segment (the run's "
-                  "warm-up in the first segment, then in each later segment a cosine from optim.lr to "
-                  "optim.min_lr over its own steps, as the released code's separate runs do) or run "
-                  "(the run's warm-up and cosine throughout)", {"segment", "run"})
+                  "warm-up in the first segment, then in each later segment the run's schedule (cosine or wsd) "
+                  "from optim.lr to optim.min_lr over its own steps, as the released code's separate runs "
+                  "do) or run (the run's warm-up and schedule throughout)", {"segment", "run"})
       .add_string(p + ".moments", "fresh", "the optimizer's state after a level change (AdamW's m and v, "
                   "Muon's momentum): fresh (zero, bias correction restarted) or mapped (through the operator "
                   "that maps the weights)",
