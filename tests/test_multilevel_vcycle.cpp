@@ -114,6 +114,17 @@ TEST(MultiLevel, VisitsEachLevelAtItsStepsWithItsLearningRate) {
   EXPECT_NEAR(segment[7].at("lr").get<double>(), lr, 1e-6 * lr);      // step 8: level 1 again
   for (size_t i : {3, 4, 5, 6, 8, 9}) EXPECT_LT(segment[i].at("lr"), segment[i - 1].at("lr")) << "step " << i + 1;
   for (size_t i : {0, 1}) EXPECT_EQ(segment[i].at("lr"), dense[i].at("lr"));  // the run's warm-up
+
+  // Under warm-up–stable–decay each later segment holds its peak, then decays over its last 60%
+  // (whose first step is still at the peak): level 2's 5 steps (3-7) over steps 5-7, the last
+  // level-1 segment's 3 steps (8-10) over steps 9-10.
+  Trainer(config(data, dir.file("wsd"), {"methods.multilevel.lr_schedule=segment", "optim.schedule=wsd",
+                                         "optim.decay_fraction=0.6"}), {.quiet = true}).fit();
+  const auto wsd = metrics(dir.file("wsd"));
+  for (size_t i : {2, 3, 4}) EXPECT_NEAR(wsd[i].at("lr").get<double>(), 4 * lr, 1e-6 * lr) << "step " << i + 1;
+  for (size_t i : {5, 6}) EXPECT_LT(wsd[i].at("lr"), wsd[i - 1].at("lr")) << "step " << i + 1;
+  for (size_t i : {7, 8}) EXPECT_NEAR(wsd[i].at("lr").get<double>(), lr, 1e-6 * lr) << "step " << i + 1;
+  EXPECT_LT(wsd[9].at("lr"), wsd[8].at("lr"));
 }
 
 TEST(MultiLevel, ResumesBitExactlyFromEveryStepOfTheCycle) {
