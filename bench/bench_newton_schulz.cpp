@@ -3,14 +3,19 @@
 // and L (5 iterations), next to the dense SGEMM rate measured in the same run.
 // FLOPs counted per iteration, m = min(R,C), n = max(R,C): 4·m²·n + 2·m³ (two products with the
 // (m,n) matrix and one of the (m,m) Gram matrix with itself).
+// Then a whole Muon step (optim/muon.h's muon_update) over every hidden matrix of the quickstart's
+// and preset M's blocks: one call per tensor (each tensor's products on all threads) against one
+// call for all of them (whole tensors spread over the threads).
 // Each rate is the best wall-clock time of `reps` calls (bench/kernel_bench.h).
 // Usage: bench_newton_schulz [threads=2] [reps=20]
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "frugal/bench/kernel_bench.h"
 #include "frugal/kernels/ops.h"
+#include "frugal/optim/muon.h"
 
 namespace {
 
@@ -33,6 +38,31 @@ void bench_newton_schulz(const char* what, int R, int C, int reps) {
   }
 }
 
+// One Muon step over `layers` blocks of width C (qkv, attention proj, fc, fc proj: 4 tensors a block).
+void bench_muon_step(const char* what, int layers, int C, int reps) {
+  std::vector<std::pair<int, int>> shapes;
+  for (int l = 0; l < layers; ++l)
+    for (auto shape : {std::pair{3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}}) shapes.push_back(shape);
+  std::vector<std::vector<float>> params, grads, buffers;
+  std::vector<frugal::MuonTensor> tensors;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const size_t n = size_t(shapes[i].first) * shapes[i].second;
+    params.push_back(random_floats(n, 2 * i + 1));
+    grads.push_back(random_floats(n, 2 * i + 2));
+    buffers.emplace_back(n, 0.0f);
+  }
+  for (size_t i = 0; i < shapes.size(); ++i)
+    tensors.push_back({params[i].data(), grads[i].data(), buffers[i].data(), {1, shapes[i].first, shapes[i].second}});
+  const frugal::MuonConfig c{.enabled = true};
+  const double one_at_a_time = best_seconds([&] {
+    for (const frugal::MuonTensor& t : tensors) frugal::muon_update({t}, c, 0.02f);
+  }, reps);
+  const double together = best_seconds([&] { frugal::muon_update(tensors, c, 0.02f); }, reps);
+  std::printf("muon step, %s (%d blocks, width %d, %zu tensors): %.2f ms one tensor at a time, %.2f ms "
+              "together: %.2fx\n", what, layers, C, tensors.size(), one_at_a_time * 1e3, together * 1e3,
+              one_at_a_time / together);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -45,4 +75,6 @@ int main(int argc, char** argv) {
     bench_newton_schulz("fc proj", C, 4 * C, reps);
   }
   frugal::bench::bench_sgemm(2048, 384, 384, reps);  // a linear of preset M's width
+  bench_muon_step("quickstart", 4, 192, reps);
+  bench_muon_step("preset M", 6, 384, reps);
 }

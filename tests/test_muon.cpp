@@ -1,7 +1,7 @@
 // Muon (optim/muon.h) as the session's optimizer: which tensors it takes, every step of a 2-layer
 // model against a naive fp64 implementation of Muon + AdamW written here from the formulas, the
-// frozen prefix left alone, the non-Nesterov form, and the start-up refusals of what it does not
-// run with.
+// frozen prefix left alone, the non-Nesterov form, a step's tensors spread over the threads, and
+// the start-up refusals of what it does not run with.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -9,9 +9,11 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "frugal/core/rng.h"
+#include "frugal/core/threading.h"
 #include "frugal/kernels/ref/adamw_ref.h"
 #include "frugal/kernels/ref/newton_schulz_ref.h"
 #include "frugal/model/gpt.h"
@@ -149,6 +151,52 @@ TEST(Muon, Bf16NewtonSchulzStepsMatchTheReferenceOfTheirRoundings) {
 
 // Tensors before `begin` (a frozen prefix) are neither decayed nor moved, Muon's included; their
 // momentum stays zero.
+// A step's tensors spread over two threads (each thread taking whole tensors, its products then
+// single-threaded): every tensor gets the update it gets alone, where its products ran on both
+// threads, to float rounding; and a repeated step gives the same bits whichever thread took which
+// tensor.
+TEST(Muon, TensorsUpdatedTogetherMatchOneAtATimeAndRepeatBitForBit) {
+  const int threads_before = num_threads();
+  set_num_threads(2);
+  const std::vector<std::pair<int, int>> shapes = {{96, 32}, {32, 32}, {128, 32}, {32, 128}, {48, 16}, {16, 48}};
+  struct Copy {
+    std::vector<std::vector<float>> p, buf;
+    std::vector<MuonTensor> tensors;
+  };
+  std::vector<std::vector<float>> grads;
+  std::vector<Copy> copies(3);  // updated together, one at a time, together again
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const size_t n = size_t(shapes[i].first) * shapes[i].second;
+    std::vector<float> p(n), g(n), buf(n);
+    for (size_t j = 0; j < n; ++j) {
+      p[j] = float(mix64(3 * (i * 100000 + j)) % 2001) / 1000.0f - 1.0f;
+      g[j] = float(mix64(3 * (i * 100000 + j) + 1) % 2001) / 1000.0f - 1.0f;
+      buf[j] = float(mix64(3 * (i * 100000 + j) + 2) % 2001) / 1000.0f - 1.0f;
+    }
+    grads.push_back(g);
+    for (Copy& c : copies) c.p.push_back(p), c.buf.push_back(buf);
+  }
+  for (Copy& c : copies)
+    for (size_t i = 0; i < shapes.size(); ++i)
+      c.tensors.push_back({c.p[i].data(), grads[i].data(), c.buf[i].data(), {1, shapes[i].first, shapes[i].second}});
+  const MuonConfig config{.enabled = true, .weight_decay = 0.1f};
+  for (int step = 0; step < 2; ++step) {
+    muon_update(copies[0].tensors, config, 0.02f);
+    for (const MuonTensor& t : copies[1].tensors) muon_update({t}, config, 0.02f);
+    muon_update(copies[2].tensors, config, 0.02f);
+  }
+  set_num_threads(threads_before);
+  double largest = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_EQ(copies[0].p[i], copies[2].p[i]) << i;
+    EXPECT_EQ(copies[0].buf[i], copies[2].buf[i]) << i;
+    for (size_t j = 0; j < copies[0].p[i].size(); ++j)
+      largest = std::max(largest, double(std::fabs(copies[0].p[i][j] - copies[1].p[i][j])));
+  }
+  std::printf("largest difference from one tensor at a time: %.3g\n", largest);
+  EXPECT_LT(largest, 1e-6);
+}
+
 TEST(Muon, UpdateLeavesTheFrozenPrefixAlone) {
   const ParamTable table = ParamTable::build(small_config());
   AdamW optim(table, muon_config(true));

@@ -90,6 +90,7 @@ void AdamW::update(float* params, const float* grads, size_t begin, float lr, si
   const kernels::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, t_, grad_scale};
   allocate_state();
   const size_t lo = std::max(begin, shard_begin_), hi = std::min(end == 0 ? table_.total() : end, shard_end_);
+  std::vector<MuonTensor> muon_tensors;  // updated together after AdamW's
   for (const ParamInfo& e : table_.entries()) {
     if (e.offset < begin) continue;  // frozen: a whole tensor or nothing
     const size_t b = std::max(e.offset, lo), e_end = std::min(e.offset + e.numel, hi);
@@ -99,9 +100,7 @@ void AdamW::update(float* params, const float* grads, size_t begin, float lr, si
     if (const MuonMatrices muon = config_.muon.enabled ? muon_matrices(e) : MuonMatrices{}; muon.count > 0) {
       FRUGAL_CHECK(b == e.offset && e_end == e.offset + e.numel, "internal: the optimizer shard [{}, {}) cuts "
                    "the Muon matrix {}", shard_begin_, shard_end_, e.name);
-      muon_update(params + b, grads + b, m_.data() + o, muon, config_.muon, lr * config_.muon.lr / config_.lr,
-                  muon_scratch_);
-      if (copy) kernels::round_to_bf16(copy->data, params + copy->offset, copy->numel, copy->rounding);
+      muon_tensors.push_back({params + b, grads + b, m_.data() + o, muon, copy});
       continue;
     }
     kernels::AdamWStep tensor_step = s;
@@ -116,6 +115,7 @@ void AdamW::update(float* params, const float* grads, size_t begin, float lr, si
       kernels::adamw_update(params + split, grads + split, m_.data() + o + (split - b), v_.data() + o + (split - b),
                             e_end - split, tensor_step, e.decays());
   }
+  if (!muon_tensors.empty()) muon_update(muon_tensors, config_.muon, lr * config_.muon.lr / config_.lr);
 }
 
 }  // namespace frugal

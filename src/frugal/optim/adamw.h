@@ -107,7 +107,6 @@ class AdamW {
   AdamWConfig config_;
   size_t shard_begin_, shard_end_;
   Buffer<float> m_, v_;
-  std::vector<float> muon_scratch_;
   int64_t t_ = 0;
 };
 

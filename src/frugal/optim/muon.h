@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "frugal/model/param_table.h"
+#include "frugal/model/param_table.h"  // ParamInfo, WorkingCopy
 
 namespace frugal {
 
@@ -37,9 +37,22 @@ struct MuonMatrices {
 };
 MuonMatrices muon_matrices(const ParamInfo& e);
 
-// One Muon step on one tensor's matrices: p, g, buf (shape.numel()); `scratch` is reused between
-// calls. lr: this step's Muon learning rate.
-void muon_update(float* p, const float* g, float* buf, const MuonMatrices& shape, const MuonConfig& c, float lr,
-                 std::vector<float>& scratch);
+// One tensor of a Muon step: its parameters, gradients and momentum buffer (shape.numel() each),
+// and its bf16 working copy (null: none), rounded from the updated parameters.
+struct MuonTensor {
+  float* p;
+  const float* g;
+  float* buf;
+  MuonMatrices shape;
+  const WorkingCopy* copy = nullptr;
+};
+
+// One Muon step on every tensor's matrices; lr: this step's Muon learning rate. With more than one
+// OpenMP thread and fp32 Newton–Schulz, each thread takes whole tensors, the costliest first, and
+// runs their GEMMs single-threaded: the products of one matrix at the widths a CPU trains do not
+// keep two threads busy, and the element-wise passes (momentum, norm, update) then run in
+// parallel too. Each tensor's result is the same whichever thread computes it. (bf16
+// Newton–Schulz runs one tensor at a time: its oneDNN primitives are not made for concurrent calls.)
+void muon_update(const std::vector<MuonTensor>& tensors, const MuonConfig& c, float lr);
 
 }  // namespace frugal
