@@ -20,8 +20,10 @@
 #include "frugal/optim/adamw.h"
 #include "frugal/train/run_config.h"
 #include "error_of.h"
+#include "gradcheck.h"
 
 using namespace frugal;
+using frugal::testing::random_normal_floats;
 
 namespace {
 
@@ -149,8 +151,6 @@ TEST(Muon, Bf16NewtonSchulzStepsMatchTheReferenceOfTheirRoundings) {
   EXPECT_GT(fp32, 2e-5);
 }
 
-// Tensors before `begin` (a frozen prefix) are neither decayed nor moved, Muon's included; their
-// momentum stays zero.
 // A step's tensors spread over two threads (each thread taking whole tensors, its products then
 // single-threaded): every tensor gets the update it gets alone, where its products ran on both
 // threads, to float rounding; and a repeated step gives the same bits whichever thread took which
@@ -167,13 +167,8 @@ TEST(Muon, TensorsUpdatedTogetherMatchOneAtATimeAndRepeatBitForBit) {
   std::vector<Copy> copies(3);  // updated together, one at a time, together again
   for (size_t i = 0; i < shapes.size(); ++i) {
     const size_t n = size_t(shapes[i].first) * shapes[i].second;
-    std::vector<float> p(n), g(n), buf(n);
-    for (size_t j = 0; j < n; ++j) {
-      p[j] = float(mix64(3 * (i * 100000 + j)) % 2001) / 1000.0f - 1.0f;
-      g[j] = float(mix64(3 * (i * 100000 + j) + 1) % 2001) / 1000.0f - 1.0f;
-      buf[j] = float(mix64(3 * (i * 100000 + j) + 2) % 2001) / 1000.0f - 1.0f;
-    }
-    grads.push_back(g);
+    const std::vector<float> p = random_normal_floats(n, 3 * i), buf = random_normal_floats(n, 3 * i + 2);
+    grads.push_back(random_normal_floats(n, 3 * i + 1));
     for (Copy& c : copies) c.p.push_back(p), c.buf.push_back(buf);
   }
   for (Copy& c : copies)
@@ -197,6 +192,8 @@ TEST(Muon, TensorsUpdatedTogetherMatchOneAtATimeAndRepeatBitForBit) {
   EXPECT_LT(largest, 1e-6);
 }
 
+// Tensors before `begin` (a frozen prefix) are neither decayed nor moved, Muon's included; their
+// momentum stays zero.
 TEST(Muon, UpdateLeavesTheFrozenPrefixAlone) {
   const ParamTable table = ParamTable::build(small_config());
   AdamW optim(table, muon_config(true));
