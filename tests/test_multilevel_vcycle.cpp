@@ -160,6 +160,54 @@ TEST(MultiLevel, ThreeLevelsResumeBitExactlyFromEveryStep) {
                                       "methods.multilevel.shares=0.2,0.1,0.3,0.1,0.3"});
 }
 
+// Under a wall-clock budget the trainer times level 1, then level 2 inside its segment, and fixes
+// the horizon after each (a "budget" entry in the log). With 10⁶ s the horizon is train.max_steps
+// = 10 both times, so the run is the step-budget run's bit for bit, and it resumes bit-exactly from
+// every step (a resume keeps the horizon and the levels already timed).
+TEST(MultiLevel, UnderATimeBudgetEachLevelIsTimedAndTheCycleFollowsTheHorizon) {
+  const std::vector<std::string> budget = {"train.budget=seconds", "train.max_seconds=1000000",
+                                           "train.budget_probe_steps=1"};
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const FitResult steps = Trainer(config(data, dir.file("steps"), {}), {.quiet = true}).fit();
+  const FitResult timed = Trainer(config(data, dir.file("timed"), budget), {.quiet = true}).fit();
+  EXPECT_EQ(timed.losses, steps.losses);
+  std::vector<std::pair<int, std::string>> fixes;
+  for (const auto& line : metrics(dir.file("timed"))) {
+    if (!line.contains("budget")) continue;
+    fixes.emplace_back(line.at("step").get<int>(), line.at("budget").at("timed").get<std::string>());
+    EXPECT_EQ(line.at("budget").at("steps"), 10);
+  }
+  EXPECT_EQ(fixes, (std::vector<std::pair<int, std::string>>{{2, "level 1"}, {4, "level 2"}}));
+  expect_resume_bit_exact_everywhere(budget);
+}
+
+// A budget that train.max_steps does not cap: the run ends at the horizon of the last fix, and
+// its level-1 steps are the first segment of the horizon fixed from level 1 (its level change came
+// before level 2 was timed) plus the last segment of the final horizon.
+TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const FitResult r = Trainer(config(data, dir.file("run"), {"train.budget=seconds", "train.max_seconds=5",
+                                                             "train.max_steps=1000000", "train.budget_probe_steps=2",
+                                                             "train.eval_interval=1000000", "train.log_interval=1000000"}),
+                              {.quiet = true}).fit();
+  std::vector<int64_t> horizons;
+  const auto lines = metrics(dir.file("run"));
+  for (const auto& line : lines)
+    if (line.contains("budget")) horizons.push_back(line.at("budget").at("steps").get<int64_t>());
+  ASSERT_EQ(horizons.size(), 2u) << "the first horizon: " << (horizons.empty() ? 0 : horizons[0]) << " steps";
+  EXPECT_EQ(r.steps, horizons[1]);
+  const std::vector<double> shares = {0.2, 0.5, 0.3};
+  const int64_t first = multilevel::VCycleMethod::segment_ends(shares, horizons[0])[0];
+  const int64_t last = horizons[1] - multilevel::VCycleMethod::segment_ends(shares, horizons[1])[1];
+  EXPECT_GT(first, 3);  // level 1 was timed inside its first segment
+  EXPECT_EQ(lines.back().at("level"), 1);
+  EXPECT_EQ(lines.back().at("level1_steps"), first + last);
+  EXPECT_EQ(lines.back().at("level2_steps"), horizons[1] - first - last);
+  EXPECT_LT(r.run_seconds, 4 * 5.0);  // the budget is followed (loosely: the machine may be busy)
+}
+
 // Freezing restarts at every level: the map changes every frozen weight, so no block's convergence
 // carries over; the configured prefix and the progressive schedule start again on the new model
 // (here: 2 then 3 of 4 blocks frozen on level 1, none right after each level change, at most 1 of

@@ -9,6 +9,7 @@
 #include <map>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -56,6 +57,22 @@ struct Capabilities {
   // With changes_trainable_set: the most blocks it may freeze (a fixed-length pipeline needs a
   // trainable block per stage); -1: all but one.
   int most_frozen = -1;
+  // Its schedule follows TrainContext::max_steps from step to step, so it runs under a time budget
+  // (train.budget = "seconds"), whose horizon is fixed after the first timed steps and may be
+  // fixed again later (Method::step_plan).
+  bool follows_horizon = false;
+};
+
+// How a method's steps differ in cost over a run of `horizon` steps, for a time budget that fixes
+// the horizon from timed steps: consecutive spans, span i ending before ends[i] (the last at the
+// horizon) and made of steps of kind kinds[i]. A kind's steps all cost about the same time; kind 0
+// is a step of the configured model. Until a kind's steps are timed, a step of kind k is taken to
+// cost estimated_cost[k] times a kind-0 step. names[k] says what kind k is, for messages.
+struct StepPlan {
+  std::vector<int64_t> ends;
+  std::vector<int> kinds;
+  std::vector<double> estimated_cost;
+  std::vector<std::string> names;
 };
 
 // The view of training a method gets at each event. Fields are valid as noted.
@@ -66,6 +83,8 @@ struct TrainContext {
   GPT& model() const { return session.model(); }
   AdamW& optim() const { return session.optim(); }
   int64_t step = 0;       // 0-based index of the current optimizer step
+  // The run's horizon: train.max_steps, or a time budget's steps once they are fixed (they may be
+  // fixed again at a later step: Capabilities::follows_horizon).
   int64_t max_steps = 0;
   int micro = 0;          // micro-batch index (BeforeForward .. AfterBackward)
   int batch = 0;          // B
@@ -140,6 +159,9 @@ class Method {
   virtual void load_state_tensors(std::map<std::string, std::vector<float>> tensors) {}
   // FLOP accounting: true when blocks [0, k) run no forward this step (cached activations).
   virtual int cached_prefix_blocks() const { return 0; }
+  // Under a time budget, after FitStart: the cost of its steps over a run of `horizon` steps
+  // (StepPlan); empty when every step costs the same.
+  virtual std::optional<StepPlan> step_plan(int64_t horizon) const { return std::nullopt; }
   // Inference from a checkpoint (eval, sample, export; the weights --init-from starts from): the
   // methods of the checkpoint's config get Init, then their saved state (load_state_tensors,
   // load_state), then this call instead of any training event, with ctx.step the checkpoint's

@@ -125,6 +125,20 @@ int MethodSet::cached_prefix_blocks() const {
   return k;
 }
 
+std::optional<StepPlan> MethodSet::step_plan(int64_t horizon) const {
+  std::optional<StepPlan> plan;
+  for (const auto& m : methods_) {
+    std::optional<StepPlan> p = m->step_plan(horizon);
+    if (!p) continue;
+    FRUGAL_CHECK(!plan, "internal: two methods plan the cost of the run's steps (methods.{})", m->name());
+    FRUGAL_CHECK(p->ends.size() == p->kinds.size() && !p->ends.empty() && p->ends.back() == horizon &&
+                 p->names.size() == p->estimated_cost.size(), "internal: methods.{}'s step plan is malformed",
+                 m->name());
+    plan = std::move(p);
+  }
+  return plan;
+}
+
 nlohmann::json MethodSet::save_state() const {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& m : methods_) j[m->name()] = m->save_state();

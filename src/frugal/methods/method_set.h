@@ -33,6 +33,9 @@ class MethodSet {
   bool empty() const { return methods_.empty(); }
   // Largest prefix served from cached activations by any method.
   int cached_prefix_blocks() const;
+  // The one method's step plan (Method::step_plan) for a run of `horizon` steps; empty when none
+  // has one.
+  std::optional<StepPlan> step_plan(int64_t horizon) const;
 
   nlohmann::json save_state() const;              // {name: state}
   // The state a checkpoint saved (`checkpoint`: its directory, for messages). Throws when a saved

@@ -50,15 +50,16 @@ void Session::set_default_schedule(int64_t max_steps) {
   schedule_ = [optim = options_.optim, max_steps](int64_t step) { return lr_at(optim, step, max_steps); };
 }
 
-void Session::set_budget_steps(int64_t steps) {
-  FRUGAL_CHECK(steps >= 1, "internal: a time budget of {} steps", steps);
-  budget_steps_ = steps;
-  set_default_schedule(steps);
+void Session::set_time_budget(TimeBudget budget) {
+  FRUGAL_CHECK(budget.steps >= 1, "internal: a time budget of {} steps", budget.steps);
+  if (!method_schedule_) set_default_schedule(budget.steps);
+  time_budget_ = std::move(budget);
 }
 
 void Session::set_lr_schedule(LrSchedule schedule) {
   FRUGAL_CHECK(schedule != nullptr, "internal: empty learning-rate schedule");
   schedule_ = std::move(schedule);
+  method_schedule_ = true;
 }
 
 void Session::reshape(const ModelConfig& next, const ReshapeMap& map) {
@@ -142,14 +143,19 @@ void Session::reshard_optimizer(size_t begin, size_t end, const float* m_whole, 
 
 nlohmann::json Session::save_state() const {
   nlohmann::json state{{"lr_scale", lr_scale_}, {"reshapes", reshapes_}};
-  if (budget_steps_) state["budget_steps"] = *budget_steps_;
+  if (time_budget_) {
+    state["budget_steps"] = time_budget_->steps;
+    state["budget_step_seconds"] = time_budget_->step_seconds;
+  }
   return state;
 }
 
 void Session::load_state(const nlohmann::json& state) {
   lr_scale_ = state.at("lr_scale").get<double>();
   reshapes_ = state.at("reshapes").get<int64_t>();
-  if (state.contains("budget_steps")) set_budget_steps(state.at("budget_steps").get<int64_t>());
+  if (state.contains("budget_steps"))  // checkpoints before the step kinds: none timed
+    set_time_budget({state.at("budget_steps").get<int64_t>(),
+                     state.value("budget_step_seconds", std::vector<double>{})});
 }
 
 }  // namespace frugal

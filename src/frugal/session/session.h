@@ -68,6 +68,14 @@ using RecomputePolicy = std::function<std::vector<bool>(int n_layer)>;
 // The learning rate of a 0-based optimizer step.
 using LrSchedule = std::function<float(int64_t step)>;
 
+// A time budget (train.budget = "seconds"): the run's horizon, fixed from timed steps, and the mean
+// seconds of a step of each kind (Method::step_plan; kind 0 is the configured model's) timed so far,
+// 0 for a kind not timed yet.
+struct TimeBudget {
+  int64_t steps = 0;
+  std::vector<double> step_seconds;
+};
+
 struct SessionOptions {
   ModelConfig model;
   AdamWConfig optim;
@@ -96,10 +104,11 @@ class Session {
   void scale_lr(double factor);
   double lr_scale() const { return lr_scale_; }
   // A time budget's horizon (train.budget = "seconds"): from now on the default schedule runs over
-  // `steps` steps instead of SessionOptions::max_steps. Saved with the session, so a resume keeps
-  // it; budget_steps() is empty until it is set.
-  void set_budget_steps(int64_t steps);
-  std::optional<int64_t> budget_steps() const { return budget_steps_; }
+  // budget.steps steps instead of SessionOptions::max_steps (a schedule a method installed stays:
+  // the method follows the horizon). Saved with the session, so a resume
+  // keeps it; time_budget() is empty until it is set.
+  void set_time_budget(TimeBudget budget);
+  const std::optional<TimeBudget>& time_budget() const { return time_budget_; }
   // Replaces the schedule (the scale still applies). A function is not saved in checkpoints: a
   // method that replaces it installs it again at FitStart, which follows a resume.
   void set_lr_schedule(LrSchedule schedule);
@@ -140,8 +149,8 @@ class Session {
   // How many reshapes this session (and the run it continues) went through.
   int64_t reshapes() const { return reshapes_; }
 
-  // What the checkpoint must keep to resume: the LR scale, the reshape count and the time budget's
-  // horizon once set. (The model's current config is stored with its weights.)
+  // What the checkpoint must keep to resume: the LR scale, the reshape count and the time budget
+  // once set. (The model's current config is stored with its weights.)
   nlohmann::json save_state() const;
   void load_state(const nlohmann::json& state);
 
@@ -165,12 +174,13 @@ class Session {
   std::unique_ptr<AdamW> optim_;
   TensorCollectives* tensor_ = nullptr;  // the model is a shard of this group's (null: whole)
   LrSchedule schedule_;
+  bool method_schedule_ = false;  // set_lr_schedule replaced the default (it follows the horizon itself)
   double lr_scale_ = 1.0;
   int64_t reshapes_ = 0;
   // What methods installed through the session, by block (and linear).
   std::map<std::pair<int, GPT::Linear>, std::shared_ptr<LinearFormat>> formats_;
   std::map<int, kernels::AttentionPattern> patterns_;
-  std::optional<int64_t> budget_steps_;
+  std::optional<TimeBudget> time_budget_;
 };
 
 }  // namespace frugal

@@ -111,9 +111,11 @@ io::ConfigSchema run_schema() {
       .add_string("train.budget", t.budget, "what the LR schedule spans: \"steps\" (train.max_steps) or \"seconds\" "
                   "(train.max_seconds of training: after train.budget_probe_steps steps the run fixes its number of "
                   "steps from their mean time, at most train.max_steps, saves it with its checkpoints and trains "
-                  "exactly that many, decay included; docs/optim.md)", {"steps", "seconds"})
+                  "exactly that many, decay included; a V-cycle's coarser levels are timed as the run reaches them "
+                  "and the number fixed again; docs/optim.md)", {"steps", "seconds"})
       .add_int("train.budget_probe_steps", t.budget_probe_steps, "train.budget = \"seconds\": steps timed (after "
-               "the first) to estimate the budget's number of steps", Range::at_least(1))
+               "the first, and inside each V-cycle level's segment) to estimate the budget's number of steps",
+               Range::at_least(1))
       .add_int("train.seed", static_cast<int64_t>(t.seed), "seed of initialisation, data order and dropout", Range::at_least(0))
       .add_int("train.threads", t.threads, "threads; 0 uses all cores", Range::at_least(0))
       .add_string("train.recompute", t.recompute,
@@ -404,8 +406,8 @@ RunSettings run_settings(const io::Config& c) {
   if (t.budget == "seconds") {
     FRUGAL_CHECK(t.max_seconds > 0, "train.budget = \"seconds\" needs the budget: set train.max_seconds (> 0)");
     for (const auto& method : methods.methods())
-      FRUGAL_CHECK(method->name() == "freeze", "methods.{} schedules itself over train.max_steps, which "
-                   "train.budget = \"seconds\" does not know in advance; use train.budget = \"steps\"",
+      FRUGAL_CHECK(method->capabilities().follows_horizon, "methods.{} schedules itself over train.max_steps, "
+                   "which train.budget = \"seconds\" does not know in advance; use train.budget = \"steps\"",
                    method->name());
   }
   if (par.sequence) {

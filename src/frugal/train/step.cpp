@@ -100,10 +100,15 @@ StepStrategy::StepStrategy(Session& session, MethodSet& methods, const RunSettin
   ids_.resize(settings.train.batch_size);
 }
 
+int64_t run_horizon(const Session& session, const TrainSettings& t) {
+  const std::optional<TimeBudget>& budget = session.time_budget();
+  return t.budget == "seconds" && budget ? std::min(t.max_steps, budget->steps) : t.max_steps;
+}
+
 TrainContext run_context(Session& session, const TrainSettings& t, int64_t step) {
   TrainContext ctx{session};
   ctx.step = step;
-  ctx.max_steps = t.max_steps;
+  ctx.max_steps = run_horizon(session, t);
   ctx.batch = t.batch_size;
   ctx.grad_accum = t.accum_at(step);
   ctx.seq_len = t.seq_len;

@@ -56,6 +56,10 @@ RankMemory largest_rank_memory(const RunSettings& settings, int tensor, int stag
 // again in bf16: plan.parameters / 2); 0 in fp32.
 double working_copy_bound(const MemoryPlan& plan, const TrainSettings& t);
 
+// The run's horizon: train.max_steps, or under a time budget its fixed steps once the session has
+// them (at most train.max_steps).
+int64_t run_horizon(const Session& session, const TrainSettings& train);
+
 // The context of `session` at `step` with the run settings methods read (batch, accumulation,
 // sequence length, seed, horizon, run directory): what every event's context starts from.
 TrainContext run_context(Session& session, const TrainSettings& train, int64_t step);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -404,28 +405,21 @@ FitResult Trainer::fit() {
   // Rank 0's log or progress output failed at a logged step (other ranks learn it at the next
   // step's agreement, and all stop together with a checkpoint).
   std::string output_failure;
-  // The run ends after step end_step: train.max_steps, or a time budget's number of steps once it
-  // is fixed (at the end of the probe steps, then saved with the session).
+  // The run ends after step end_step: train.max_steps, or a time budget's horizon once it is fixed
+  // (at the end of each probe, then saved with the session).
   const bool time_budget = t.budget == "seconds";
-  const auto budgeted_end = [&] {
-    return time_budget && session_->budget_steps() ? std::min(t.max_steps, *session_->budget_steps()) : t.max_steps;
-  };
-  int64_t end_step = budgeted_end();
-  const int64_t probe_begin = start_step_ + 1, probe_end = probe_begin + t.budget_probe_steps;
-  Timer probe;
-  bool probing = false;
+  int64_t end_step = run_horizon(*session_, t);
+  std::optional<BudgetProbe> probe = time_budget ? next_budget_probe(start_step_ + 1) : std::nullopt;
+  Timer probe_timer;
   for (; step < end_step; ++step) {
-    if (time_budget && !session_->budget_steps() && step == probe_begin) {
-      probing = true;
-      probe.reset();
-    }
+    if (probe && step == probe->first) probe_timer.reset();
     nlohmann::json record{{"step", step + 1}};
     Timer step_timer;
     const StepResult r = step_->run(step, next_batch, &record);
-    if (probing && step + 1 == probe_end) {
-      fix_budget_steps(step + 1, probe.seconds(), wall_offset_ + wall.seconds());
-      end_step = budgeted_end();
-      probing = false;
+    if (probe && step + 1 == probe->first + t.budget_probe_steps) {
+      record["budget"] = fix_time_budget(*probe, probe_timer.seconds(), wall_offset_ + wall.seconds());
+      end_step = run_horizon(*session_, t);
+      probe = next_budget_probe(step + 1);
     }
     const float lr = r.lr;
     window_seconds += step_timer.seconds();
@@ -459,7 +453,7 @@ FitResult Trainer::fit() {
       val_loss = static_cast<float>(scores.front().loss);
     }
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
-    if ((step + 1) % t.log_interval == 0 || eval_now || record.contains("event")) {
+    if ((step + 1) % t.log_interval == 0 || eval_now || record.contains("event") || record.contains("budget")) {
       const double dt = window_seconds / window_steps;
       const double tok_s = window_tokens / window_seconds;
       const double mfu = window_flops / window_seconds / peak;
@@ -543,21 +537,47 @@ FitResult Trainer::fit() {
   return result;
 }
 
-void Trainer::fix_budget_steps(int64_t steps_done, double probe_seconds, double run_seconds) {
+std::optional<BudgetProbe> Trainer::next_budget_probe(int64_t from) const {
   const TrainSettings& t = settings_.train;
-  // The ranks' means, so that every rank fixes the same number.
+  const std::optional<StepPlan> plan = methods_.step_plan(run_horizon(*session_, t));
+  const std::optional<TimeBudget>& budget = session_->time_budget();
+  if (!budget) return BudgetProbe{from, plan ? step_kind(*plan, from) : 0};  // the first: of whatever kind
+  if (!plan) return std::nullopt;  // every step costs the same, and one kind was timed
+  return frugal::next_budget_probe(*plan, from, t.budget_probe_steps, budget->step_seconds);
+}
+
+nlohmann::json Trainer::fix_time_budget(const BudgetProbe& probe, double probe_seconds, double run_seconds) {
+  const TrainSettings& t = settings_.train;
+  const int64_t done = probe.first + t.budget_probe_steps;
+  // The ranks' means, so that every rank fixes the same horizon.
   const std::vector<double> sums = group_.sum({probe_seconds, run_seconds});
   const double per_step = sums[0] / group_.size() / t.budget_probe_steps;
   const double left = t.max_seconds - sums[1] / group_.size();
-  const int64_t steps = steps_done + std::max<int64_t>(0, static_cast<int64_t>(std::floor(left / per_step)));
-  // The schedule ends where the run does: train.max_steps caps the budget.
-  session_->set_budget_steps(std::min(steps, t.max_steps));
+  TimeBudget budget = session_->time_budget().value_or(TimeBudget{});
+  if (budget.step_seconds.size() <= static_cast<size_t>(probe.kind)) budget.step_seconds.resize(probe.kind + 1, 0.0);
+  budget.step_seconds[probe.kind] = per_step;
+  const StepPlanFn plan = [&](int64_t horizon) { return methods_.step_plan(horizon); };
+  const std::optional<StepPlan> now = plan(run_horizon(*session_, t));
+  const std::vector<double> seconds = now ? kind_seconds(*now, budget.step_seconds) : budget.step_seconds;
+  // The schedule ends where the run does: train.max_steps caps the horizon (the time of a plan's
+  // steps grows with its horizon, so the capped horizon is the smaller of the two).
+  const int64_t uncapped = budget_horizon(plan, done, left, seconds, std::numeric_limits<int64_t>::max() / 4);
+  budget.steps = std::min(uncapped, t.max_steps);
+  session_->set_time_budget(budget);
+  const std::string kind = now ? now->names[probe.kind] : "";
+  std::string estimated;
+  for (size_t k = 0; now && k < seconds.size(); ++k)
+    if (!(k < budget.step_seconds.size() && budget.step_seconds[k] > 0))
+      estimated += fmt::format("; {} estimated at {:.1f} ms", now->names[k], seconds[k] * 1e3);
   if (!options_.quiet)
-    io::print("{}budget: {:.1f} ms/step over steps {}-{}: train.max_seconds = {} is {} steps{}\n",
-              isatty(STDOUT_FILENO) && group_.size() == 1 ? "\r\033[K" : "", per_step * 1e3,
-              steps_done - t.budget_probe_steps + 1, steps_done, t.max_seconds, steps,
-              steps > t.max_steps ? fmt::format("; the schedule and the run end at train.max_steps = {}", t.max_steps)
-                                  : "");
+    io::print("{}budget: {:.1f} ms/step over steps {}-{}{}: train.max_seconds = {} is {} steps{}\n",
+              isatty(STDOUT_FILENO) && group_.size() == 1 ? "\r\033[K" : "", per_step * 1e3, probe.first + 1, done,
+              kind.empty() ? "" : " (" + kind + estimated + ")", t.max_seconds, uncapped,
+              uncapped > t.max_steps ? fmt::format("; the schedule and the run end at train.max_steps = {}", t.max_steps)
+                                     : "");
+  nlohmann::json record{{"steps", budget.steps}, {"ms_per_step", per_step * 1e3}};
+  if (!kind.empty()) record["timed"] = kind;
+  return record;
 }
 
 void Trainer::print_samples() {

@@ -23,6 +23,7 @@
 #include "frugal/train/process_group.h"
 #include "frugal/train/run_config.h"
 #include "frugal/train/step.h"
+#include "frugal/train/time_budget.h"
 
 namespace frugal {
 
@@ -91,10 +92,14 @@ class Trainer {
   // After a failed write of metrics.jsonl or of the progress output: saves a checkpoint if it can,
   // then throws Error with the cause and how the run ended.
   [[noreturn]] void stop_after_failed_output(int64_t steps_done, const std::exception& cause);
-  // train.budget = "seconds", after the probe steps: fixes the session's budget steps from the
-  // ranks' mean probe time (probe_seconds over train.budget_probe_steps steps) and the run's mean
-  // elapsed time so far (run_seconds, resumed parts included), capped at train.max_steps.
-  void fix_budget_steps(int64_t steps_done, double probe_seconds, double run_seconds);
+  // train.budget = "seconds": the next steps to time at or after step `from` — the first probe
+  // (whatever kind its steps are), then one for each kind of step the methods' plan has not timed.
+  std::optional<BudgetProbe> next_budget_probe(int64_t from) const;
+  // After `probe`'s train.budget_probe_steps steps (probe_seconds on this rank): records their kind's
+  // step time (the ranks' mean) and fixes the session's horizon again — the most steps the time left
+  // allows after the run's mean elapsed time (run_seconds, resumed parts included), kinds not timed
+  // yet at their estimates, capped at train.max_steps. Returns the log record's "budget" entry.
+  nlohmann::json fix_time_budget(const BudgetProbe& probe, double probe_seconds, double run_seconds);
 
   // First, so that from construction until fit() returns SIGINT and SIGTERM only ask the loop to
   // stop after the current step (after the first one when they come earlier) and never reach a

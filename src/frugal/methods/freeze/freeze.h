@@ -32,7 +32,8 @@ class FreezeMethod final : public Method {
             .gradient_sums_only = true,
             .most_frozen = config_.alpha <= 0       ? config_.frozen_layers
                            : config_.max_frozen < 0 ? -1
-                                                    : std::max(config_.frozen_layers, config_.max_frozen)};
+                                                    : std::max(config_.frozen_layers, config_.max_frozen),
+            .follows_horizon = true};
   }
   bool match(Event event, const TrainContext& ctx) const override;
   void apply(Event event, TrainContext& ctx) override;

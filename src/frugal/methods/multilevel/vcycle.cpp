@@ -154,11 +154,59 @@ std::vector<int64_t> VCycleMethod::segment_ends(const std::vector<double>& share
 }
 
 VCycleMethod::VCycleMethod(VCycleConfig config, int64_t max_steps)
-    : config_(std::move(config)), ends_(segment_ends(config_.shares, max_steps)), stats_(config_.levels) {
-  FRUGAL_CHECK(ends_.front() >= 1 && ends_[ends_.size() - 2] < max_steps, "{}.shares give level 1 "
+    : config_(std::move(config)), stats_(config_.levels) {
+  plan_segments(max_steps, "train.max_steps");
+}
+
+void VCycleMethod::plan_segments(int64_t horizon, std::string_view horizon_key) {
+  ends_ = segment_ends(config_.shares, horizon);
+  horizon_ = horizon;
+  FRUGAL_CHECK(ends_.front() >= 1 && ends_[ends_.size() - 2] < horizon, "{}.shares give level 1 "
                "{} steps at the start and {} at the end of a run of {} steps; both need at least one "
-               "(raise their shares or train.max_steps)", kPrefix, ends_.front(),
-               max_steps - ends_[ends_.size() - 2], max_steps);
+               "(raise their shares or {})", kPrefix, ends_.front(), horizon - ends_[ends_.size() - 2],
+               horizon, horizon_key);
+}
+
+void VCycleMethod::follow_horizon(TrainContext& ctx) {
+  // A time budget's horizon is checked when it is first fixed, during the first segment; a later
+  // one (fixed again from the coarse levels' timed steps) is followed as it is.
+  if (segment_ == 0)
+    plan_segments(ctx.max_steps, "train.max_seconds");
+  else {
+    ends_ = segment_ends(config_.shares, ctx.max_steps);
+    horizon_ = ctx.max_steps;
+  }
+  if (config_.lr_shape == LrShape::Segment) {  // a schedule is not saved: installed at every start
+    const AdamWConfig optim = ctx.optim().config();
+    ctx.session.set_lr_schedule([optim, ends = ends_, max_steps = ctx.max_steps](int64_t step) {
+      const size_t s = std::upper_bound(ends.begin(), ends.end(), step) - ends.begin();
+      if (s == 0) return lr_at(optim, step, max_steps);
+      if (s == ends.size()) return optim.min_lr;  // past the run's end
+      AdamWConfig restarted = optim;
+      restarted.warmup_steps = 0;
+      return lr_at(restarted, step - ends[s - 1], ends[s] - ends[s - 1]);
+    });
+  }
+}
+
+double VCycleMethod::relative_cost(int level) const {
+  // Per token, a linear costs 6 FLOPs per weight and a block's attention 6·C·T (forward and
+  // backward); the embeddings count as the tied head.
+  const auto cost = [&](const ModelConfig& c) {
+    return static_cast<double>(ParamTable::build(c).total()) + double(c.n_layer) * c.n_embd * seq_len_;
+  };
+  return cost(level_config(level)) / cost(level_config(0));
+}
+
+std::optional<StepPlan> VCycleMethod::step_plan(int64_t horizon) const {
+  StepPlan plan;
+  plan.ends = segment_ends(config_.shares, horizon);
+  for (int s = 0; s <= last_segment(); ++s) plan.kinds.push_back(level_of(s));
+  for (int level = 0; level < config_.levels; ++level) {
+    plan.estimated_cost.push_back(relative_cost(level));
+    plan.names.push_back(fmt::format("level {}", level + 1));
+  }
+  return plan;
 }
 
 int VCycleMethod::level_of(int segment) const {
@@ -185,22 +233,13 @@ bool VCycleMethod::match(Event event, const TrainContext& ctx) const {
 
 void VCycleMethod::apply(Event event, TrainContext& ctx) {
   switch (event) {
-    case Event::FitStart: {  // after a resume, load_state() gave the segment and level 0's shape
+    case Event::FitStart:  // after a resume, load_state() gave the segment and level 0's shape
       restore_levels(ctx.model().config());
-      if (config_.lr_shape == LrShape::Segment) {  // a schedule is not saved: installed at every start
-        const AdamWConfig optim = ctx.optim().config();
-        ctx.session.set_lr_schedule([optim, ends = ends_, max_steps = ctx.max_steps](int64_t step) {
-          const size_t s = std::upper_bound(ends.begin(), ends.end(), step) - ends.begin();
-          if (s == 0) return lr_at(optim, step, max_steps);
-          if (s == ends.size()) return optim.min_lr;  // past the run's end
-          AdamWConfig restarted = optim;
-          restarted.warmup_steps = 0;
-          return lr_at(restarted, step - ends[s - 1], ends[s] - ends[s - 1]);
-        });
-      }
+      seq_len_ = ctx.seq_len;
+      follow_horizon(ctx);
       break;
-    }
     case Event::BatchStart:
+      if (ctx.max_steps != horizon_) follow_horizon(ctx);  // a time budget fixed its horizon
       step_level_ = level();
       step_timer_.reset();
       break;

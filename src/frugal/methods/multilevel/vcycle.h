@@ -9,8 +9,13 @@
 // state at a switch — AdamW's moments, and Muon's momentum, which lives in AdamW's m — is mapped
 // through the same operator as the weights, or fresh (zero, bias correction restarted).
 // Checkpoints keep the segment, the per-level statistics and the kept weights, so a run resumes
-// bit-exactly at any point of the cycle.
+// bit-exactly at any point of the cycle. The segments are shares of the run's horizon
+// (TrainContext::max_steps): under a time budget, the steps the trainer fixes from timed steps,
+// first level 1's and then again from each level's own (step_plan tells it which step runs which
+// level); the segments and their schedule follow each new horizon.
 #pragma once
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "frugal/core/timer.h"
@@ -47,7 +52,7 @@ class VCycleMethod final : public Method {
   VCycleMethod(VCycleConfig config, int64_t max_steps);
   std::string name() const override { return "multilevel"; }
   Capabilities capabilities() const override {
-    return {.changes_shapes = true, .fewest_blocks = config_.fewest_blocks};
+    return {.changes_shapes = true, .fewest_blocks = config_.fewest_blocks, .follows_horizon = true};
   }
   // The methods that follow its reshapes fire after it at Reconfigure.
   std::vector<std::string> runs_before() const override { return {"freeze", "sparse24", "mst"}; }
@@ -59,6 +64,8 @@ class VCycleMethod final : public Method {
   void load_state_tensors(std::map<std::string, std::vector<float>> tensors) override;
   // Checks the model is the saved level's; a coalesced level says so, with both shapes.
   std::string restore_trained_function(TrainContext& ctx) override;
+  // Its segments' levels, a level's steps estimated to cost relative_cost(level) of level 1's.
+  std::optional<StepPlan> step_plan(int64_t horizon) const override;
   std::string cannot_start_mid_run() const override {
     return "its V-cycle's segments are shares of the run from step 0, which starts at level 1";
   }
@@ -81,9 +88,19 @@ class VCycleMethod final : public Method {
   void restore_levels(const ModelConfig& model);
   // Moves to the next segment: one coalescing or de-coalescing with interpolation.
   void advance(TrainContext& ctx);
+  // Cuts a run of `horizon` steps into the segments; throws when level 1 gets no step at its start
+  // or end, naming the key that sets the horizon.
+  void plan_segments(int64_t horizon, std::string_view horizon_key);
+  // Plans the segments over ctx.max_steps (at the start, and when a time budget fixes the horizon)
+  // and installs the segments' learning-rate schedule.
+  void follow_horizon(TrainContext& ctx);
+  // A level's step cost relative to level 1's, from its weights and attention per token.
+  double relative_cost(int level) const;
 
   VCycleConfig config_;
-  std::vector<int64_t> ends_;  // segment_ends
+  std::vector<int64_t> ends_;  // segment_ends over horizon_
+  int64_t horizon_ = 0;
+  int seq_len_ = 0;            // T, for relative_cost
   std::vector<LevelMap> maps_; // maps_[i]: level i -> level i+1
   int segment_ = 0;
   // kept_[i]: level i's weights saved when it was coalesced, until the cycle comes back to it

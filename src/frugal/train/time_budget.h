@@ -1,0 +1,44 @@
+// train.budget = "seconds": the run's horizon from timed steps. Steps may differ in cost over the
+// run (a method's StepPlan: the V-cycle's levels); the trainer times a few steps of each kind of
+// step as the run reaches it and fixes the horizon again from what it has timed, estimating the
+// kinds not timed yet from the plan's cost ratios. Pure functions, for the trainer and its tests.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "frugal/methods/method.h"
+
+namespace frugal {
+
+// The methods' plan of a run of a given horizon; empty when every step costs the same.
+using StepPlanFn = std::function<std::optional<StepPlan>(int64_t horizon)>;
+
+// The kind of step `step` of `plan` (0 beyond its last span).
+int step_kind(const StepPlan& plan, int64_t step);
+
+// The seconds of a step of each kind of `plan`: timed[k] where kind k was timed (> 0), else from
+// the first timed kind j as timed[j] · estimated_cost[k] / estimated_cost[j]. Needs one timed kind.
+std::vector<double> kind_seconds(const StepPlan& plan, std::span<const double> timed);
+
+// The largest horizon N in [done, max_steps] whose steps [done, N) fit in `seconds`, a step of
+// kind k taking step_seconds[k] and plan(N) laying out the kinds (every step kind 0 when it has
+// no plan). A plan's spans are shares of the horizon, so the time grows with N: bisection.
+int64_t budget_horizon(const StepPlanFn& plan, int64_t done, double seconds, std::span<const double> step_seconds,
+                       int64_t max_steps);
+
+// The next steps to time: `steps` consecutive steps from `first`, of kind `kind`.
+struct BudgetProbe {
+  int64_t first = 0;
+  int kind = 0;
+};
+// The first probe at or after step `from` of a kind not timed yet (timed[k] <= 0 or absent) whose
+// `steps` steps lie inside one span of `plan` and include neither its first step (the first at a
+// new shape, which creates its kernels) nor its last (which runs the change of kind at its end);
+// empty when there is none.
+std::optional<BudgetProbe> next_budget_probe(const StepPlan& plan, int64_t from, int steps,
+                                             std::span<const double> timed);
+
+}  // namespace frugal
