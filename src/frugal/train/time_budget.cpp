@@ -32,13 +32,11 @@ int step_kind(const StepPlan& plan, int64_t step) {
 std::vector<double> kind_seconds(const StepPlan& plan, std::span<const double> timed) {
   const size_t kinds = plan.estimated_cost.size();
   size_t known = 0;
-  while (known < std::min(kinds, timed.size()) && !(timed[known] > 0)) ++known;
-  FRUGAL_CHECK(known < std::min(kinds, timed.size()), "internal: no kind of step has been timed");
+  while (known < kinds && !is_timed(timed, known)) ++known;
+  FRUGAL_CHECK(known < kinds, "internal: no kind of step has been timed");
   std::vector<double> seconds(kinds);
   for (size_t k = 0; k < kinds; ++k)
-    seconds[k] = k < timed.size() && timed[k] > 0
-                     ? timed[k]
-                     : timed[known] * plan.estimated_cost[k] / plan.estimated_cost[known];
+    seconds[k] = is_timed(timed, k) ? timed[k] : timed[known] * plan.estimated_cost[k] / plan.estimated_cost[known];
   return seconds;
 }
 
@@ -59,7 +57,7 @@ std::optional<BudgetProbe> next_budget_probe(const StepPlan& plan, int64_t from,
                                              std::span<const double> timed) {
   for (size_t i = 0; i < plan.ends.size(); ++i) {
     const int kind = plan.kinds[i];
-    if (static_cast<size_t>(kind) < timed.size() && timed[kind] > 0) continue;
+    if (is_timed(timed, kind)) continue;
     const int64_t first = std::max(from, span_start(plan, i) + 1);
     if (first + steps <= plan.ends[i] - 1) return BudgetProbe{first, kind};
   }

@@ -19,6 +19,9 @@ using StepPlanFn = std::function<std::optional<StepPlan>(int64_t horizon)>;
 // The kind of step `step` of `plan` (0 beyond its last span).
 int step_kind(const StepPlan& plan, int64_t step);
 
+// Whether kind `kind` has been timed: timed[kind] holds its step's seconds (absent or 0: not yet).
+inline bool is_timed(std::span<const double> timed, size_t kind) { return kind < timed.size() && timed[kind] > 0; }
+
 // The seconds of a step of each kind of `plan`: timed[k] where kind k was timed (> 0), else from
 // the first timed kind j as timed[j] · estimated_cost[k] / estimated_cost[j]. Needs one timed kind.
 std::vector<double> kind_seconds(const StepPlan& plan, std::span<const double> timed);
@@ -34,7 +37,7 @@ struct BudgetProbe {
   int64_t first = 0;
   int kind = 0;
 };
-// The first probe at or after step `from` of a kind not timed yet (timed[k] <= 0 or absent) whose
+// The first probe at or after step `from` of a kind not timed yet (is_timed) whose
 // `steps` steps lie inside one span of `plan` and include neither its first step (the first at a
 // new shape, which creates its kernels) nor its last (which runs the change of kind at its end);
 // empty when there is none.

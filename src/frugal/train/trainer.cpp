@@ -567,7 +567,7 @@ nlohmann::json Trainer::fix_time_budget(const BudgetProbe& probe, double probe_s
   const std::string kind = now ? now->names[probe.kind] : "";
   std::string estimated;
   for (size_t k = 0; now && k < seconds.size(); ++k)
-    if (!(k < budget.step_seconds.size() && budget.step_seconds[k] > 0))
+    if (!is_timed(budget.step_seconds, k))
       estimated += fmt::format("; {} estimated at {:.1f} ms", now->names[k], seconds[k] * 1e3);
   if (!options_.quiet)
     io::print("{}budget: {:.1f} ms/step over steps {}-{}{}: train.max_seconds = {} is {} steps{}\n",

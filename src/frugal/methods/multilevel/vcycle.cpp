@@ -161,6 +161,7 @@ VCycleMethod::VCycleMethod(VCycleConfig config, int64_t max_steps)
 void VCycleMethod::plan_segments(int64_t horizon, std::string_view horizon_key) {
   ends_ = segment_ends(config_.shares, horizon);
   horizon_ = horizon;
+  if (horizon_key.empty()) return;
   FRUGAL_CHECK(ends_.front() >= 1 && ends_[ends_.size() - 2] < horizon, "{}.shares give level 1 "
                "{} steps at the start and {} at the end of a run of {} steps; both need at least one "
                "(raise their shares or {})", kPrefix, ends_.front(), horizon - ends_[ends_.size() - 2],
@@ -170,12 +171,7 @@ void VCycleMethod::plan_segments(int64_t horizon, std::string_view horizon_key) 
 void VCycleMethod::follow_horizon(TrainContext& ctx) {
   // A time budget's horizon is checked when it is first fixed, during the first segment; a later
   // one (fixed again from the coarse levels' timed steps) is followed as it is.
-  if (segment_ == 0)
-    plan_segments(ctx.max_steps, "train.max_seconds");
-  else {
-    ends_ = segment_ends(config_.shares, ctx.max_steps);
-    horizon_ = ctx.max_steps;
-  }
+  plan_segments(ctx.max_steps, segment_ == 0 ? "train.max_seconds" : "");
   if (config_.lr_shape == LrShape::Segment) {  // a schedule is not saved: installed at every start
     const AdamWConfig optim = ctx.optim().config();
     ctx.session.set_lr_schedule([optim, ends = ends_, max_steps = ctx.max_steps](int64_t step) {

@@ -88,8 +88,8 @@ class VCycleMethod final : public Method {
   void restore_levels(const ModelConfig& model);
   // Moves to the next segment: one coalescing or de-coalescing with interpolation.
   void advance(TrainContext& ctx);
-  // Cuts a run of `horizon` steps into the segments; throws when level 1 gets no step at its start
-  // or end, naming the key that sets the horizon.
+  // Cuts a run of `horizon` steps into the segments; with a `horizon_key`, throws when level 1 gets
+  // no step at its start or end, naming that key (the one that sets the horizon).
   void plan_segments(int64_t horizon, std::string_view horizon_key);
   // Plans the segments over ctx.max_steps (at the start, and when a time budget fixes the horizon)
   // and installs the segments' learning-rate schedule.
