@@ -160,10 +160,11 @@ TEST(MultiLevel, ThreeLevelsResumeBitExactlyFromEveryStep) {
                                       "methods.multilevel.shares=0.2,0.1,0.3,0.1,0.3"});
 }
 
-// Under a wall-clock budget the trainer times level 1, then level 2 inside its segment, and fixes
-// the horizon after each (a "budget" entry in the log). With 10⁶ s the horizon is train.max_steps
-// = 10 both times, so the run is the step-budget run's bit for bit, and it resumes bit-exactly from
-// every step (a resume keeps the horizon and the levels already timed).
+// Under a wall-clock budget the trainer times level 1, then level 2 inside its segment, then the
+// first evaluation (after step 5, on level 2), and fixes the horizon after each (a "budget" entry in
+// the log). With 10⁶ s the horizon is train.max_steps = 10 every time, so the run is the
+// step-budget run's bit for bit, and it resumes bit-exactly from every step (a resume keeps the
+// horizon and the levels and evaluation already timed).
 TEST(MultiLevel, UnderATimeBudgetEachLevelIsTimedAndTheCycleFollowsTheHorizon) {
   const std::vector<std::string> budget = {"train.budget=seconds", "train.max_seconds=1000000",
                                            "train.budget_probe_steps=1"};
@@ -178,7 +179,7 @@ TEST(MultiLevel, UnderATimeBudgetEachLevelIsTimedAndTheCycleFollowsTheHorizon) {
     fixes.emplace_back(line.at("step").get<int>(), line.at("budget").at("timed").get<std::string>());
     EXPECT_EQ(line.at("budget").at("steps"), 10);
   }
-  EXPECT_EQ(fixes, (std::vector<std::pair<int, std::string>>{{2, "level 1"}, {4, "level 2"}}));
+  EXPECT_EQ(fixes, (std::vector<std::pair<int, std::string>>{{2, "level 1"}, {4, "level 2"}, {5, "evaluation"}}));
   expect_resume_bit_exact_everywhere(budget);
 }
 

@@ -1,6 +1,7 @@
 // The time budget's arithmetic (train/time_budget.h): the horizon that fits the seconds left,
 // checked against a naive scan over every horizon, for steps of one cost and for a V-cycle's
-// levels; the estimates of kinds not timed yet; and which steps a probe may time.
+// levels, with and without the evaluations' time; the count of evaluations; the estimates of
+// kinds not timed yet; and which steps a probe may time.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -22,41 +23,76 @@ std::optional<StepPlan> vcycle_plan(int64_t horizon) {
 
 std::optional<StepPlan> no_plan(int64_t) { return std::nullopt; }
 
-// The naive reference: the seconds of steps [done, horizon), step by step, for every horizon.
+// The naive reference: the seconds of steps [done, horizon), step by step, and of the evaluations
+// after counted steps first..horizon (each interval-th and the last), for every horizon.
 int64_t scanned_horizon(const StepPlanFn& plan, int64_t done, double seconds, const std::vector<double>& step_seconds,
-                        int64_t max_steps) {
+                        const EvalCost& evals, int64_t max_steps) {
   int64_t best = done;
   for (int64_t horizon = done; horizon <= max_steps; ++horizon) {
     const std::optional<StepPlan> p = plan(horizon);
+    const auto kind = [&](int64_t step) { return p ? step_kind(*p, step) : 0; };
     double total = 0;
-    for (int64_t step = done; step < horizon; ++step) total += step_seconds[p ? step_kind(*p, step) : 0];
+    for (int64_t step = done; step < horizon; ++step) total += step_seconds[kind(step)];
+    for (int64_t counted = evals.first; counted <= horizon; ++counted)
+      if (counted % evals.interval == 0 || counted == horizon) total += evals.ratio * step_seconds[kind(counted - 1)];
     if (total <= seconds) best = horizon;
   }
   return best;
 }
+
+const EvalCost kNoEvals{};
 
 }  // namespace
 
 TEST(TimeBudget, HorizonIsTheLargestThatFitsTheSecondsLeft) {
   const std::vector<double> uniform = {0.25};
   // Steps of one cost: the steps done plus the seconds left over the step's, whole steps only.
-  EXPECT_EQ(budget_horizon(no_plan, 10, 100.0, uniform, 1000000), 410);
-  EXPECT_EQ(budget_horizon(no_plan, 10, 100.1, uniform, 1000000), 410);
-  EXPECT_EQ(budget_horizon(no_plan, 10, 100.0, uniform, 300), 300);  // train.max_steps caps it
-  EXPECT_EQ(budget_horizon(no_plan, 10, -5.0, uniform, 300), 10);    // the budget is spent
-  EXPECT_EQ(budget_horizon(no_plan, 10, 0.2, uniform, 300), 10);
+  EXPECT_EQ(budget_horizon(no_plan, 10, 100.0, uniform, kNoEvals, 1000000), 410);
+  EXPECT_EQ(budget_horizon(no_plan, 10, 100.1, uniform, kNoEvals, 1000000), 410);
+  EXPECT_EQ(budget_horizon(no_plan, 10, 100.0, uniform, kNoEvals, 300), 300);  // train.max_steps caps it
+  EXPECT_EQ(budget_horizon(no_plan, 10, -5.0, uniform, kNoEvals, 300), 10);    // the budget is spent
+  EXPECT_EQ(budget_horizon(no_plan, 10, 0.2, uniform, kNoEvals, 300), 10);
   // A V-cycle's levels, level 2 at 0.4 of level 1's step: from the start, from inside level 2 and
   // from the last level-1 segment; the horizon is the naive scan's in every case.
   const std::vector<double> levels = {0.5, 0.2};
   for (int64_t done : {11, 40, 300, 380})
     for (double seconds : {0.0, 3.05, 50.05, 119.95, 120.05, 140.05})  // never a sum of steps' seconds
-      EXPECT_EQ(budget_horizon(vcycle_plan, done, seconds, levels, 2000),
-                scanned_horizon(vcycle_plan, done, seconds, levels, 2000))
+      EXPECT_EQ(budget_horizon(vcycle_plan, done, seconds, levels, kNoEvals, 2000),
+                scanned_horizon(vcycle_plan, done, seconds, levels, kNoEvals, 2000))
           << "done " << done << ", " << seconds << " s left";
   // From step 0, 120.05 s are 0.35·N steps of 0.5 s and 0.65·N of 0.2 s: N = 120.05 / 0.305 → 393.
-  EXPECT_EQ(budget_horizon(vcycle_plan, 0, 120.05, levels, 2000), 393);
+  EXPECT_EQ(budget_horizon(vcycle_plan, 0, 120.05, levels, kNoEvals, 2000), 393);
   // Had every step been level 1's, 240 steps: the plan is what makes the V-cycle's run longer.
-  EXPECT_EQ(budget_horizon(no_plan, 0, 120.05, levels, 2000), 240);
+  EXPECT_EQ(budget_horizon(no_plan, 0, 120.05, levels, kNoEvals, 2000), 240);
+}
+
+// Evaluations follow every interval-th step and the last; the budget holds them, each a multiple of
+// the step of the kind it follows, and its horizon is the naive scan's.
+TEST(TimeBudget, TheHorizonLeavesTimeForTheEvaluations) {
+  for (int64_t interval : {1, 3, 10})
+    for (int64_t first = 1; first <= 25; ++first)
+      for (int64_t horizon = 0; horizon <= 40; ++horizon) {
+        int64_t counted = 0;
+        for (int64_t s = first; s <= horizon; ++s) counted += s % interval == 0 || s == horizon;
+        EXPECT_EQ(evaluations_between(first, horizon, interval), counted)
+            << "first " << first << ", horizon " << horizon << ", interval " << interval;
+      }
+  // Steps of 0.25 s, an evaluation of 2 s (ratio 8) every 100 steps: 100 s after step 10 hold 368
+  // steps (92 s) and 4 evaluations, after steps 100, 200, 300 and the last, 378 (8 s); without the
+  // evaluations they would hold 400 steps, to 410.
+  const std::vector<double> uniform = {0.25};
+  const EvalCost evals{100, 10, 8.0};  // the evaluation after step 10 is still to come
+  const int64_t n = budget_horizon(no_plan, 10, 100.0, uniform, evals, 1000000);
+  EXPECT_EQ(n, scanned_horizon(no_plan, 10, 100.0, uniform, evals, 2000));
+  EXPECT_EQ(n, 378);
+  // A V-cycle: evaluations on level 2 cost as much less as its steps do.
+  const std::vector<double> levels = {0.5, 0.2};
+  for (int64_t done : {11, 40, 300, 380})
+    for (double seconds : {0.0, 3.05, 50.05, 119.95, 120.05, 140.05})
+      for (const EvalCost& e : {EvalCost{50, done, 4.0}, EvalCost{7, done + 1, 0.5}})
+        EXPECT_EQ(budget_horizon(vcycle_plan, done, seconds, levels, e, 2000),
+                  scanned_horizon(vcycle_plan, done, seconds, levels, e, 2000))
+            << "done " << done << ", " << seconds << " s left, interval " << e.interval;
 }
 
 TEST(TimeBudget, KindsNotTimedAreEstimatedFromATimedOne) {

@@ -183,6 +183,39 @@ TEST(Trainer, TimeBudgetFixesTheScheduleAndResumesBitExactly) {
                 .find("methods.mst schedules itself over train.max_steps"), std::string::npos);
 }
 
+// A budget that train.max_steps does not cap holds the evaluations too: the first fix (after the
+// probe) estimates them, the first evaluation is timed and the horizon fixed again, and the run ends
+// at that horizon. With train.budget_evals = false the probe's fix is the only one. (How close the
+// run ends to train.max_seconds depends on the machine's load, so it is not asserted here.)
+TEST(Trainer, TimeBudgetHoldsTheEvaluations) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const auto fixes = [&](const std::string& name, const std::string& counted) {
+    const FitResult r = Trainer(tiny_config(data, dir.file(name), {"train.budget=seconds", "train.max_seconds=2",
+                                                                   "train.max_steps=1000000", "train.budget_probe_steps=2",
+                                                                   "train.eval_interval=20", "train.log_interval=1000000",
+                                                                   "train.budget_evals=" + counted}),
+                                {.quiet = true}).fit();
+    std::vector<nlohmann::json> entries;
+    std::ifstream metrics(dir.file(name) + "/metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.contains("budget")) entries.push_back(record);
+    }
+    EXPECT_FALSE(entries.empty());
+    if (!entries.empty()) EXPECT_EQ(r.steps, entries.back().at("budget").at("steps").get<int64_t>());
+    return entries;
+  };
+  const std::vector<nlohmann::json> counted = fixes("counted", "true");
+  ASSERT_EQ(counted.size(), 2u);
+  EXPECT_EQ(counted[0].at("step"), 3);
+  EXPECT_TRUE(counted[0].at("budget").contains("ms_per_step"));
+  EXPECT_EQ(counted[1].at("step"), 20);
+  EXPECT_EQ(counted[1].at("budget").at("timed"), "evaluation");
+  EXPECT_GT(counted[1].at("budget").at("eval_ms").get<double>(), 0.0);
+  EXPECT_EQ(fixes("uncounted", "false").size(), 1u);
+}
+
 // optim.schedule = "wsd" reaches the trainer: the logged rates are lr_at's trapezoid.
 TEST(Trainer, WarmupStableDecayScheduleIsLogged) {
   TempDir dir;

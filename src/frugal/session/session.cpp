@@ -146,6 +146,7 @@ nlohmann::json Session::save_state() const {
   if (time_budget_) {
     state["budget_steps"] = time_budget_->steps;
     state["budget_step_seconds"] = time_budget_->step_seconds;
+    state["budget_eval_ratio"] = time_budget_->eval_ratio;
   }
   return state;
 }
@@ -153,9 +154,9 @@ nlohmann::json Session::save_state() const {
 void Session::load_state(const nlohmann::json& state) {
   lr_scale_ = state.at("lr_scale").get<double>();
   reshapes_ = state.at("reshapes").get<int64_t>();
-  if (state.contains("budget_steps"))  // checkpoints before the step kinds: none timed
+  if (state.contains("budget_steps"))  // checkpoints before the step kinds or evaluations: none timed
     set_time_budget({state.at("budget_steps").get<int64_t>(),
-                     state.value("budget_step_seconds", std::vector<double>{})});
+                     state.value("budget_step_seconds", std::vector<double>{}), state.value("budget_eval_ratio", 0.0)});
 }
 
 }  // namespace frugal

@@ -68,12 +68,14 @@ using RecomputePolicy = std::function<std::vector<bool>(int n_layer)>;
 // The learning rate of a 0-based optimizer step.
 using LrSchedule = std::function<float(int64_t step)>;
 
-// A time budget (train.budget = "seconds"): the run's horizon, fixed from timed steps, and the mean
+// A time budget (train.budget = "seconds"): the run's horizon, fixed from timed steps, the mean
 // seconds of a step of each kind (Method::step_plan; kind 0 is the configured model's) timed so far,
-// 0 for a kind not timed yet.
+// 0 for a kind not timed yet, and an evaluation's seconds over those of a step of the kind it
+// followed once one was timed (0 before; train.budget_evals).
 struct TimeBudget {
   int64_t steps = 0;
   std::vector<double> step_seconds;
+  double eval_ratio = 0;
 };
 
 struct SessionOptions {

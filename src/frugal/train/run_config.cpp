@@ -116,6 +116,10 @@ io::ConfigSchema run_schema() {
       .add_int("train.budget_probe_steps", t.budget_probe_steps, "train.budget = \"seconds\": steps timed (after "
                "the first, and inside each V-cycle level's segment) to estimate the budget's number of steps",
                Range::at_least(1))
+      .add_bool("train.budget_evals", t.budget_evals, "train.budget = \"seconds\": the budget holds the evaluations "
+                "too (every train.eval_interval steps and the last; each estimated from the first probe as "
+                "train.eval_batches forward passes, then timed at the first evaluation and the number of steps fixed "
+                "again); false: the steps alone, the evaluations on top (as before 2026-11-28)")
       .add_int("train.seed", static_cast<int64_t>(t.seed), "seed of initialisation, data order and dropout", Range::at_least(0))
       .add_int("train.threads", t.threads, "threads; 0 uses all cores", Range::at_least(0))
       .add_string("train.recompute", t.recompute,
@@ -354,6 +358,7 @@ RunSettings run_settings(const io::Config& c) {
   t.max_memory_mb = c.get_float("train.max_memory_mb");
   t.budget = c.get_string("train.budget");
   t.budget_probe_steps = c.get_int32("train.budget_probe_steps");
+  t.budget_evals = c.get_bool("train.budget_evals");
   t.seed = static_cast<uint64_t>(c.get_int("train.seed"));
   t.threads = c.get_int32("train.threads");
   t.recompute = c.get_string("train.recompute");

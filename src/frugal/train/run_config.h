@@ -33,6 +33,7 @@ struct TrainSettings {
   // estimated once from the mean time of budget_probe_steps steps (after the first) and fixed.
   std::string budget = "steps";
   int budget_probe_steps = 10;
+  bool budget_evals = true;  // the budget counts the evaluations' time too
   uint64_t seed = 1337;
   int threads = 0;
   std::string recompute = "none";  // "none" | "all" | block indices "0,1,2"

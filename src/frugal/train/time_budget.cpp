@@ -22,7 +22,30 @@ double seconds_of(const std::optional<StepPlan>& plan, int64_t done, int64_t hor
   return total;
 }
 
+// Seconds of the evaluations `evals` counts in a run of `horizon` steps, each after a step of its
+// kind (the last step: the run's final evaluation); per span, not per evaluation (the uncapped
+// horizon of a first fix can be huge).
+double evaluation_seconds(const std::optional<StepPlan>& plan, int64_t horizon, const EvalCost& evals,
+                          std::span<const double> step_seconds) {
+  if (evals.ratio <= 0 || evals.first > horizon) return 0;
+  const int64_t I = evals.interval;
+  // Multiples of I among the counted steps [lo, hi] (lo ≥ 1).
+  const auto multiples = [&](int64_t lo, int64_t hi) { return hi < lo ? 0 : hi / I - (lo - 1) / I; };
+  double total = horizon % I != 0 ? step_seconds[plan ? step_kind(*plan, horizon - 1) : 0] : 0;
+  int64_t begin = 0;  // the counted steps after step index `begin` onwards: begin + 1, ...
+  for (size_t i = 0; plan && i < plan->ends.size(); begin = plan->ends[i++])
+    total += double(multiples(std::max(begin + 1, evals.first), std::min(plan->ends[i], horizon))) *
+             step_seconds[plan->kinds[i]];
+  total += double(multiples(std::max(begin + 1, evals.first), horizon)) * step_seconds[0];  // beyond the plan: kind 0
+  return evals.ratio * total;
+}
+
 }  // namespace
+
+int64_t evaluations_between(int64_t first, int64_t horizon, int64_t interval) {
+  if (first > horizon) return 0;
+  return horizon / interval - (first - 1) / interval + (horizon % interval != 0 ? 1 : 0);
+}
 
 int step_kind(const StepPlan& plan, int64_t step) {
   const auto span = std::upper_bound(plan.ends.begin(), plan.ends.end(), step);
@@ -41,8 +64,11 @@ std::vector<double> kind_seconds(const StepPlan& plan, std::span<const double> t
 }
 
 int64_t budget_horizon(const StepPlanFn& plan, int64_t done, double seconds, std::span<const double> step_seconds,
-                       int64_t max_steps) {
-  const auto fits = [&](int64_t horizon) { return seconds_of(plan(horizon), done, horizon, step_seconds) <= seconds; };
+                       const EvalCost& evals, int64_t max_steps) {
+  const auto fits = [&](int64_t horizon) {
+    const std::optional<StepPlan> p = plan(horizon);
+    return seconds_of(p, done, horizon, step_seconds) + evaluation_seconds(p, horizon, evals, step_seconds) <= seconds;
+  };
   if (done >= max_steps || fits(max_steps)) return std::max(done, max_steps);
   int64_t lo = done, hi = max_steps;  // fits(lo) (no step), !fits(hi)
   if (!fits(lo)) return done;

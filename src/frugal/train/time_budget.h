@@ -26,11 +26,26 @@ inline bool is_timed(std::span<const double> timed, size_t kind) { return kind <
 // the first timed kind j as timed[j] · estimated_cost[k] / estimated_cost[j]. Needs one timed kind.
 std::vector<double> kind_seconds(const StepPlan& plan, std::span<const double> timed);
 
-// The largest horizon N in [done, max_steps] whose steps [done, N) fit in `seconds`, a step of
-// kind k taking step_seconds[k] and plan(N) laying out the kinds (every step kind 0 when it has
-// no plan). A plan's spans are shares of the horizon, so the time grows with N: bisection.
+// The evaluations of a run that ends at `horizon` steps, from the one after step `first` on: one
+// after every `interval`-th step and one after the last (the same when the horizon is a multiple).
+// Counted steps are 1-based here, as in the logs; 0 when first > horizon.
+int64_t evaluations_between(int64_t first, int64_t horizon, int64_t interval);
+
+// The evaluations a budget counts: train.eval_interval, the first step whose evaluation is still to
+// come, and one evaluation's seconds as a multiple of a step's of the kind just run (evaluations
+// of a V-cycle's coarse level cost as much less as its steps do); ratio 0 leaves them out.
+struct EvalCost {
+  int64_t interval = 1;
+  int64_t first = 1;
+  double ratio = 0;
+};
+
+// The largest horizon N in [done, max_steps] whose steps [done, N) and evaluations (`evals`) fit in
+// `seconds`, a step of kind k taking step_seconds[k] and plan(N) laying out the kinds (every step
+// kind 0 when it has no plan). A plan's spans are shares of the horizon, and the evaluations only
+// grow in number with it, so the time grows with N: bisection.
 int64_t budget_horizon(const StepPlanFn& plan, int64_t done, double seconds, std::span<const double> step_seconds,
-                       int64_t max_steps);
+                       const EvalCost& evals, int64_t max_steps);
 
 // The next steps to time: `steps` consecutive steps from `first`, of kind `kind`.
 struct BudgetProbe {

@@ -417,7 +417,7 @@ FitResult Trainer::fit() {
     Timer step_timer;
     const StepResult r = step_->run(step, next_batch, &record);
     if (probe && step + 1 == probe->first + t.budget_probe_steps) {
-      record["budget"] = fix_time_budget(*probe, probe_timer.seconds(), wall_offset_ + wall.seconds());
+      record["budget"] = fix_time_budget(probe, probe_timer.seconds(), step + 1, wall_offset_ + wall.seconds());
       end_step = run_horizon(*session_, t);
       probe = next_budget_probe(step + 1);
     }
@@ -443,6 +443,7 @@ FitResult Trainer::fit() {
     const bool last = step + 1 == end_step || agreed[0] > 0;
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
     if (eval_now) {
+      Timer eval_timer;
       // On the session as it is where the strategy evaluates its parts (tensor parallelism),
       // else on the whole model.
       const std::optional<StepStrategy::Evaluation> evaluation = step_->evaluation();
@@ -451,6 +452,14 @@ FitResult Trainer::fit() {
       methods_.fire(Event::Eval, ctx);
       scores = evaluation ? evaluate_all(*evaluation->group, &evaluation->share) : evaluate_all(group_);
       val_loss = static_cast<float>(scores.front().loss);
+      // The budget's first timed evaluation (after the first probe's fix, and not at another fix)
+      // replaces the estimate and fixes the horizon again.
+      const std::optional<TimeBudget>& budget = session_->time_budget();
+      if (time_budget && t.budget_evals && !last && budget && budget->eval_ratio == 0 && !record.contains("budget")) {
+        record["budget"] = fix_time_budget(std::nullopt, eval_timer.seconds(), step + 1, wall_offset_ + wall.seconds());
+        end_step = run_horizon(*session_, t);
+        if (probe && probe->first > step) probe = next_budget_probe(step + 1);
+      }
     }
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
     if ((step + 1) % t.log_interval == 0 || eval_now || record.contains("event") || record.contains("budget")) {
@@ -546,37 +555,54 @@ std::optional<BudgetProbe> Trainer::next_budget_probe(int64_t from) const {
   return frugal::next_budget_probe(*plan, from, t.budget_probe_steps, budget->step_seconds);
 }
 
-nlohmann::json Trainer::fix_time_budget(const BudgetProbe& probe, double probe_seconds, double run_seconds) {
+nlohmann::json Trainer::fix_time_budget(const std::optional<BudgetProbe>& probe, double timed_seconds, int64_t done,
+                                        double run_seconds) {
   const TrainSettings& t = settings_.train;
-  const int64_t done = probe.first + t.budget_probe_steps;
   // The ranks' means, so that every rank fixes the same horizon.
-  const std::vector<double> sums = group_.sum({probe_seconds, run_seconds});
-  const double per_step = sums[0] / group_.size() / t.budget_probe_steps;
+  const std::vector<double> sums = group_.sum({timed_seconds, run_seconds});
+  const double timed = sums[0] / group_.size();
   const double left = t.max_seconds - sums[1] / group_.size();
   TimeBudget budget = session_->time_budget().value_or(TimeBudget{});
-  if (budget.step_seconds.size() <= static_cast<size_t>(probe.kind)) budget.step_seconds.resize(probe.kind + 1, 0.0);
-  budget.step_seconds[probe.kind] = per_step;
+  if (probe) {
+    if (budget.step_seconds.size() <= static_cast<size_t>(probe->kind)) budget.step_seconds.resize(probe->kind + 1, 0.0);
+    budget.step_seconds[probe->kind] = timed / t.budget_probe_steps;
+  }
   const StepPlanFn plan = [&](int64_t horizon) { return methods_.step_plan(horizon); };
   const std::optional<StepPlan> now = plan(run_horizon(*session_, t));
   const std::vector<double> seconds = now ? kind_seconds(*now, budget.step_seconds) : budget.step_seconds;
+  if (!probe) budget.eval_ratio = timed / seconds[now ? step_kind(*now, done - 1) : 0];
+  // Until an evaluation is timed: train.eval_batches forward passes per validation set, a forward
+  // pass a third of a micro-batch's forward and backward.
+  const double ratio = budget.eval_ratio > 0 ? budget.eval_ratio
+                                             : double(val_sets_.size() * t.eval_batches) / (3.0 * t.accum_at(done));
+  const EvalCost evals{t.eval_interval, probe ? done : done + 1, t.budget_evals ? ratio : 0.0};
   // The schedule ends where the run does: train.max_steps caps the horizon (the time of a plan's
   // steps grows with its horizon, so the capped horizon is the smaller of the two).
-  const int64_t uncapped = budget_horizon(plan, done, left, seconds, std::numeric_limits<int64_t>::max() / 4);
+  const int64_t uncapped = budget_horizon(plan, done, left, seconds, evals, std::numeric_limits<int64_t>::max() / 4);
   budget.steps = std::min(uncapped, t.max_steps);
   session_->set_time_budget(budget);
-  const std::string kind = now ? now->names[probe.kind] : "";
+  const std::string kind = probe && now ? now->names[probe->kind] : "";
   std::string estimated;
   for (size_t k = 0; now && k < seconds.size(); ++k)
     if (!is_timed(budget.step_seconds, k))
       estimated += fmt::format("; {} estimated at {:.1f} ms", now->names[k], seconds[k] * 1e3);
+  const std::string timing = probe ? fmt::format("{:.1f} ms/step over steps {}-{}{}", timed / t.budget_probe_steps * 1e3,
+                                                 probe->first + 1, done, kind.empty() ? "" : " (" + kind + estimated + ")")
+                                   : fmt::format("{:.1f} ms for the evaluation after step {}", timed * 1e3, done);
   if (!options_.quiet)
-    io::print("{}budget: {:.1f} ms/step over steps {}-{}{}: train.max_seconds = {} is {} steps{}\n",
-              isatty(STDOUT_FILENO) && group_.size() == 1 ? "\r\033[K" : "", per_step * 1e3, probe.first + 1, done,
-              kind.empty() ? "" : " (" + kind + estimated + ")", t.max_seconds, uncapped,
+    io::print("{}budget: {}: train.max_seconds = {} is {} steps{}{}\n",
+              isatty(STDOUT_FILENO) && group_.size() == 1 ? "\r\033[K" : "", timing, t.max_seconds, uncapped,
+              !t.budget_evals ? " (evaluations not counted)"
+              : probe && budget.eval_ratio == 0 ? fmt::format(" with {} evaluations of ~{:.0f} ms", evaluations_between(
+                                                      done, uncapped, t.eval_interval), ratio * seconds[0] * 1e3)
+                                                : "",
               uncapped > t.max_steps ? fmt::format("; the schedule and the run end at train.max_steps = {}", t.max_steps)
                                      : "");
-  nlohmann::json record{{"steps", budget.steps}, {"ms_per_step", per_step * 1e3}};
+  nlohmann::json record{{"steps", budget.steps}};
+  if (probe) record["ms_per_step"] = timed / t.budget_probe_steps * 1e3;
+  else record["eval_ms"] = timed * 1e3;
   if (!kind.empty()) record["timed"] = kind;
+  if (!probe) record["timed"] = "evaluation";
   return record;
 }
 
