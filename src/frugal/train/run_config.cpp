@@ -110,9 +110,9 @@ io::ConfigSchema run_schema() {
                  Range::at_least(0))
       .add_string("train.budget", t.budget, "what the LR schedule spans: \"steps\" (train.max_steps) or \"seconds\" "
                   "(train.max_seconds of training: after train.budget_probe_steps steps the run fixes its number of "
-                  "steps from their mean time, at most train.max_steps, saves it with its checkpoints and trains "
-                  "exactly that many, decay included; a V-cycle's coarser levels are timed as the run reaches them "
-                  "and the number fixed again; docs/optim.md)", {"steps", "seconds"})
+                  "steps from their mean time and the evaluations' (train.budget_evals), at most train.max_steps, saves it "
+                  "with its checkpoints and trains exactly that many, decay included; a V-cycle's coarser levels and "
+                  "the first evaluation are timed as the run reaches them and the number fixed again; docs/optim.md)", {"steps", "seconds"})
       .add_int("train.budget_probe_steps", t.budget_probe_steps, "train.budget = \"seconds\": steps timed (after "
                "the first, and inside each V-cycle level's segment) to estimate the budget's number of steps",
                Range::at_least(1))
