@@ -186,7 +186,9 @@ TEST(Trainer, TimeBudgetFixesTheScheduleAndResumesBitExactly) {
 // A budget that train.max_steps does not cap holds the evaluations too: the first fix (after the
 // probe) estimates them, the first evaluation is timed and the horizon fixed again, and the run ends
 // at that horizon. With train.budget_evals = false the probe's fix is the only one. (How close the
-// run ends to train.max_seconds depends on the machine's load, so it is not asserted here.)
+// run ends to train.max_seconds depends on the machine's load, so it is not asserted here.) One
+// thread: under ctest -j2, two tests' OpenMP teams spinning on 2 cores slowed the probed steps so
+// much that the horizon fell short of the evaluation at step 20.
 TEST(Trainer, TimeBudgetHoldsTheEvaluations) {
   TempDir dir;
   const std::string data = make_data(dir);
@@ -194,7 +196,7 @@ TEST(Trainer, TimeBudgetHoldsTheEvaluations) {
     const FitResult r = Trainer(tiny_config(data, dir.file(name), {"train.budget=seconds", "train.max_seconds=2",
                                                                    "train.max_steps=1000000", "train.budget_probe_steps=2",
                                                                    "train.eval_interval=20", "train.log_interval=1000000",
-                                                                   "train.budget_evals=" + counted}),
+                                                                   "train.budget_evals=" + counted, "train.threads=1"}),
                                 {.quiet = true}).fit();
     std::vector<nlohmann::json> entries;
     std::ifstream metrics(dir.file(name) + "/metrics.jsonl");
