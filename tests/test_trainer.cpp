@@ -218,6 +218,32 @@ TEST(Trainer, TimeBudgetHoldsTheEvaluations) {
   EXPECT_EQ(fixes("uncounted", "false").size(), 1u);
 }
 
+// A probe times its steps alone: the evaluations and checkpoints that fall inside its window are
+// not step time. With an evaluation of 60 batches (~20 steps' work) and a checkpoint after each of
+// the probe's first three steps, the timed step would be ~10× the plain run's if they were counted.
+TEST(Trainer, TimeBudgetProbeLeavesOutTheEvaluationsAndCheckpointsInItsWindow) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const auto probe_ms = [&](const std::string& name, std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"train.budget=seconds", "train.max_seconds=1000000", "train.budget_probe_steps=4",
+                               "train.eval_batches=60", "train.threads=1"});
+    Trainer(tiny_config(data, dir.file(name), extra), {.quiet = true}).fit();
+    std::ifstream metrics(dir.file(name) + "/metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.contains("budget") && record.at("budget").contains("ms_per_step")) {
+        EXPECT_EQ(record.at("step"), 5);  // steps 2-5, after the first
+        return record.at("budget").at("ms_per_step").get<double>();
+      }
+    }
+    ADD_FAILURE() << name << ": no probe";
+    return 0.0;
+  };
+  const double plain = probe_ms("plain", {"train.eval_interval=1000"});
+  const double busy = probe_ms("busy", {"train.eval_interval=1", "train.checkpoint_interval=1"});
+  EXPECT_LT(busy, 3 * plain) << "plain " << plain << " ms/step";
+}
+
 // optim.schedule = "wsd" reaches the trainer: the logged rates are lr_at's trapezoid.
 TEST(Trainer, WarmupStableDecayScheduleIsLogged) {
   TempDir dir;

@@ -410,14 +410,23 @@ FitResult Trainer::fit() {
   const bool time_budget = t.budget == "seconds";
   int64_t end_step = run_horizon(*session_, t);
   std::optional<BudgetProbe> probe = time_budget ? next_budget_probe(start_step_ + 1) : std::nullopt;
+  // A probe times its steps alone: the evaluations and checkpoints inside its window are taken out.
   Timer probe_timer;
+  double probe_paused = 0;
+  const auto pause_probe = [&](const Timer& work) {
+    if (probe && step >= probe->first) probe_paused += work.seconds();
+  };
   for (; step < end_step; ++step) {
-    if (probe && step == probe->first) probe_timer.reset();
+    if (probe && step == probe->first) {
+      probe_timer.reset();
+      probe_paused = 0;
+    }
     nlohmann::json record{{"step", step + 1}};
     Timer step_timer;
     const StepResult r = step_->run(step, next_batch, &record);
     if (probe && step + 1 == probe->first + t.budget_probe_steps) {
-      record["budget"] = fix_time_budget(probe, probe_timer.seconds(), step + 1, wall_offset_ + wall.seconds());
+      record["budget"] = fix_time_budget(probe, probe_timer.seconds() - probe_paused, step + 1,
+                                         wall_offset_ + wall.seconds());
       end_step = run_horizon(*session_, t);
       probe = next_budget_probe(step + 1);
     }
@@ -452,6 +461,7 @@ FitResult Trainer::fit() {
       methods_.fire(Event::Eval, ctx);
       scores = evaluation ? evaluate_all(*evaluation->group, &evaluation->share) : evaluate_all(group_);
       val_loss = static_cast<float>(scores.front().loss);
+      pause_probe(eval_timer);
       // The budget's first timed evaluation (after the first probe's fix, and not at another fix)
       // replaces the estimate and fixes the horizon again.
       const std::optional<TimeBudget>& budget = session_->time_budget();
@@ -461,7 +471,11 @@ FitResult Trainer::fit() {
         if (probe && probe->first > step) probe = next_budget_probe(step + 1);
       }
     }
-    if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) save(step + 1);
+    if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) {
+      Timer save_timer;
+      save(step + 1);
+      pause_probe(save_timer);
+    }
     if ((step + 1) % t.log_interval == 0 || eval_now || record.contains("event") || record.contains("budget")) {
       const double dt = window_seconds / window_steps;
       const double tok_s = window_tokens / window_seconds;
@@ -562,10 +576,11 @@ nlohmann::json Trainer::fix_time_budget(const std::optional<BudgetProbe>& probe,
   const std::vector<double> sums = group_.sum({timed_seconds, run_seconds});
   const double timed = sums[0] / group_.size();
   const double left = t.max_seconds - sums[1] / group_.size();
+  const double per_step = timed / t.budget_probe_steps;  // a probe's
   TimeBudget budget = session_->time_budget().value_or(TimeBudget{});
   if (probe) {
     if (budget.step_seconds.size() <= static_cast<size_t>(probe->kind)) budget.step_seconds.resize(probe->kind + 1, 0.0);
-    budget.step_seconds[probe->kind] = timed / t.budget_probe_steps;
+    budget.step_seconds[probe->kind] = per_step;
   }
   const StepPlanFn plan = [&](int64_t horizon) { return methods_.step_plan(horizon); };
   const std::optional<StepPlan> now = plan(run_horizon(*session_, t));
@@ -586,7 +601,7 @@ nlohmann::json Trainer::fix_time_budget(const std::optional<BudgetProbe>& probe,
   for (size_t k = 0; now && k < seconds.size(); ++k)
     if (!is_timed(budget.step_seconds, k))
       estimated += fmt::format("; {} estimated at {:.1f} ms", now->names[k], seconds[k] * 1e3);
-  const std::string timing = probe ? fmt::format("{:.1f} ms/step over steps {}-{}{}", timed / t.budget_probe_steps * 1e3,
+  const std::string timing = probe ? fmt::format("{:.1f} ms/step over steps {}-{}{}", per_step * 1e3,
                                                  probe->first + 1, done, kind.empty() ? "" : " (" + kind + estimated + ")")
                                    : fmt::format("{:.1f} ms for the evaluation after step {}", timed * 1e3, done);
   if (!options_.quiet)
@@ -599,10 +614,9 @@ nlohmann::json Trainer::fix_time_budget(const std::optional<BudgetProbe>& probe,
               uncapped > t.max_steps ? fmt::format("; the schedule and the run end at train.max_steps = {}", t.max_steps)
                                      : "");
   nlohmann::json record{{"steps", budget.steps}};
-  if (probe) record["ms_per_step"] = timed / t.budget_probe_steps * 1e3;
+  if (probe) record["ms_per_step"] = per_step * 1e3;
   else record["eval_ms"] = timed * 1e3;
-  if (!kind.empty()) record["timed"] = kind;
-  if (!probe) record["timed"] = "evaluation";
+  if (!probe || !kind.empty()) record["timed"] = probe ? kind : "evaluation";
   return record;
 }
 
