@@ -11,6 +11,11 @@ namespace {
 
 int64_t span_start(const StepPlan& plan, size_t span) { return span == 0 ? 0 : plan.ends[span - 1]; }
 
+// Multiples of `interval` among the steps [lo, hi] (lo ≥ 1): the evaluations after them.
+int64_t multiples_between(int64_t lo, int64_t hi, int64_t interval) {
+  return hi < lo ? 0 : hi / interval - (lo - 1) / interval;
+}
+
 // Seconds of steps [done, horizon) as `plan` lays them out.
 double seconds_of(const std::optional<StepPlan>& plan, int64_t done, int64_t horizon, std::span<const double> step_seconds) {
   if (!plan) return double(horizon - done) * step_seconds[0];
@@ -29,14 +34,12 @@ double evaluation_seconds(const std::optional<StepPlan>& plan, int64_t horizon, 
                           std::span<const double> step_seconds) {
   if (evals.ratio <= 0 || evals.first > horizon) return 0;
   const int64_t I = evals.interval;
-  // Multiples of I among the counted steps [lo, hi] (lo ≥ 1).
-  const auto multiples = [&](int64_t lo, int64_t hi) { return hi < lo ? 0 : hi / I - (lo - 1) / I; };
   double total = horizon % I != 0 ? step_seconds[plan ? step_kind(*plan, horizon - 1) : 0] : 0;
   int64_t begin = 0;  // the counted steps after step index `begin` onwards: begin + 1, ...
   for (size_t i = 0; plan && i < plan->ends.size(); begin = plan->ends[i++])
-    total += double(multiples(std::max(begin + 1, evals.first), std::min(plan->ends[i], horizon))) *
+    total += double(multiples_between(std::max(begin + 1, evals.first), std::min(plan->ends[i], horizon), I)) *
              step_seconds[plan->kinds[i]];
-  total += double(multiples(std::max(begin + 1, evals.first), horizon)) * step_seconds[0];  // beyond the plan: kind 0
+  total += double(multiples_between(std::max(begin + 1, evals.first), horizon, I)) * step_seconds[0];  // beyond the plan: kind 0
   return evals.ratio * total;
 }
 
@@ -44,7 +47,7 @@ double evaluation_seconds(const std::optional<StepPlan>& plan, int64_t horizon, 
 
 int64_t evaluations_between(int64_t first, int64_t horizon, int64_t interval) {
   if (first > horizon) return 0;
-  return horizon / interval - (first - 1) / interval + (horizon % interval != 0 ? 1 : 0);
+  return multiples_between(first, horizon, interval) + (horizon % interval != 0 ? 1 : 0);
 }
 
 int step_kind(const StepPlan& plan, int64_t step) {
