@@ -1,8 +1,9 @@
 // Naive reference of Muon's Newton–Schulz orthogonalisation (ops.h section newton_schulz): the test
 // oracle for kernels/cpu/newton_schulz.cpp and the ref path. Scalar loops, templated on the scalar
 // type so tests can run it in fp64 (with the coefficients rounded to float, as the kernel has them),
-// with or without the bf16 variant's roundings of the products' operands. Never optimised.
+// with or without the bf16 variant's roundings of the products' operands. Never blocked or reordered.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -34,28 +35,33 @@ void newton_schulz_rounded(T* x, int R, int C, int steps, bool bf16_operands) {
   const auto operands = [&](const std::vector<T>& from, std::vector<T>& to) {
     for (size_t i = 0; i < from.size(); ++i) to[i] = operand(from[i]);
   };
+  // Each product's entry is one sum over k in ascending order; the loops keep a row of those sums
+  // and run the innermost loop along contiguous memory (Xᵀ's rows for A = X·Xᵀ).
+  std::vector<T> XoT(X.size()), row(n);  // XoT (n,m) = Xoᵀ
   for (int s = 0; s < steps; ++s) {
     operands(X, Xo);
-    for (int i = 0; i < m; ++i)  // A = X·Xᵀ
-      for (int j = 0; j < m; ++j) {
-        T sum = 0;
-        for (int k = 0; k < n; ++k) sum += Xo[size_t(i) * n + k] * Xo[size_t(j) * n + k];
-        A[size_t(i) * m + j] = sum;
-      }
+    for (int i = 0; i < m; ++i)
+      for (int k = 0; k < n; ++k) XoT[size_t(k) * m + i] = Xo[size_t(i) * n + k];
+    for (int i = 0; i < m; ++i) {  // A = X·Xᵀ
+      std::fill(row.begin(), row.begin() + m, T(0));
+      for (int k = 0; k < n; ++k)
+        for (int j = 0; j < m; ++j) row[j] += Xo[size_t(i) * n + k] * XoT[size_t(k) * m + j];
+      for (int j = 0; j < m; ++j) A[size_t(i) * m + j] = row[j];
+    }
     operands(A, Ao);
-    for (int i = 0; i < m; ++i)  // B = b·A + c·A·A
-      for (int j = 0; j < m; ++j) {
-        T sum = 0;
-        for (int k = 0; k < m; ++k) sum += Ao[size_t(i) * m + k] * Ao[size_t(k) * m + j];
-        B[size_t(i) * m + j] = b * A[size_t(i) * m + j] + c * sum;
-      }
+    for (int i = 0; i < m; ++i) {  // B = b·A + c·A·A
+      std::fill(row.begin(), row.begin() + m, T(0));
+      for (int k = 0; k < m; ++k)
+        for (int j = 0; j < m; ++j) row[j] += Ao[size_t(i) * m + k] * Ao[size_t(k) * m + j];
+      for (int j = 0; j < m; ++j) B[size_t(i) * m + j] = b * A[size_t(i) * m + j] + c * row[j];
+    }
     operands(B, Bo);
-    for (int i = 0; i < m; ++i)  // Y = a·X + B·X
-      for (int j = 0; j < n; ++j) {
-        T sum = 0;
-        for (int k = 0; k < m; ++k) sum += Bo[size_t(i) * m + k] * Xo[size_t(k) * n + j];
-        Y[size_t(i) * n + j] = a * X[size_t(i) * n + j] + sum;
-      }
+    for (int i = 0; i < m; ++i) {  // Y = a·X + B·X
+      std::fill(row.begin(), row.end(), T(0));
+      for (int k = 0; k < m; ++k)
+        for (int j = 0; j < n; ++j) row[j] += Bo[size_t(i) * m + k] * Xo[size_t(k) * n + j];
+      for (int j = 0; j < n; ++j) Y[size_t(i) * n + j] = a * X[size_t(i) * n + j] + row[j];
+    }
     X.swap(Y);
   }
   for (int i = 0; i < R; ++i)
