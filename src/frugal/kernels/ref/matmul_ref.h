@@ -7,6 +7,7 @@
 // path (FRUGAL_ISA=ref), whose runs are mostly these GEMMs, is not limited by strided loads.
 // Signatures and accumulation rules mirror kernels/ops.h.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -15,6 +16,7 @@
 namespace frugal::kernels::ref {
 
 // out[N, OC] = inp[N, C] · w[OC, C]ᵀ + bias: out[i, o] = bias[o] + Σ_c inp[i, c]·w[o, c].
+// Works on a transposed copy of w (OC·C more values for the call).
 template <class T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC) {
   std::vector<T> wt(static_cast<size_t>(C) * OC);  // wt[c, o] = w[o, c]
