@@ -141,12 +141,27 @@ TEST(Trainer, RotaryQkNormSoftcapResumeBitExactlyAndCheckpointsKeepTheFunction) 
 // A masked-LM encoder: its masks come from (train.seed, step, sample id), so resume is bit-exact.
 TEST(Trainer, MaskedLmResumeIsBitExact) { expect_resume_is_bit_exact({"model.objective=mlm", "model.norm=post"}); }
 
+// Every record of a run's metrics.jsonl, in order.
+std::vector<nlohmann::json> logged_records(const std::string& run) {
+  std::vector<nlohmann::json> records;
+  std::ifstream metrics(run + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
 // The learning rate of every step a run logged (train.log_interval = 1).
 std::vector<float> logged_lrs(const std::string& run) {
   std::vector<float> lrs;
-  std::ifstream metrics(run + "/metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) lrs.push_back(nlohmann::json::parse(line).at("lr").get<float>());
+  for (const nlohmann::json& record : logged_records(run)) lrs.push_back(record.at("lr").get<float>());
   return lrs;
+}
+
+// The records in which a time budget fixed (or re-fixed) the run's horizon.
+std::vector<nlohmann::json> budget_records(const std::string& run) {
+  std::vector<nlohmann::json> fixes;
+  for (const nlohmann::json& record : logged_records(run))
+    if (record.contains("budget")) fixes.push_back(record);
+  return fixes;
 }
 
 // train.budget = "seconds": the first step and the 2 probe steps run under an unbounded horizon
@@ -198,12 +213,7 @@ TEST(Trainer, TimeBudgetHoldsTheEvaluations) {
                                                                    "train.eval_interval=20", "train.log_interval=1000000",
                                                                    "train.budget_evals=" + counted, "train.threads=1"}),
                                 {.quiet = true}).fit();
-    std::vector<nlohmann::json> entries;
-    std::ifstream metrics(dir.file(name) + "/metrics.jsonl");
-    for (std::string line; std::getline(metrics, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.contains("budget")) entries.push_back(record);
-    }
+    const std::vector<nlohmann::json> entries = budget_records(dir.file(name));
     EXPECT_FALSE(entries.empty());
     if (!entries.empty()) EXPECT_EQ(r.steps, entries.back().at("budget").at("steps").get<int64_t>());
     return entries;
@@ -228,10 +238,8 @@ TEST(Trainer, TimeBudgetProbeLeavesOutTheEvaluationsAndCheckpointsInItsWindow) {
     extra.insert(extra.end(), {"train.budget=seconds", "train.max_seconds=1000000", "train.budget_probe_steps=4",
                                "train.eval_batches=60", "train.threads=1"});
     Trainer(tiny_config(data, dir.file(name), extra), {.quiet = true}).fit();
-    std::ifstream metrics(dir.file(name) + "/metrics.jsonl");
-    for (std::string line; std::getline(metrics, line);) {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.contains("budget") && record.at("budget").contains("ms_per_step")) {
+    for (const nlohmann::json& record : budget_records(dir.file(name))) {
+      if (record.at("budget").contains("ms_per_step")) {
         EXPECT_EQ(record.at("step"), 5);  // steps 2-5, after the first
         return record.at("budget").at("ms_per_step").get<double>();
       }
@@ -460,10 +468,9 @@ TEST(TrainerCli, MixtureOfExpertsTrainsEvaluatesSamplesAndRefusesExport) {
   const CliResult train = run_frugal(config + " --set train.max_steps=4 --set train.log_interval=2");
   ASSERT_EQ(train.rc, 0) << train.output;
   EXPECT_NE(train.output.find("active per token (2 of 4 experts)"), std::string::npos) << train.output;
-  std::ifstream metrics(run + "/metrics.jsonl");
-  std::string line;
-  ASSERT_TRUE(std::getline(metrics, line));
-  const nlohmann::json moe = nlohmann::json::parse(line).at("moe");
+  const std::vector<nlohmann::json> records = logged_records(run);
+  ASSERT_FALSE(records.empty());
+  const nlohmann::json moe = records.front().at("moe");
   EXPECT_GT(moe.at("moe_balance").get<double>(), 0.0);
   EXPECT_GT(moe.at("moe_z").get<double>(), 0.0);
   ASSERT_EQ(moe.at("layers").size(), 2u);
@@ -623,12 +630,7 @@ TEST(Trainer, SeveralValidationSetsAreLoggedWithBitsPerByte) {
   o.inputs = {dir.file("other.txt")};
   o.out_dir = dir.file("other");
   data::prepare(o);
-  const auto last_metrics = [](const std::string& run) {
-    std::ifstream in(run + "/metrics.jsonl");
-    std::string line, last;
-    while (std::getline(in, line)) last = line;
-    return nlohmann::json::parse(last);
-  };
+  const auto last_metrics = [](const std::string& run) { return logged_records(run).back(); };
   const FitResult plain = Trainer(tiny_config(data, dir.file("a")), {.quiet = true}).fit();
   const FitResult more = Trainer(tiny_config(data, dir.file("b"), {"data.val=" + dir.file("other") + ",same=" + data}),
                                  {.quiet = true}).fit();
