@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "paths.h"
 #include "run_cli.h"
 #include "temp_dir.h"
 #include "train_data.h"
@@ -29,7 +30,7 @@ constexpr bool kHaveMpi = false;
 
 inline std::string mpirun(int np) {
   return fmt::format("{} --allow-run-as-root --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -np {} {}",
-                     FRUGAL_MPIEXEC, np, FRUGAL_BINARY);
+                     test_paths::mpiexec(), np, test_paths::binary());
 }
 
 struct TrainedRun {
@@ -49,12 +50,12 @@ class MpiRuns : public ::testing::Test {
 
   std::string train_args(const std::string& name, int steps, const std::string& extra) const {
     return fmt::format("train {}/configs/shakespeare-char.toml {} --set data.dir={} --set train.out_dir={} "
-                       "--set train.max_steps={} --overwrite {}", FRUGAL_SOURCE_DIR, model_, data_,
+                       "--set train.max_steps={} --overwrite {}", test_paths::source_dir(), model_, data_,
                        tmp_.file(name), steps, extra);
   }
   // `np` = 0: one process without mpirun.
   TrainedRun train(const std::string& name, int np, int steps, const std::string& extra) const {
-    const std::string program = np == 0 ? std::string(FRUGAL_BINARY) + " " : mpirun(np) + " ";
+    const std::string program = np == 0 ? std::string(test_paths::binary()) + " " : mpirun(np) + " ";
     const std::string threads = np == 0 ? " --set train.threads=1" : "";
     const CliResult r = run_shell(program + train_args(name, steps, extra) + threads);
     // A failed run ends the test here (gtest reports the exception), not later in an empty steps.back().

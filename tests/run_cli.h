@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include "paths.h"
 
 namespace frugal::testing {
 
@@ -29,7 +30,7 @@ inline CliResult run_shell(const std::string& command, const std::string& redire
 }
 
 inline CliResult run_frugal(const std::string& args, const std::string& redirect = "2>&1") {
-  return run_shell(std::string(FRUGAL_BINARY) + " " + args, redirect);
+  return run_shell(std::string(test_paths::binary()) + " " + args, redirect);
 }
 
 // Runs `frugal args` with its stdout a pipe whose reading end is already closed (as after the
@@ -39,7 +40,7 @@ inline CliResult run_frugal_into_closed_pipe(const std::string& args) {
   int out[2], err[2];
   if (::pipe(out) != 0 || ::pipe(err) != 0) return {-1, "pipe() failed"};
   ::close(out[0]);
-  const std::string cmd = std::string("exec ") + FRUGAL_BINARY + " " + args;
+  const std::string cmd = std::string("exec ") + test_paths::binary() + " " + args;
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(out[1], STDOUT_FILENO);

@@ -9,6 +9,7 @@
 #include "frugal/bench/step.h"
 #include "frugal/core/threading.h"
 #include "frugal/kernels/cpu/blas_peak.h"
+#include "paths.h"
 #include "run_cli.h"
 
 namespace frugal {
@@ -87,7 +88,7 @@ TEST(Bench, FmaPeakIsTheCeilingOfTheGemmRate) {
 // The binary gives libgomp frugal's spin count unless the user chose a wait policy (core/threading.h).
 TEST(BenchCli, OpenMpWaitPolicyDefaultsToAShortSpinAndKeepsTheUsersChoice) {
   const auto run = [](const std::string& env) {
-    const std::string cmd = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + env + " " FRUGAL_BINARY
+    const std::string cmd = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + env + " " + test_paths::binary() +
                             " bench --preset S --warmup 0 --steps 1 --set model.n_layer=1 --json";
     const testing::CliResult r = testing::run_shell(cmd, "2>/dev/null");
     EXPECT_EQ(r.rc, 0) << r.output;

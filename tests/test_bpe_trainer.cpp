@@ -18,6 +18,7 @@
 #include "frugal/data/corpus.h"
 #include "frugal/data/text.h"
 #include "frugal/data/tokenizer.h"
+#include "paths.h"
 #include "run_cli.h"
 #include "torch_python.h"
 
@@ -63,7 +64,7 @@ std::unique_ptr<frugal::data::Tokenizer> write_and_load(const BpeModel& model, c
 }
 
 std::vector<std::vector<int32_t>> hf_ids(const std::string& python, const fs::path& dir, const fs::path& text) {
-  const std::string cmd = python + " " FRUGAL_SOURCE_DIR "/tools/hf_tokenizer_ids.py " + dir.string() + " " + text.string();
+  const std::string cmd = python + " " + std::string(test_paths::source_dir()) + "/tools/hf_tokenizer_ids.py " + dir.string() + " " + text.string();
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   char buf[1 << 16];
@@ -115,7 +116,7 @@ TEST(BpeTrainer, IncrementalMatchesReferenceOnShakespeare) {
 
 // A fixture that cannot be skipped: the merges of a tokenizer trained on a checked-in text.
 TEST(BpeTrainer, FixtureMerges) {
-  const std::string dir = std::string(FRUGAL_TEST_DATA) + "/tokenizer/bpe_fixture";
+  const std::string dir = std::string(test_paths::test_data()) + "/tokenizer/bpe_fixture";
   const BpeModel m = frugal::data::train_bpe(counts_of(read_text_file(dir + "/input.txt")), 300);
   std::string merges = "#version: 0.2\n";
   for (const std::string& line : frugal::data::bpe_merge_lines(m)) merges += line + "\n";

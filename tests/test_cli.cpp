@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "paths.h"
 #include "run_cli.h"
 #include "temp_dir.h"
 
@@ -63,7 +64,7 @@ TEST(Cli, UsageErrorsAreOneLineWithExitCodeTwo) {
 // PREFIX/share/frugal beside its bin/, not in the source tree it was built from.
 TEST(Cli, AnInstallFindsItsDataAfterItsPrefixIsMoved) {
   TempDir dir;
-  const std::string build_dir = fs::path(FRUGAL_BINARY).parent_path().string();
+  const std::string build_dir = fs::path(test_paths::binary()).parent_path().string();
   const std::string install = dir.file("install"), moved = dir.file("moved");
   CliResult r = run_shell(std::string(FRUGAL_CMAKE) + " --install " + build_dir + " --prefix " + install);
   ASSERT_EQ(r.rc, 0) << r.output;
@@ -78,7 +79,7 @@ TEST(Cli, AnInstallFindsItsDataAfterItsPrefixIsMoved) {
   EXPECT_EQ(r.rc, 1) << r.output;
   EXPECT_TRUE(contains(r.output, moved + "/share/frugal/gpt2-bpe")) << r.output;
   // FRUGAL_DATA_DIR comes first, and must be a directory.
-  r = run_shell("printf 'Hello world' | FRUGAL_DATA_DIR=" + std::string(FRUGAL_SOURCE_DIR) + "/data " + frugal +
+  r = run_shell("printf 'Hello world' | FRUGAL_DATA_DIR=" + std::string(test_paths::source_dir()) + "/data " + frugal +
                 " tokenize --tokenizer gpt2 -", "2>&1");
   EXPECT_EQ(r.output, kHelloWorldIds);
   r = run_shell("printf 'Hello world' | FRUGAL_DATA_DIR=" + dir.file("none") + " " + frugal +

@@ -6,9 +6,10 @@
 #include <sstream>
 
 #include "frugal/train/run_config.h"
+#include "paths.h"
 
 TEST(ConfigDocs, ReferenceIsUpToDate) {
-  std::ifstream in(std::string(FRUGAL_SOURCE_DIR) + "/docs/config.md");
+  std::ifstream in(std::string(test_paths::source_dir()) + "/docs/config.md");
   ASSERT_TRUE(in) << "docs/config.md is missing; run ./build/frugal config --reference > docs/config.md";
   std::stringstream ss;
   ss << in.rdbuf();

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "frugal/train/run_config.h"
+#include "paths.h"
 #include "run_cli.h"
 
 using frugal::testing::CliResult;
@@ -14,7 +15,7 @@ using frugal::testing::run_frugal;
 
 TEST(ShippedConfigs, ParseAndDescribeValidModels) {
   int seen = 0;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(FRUGAL_SOURCE_DIR) + "/configs")) {
+  for (const auto& e : std::filesystem::directory_iterator(std::string(test_paths::source_dir()) + "/configs")) {
     if (e.path().extension() != ".toml") continue;
     ++seen;
     SCOPED_TRACE(e.path().string());

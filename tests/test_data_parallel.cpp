@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "mpi_runs.h"
+#include "paths.h"
 #include "run_cli.h"
 #include "temp_dir.h"
 #include "train_data.h"
@@ -143,7 +144,7 @@ TEST_F(DataParallel, ShardedCheckpointResumesBitExactlyAndWithAnotherWorldSize) 
   // One process with the same global batch (and four ranks with ZeRO-2 sharding differently
   // would need grad_accum 1/2): the moments of both shards are read from their files.
   fs::copy(straight.dir, tmp_.file("single"), fs::copy_options::recursive);
-  r = run_shell(std::string(FRUGAL_BINARY) + " " + train_args("single", 8, "--set train.grad_accum=2 --set train.threads=1") +
+  r = run_shell(std::string(test_paths::binary()) + " " + train_args("single", 8, "--set train.grad_accum=2 --set train.threads=1") +
                 " --resume " + tmp_.file("single") + "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_LE(max_relative_difference(straight.steps, metrics(tmp_.file("single"))), kTolerance);
@@ -156,7 +157,7 @@ TEST_F(DataParallel, ShardedCheckpointResumesBitExactlyAndWithAnotherWorldSize) 
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_LE(max_relative_difference(one.steps, metrics(tmp_.file("one-copy"))), kTolerance);
   // A world size that changes the global batch is refused, naming the keys to change.
-  r = run_shell(std::string(FRUGAL_BINARY) + " " + train_args("run", 8, "") + " --resume " + step4);
+  r = run_shell(std::string(test_paths::binary()) + " " + train_args("run", 8, "") + " --resume " + step4);
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.output, "micro-batches per step (ranks × train.grad_accum")) << r.output;
   EXPECT_TRUE(contains(r.output, "= 2 × 1 in the checkpoint, 1 × 1 now")) << r.output;
@@ -326,7 +327,7 @@ TEST_F(DataParallel, OnlyTheWriterLooksAtTheRunDirectoryAtStartUp) {
   std::ofstream(trap + "/checkpoints") << "not a directory";
   const std::string rank0 = train_args("writer", 2, "");
   const std::string rank1 = train_args("writer", 2, "--set train.out_dir=" + trap);
-  const std::string mpmd = mpirun(1) + " " + rank0 + " : -np 1 " + FRUGAL_BINARY + " " + rank1;
+  const std::string mpmd = mpirun(1) + " " + rank0 + " : -np 1 " + test_paths::binary() + " " + rank1;
   const CliResult r = run_shell(mpmd);
   EXPECT_EQ(r.rc, 0) << r.output;
   EXPECT_EQ(metrics(tmp_.file("writer")).size(), 2u) << r.output;

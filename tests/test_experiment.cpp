@@ -17,6 +17,7 @@
 #include "frugal/core/error.h"
 #include "frugal/io/dir_lock.h"
 #include "error_of.h"
+#include "paths.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -223,7 +224,7 @@ set = ["train.seed=7"]
 }
 
 TEST(Experiment, CommandReportsAMissingFile) {
-  std::FILE* p = ::popen((std::string(FRUGAL_BINARY) + " experiment /nonexistent/exp.toml 2>&1").c_str(), "r");
+  std::FILE* p = ::popen((std::string(test_paths::binary()) + " experiment /nonexistent/exp.toml 2>&1").c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;
   char buf[256];

@@ -15,6 +15,7 @@
 
 #include "frugal/io/safetensors.h"
 #include "mpi_runs.h"
+#include "paths.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -105,7 +106,7 @@ TEST_F(ExpertParallel, ACheckpointResumesBitExactlyAndAtOtherLayouts) {
   // The checkpoint holds the whole model: data parallelism over the same 2 ranks, and one process
   // with the same global batch, continue it (within the tolerance).
   for (const auto& [name, program, extra] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"data", mpirun(2), ""}, {"one", std::string(FRUGAL_BINARY), "--set train.threads=1 --set train.grad_accum=2"}}) {
+           {"data", mpirun(2), ""}, {"one", std::string(test_paths::binary()), "--set train.threads=1 --set train.grad_accum=2"}}) {
     fs::copy(straight.dir, tmp_.file(name), fs::copy_options::recursive);
     r = run_shell(program + " " + train_args(name, 8, extra) + " --resume " + tmp_.file(name) +
                   "/checkpoints/step_00000004");
@@ -207,7 +208,7 @@ TEST_F(ExpertParallel, BadDegreesAndUnsupportedLayoutsAreRefusedWithWhatToDo) {
     std::string program, extra, message;
   };
   for (const Case& c : std::vector<Case>{
-           {FRUGAL_BINARY, kExpert2, "parallel.expert = 2 needs that many processes: run under mpirun -np 2"},
+           {test_paths::binary(), kExpert2, "parallel.expert = 2 needs that many processes: run under mpirun -np 2"},
            {mpirun(2), "--set parallel.expert=3 --set model.moe.experts=3", "parallel.expert = 3 does not divide the 2 ranks"},
            {mpirun(2), "--set parallel.expert=2 --set model.moe.experts=3", "set parallel.expert to a divisor of model.moe.experts"},
            {mpirun(2), "--set parallel.expert=2 --set model.moe.experts=0", "parallel.expert = 2 needs a mixture of experts"},

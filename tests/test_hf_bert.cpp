@@ -24,6 +24,7 @@
 #include "frugal/kernels/ref/bf16_ref.h"
 #include "frugal/train/checkpoint.h"
 #include "hf_testing.h"
+#include "paths.h"
 #include "run_cli.h"
 #include "temp_dir.h"
 #include "torch_python.h"
@@ -39,7 +40,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kFixture = std::string(FRUGAL_TEST_DATA) + "/fixtures/bert_mlm";
+const std::string kFixture = std::string(test_paths::test_data()) + "/fixtures/bert_mlm";
 
 // A post-LN encoder: vocabulary 69 (a 68-token tokenizer and the mask), padded to 128 rows.
 ModelConfig encoder_config() {
@@ -489,7 +490,7 @@ double mean(const std::vector<double>& v, size_t begin, size_t end) {
 TEST(HfBertCli, ATransformersSavedModelTrainsOn) {
   TempDir dir;
   const std::string data = frugal::testing::make_shakespeare_data(  // the whole text: its 65 characters
-      dir, fs::file_size(std::string(FRUGAL_SOURCE_DIR) + "/data/tinyshakespeare/input.txt"));
+      dir, fs::file_size(std::string(test_paths::source_dir()) + "/data/tinyshakespeare/input.txt"));
   auto r = frugal::testing::run_frugal("import " + kFixture + " " + dir.file("imported") + " --tokenizer " + data +
                                        "/frugal_tokenizer.json");
   ASSERT_EQ(r.rc, 0) << r.output;
@@ -535,7 +536,7 @@ TEST(HfBertTransformers, ExportLoadsAsBertForMaskedLmWithTheSameLogits) {
   st.put_f32("logits", {B, T, c.vocab_size}, logits.data());
   st.put("text_ids", io::DType::I32, {int64_t(text_ids.size())}, text_ids.data());
   io::write_safetensors(dir.file("logits.safetensors"), st);
-  const std::string check = python + " " FRUGAL_SOURCE_DIR "/tools/check_hf_bert.py ";
+  const std::string check = python + " " + std::string(test_paths::source_dir()) + "/tools/check_hf_bert.py ";
   auto r = frugal::testing::run_shell(check + dir.file("hf") + " " + dir.file("logits.safetensors") +
                                       " --mask-id 50257 --text '" + text + "'");
   EXPECT_EQ(r.rc, 0) << r.output;

@@ -23,6 +23,7 @@
 #include "frugal/kernels/ref/bf16_ref.h"
 #include "frugal/train/checkpoint.h"
 #include "hf_testing.h"
+#include "paths.h"
 #include "temp_dir.h"
 
 using namespace frugal;
@@ -77,7 +78,7 @@ std::string char_tokenizer_spec(const TempDir& dir) {
 }
 
 int run_frugal(const std::string& args, std::string* output) {
-  const std::string cmd = std::string(FRUGAL_BINARY) + " " + args + " 2>&1";
+  const std::string cmd = std::string(test_paths::binary()) + " " + args + " 2>&1";
   std::FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];
   size_t n;

@@ -16,6 +16,7 @@
 #include "frugal/kernels/ref/newton_schulz_ref.h"
 #include "frugal/kernels/ref/qk_transform_ref.h"
 #include "gradcheck.h"
+#include "paths.h"
 #include "run_cli.h"
 
 namespace {
@@ -120,13 +121,13 @@ TEST(KernelDispatch, RefusesUnknownAndUnavailableInstructionSets) {
   }
   // The whole program: one line naming the variable, exit code 1, before any work.
   const auto r = frugal::testing::run_shell(
-      std::string("FRUGAL_ISA=avx1024 ") + FRUGAL_BINARY + " bench --preset S --steps 1 --warmup 0");
+      std::string("FRUGAL_ISA=avx1024 ") + test_paths::binary() + " bench --preset S --steps 1 --warmup 0");
   EXPECT_EQ(r.rc, 1) << r.output;
   EXPECT_EQ(r.output, "error: instruction set \"avx1024\" is not one of auto, ref, avx2, avx512 "
                       "(FRUGAL_ISA, --isa)\n");
   if (!__builtin_cpu_supports("avx512f")) {
     const auto r512 = frugal::testing::run_shell(
-        std::string("FRUGAL_ISA=avx512 ") + FRUGAL_BINARY + " bench --preset S --steps 1 --warmup 0");
+        std::string("FRUGAL_ISA=avx512 ") + test_paths::binary() + " bench --preset S --steps 1 --warmup 0");
     EXPECT_EQ(r512.rc, 1) << r512.output;
     EXPECT_EQ(r512.output, "error: FRUGAL_ISA=avx512 but this CPU has no AVX-512F; unset it or "
                            "use FRUGAL_ISA=avx2\n");

@@ -18,6 +18,7 @@
 #include "frugal/train/evaluate.h"
 #include "frugal/train/run_config.h"
 #include "frugal/train/trainer.h"
+#include "paths.h"
 #include "run_cli.h"
 #include "temp_dir.h"
 #include "train_data.h"
@@ -122,7 +123,7 @@ TEST(MaskedLm, EveryMethodTrainsAnEncoder) {
 TEST(MaskedLmCli, TrainsEvaluatesFillsMasksAndRefusesWhatItCannotDo) {
   TempDir dir;
   const std::string data = testing::make_shakespeare_data(dir, 60000), run = dir.file("run");
-  const std::string config = "train " + std::string(FRUGAL_SOURCE_DIR) + "/configs/shakespeare-char.toml --set data.dir=" +
+  const std::string config = "train " + std::string(test_paths::source_dir()) + "/configs/shakespeare-char.toml --set data.dir=" +
                              data + " --set model.n_layer=2 --set model.n_embd=32 --set model.n_head=2 "
                              "--set model.block_size=32 --set train.seq_len=32 --set train.batch_size=4 "
                              "--set train.eval_batches=2 --set train.eval_interval=3 --set train.log_interval=3 "
@@ -167,7 +168,7 @@ TEST(MaskedLmCli, TrainsEvaluatesFillsMasksAndRefusesWhatItCannotDo) {
   }
 
   const std::string causal = dir.file("causal");
-  const CliResult decoder = run_frugal("train " + std::string(FRUGAL_SOURCE_DIR) + "/configs/shakespeare-char.toml "
+  const CliResult decoder = run_frugal("train " + std::string(test_paths::source_dir()) + "/configs/shakespeare-char.toml "
                                        "--set data.dir=" + data + " --set model.n_layer=1 --set model.n_embd=32 "
                                        "--set model.n_head=2 --set train.max_steps=1 --set sample.count=0 "
                                        "--set train.eval_batches=1 --set train.out_dir=" + causal);

@@ -13,6 +13,7 @@
 #ifdef FRUGAL_HAVE_MPI
 #include "frugal/parallel/mpi_mesh.h"
 #include "frugal/parallel/mpi_world.h"
+#include "paths.h"
 #endif
 
 namespace frugal::parallel {
@@ -88,7 +89,7 @@ TEST(Mesh, GroupsOnFourRanksHoldTheRanksThatDifferInOneCoordinate) {
   const testing::CliResult r = testing::run_shell(
       fmt::format("{} --allow-run-as-root --oversubscribe --bind-to none -np 4 {} "
                   "--gtest_also_run_disabled_tests --gtest_filter=Mesh.DISABLED_GroupsOnFourRanks",
-                  FRUGAL_MPIEXEC, self));
+                  test_paths::mpiexec(), self));
   EXPECT_EQ(r.rc, 0) << r.output;
 }
 #endif

@@ -21,6 +21,7 @@
 #include "error_of.h"
 #include "gradcheck.h"
 #include "model_grad.h"
+#include "paths.h"
 
 using namespace frugal;
 
@@ -34,7 +35,7 @@ struct Fixture {
 
 Fixture load_fixture(const std::string& name) {
   Fixture f;
-  f.st = io::read_safetensors(std::string(FRUGAL_TEST_DATA) + "/fixtures/" + name + ".safetensors");
+  f.st = io::read_safetensors(std::string(test_paths::test_data()) + "/fixtures/" + name + ".safetensors");
   auto c = nlohmann::json::parse(f.st.metadata.at("config"));
   f.config.vocab_size = c["vocab_size"];
   f.config.block_size = c["block_size"];

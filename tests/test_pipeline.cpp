@@ -13,6 +13,7 @@
 #include "frugal/model/param_table.h"
 #include "frugal/train/checkpoint.h"
 #include "mpi_runs.h"
+#include "paths.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -281,7 +282,7 @@ TEST_F(Pipeline, BadLayoutsAreRefusedWithWhatToDo) {
     std::string program, extra, message;
   };
   for (const Case& c : std::vector<Case>{
-           {FRUGAL_BINARY, "--set parallel.pipeline_stages=2", "needs that many processes or a multiple: run under mpirun -np 2"},
+           {test_paths::binary(), "--set parallel.pipeline_stages=2", "needs that many processes or a multiple: run under mpirun -np 2"},
            {mpirun(2), "--set parallel.pipeline_stages=3", "does not divide the 2 ranks"},
            {mpirun(2), "--set parallel.pipeline_stages=2 --set train.grad_accum=3", "train.grad_accum = 3 must be a multiple of 2"},
            {mpirun(2), "--set parallel.pipeline_stages=2 --set parallel.zero=1", "parallel.zero = 1 is not supported"},

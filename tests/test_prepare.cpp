@@ -19,6 +19,7 @@
 #include "frugal/data/text.h"
 #include "frugal/data/tokenizer.h"
 #include "error_of.h"
+#include "paths.h"
 #include "run_cli.h"
 #include "temp_dir.h"
 
@@ -32,7 +33,7 @@ namespace data = frugal::data;
 namespace {
 
 std::string shakespeare() {
-  return data::read_text_file(std::string(FRUGAL_SOURCE_DIR) + "/data/tinyshakespeare/input.txt");
+  return data::read_text_file(std::string(test_paths::source_dir()) + "/data/tinyshakespeare/input.txt");
 }
 
 void write_file(const std::string& path, const std::string& bytes) {
@@ -266,7 +267,7 @@ TEST(Prepare, BadInputsGiveOneLineErrors) {
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << file << ": " << r.output;
     EXPECT_FALSE(fs::exists(dir.file("out-" + file + "/shards"))) << file;
   }
-  const auto from_stdin = run_shell("echo hello | " + std::string(FRUGAL_BINARY) + " prepare --tokenizer char --input - --out " + dir.file("s"));
+  const auto from_stdin = run_shell("echo hello | " + std::string(test_paths::binary()) + " prepare --tokenizer char --input - --out " + dir.file("s"));
   EXPECT_EQ(from_stdin.rc, 1);
   EXPECT_TRUE(contains(from_stdin.output, "standard input (-) can be read once")) << from_stdin.output;
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{

@@ -13,6 +13,7 @@
 #include <functional>
 
 #include "frugal/core/error.h"
+#include "paths.h"
 #include "temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -338,7 +339,7 @@ TEST(Report, Cli) {
   const std::string base = make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12);
   const std::string fast = make_run(tmp.path() / "fast", {2.8, 2.2, 1.9}, 0.5, 0.5e12);
   auto run = [](const std::string& args) {
-    std::FILE* p = ::popen((std::string(FRUGAL_BINARY) + " report " + args + " 2>&1").c_str(), "r");
+    std::FILE* p = ::popen((std::string(test_paths::binary()) + " report " + args + " 2>&1").c_str(), "r");
     std::string out;
     char buf[4096];
     for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);

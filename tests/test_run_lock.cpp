@@ -20,6 +20,7 @@
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/run_config.h"
 #include "frugal/train/trainer.h"
+#include "paths.h"
 #include "run_cli.h"
 #include "temp_dir.h"
 #include "train_data.h"
@@ -206,7 +207,7 @@ TEST(TrainerLock, TwoTrainProcessesOnOneDirectory) {
   first.pid = ::fork();
   ASSERT_GE(first.pid, 0);
   if (first.pid == 0) {
-    const std::string cmd = std::string("exec ") + FRUGAL_BINARY + " train /dev/null" + settings +
+    const std::string cmd = std::string("exec ") + test_paths::binary() + " train /dev/null" + settings +
                             " --set train.max_steps=1000000 --set train.checkpoint_interval=1 > " + log + " 2>&1";
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);

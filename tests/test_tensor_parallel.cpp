@@ -24,6 +24,7 @@
 #include "frugal/io/safetensors.h"
 #include "frugal/train/checkpoint.h"
 #include "mpi_runs.h"
+#include "paths.h"
 
 namespace frugal {
 namespace {
@@ -196,20 +197,20 @@ TEST_F(TensorParallel, AShardedCheckpointResumesBitExactlyInOneProcessAndEvaluat
   expect_identical(straight.steps, metrics(tmp_.file("again")));
   // One process reads the shards back whole and continues (within the tolerance).
   fs::copy(straight.dir, tmp_.file("one"), fs::copy_options::recursive);
-  r = run_shell(std::string(FRUGAL_BINARY) + " " + train_args("one", 8, "--set train.threads=1") + " --resume " +
+  r = run_shell(std::string(test_paths::binary()) + " " + train_args("one", 8, "--set train.threads=1") + " --resume " +
                 tmp_.file("one") + "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_LE(max_relative_difference(straight.steps, metrics(tmp_.file("one"))), kTolerance);
   // Evaluated in one process, the last checkpoint gives the validation loss the run logged (the
   // run's eval_batches of its batch size).
-  r = run_shell(fmt::format("{} eval {} --batch-size 2 --max-batches 2 --threads 1 --json", FRUGAL_BINARY,
+  r = run_shell(fmt::format("{} eval {} --batch-size 2 --max-batches 2 --threads 1 --json", test_paths::binary(),
                             straight.dir), "2>/dev/null");
   ASSERT_EQ(r.rc, 0) << r.output;
   const double logged = straight.steps.back()["val_loss"], evaluated = nlohmann::json::parse(r.output)["loss"];
   std::printf("sharded checkpoint evaluated in one process: %.9g, logged by the tensor-parallel run: %.9g\n",
               evaluated, logged);
   EXPECT_LE(std::abs(evaluated - logged), kTolerance * logged);
-  r = run_shell(fmt::format("{} export {} {} --format hf", FRUGAL_BINARY, straight.dir, tmp_.file("hf")));
+  r = run_shell(fmt::format("{} export {} {} --format hf", test_paths::binary(), straight.dir, tmp_.file("hf")));
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_EQ(io::read_safetensors(tmp_.file("hf") + "/model.safetensors").tensors.count("transformer.wte.weight"), 1u);
 }
@@ -415,7 +416,7 @@ TEST_F(TensorParallel, AModelTooBigForOneProcessTrainsInPartsUnderTheLimit) {
   // the reference kernels
   const std::string layout = big + " " + kTensor2 + " --set parallel.pipeline_stages=2 --set parallel.elastic=false "
                                                     "--set parallel.autopipe_cost=parameters";
-  const CliResult one = run_shell(std::string(FRUGAL_BINARY) + " " + train_args("one-big", 2, big));
+  const CliResult one = run_shell(std::string(test_paths::binary()) + " " + train_args("one-big", 2, big));
   EXPECT_NE(one.rc, 0);
   EXPECT_TRUE(contains(one.output, "needs more memory than train.max_memory_mb = 160 allows")) << one.output;
   const TrainedRun run = train("tp2pp2-big", 4, 2, layout);
@@ -434,7 +435,7 @@ TEST_F(TensorParallel, UnsupportedLayoutsAndMethodsAreRefusedWithWhatToDo) {
     std::string program, extra, message;
   };
   for (const Case& c : std::vector<Case>{
-           {FRUGAL_BINARY, kTensor2, "parallel.tensor = 2 needs that many processes: run under mpirun -np 2"},
+           {test_paths::binary(), kTensor2, "parallel.tensor = 2 needs that many processes: run under mpirun -np 2"},
            {mpirun(2), "--set parallel.tensor=4 --set model.n_head=4", "parallel.tensor = 4 does not divide the 2 ranks"},
            {mpirun(2), kTensor2 + " --set parallel.pipeline_stages=2", "run mpirun -np with a multiple of 4"},
            {mpirun(4), kTensor2 + " --set parallel.pipeline_stages=2 --set methods.freeze.alpha=0.5",
@@ -444,7 +445,7 @@ TEST_F(TensorParallel, UnsupportedLayoutsAndMethodsAreRefusedWithWhatToDo) {
            {mpirun(2), kTensor2 + " --set model.moe.experts=4", "model.moe does not run under tensor parallelism"},
            {mpirun(2), kTensor2 + " --set methods.multilevel.shares=0.05,0.65,0.3", "a level of 1 heads and 128 hidden units does not split"},
            {mpirun(2), "--set parallel.tensor=3", "set parallel.tensor to a divisor of both"},
-           {FRUGAL_BINARY, kSequence, "parallel.sequence = true splits a micro-batch's rows over a tensor-parallel group"},
+           {test_paths::binary(), kSequence, "parallel.sequence = true splits a micro-batch's rows over a tensor-parallel group"},
            {mpirun(2), kTensor2 + " " + kSequence + " --set train.batch_size=1 --set train.seq_len=63",
             "a micro-batch's 63 rows (train.batch_size × train.seq_len) do not divide over parallel.tensor = 2"},
            {mpirun(2), kTensor2 + " " + kSequence + " --set methods.freeze.alpha=0.5",

@@ -10,6 +10,7 @@
 #include "frugal/core/error.h"
 #include "frugal/data/text.h"
 #include "frugal/data/tokenizer.h"
+#include "paths.h"
 #include "sha256.h"
 
 namespace fs = std::filesystem;
@@ -28,7 +29,7 @@ const Tokenizer& gpt2(bool allow_special) {
 }
 
 nlohmann::json read_fixture(const std::string& name) {
-  return nlohmann::json::parse(read_text_file(std::string(FRUGAL_TEST_DATA) + "/tokenizer/" + name));
+  return nlohmann::json::parse(read_text_file(std::string(test_paths::test_data()) + "/tokenizer/" + name));
 }
 
 std::vector<int32_t> as_ids(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }

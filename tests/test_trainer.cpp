@@ -25,6 +25,7 @@
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/step.h"
 #include "frugal/train/trainer.h"
+#include "paths.h"
 #include "run_cli.h"
 #include "temp_dir.h"
 #include "train_data.h"
@@ -215,7 +216,9 @@ TEST(Trainer, TimeBudgetHoldsTheEvaluations) {
                                 {.quiet = true}).fit();
     const std::vector<nlohmann::json> entries = budget_records(dir.file(name));
     EXPECT_FALSE(entries.empty());
-    if (!entries.empty()) EXPECT_EQ(r.steps, entries.back().at("budget").at("steps").get<int64_t>());
+    if (!entries.empty()) {
+      EXPECT_EQ(r.steps, entries.back().at("budget").at("steps").get<int64_t>());
+    }
     return entries;
   };
   const std::vector<nlohmann::json> counted = fixes("counted", "true");
@@ -958,7 +961,7 @@ TEST(TrainerCli, UnforeseenFileSystemErrorsAreOneLine) {
 TEST(TrainerCli, SigintWritesACheckpointAndExitsZero) {
   TempDir dir;
   const std::string data = make_data(dir), log = dir.file("log");
-  const std::string cmd = std::string("exec timeout -k 30 --preserve-status -s INT 120 ") + FRUGAL_BINARY +
+  const std::string cmd = std::string("exec timeout -k 30 --preserve-status -s INT 120 ") + test_paths::binary() +
                           " train /dev/null --set data.dir=" + data + " --set train.out_dir=" + dir.file("run") +
                           " --set model.n_layer=2 --set model.n_embd=32 --set model.n_head=2 --set model.block_size=32"
                           " --set train.max_steps=1000000 --set train.log_interval=1 --set sample.count=0 > " +

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+#include "paths.h"
 
 namespace frugal::testing {
 
@@ -13,8 +14,8 @@ namespace frugal::testing {
 // it imports tokenizers and transformers; "" if none does.
 inline std::string torch_python() {
   namespace fs = std::filesystem;
-  std::vector<fs::path> roots{FRUGAL_SOURCE_DIR};
-  if (FILE* p = ::popen("git -C " FRUGAL_SOURCE_DIR " rev-parse --path-format=absolute --git-common-dir 2>/dev/null", "r")) {
+  std::vector<fs::path> roots{test_paths::source_dir()};
+  if (FILE* p = ::popen((std::string("git -C ") + test_paths::source_dir() + " rev-parse --path-format=absolute --git-common-dir 2>/dev/null").c_str(), "r")) {
     char buf[4096] = {};
     const size_t n = std::fread(buf, 1, sizeof(buf) - 1, p);
     ::pclose(p);

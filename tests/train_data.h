@@ -5,12 +5,13 @@
 #include <string>
 
 #include "frugal/data/prepare.h"
+#include "paths.h"
 #include "temp_dir.h"
 
 namespace frugal::testing {
 
 inline std::string make_shakespeare_data(const TempDir& dir, size_t bytes) {
-  std::ifstream in(std::string(FRUGAL_SOURCE_DIR) + "/data/tinyshakespeare/input.txt");
+  std::ifstream in(std::string(test_paths::source_dir()) + "/data/tinyshakespeare/input.txt");
   std::string text(bytes, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   std::ofstream(dir.file("text.txt")) << text;
