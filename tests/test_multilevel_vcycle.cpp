@@ -14,11 +14,13 @@
 #include "frugal/methods/multilevel/vcycle.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/trainer.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
 using namespace frugal;
 using frugal::testing::error_of;
+using frugal::testing::logged_records;
 using frugal::testing::TempDir;
 
 namespace {
@@ -38,13 +40,6 @@ io::Config config(const std::string& data, const std::string& out, std::vector<s
   if (cycle) o.push_back("methods.multilevel.shares=0.2,0.5,0.3");
   o.insert(o.end(), extra.begin(), extra.end());
   return io::Config::load(run_schema(), "", o);
-}
-
-std::vector<nlohmann::json> metrics(const std::string& run_dir) {
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  std::vector<nlohmann::json> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  return lines;
 }
 
 // optim.lr of a run, from the config it saved.
@@ -91,8 +86,8 @@ TEST(MultiLevel, VisitsEachLevelAtItsStepsWithItsLearningRate) {
   Trainer(config(data, dir.file("dense"), {}, false), {.quiet = true}).fit();
   Trainer cycle(config(data, dir.file("cycle"), {"methods.multilevel.lr_schedule=run"}), {.quiet = true});
   cycle.fit();
-  const auto dense = metrics(dir.file("dense"));
-  const auto lines = metrics(dir.file("cycle"));
+  const auto dense = logged_records(dir.file("dense"));
+  const auto lines = logged_records(dir.file("cycle"));
   ASSERT_EQ(lines.size(), 10u);
   const std::vector<int> expected = {1, 1, 2, 2, 2, 2, 2, 1, 1, 1};
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -109,7 +104,7 @@ TEST(MultiLevel, VisitsEachLevelAtItsStepsWithItsLearningRate) {
 
   // The released code's schedule: each segment after the first restarts at its peak and decays.
   Trainer(config(data, dir.file("segment"), {"methods.multilevel.lr_schedule=segment"}), {.quiet = true}).fit();
-  const auto segment = metrics(dir.file("segment"));
+  const auto segment = logged_records(dir.file("segment"));
   const double lr = c_lr(dir.file("segment"));
   EXPECT_NEAR(segment[2].at("lr").get<double>(), 4 * lr, 1e-6 * lr);  // step 3: level 2 starts
   EXPECT_NEAR(segment[7].at("lr").get<double>(), lr, 1e-6 * lr);      // step 8: level 1 again
@@ -121,7 +116,7 @@ TEST(MultiLevel, VisitsEachLevelAtItsStepsWithItsLearningRate) {
   // level-1 segment's 3 steps (8-10) over steps 9-10.
   Trainer(config(data, dir.file("wsd"), {"methods.multilevel.lr_schedule=segment", "optim.schedule=wsd",
                                          "optim.decay_fraction=0.6"}), {.quiet = true}).fit();
-  const auto wsd = metrics(dir.file("wsd"));
+  const auto wsd = logged_records(dir.file("wsd"));
   for (size_t i : {2, 3, 4}) EXPECT_NEAR(wsd[i].at("lr").get<double>(), 4 * lr, 1e-6 * lr) << "step " << i + 1;
   for (size_t i : {5, 6}) EXPECT_LT(wsd[i].at("lr"), wsd[i - 1].at("lr")) << "step " << i + 1;
   for (size_t i : {7, 8}) EXPECT_NEAR(wsd[i].at("lr").get<double>(), lr, 1e-6 * lr) << "step " << i + 1;
@@ -175,7 +170,7 @@ TEST(MultiLevel, UnderATimeBudgetEachLevelIsTimedAndTheCycleFollowsTheHorizon) {
   const FitResult timed = Trainer(config(data, dir.file("timed"), budget), {.quiet = true}).fit();
   EXPECT_EQ(timed.losses, steps.losses);
   std::vector<std::pair<int, std::string>> fixes;
-  for (const auto& line : metrics(dir.file("timed"))) {
+  for (const auto& line : logged_records(dir.file("timed"))) {
     if (!line.contains("budget")) continue;
     fixes.emplace_back(line.at("step").get<int>(), line.at("budget").at("timed").get<std::string>());
     EXPECT_EQ(line.at("budget").at("steps"), 10);
@@ -199,7 +194,7 @@ TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
                                                              "train.threads=1"}),
                               {.quiet = true}).fit();
   std::vector<int64_t> horizons, fixed_at;  // each fix's horizon, and the (1-based) step it followed
-  const auto lines = metrics(dir.file("run"));
+  const auto lines = logged_records(dir.file("run"));
   for (const auto& line : lines) {
     if (!line.contains("budget")) continue;
     horizons.push_back(line.at("budget").at("steps").get<int64_t>());
@@ -234,7 +229,7 @@ TEST(MultiLevel, FreezingRestartsAtEveryLevelAndResumesBitExactly) {
   TempDir dir;
   const std::string data = make_data(dir);
   Trainer(config(data, dir.file("run"), pair), {.quiet = true}).fit();
-  const auto lines = metrics(dir.file("run"));
+  const auto lines = logged_records(dir.file("run"));
   ASSERT_EQ(lines.size(), 10u);
   std::vector<int> frozen;
   for (const auto& line : lines) frozen.push_back(line.at("frozen_layers"));
@@ -253,7 +248,7 @@ TEST(MultiLevel, FreezingRestartsAtEveryLevelAndResumesBitExactly) {
   const FitResult on = Trainer(config(tiny, small.file("on"), cached), {.quiet = true}).fit();
   const FitResult off = Trainer(config(tiny, small.file("off"), uncached), {.quiet = true}).fit();
   EXPECT_EQ(on.losses, off.losses);
-  EXPECT_GT(metrics(small.file("on")).back().at("autocache_hits").get<int64_t>(), 0);
+  EXPECT_GT(logged_records(small.file("on")).back().at("autocache_hits").get<int64_t>(), 0);
 }
 
 // 2:4 follows the V-cycle: after every level change the FFN linears of the new shapes run 2:4

@@ -17,12 +17,14 @@
 #include "frugal/model/formats/masked.h"
 #include "frugal/train/checkpoint.h"
 #include "frugal/train/trainer.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
 using namespace frugal;
 namespace fs = std::filesystem;
 using frugal::testing::error_of;
+using frugal::testing::logged_records;
 using frugal::testing::TempDir;
 
 namespace {
@@ -118,13 +120,6 @@ io::Config widen_config(const std::string& data_dir, const std::string& out_dir,
   return io::Config::load(run_schema(), "", overrides);
 }
 
-std::vector<nlohmann::json> metrics(const std::string& run_dir) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 }  // namespace
 
 TEST(Session, WideningMapPreservesTheModelsFunction) {
@@ -161,7 +156,7 @@ TEST(Session, AMethodWidensTheModelMidRunAndResumeIsBitExact) {
   ASSERT_EQ(all.losses.size(), 10u);
   for (float loss : all.losses) ASSERT_TRUE(std::isfinite(loss));
   // The widened run trains on with half the schedule's learning rate.
-  const auto lines = metrics(dir.file("a"));
+  const auto lines = logged_records(dir.file("a"));
   ASSERT_EQ(lines.size(), 10u);
   AdamWConfig schedule = run_settings(widen_config(data, dir.file("a"))).optim;
   for (int step = 0; step < 10; ++step)

@@ -27,12 +27,14 @@
 #include "frugal/train/trainer.h"
 #include "paths.h"
 #include "run_cli.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
 using namespace frugal;
 namespace fs = std::filesystem;
 using frugal::testing::CliResult;
+using frugal::testing::logged_records;
 using frugal::testing::run_frugal;
 using frugal::testing::TempDir;
 
@@ -141,14 +143,6 @@ TEST(Trainer, RotaryQkNormSoftcapResumeBitExactlyAndCheckpointsKeepTheFunction) 
 
 // A masked-LM encoder: its masks come from (train.seed, step, sample id), so resume is bit-exact.
 TEST(Trainer, MaskedLmResumeIsBitExact) { expect_resume_is_bit_exact({"model.objective=mlm", "model.norm=post"}); }
-
-// Every record of a run's metrics.jsonl, in order.
-std::vector<nlohmann::json> logged_records(const std::string& run) {
-  std::vector<nlohmann::json> records;
-  std::ifstream metrics(run + "/metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) records.push_back(nlohmann::json::parse(line));
-  return records;
-}
 
 // The learning rate of every step a run logged (train.log_interval = 1).
 std::vector<float> logged_lrs(const std::string& run) {
