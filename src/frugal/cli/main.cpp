@@ -99,6 +99,9 @@ int main(int argc, char** argv) {
                    "over several processes)", argv[1]);
     rc = parse_and_run(app, argc, argv);  // --help text goes to stdout too
     frugal::io::flush_stdout();
+  } catch (const frugal::CollectiveError& e) {
+    fmt::print(stderr, "error: {}{}\n", rank_prefix(world), e.what());
+    return world.fail_together(1);
   } catch (const frugal::Error& e) {
     fmt::print(stderr, "error: {}{}\n", rank_prefix(world), e.what());
     return world.fail(1);

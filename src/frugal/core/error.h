@@ -13,6 +13,14 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An error every rank of a parallel run raises at the same point, having agreed to stop (a
+// failed output on one rank, say): each rank reports it and the ranks end together, so no rank
+// is killed before its line is out.
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
 template <class... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));

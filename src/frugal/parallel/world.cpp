@@ -115,4 +115,10 @@ int World::fail(int code) {
   return code;
 }
 
+int World::fail_together(int code) {
+  std::fflush(stderr);
+  group().barrier();
+  return code;
+}
+
 }  // namespace frugal::parallel

@@ -37,6 +37,9 @@ class World {
   // After an error on this rank: ends every rank with `code` (the others, waiting for this one
   // in a collective, would otherwise wait until their timeout). In one process: returns code.
   int fail(int code);
+  // After an error every rank raised at the same point (CollectiveError): waits until every rank
+  // has reported it, then returns code; the ranks end normally, none is aborted mid-report.
+  int fail_together(int code);
 
   ~World();
 

@@ -305,7 +305,7 @@ void Trainer::log_metrics(const std::string& json_line) {
   if (group_.is_writer()) io::append_to_file(metrics_path_, json_line + "\n");
 }
 
-void Trainer::stop_after_failed_output(int64_t steps_done, const std::exception& cause) {
+void Trainer::stop_after_failed_output(int64_t steps_done, const std::exception& cause, bool every_rank) {
   std::string outcome;
   try {
     outcome = fmt::format("checkpoint {} written; once the output works again, continue with "
@@ -313,7 +313,9 @@ void Trainer::stop_after_failed_output(int64_t steps_done, const std::exception&
   } catch (const std::exception& e) {
     outcome = fmt::format("no checkpoint could be written either: {}", e.what());
   }
-  fail("{}; training stopped after step {}: {}", cause.what(), steps_done, outcome);
+  const std::string message = fmt::format("{}; training stopped after step {}: {}", cause.what(), steps_done, outcome);
+  if (every_rank) throw CollectiveError(message);
+  throw Error(message);
 }
 
 float Trainer::evaluate() {
@@ -448,7 +450,8 @@ FitResult Trainer::fit() {
                     output_failure.empty() ? 0.0 : 1.0});
     if (agreed[1] > 0)
       stop_after_failed_output(step + 1, Error(output_failure.empty() ? "rank 0 could not write the run's log or "
-                                                                       "progress (see its error)" : output_failure));
+                                                                       "progress (see its error)" : output_failure),
+                               /*every_rank=*/true);
     const bool last = step + 1 == end_step || agreed[0] > 0;
     const bool eval_now = (step + 1) % t.eval_interval == 0 || last;
     if (eval_now) {
@@ -526,7 +529,7 @@ FitResult Trainer::fit() {
       } catch (const Error& e) {
         // One process stops now; ranks stop together at the next step's agreement (at the last
         // step every rank writes its final checkpoint below, this one here).
-        if (group_.size() == 1 || last) stop_after_failed_output(step + 1, e);
+        if (group_.size() == 1 || last) stop_after_failed_output(step + 1, e, /*every_rank=*/group_.size() == 1);
         output_failure = e.what();
       }
       window_seconds = window_flops = window_tokens = 0;

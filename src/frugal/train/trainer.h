@@ -90,8 +90,9 @@ class Trainer {
   double largest_peak_rss_mib();
   std::string save(int64_t step);
   // After a failed write of metrics.jsonl or of the progress output: saves a checkpoint if it can,
-  // then throws Error with the cause and how the run ended.
-  [[noreturn]] void stop_after_failed_output(int64_t steps_done, const std::exception& cause);
+  // then throws Error with the cause and how the run ended: a CollectiveError when every rank
+  // stops here together (they agreed to), so that each reports it before the job ends.
+  [[noreturn]] void stop_after_failed_output(int64_t steps_done, const std::exception& cause, bool every_rank);
   // train.budget = "seconds": the next steps to time at or after step `from` — the first probe
   // (whatever kind its steps are), then one for each kind of step the methods' plan has not timed.
   std::optional<BudgetProbe> next_budget_probe(int64_t from) const;
