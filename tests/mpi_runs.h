@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -17,6 +16,7 @@
 
 #include "paths.h"
 #include "run_cli.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -60,14 +60,7 @@ class MpiRuns : public ::testing::Test {
     const CliResult r = run_shell(program + train_args(name, steps, extra) + threads);
     // A failed run ends the test here (gtest reports the exception), not later in an empty steps.back().
     if (r.rc != 0) throw std::runtime_error(fmt::format("run {} failed (exit {}):\n{}", name, r.rc, r.output));
-    return {tmp_.file(name), metrics(tmp_.file(name)), r.output};
-  }
-  static std::vector<nlohmann::json> metrics(const std::string& dir) {
-    std::vector<nlohmann::json> out;
-    std::ifstream in(dir + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);)
-      if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-    return out;
+    return {tmp_.file(name), frugal::testing::logged_records(tmp_.file(name)), r.output};
   }
 
   std::string model_;

@@ -12,6 +12,7 @@
 #include "frugal/methods/freeze/autocache.h"
 #include "frugal/methods/freeze/prefix_cache.h"
 #include "frugal/train/trainer.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -40,10 +41,8 @@ struct CacheStats {
 };
 
 CacheStats read_stats(const std::string& run_dir) {
-  std::ifstream in(run_dir + "/metrics.jsonl");
   CacheStats s;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
+  for (const nlohmann::json& j : frugal::testing::logged_records(run_dir)) {
     s.hits = std::max(s.hits, j.value("autocache_hits", int64_t{0}));  // cumulative counts
     s.misses = std::max(s.misses, j.value("autocache_misses", int64_t{0}));
     s.max_on_disk = std::max(s.max_on_disk, j.value("autocache_on_disk", int64_t{0}));
@@ -156,13 +155,11 @@ TEST(AutoCache, AFullSpillDiskTurnsTheCacheOffAndTheRunGoesOn) {
   const FitResult cached = Trainer(config(data, dir.file("on"), on), {.quiet = true}).fit();
   EXPECT_EQ(plain.losses, cached.losses);
   EXPECT_EQ(plain.final_val_loss, cached.final_val_loss);
-  std::ifstream in(dir.file("on") + "/metrics.jsonl");
   int turned_off = 0;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
+  for (const nlohmann::json& j : frugal::testing::logged_records(dir.file("on"))) {
     if (j.value("event", "") != "autocache off") continue;
     ++turned_off;
-    EXPECT_NE(j.value("warning", "").find("No space left on device"), std::string::npos) << line;
+    EXPECT_NE(j.value("warning", "").find("No space left on device"), std::string::npos) << j.dump();
     EXPECT_LE(j["step"].get<int>(), 2) << "the first two steps spill 16 entries";
   }
   EXPECT_EQ(turned_off, 1);

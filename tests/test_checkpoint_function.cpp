@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
@@ -20,6 +19,7 @@
 #include "frugal/train/run_config.h"
 #include "frugal/train/trainer.h"
 #include "run_cli.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -54,11 +54,8 @@ std::string checkpoint(const std::string& run_dir, int step) {
 
 // The val_loss the run logged after `step` steps.
 double logged_val_loss(const std::string& run_dir, int step) {
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
+  for (const nlohmann::json& j : frugal::testing::logged_records(run_dir))
     if (j.value("step", -1) == step && j.contains("val_loss")) return j.at("val_loss").get<double>();
-  }
   ADD_FAILURE() << "no val_loss logged at step " << step;
   return 0;
 }

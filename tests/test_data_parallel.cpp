@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 using testing::CliResult;
 using testing::contains;
 using testing::expect_identical;
+using testing::logged_records;
 using testing::max_relative_difference;
 using testing::mpirun;
 using testing::run_shell;
@@ -140,14 +141,14 @@ TEST_F(DataParallel, ShardedCheckpointResumesBitExactlyAndWithAnotherWorldSize) 
   CliResult r = run_shell(mpirun(2) + " " + train_args("copy", 8, zero2) + " --resume " +
                           tmp_.file("copy") + "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
-  expect_identical(straight.steps, metrics(tmp_.file("copy")));
+  expect_identical(straight.steps, logged_records(tmp_.file("copy")));
   // One process with the same global batch (and four ranks with ZeRO-2 sharding differently
   // would need grad_accum 1/2): the moments of both shards are read from their files.
   fs::copy(straight.dir, tmp_.file("single"), fs::copy_options::recursive);
   r = run_shell(std::string(test_paths::binary()) + " " + train_args("single", 8, "--set train.grad_accum=2 --set train.threads=1") +
                 " --resume " + tmp_.file("single") + "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
-  EXPECT_LE(max_relative_difference(straight.steps, metrics(tmp_.file("single"))), kTolerance);
+  EXPECT_LE(max_relative_difference(straight.steps, logged_records(tmp_.file("single"))), kTolerance);
   // The other way: a one-process checkpoint (whole moments) resumed by two ZeRO-2 ranks, each
   // taking its shard of them.
   const TrainedRun one = train("one", 0, 8, "--set train.grad_accum=2 --set train.checkpoint_interval=4 --set train.keep_checkpoints=5");
@@ -155,7 +156,7 @@ TEST_F(DataParallel, ShardedCheckpointResumesBitExactlyAndWithAnotherWorldSize) 
   r = run_shell(mpirun(2) + " " + train_args("one-copy", 8, zero2) + " --resume " + tmp_.file("one-copy") +
                 "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
-  EXPECT_LE(max_relative_difference(one.steps, metrics(tmp_.file("one-copy"))), kTolerance);
+  EXPECT_LE(max_relative_difference(one.steps, logged_records(tmp_.file("one-copy"))), kTolerance);
   // A world size that changes the global batch is refused, naming the keys to change.
   r = run_shell(std::string(test_paths::binary()) + " " + train_args("run", 8, "") + " --resume " + step4);
   EXPECT_EQ(r.rc, 1);
@@ -229,7 +230,7 @@ TEST_F(DataParallel, MultilevelVcycleEqualsOneProcessAndZeroStagesAndResumesOnTh
   const CliResult r = run_shell(mpirun(2) + " " + train_args("copy", 8, zero2) + " --resume " + tmp_.file("copy") +
                                 "/checkpoints/step_00000003");
   ASSERT_EQ(r.rc, 0) << r.output;
-  expect_identical(straight.steps, metrics(tmp_.file("copy")));
+  expect_identical(straight.steps, logged_records(tmp_.file("copy")));
 }
 
 // A mixture of experts with both balancing mechanisms: the ranks' expert load is summed before
@@ -330,7 +331,7 @@ TEST_F(DataParallel, OnlyTheWriterLooksAtTheRunDirectoryAtStartUp) {
   const std::string mpmd = mpirun(1) + " " + rank0 + " : -np 1 " + test_paths::binary() + " " + rank1;
   const CliResult r = run_shell(mpmd);
   EXPECT_EQ(r.rc, 0) << r.output;
-  EXPECT_EQ(metrics(tmp_.file("writer")).size(), 2u) << r.output;
+  EXPECT_EQ(logged_records(tmp_.file("writer")).size(), 2u) << r.output;
 }
 
 // A job started in the background, its output in a file.

@@ -18,6 +18,7 @@
 #include "frugal/io/dir_lock.h"
 #include "error_of.h"
 #include "paths.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -51,10 +52,7 @@ sample.count = 0
 }
 
 float first_loss(const std::string& run_dir) {
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  std::string line;
-  std::getline(in, line);
-  return nlohmann::json::parse(line).at("loss").get<float>();
+  return frugal::testing::logged_records(run_dir).at(0).at("loss").get<float>();
 }
 
 }  // namespace

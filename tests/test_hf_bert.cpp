@@ -26,6 +26,7 @@
 #include "hf_testing.h"
 #include "paths.h"
 #include "run_cli.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 #include "torch_python.h"
 #include "train_data.h"
@@ -470,12 +471,9 @@ TEST(HfBertCli, ImportThenExportOfTheTransformersFixture) {
 
 // The losses of metrics.jsonl, by step.
 std::vector<double> logged_losses(const std::string& run) {
-  std::ifstream in(run + "/metrics.jsonl");
   std::vector<double> losses;
-  for (std::string line; std::getline(in, line);) {
-    const json j = json::parse(line);
+  for (const json& j : frugal::testing::logged_records(run))
     if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
-  }
   return losses;
 }
 

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -20,6 +19,7 @@
 #include "frugal/train/trainer.h"
 #include "paths.h"
 #include "run_cli.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -132,10 +132,8 @@ TEST(MaskedLmCli, TrainsEvaluatesFillsMasksAndRefusesWhatItCannotDo) {
   ASSERT_EQ(train.rc, 0) << train.output;
   EXPECT_NE(train.output.find(" acc "), std::string::npos) << train.output;
   EXPECT_NE(train.output.find("<mask> 1:"), std::string::npos) << train.output;
-  std::ifstream metrics(run + "/metrics.jsonl");
   int evaluated = 0;
-  for (std::string line; std::getline(metrics, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
+  for (const nlohmann::json& j : frugal::testing::logged_records(run)) {
     if (!j.contains("val_loss")) continue;
     ++evaluated;
     EXPECT_GE(j.at("val_accuracy").get<double>(), 0.0);

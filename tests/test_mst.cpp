@@ -21,6 +21,7 @@
 #include "frugal/model/formats/sparse.h"
 #include "frugal/model/formats/sparse24.h"
 #include "frugal/train/trainer.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -54,11 +55,8 @@ MstMethod& method_of(Trainer& t) {
 // The metrics records by 0-based step (a record's "step" counts the steps done).
 std::map<int64_t, nlohmann::json> read_metrics(const std::string& run_dir) {
   std::map<int64_t, nlohmann::json> out;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
+  for (const nlohmann::json& j : frugal::testing::logged_records(run_dir))
     if (j.contains("step") && j.contains("sparsity")) out[j.at("step").get<int64_t>() - 1] = j;
-  }
   return out;
 }
 

@@ -21,6 +21,7 @@
 #include "error_of.h"
 #include "paths.h"
 #include "run_cli.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -397,12 +398,9 @@ TEST(ForeignData, NanoGptAndLlmcFilesAreReadAndTrainedOn) {
                               " --set train.batch_size=4 --set train.max_steps=3 --set train.eval_interval=3"
                               " --set train.eval_batches=2 --set sample.count=0 --set train.out_dir=" + run);
     ASSERT_EQ(r.rc, 0) << r.output;
-    std::ifstream metrics(run + "/metrics.jsonl");
-    std::string line, last;
-    while (std::getline(metrics, line)) last = line;
-    const auto j = nlohmann::json::parse(last);
+    const nlohmann::json j = frugal::testing::logged_records(run).back();
     EXPECT_EQ(j["step"], 3);
-    EXPECT_TRUE(j.contains("val_loss")) << last;
+    EXPECT_TRUE(j.contains("val_loss")) << j.dump();
   }
 
   // Without a tokenizer, and with damaged files: one clear line each.

@@ -14,6 +14,7 @@
 #include "frugal/train/trainer.h"
 #include "gradcheck.h"
 #include "model_grad.h"
+#include "run_metrics.h"
 #include "temp_dir.h"
 #include "train_data.h"
 
@@ -62,11 +63,7 @@ void expect_valid_mask(const Sparse24Method::Target& t, bool transposable) {
 
 std::map<int64_t, nlohmann::json> read_metrics(const std::string& run_dir) {
   std::map<int64_t, nlohmann::json> out;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    out[j.at("step").get<int64_t>()] = j;
-  }
+  for (const nlohmann::json& j : frugal::testing::logged_records(run_dir)) out[j.at("step").get<int64_t>()] = j;
   return out;
 }
 

@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 using testing::CliResult;
 using testing::contains;
 using testing::expect_identical;
+using testing::logged_records;
 using testing::max_relative_difference;
 using testing::mpirun;
 using testing::run_shell;
@@ -91,7 +92,7 @@ class TensorParallel : public testing::MpiRuns {
     const CliResult r = run_shell(mpirun(np) + " " + train_args(fs::path(again).filename().string(), steps, args) +
                                   fmt::format(" --resume {}/checkpoints/step_{:08d}", again, from));
     ASSERT_EQ(r.rc, 0) << r.output;
-    expect_identical(run.steps, metrics(again));
+    expect_identical(run.steps, logged_records(again));
   }
 };
 
@@ -194,13 +195,13 @@ TEST_F(TensorParallel, AShardedCheckpointResumesBitExactlyInOneProcessAndEvaluat
   CliResult r = run_shell(mpirun(2) + " " + train_args("again", 8, args) + " --resume " +
                           tmp_.file("again") + "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
-  expect_identical(straight.steps, metrics(tmp_.file("again")));
+  expect_identical(straight.steps, logged_records(tmp_.file("again")));
   // One process reads the shards back whole and continues (within the tolerance).
   fs::copy(straight.dir, tmp_.file("one"), fs::copy_options::recursive);
   r = run_shell(std::string(test_paths::binary()) + " " + train_args("one", 8, "--set train.threads=1") + " --resume " +
                 tmp_.file("one") + "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
-  EXPECT_LE(max_relative_difference(straight.steps, metrics(tmp_.file("one"))), kTolerance);
+  EXPECT_LE(max_relative_difference(straight.steps, logged_records(tmp_.file("one"))), kTolerance);
   // Evaluated in one process, the last checkpoint gives the validation loss the run logged (the
   // run's eval_batches of its batch size).
   r = run_shell(fmt::format("{} eval {} --batch-size 2 --max-batches 2 --threads 1 --json", test_paths::binary(),
@@ -238,7 +239,7 @@ TEST_F(TensorParallel, ARankKilledBetweenShardWritesLeavesThePreviousCheckpointL
   EXPECT_EQ(name, "step_00000004");
   r = run_shell(command);
   ASSERT_EQ(r.rc, 0) << r.output;
-  expect_identical(straight.steps, metrics(dir));
+  expect_identical(straight.steps, logged_records(dir));
   EXPECT_TRUE(fs::exists(checkpoints / "step_00000008/model.rank00001.safetensors"));
   EXPECT_FALSE(fs::exists(checkpoints / "step_00000008.tmp"));
 }
