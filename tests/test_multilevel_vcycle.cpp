@@ -85,7 +85,7 @@ TEST(MultiLevel, VisitsEachLevelAtItsStepsWithItsLearningRate) {
   const std::string data = make_data(dir);
   Trainer(config(data, dir.file("dense"), {}, false), {.quiet = true}).fit();
   Trainer cycle(config(data, dir.file("cycle"), {"methods.multilevel.lr_schedule=run"}), {.quiet = true});
-  cycle.fit();
+  EXPECT_EQ(cycle.fit().unfinished, std::vector<std::string>{});  // it ends on the configured model
   const auto dense = logged_records(dir.file("dense"));
   const auto lines = logged_records(dir.file("cycle"));
   ASSERT_EQ(lines.size(), 10u);
@@ -209,6 +209,7 @@ TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
   EXPECT_GT(first, 3);  // level 1 was timed inside its first segment
   EXPECT_GT(fixed_at[1], first);  // and level 2 inside its own
   EXPECT_EQ(lines.back().at("level"), level2_end < horizons[1] ? 1 : 2);
+  EXPECT_EQ(r.unfinished.size(), level2_end < horizons[1] ? 0u : 1u);  // the run says when it ends on level 2
   EXPECT_EQ(lines.back().at("level2_steps"), level2_end - first);
   EXPECT_EQ(lines.back().at("level1_steps"), horizons[1] - (level2_end - first));
   // One thread: under ctest -j2 two tests' OpenMP teams spin against each other on 2 cores, and a
@@ -216,6 +217,28 @@ TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
   // No wall-clock bound here: under ctest -j2 the machine's load changes after the probes and the
   // horizon cannot follow it (a 5 s budget once took 20.8 s). That the horizon fits the time left is
   // test_time_budget's check against a naive scan; docs/optim.md measures the budget's accuracy alone.
+}
+
+// A time limit that cuts the run on level 2 (train.max_seconds without a budget: the schedule spans
+// 100000 steps, level 2 all but 20 of them) leaves the coarse model in the checkpoint, and the run
+// says so: what the checkpoint holds and how to end on the configured model.
+TEST(MultiLevel, ARunCutShortOnACoarseLevelSaysSo) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  Trainer cut(config(data, dir.file("run"), {"train.max_seconds=1", "train.max_steps=100000",
+                                             "methods.multilevel.shares=0.0001,0.9998,0.0001",
+                                             "train.eval_interval=1000000", "train.log_interval=1000000"}),
+              {.quiet = true});
+  const FitResult r = cut.fit();
+  ASSERT_GT(r.steps, 10) << "the first 10 steps are level 1's";
+  EXPECT_EQ(cut.model().config().n_layer, 2);
+  ASSERT_EQ(r.unfinished.size(), 1u);
+  EXPECT_EQ(r.unfinished[0], "methods.multilevel: the run ended on level 2 of its 2-level V-cycle, before the cycle "
+                             "returned to level 1 (a time limit ran out on the coarse level): the checkpoint holds "
+                             "the coarse model (2 layers, 2 heads, n_embd 16), not the configured one (4 layers, 4 "
+                             "heads, n_embd 32), and eval, sample and export compute it as trained; to end on the "
+                             "configured model, give the run more time (train.max_seconds) or the coarse levels "
+                             "smaller shares (methods.multilevel.shares)");
 }
 
 // Freezing restarts at every level: the map changes every frozen weight, so no block's convergence

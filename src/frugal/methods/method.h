@@ -170,6 +170,10 @@ class Method {
   // expects (Error with the reason and what to do otherwise), and returns one line for the user
   // saying what the model computes beyond its dense causal weights at their shape (empty: nothing).
   virtual std::string restore_trained_function(TrainContext& ctx) { return {}; }
+  // When a run ends (not by a signal) with this method's plan unfinished in a way that changes
+  // what the checkpoint holds (the V-cycle cut short on a coarse level): one line for the user
+  // saying so and what to do; empty otherwise.
+  virtual std::string unfinished_at_end() const { return {}; }
 };
 
 // A registered method: its config keys (under "methods.<name>.") and its factory. A method is

@@ -110,13 +110,25 @@ void MethodSet::fire(Event event, TrainContext& ctx) {
   ctx.reshaped = false;
 }
 
-std::vector<std::string> MethodSet::restore_trained_function(TrainContext& ctx) {
+namespace {
+
+// Each method's non-empty line(method), in order, headed "methods.<name>: ".
+template <class Line>
+std::vector<std::string> headed_lines(const std::vector<std::unique_ptr<Method>>& methods, Line&& line) {
   std::vector<std::string> lines;
-  for (auto& m : methods_) {
-    const std::string line = m->restore_trained_function(ctx);
-    if (!line.empty()) lines.push_back("methods." + m->name() + ": " + line);
-  }
+  for (const auto& m : methods)
+    if (const std::string text = line(*m); !text.empty()) lines.push_back("methods." + m->name() + ": " + text);
   return lines;
+}
+
+}  // namespace
+
+std::vector<std::string> MethodSet::restore_trained_function(TrainContext& ctx) {
+  return headed_lines(methods_, [&](Method& m) { return m.restore_trained_function(ctx); });
+}
+
+std::vector<std::string> MethodSet::unfinished_at_end() const {
+  return headed_lines(methods_, [](const Method& m) { return m.unfinished_at_end(); });
 }
 
 int MethodSet::cached_prefix_blocks() const {

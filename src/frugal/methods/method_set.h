@@ -48,6 +48,8 @@ class MethodSet {
   // Every method's restore_trained_function (Method), in order: its non-empty lines, each
   // headed "methods.<name>: ".
   std::vector<std::string> restore_trained_function(TrainContext& ctx);
+  // Every method's unfinished_at_end (Method): its non-empty lines, headed the same way.
+  std::vector<std::string> unfinished_at_end() const;
   // How often each event was fired (for tests and debugging).
   const std::array<int64_t, kNumEvents>& event_counts() const { return counts_; }
 

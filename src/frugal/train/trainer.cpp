@@ -552,6 +552,9 @@ FitResult Trainer::fit() {
   if (settings_.sample.count > 0) step_->synchronize();
   if (print && result.interrupted) io::print("stopped by signal after step {}; checkpoint {}\n", step, saved);
   else if (print && !saved.empty()) io::print("checkpoint {}\n", saved);
+  if (!result.interrupted) result.unfinished = methods_.unfinished_at_end();
+  for (const std::string& line : result.unfinished)
+    if (print) io::print("note: {}\n", line);
   result.first_step = start_step_;
   result.steps = step;
   result.final_val_loss = val_loss;

@@ -50,6 +50,9 @@ struct FitResult {
   double run_seconds = 0;     // the run's, over every session (metrics.jsonl's wall_s)
   bool interrupted = false;
   double peak_rss_mib = 0;    // the largest rank's peak resident memory over the run's process, at the end
+  // The methods' lines when the run ended with a plan unfinished (Method::unfinished_at_end),
+  // printed as notes; empty after a signal (a resume finishes the plan).
+  std::vector<std::string> unfinished;
 };
 
 class Trainer {

@@ -301,6 +301,18 @@ std::string VCycleMethod::restore_trained_function(TrainContext& ctx) {
                      small.n_head, small.n_embd, large.n_layer, large.n_head, large.n_embd);
 }
 
+std::string VCycleMethod::unfinished_at_end() const {
+  if (level() == 0) return {};
+  const ModelConfig &small = level_config(level()), &large = level_config(0);
+  return fmt::format("the run ended on level {} of its {}-level V-cycle, before the cycle returned to level 1 (a "
+                     "time limit ran out on the coarse level): the checkpoint holds the coarse model ({} layers, {} "
+                     "heads, n_embd {}), not the configured one ({} layers, {} heads, n_embd {}), and eval, sample "
+                     "and export compute it as trained; to end on the configured model, give the run more time "
+                     "(train.max_seconds) or the coarse levels smaller shares ({}.shares)", level() + 1,
+                     config_.levels, small.n_layer, small.n_head, small.n_embd, large.n_layer, large.n_head,
+                     large.n_embd, kPrefix);
+}
+
 void VCycleMethod::advance(TrainContext& ctx) {
   const int from = level_of(segment_), to = level_of(segment_ + 1);
   const bool mapped = config_.moments == MomentRule::Mapped;

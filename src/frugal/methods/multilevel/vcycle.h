@@ -64,6 +64,7 @@ class VCycleMethod final : public Method {
   void load_state_tensors(std::map<std::string, std::vector<float>> tensors) override;
   // Checks the model is the saved level's; a coalesced level says so, with both shapes.
   std::string restore_trained_function(TrainContext& ctx) override;
+  std::string unfinished_at_end() const override;
   // Its segments' levels, a level's steps estimated to cost relative_cost(level) of level 1's.
   std::optional<StepPlan> step_plan(int64_t horizon) const override;
   std::string cannot_start_mid_run() const override {
