@@ -1,8 +1,10 @@
-// Benchmark of the newton_schulz kernel family (Muon's orthogonalisation): GFLOP/s of the fp32 and
-// the bf16 variant on the block linears of the Tiny Shakespeare quickstart (C 192) and the presets M
-// and L (5 iterations), next to the dense SGEMM rate measured in the same run.
-// FLOPs counted per iteration, m = min(R,C), n = max(R,C): 4·m²·n + 2·m³ (two products with the
-// (m,n) matrix and one of the (m,m) Gram matrix with itself).
+// Benchmark of the newton_schulz kernel family (Muon's orthogonalisation): time and GFLOP/s of the
+// fp32 and the bf16 variant on the block linears of the Tiny Shakespeare quickstart (C 192) and the
+// presets M and L (5 iterations), next to the dense SGEMM rate and the symmetric product (ssyrk)
+// against the SGEMM of the same Gram matrix, measured in the same run.
+// FLOPs counted per iteration as each variant executes them, m = min(R,C), n = max(R,C): fp32
+// 3·m²·n + m³ (the Gram matrix and its square by ssyrk, one general product with the (m,n)
+// matrix), bf16 4·m²·n + 2·m³ (three general products).
 // Then a whole Muon step (optim/muon.h's muon_update) over every hidden matrix of the quickstart's
 // and preset M's blocks: one call per tensor (each tensor's products on all threads) against one
 // call for all of them (whole tensors spread over the threads).
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "frugal/bench/kernel_bench.h"
+#include "frugal/kernels/cpu/gemm.h"
 #include "frugal/kernels/ops.h"
 #include "frugal/optim/muon.h"
 
@@ -27,8 +30,8 @@ void bench_newton_schulz(const char* what, int R, int C, int reps) {
   std::vector<float> x = g;
   const int steps = 5;
   const double m = std::min(R, C), n = std::max(R, C);
-  const double flops = steps * (4 * m * m * n + 2 * m * m * m);
   for (const bool bf16 : {false, true}) {
+    const double flops = steps * (bf16 ? 4 * m * m * n + 2 * m * m * m : 3 * m * m * n + m * m * m);
     const double s = best_seconds([&] {
       x = g;
       (bf16 ? frugal::kernels::newton_schulz_bf16 : frugal::kernels::newton_schulz)(x.data(), R, C, steps);
@@ -63,6 +66,23 @@ void bench_muon_step(const char* what, int layers, int C, int reps) {
               one_at_a_time / together);
 }
 
+// The Gram matrix A (m,m) = X·Xᵀ of X (m,n): ssyrk against sgemm, m·m·n and 2·m·m·n FLOPs, both
+// rates as the FLOPs of the general product (what ssyrk saves shows as a higher rate).
+void bench_gram(int m, int n, int reps) {
+  const std::vector<float> x = random_floats(size_t(m) * n, 4);
+  std::vector<float> a(size_t(m) * m);
+  const double sgemm_s = best_seconds([&] {
+    frugal::kernels::cpu::sgemm(false, true, m, m, n, 1.0f, x.data(), n, x.data(), n, 0.0f, a.data(), m);
+  }, reps);
+  const double ssyrk_s = best_seconds([&] {
+    frugal::kernels::cpu::ssyrk(false, m, n, 1.0f, x.data(), n, 0.0f, a.data(), m);
+  }, reps);
+  const double flops = 2.0 * m * m * n;
+  std::printf("Gram matrix (%d,%d)·(%d,%d)ᵀ: sgemm %.3f ms (%.1f GFLOP/s), ssyrk %.3f ms (%.1f GFLOP/s as the "
+              "general product's FLOPs): %.2fx\n", m, n, m, n, sgemm_s * 1e3, flops / sgemm_s / 1e9, ssyrk_s * 1e3,
+              flops / ssyrk_s / 1e9, sgemm_s / ssyrk_s);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,6 +95,7 @@ int main(int argc, char** argv) {
     bench_newton_schulz("fc proj", C, 4 * C, reps);
   }
   frugal::bench::bench_sgemm(2048, 384, 384, reps);  // a linear of preset M's width
+  for (int C : {192, 384, 768}) bench_gram(C, 4 * C, reps);
   bench_muon_step("quickstart", 4, 192, reps);
   bench_muon_step("preset M", 6, 384, reps);
 }

@@ -1,6 +1,7 @@
 // The matmul kernel family (the dense linear): the CPU kernels against the naive reference (within
 // 1e-5 relative: GEMM summation order differs), the reference backward against fp64 finite
-// differences, and both of oneDNN's GEMM paths (kernels/cpu/gemm.h) on every transposition.
+// differences, both of oneDNN's GEMM paths (kernels/cpu/gemm.h) on every transposition, and the
+// symmetric product ssyrk.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -94,5 +95,33 @@ TEST(Kernels, OneDnnMatmulPrimitiveAndSgemmMatchANaiveProduct) {
           for (int j = 0; j < N; ++j) expected[i * ldc + j] -= bias[j];
         EXPECT_LT(max_rel_error(to_d(C1), expected), 1e-5) << "ta " << ta << " tb " << tb << " acc " << accumulate;
         EXPECT_LT(max_rel_error(to_d(C2), expected), 1e-5) << "ta " << ta << " tb " << tb << " acc " << accumulate;
+      }
+}
+
+// The symmetric product (Newton–Schulz's Gram matrices) against a naive one in fp64, both
+// orientations, beta 0 and not, a stride wider than the matrices, and sizes across the mirror's
+// 32-wide tiles: both triangles written, the columns beyond N untouched.
+TEST(Kernels, SsyrkMatchesANaiveSymmetricProduct) {
+  namespace cpu = frugal::kernels::cpu;
+  const int K = 23, pad = 3;
+  for (int N : {1, 31, 33, 70})
+    for (bool trans : {false, true})
+      for (float beta : {0.0f, -0.5f}) {
+        const int lda = (trans ? N : K) + pad, ldc = N + pad;
+        const auto A = to_f(random_vector((trans ? K : N) * lda, 21));
+        auto C0 = to_f(random_vector(N * ldc, 22));
+        for (int i = 0; i < N; ++i)  // beta · C needs a symmetric C
+          for (int j = 0; j < i; ++j) C0[i * ldc + j] = C0[j * ldc + i];
+        std::vector<double> expected(N * ldc);
+        for (int i = 0; i < N; ++i)
+          for (int j = 0; j < ldc; ++j) {
+            double sum = j >= N ? C0[i * ldc + j] : beta * double(C0[i * ldc + j]);
+            for (int p = 0; p < K && j < N; ++p)
+              sum += 0.75 * (trans ? double(A[p * lda + i]) * A[p * lda + j] : double(A[i * lda + p]) * A[j * lda + p]);
+            expected[i * ldc + j] = sum;
+          }
+        auto C = C0;
+        cpu::ssyrk(trans, N, K, 0.75f, A.data(), lda, beta, C.data(), ldc);
+        EXPECT_LT(max_rel_error(to_d(C), expected), 1e-5) << "N " << N << " trans " << trans << " beta " << beta;
       }
 }

@@ -43,7 +43,7 @@ void update_tensor(const MuonTensor& t, const MuonConfig& c, float lr, std::vect
 // Newton–Schulz FLOPs of a tensor's matrices (muon.h's cost order).
 double newton_schulz_flops(const MuonMatrices& s) {
   const double m = std::min(s.rows, s.cols), n = std::max(s.rows, s.cols);
-  return s.count * (4 * m * m * n + 2 * m * m * m);
+  return s.count * (3 * m * m * n + m * m * m);  // per iteration, kernels/cpu/newton_schulz.cpp
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
+#include <algorithm>
 #include <compare>
 #include <cstdlib>
 #include <cstring>
@@ -237,6 +238,15 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
 #endif
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void ssyrk(bool trans, int N, int K, float alpha, const float* A, int lda, float beta, float* C, int ldc) {
+  cblas_ssyrk(CblasRowMajor, CblasUpper, trans ? CblasTrans : CblasNoTrans, N, K, alpha, A, lda, beta, C, ldc);
+  constexpr int kTile = 32;  // the lower triangle from the upper, tile by tile (a column walk would miss the cache)
+  for (int ib = 0; ib < N; ib += kTile)
+    for (int jb = 0; jb <= ib; jb += kTile)
+      for (int i = ib; i < std::min(ib + kTile, N); ++i)
+        for (int j = jb; j < std::min(jb + kTile, i); ++j) C[size_t(i) * ldc + j] = C[size_t(j) * ldc + i];
 }
 
 void gemm_nt_bias(int M, int N, int K, const float* A, const float* B, const float* bias, float* C) {

@@ -17,6 +17,12 @@ enum class GemmBackend { OpenBLAS, OneDNN };
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc);
 
+// The symmetric product C (N,N) = alpha · op(A)·op(A)ᵀ + beta · C, op(A) = A (N,K), or Aᵀ for A
+// (K,N) when trans: half the FLOPs of the same product through sgemm. OpenBLAS's ssyrk computes
+// the upper triangle (oneDNN has no such routine), which is then mirrored: both triangles of C
+// are written, and beta · C reads C's upper triangle only.
+void ssyrk(bool trans, int N, int K, float alpha, const float* A, int lda, float beta, float* C, int ldc);
+
 // Whether this build has oneDNN (the build found libdnnl-dev).
 bool onednn_available();
 

@@ -1,12 +1,13 @@
 // Muon's Newton–Schulz orthogonalisation on CPU (ops.h section newton_schulz): each iteration is
-// three SGEMMs through the one GEMM entry point (kernels/cpu/gemm.h), on the Gram matrix of the
+// three products through the GEMM entry points (kernels/cpu/gemm.h), on the Gram matrix of the
 // short side, so a tall matrix is never transposed:
 //   wide (R ≤ C): A = X·Xᵀ, B = b·A + c·A·A, X ← a·X + B·X
 //   tall (R > C): A = Xᵀ·X, B = b·A + c·A·A, X ← a·X + X·B   (the same iteration on Xᵀ; B is symmetric)
-// FLOPs per iteration, m = min(R,C), n = max(R,C): 4·m²·n + 2·m³.
-// The bf16 variant runs the same three products through gemm_bf16 (bf16.h) on x, A and B rounded to
-// bf16 (A·A is its own product there, then B = b·A + c·A·A in fp32), twice the FMA rate where the
-// CPU computes bf16.
+// A and A·A = A·Aᵀ are symmetric: ssyrk computes them at half an SGEMM's FLOPs, so an iteration
+// costs 3·m²·n + m³ FLOPs for m = min(R,C), n = max(R,C) (as three SGEMMs: 4·m²·n + 2·m³).
+// The bf16 variant runs the three products through gemm_bf16 (bf16.h) as general products on x, A
+// and B rounded to bf16 (A·A is its own product there, then B = b·A + c·A·A in fp32), twice the FMA
+// rate where the CPU computes bf16.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -54,11 +55,11 @@ void newton_schulz(float* x, int R, int C, int steps) {
   FRUGAL_PROFILE("newton_schulz");
   orthogonalise(x, R, C, steps, [R, C](const float* X, float* Y, float* A, float* B, bool tall, int m) {
     if (tall)
-      sgemm(true, false, m, m, R, 1.0f, X, C, X, C, 0.0f, A, m);  // A (m,m) = Xᵀ·X
+      ssyrk(true, m, R, 1.0f, X, C, 0.0f, A, m);  // A (m,m) = Xᵀ·X
     else
-      sgemm(false, true, m, m, C, 1.0f, X, C, X, C, 0.0f, A, m);  // A (m,m) = X·Xᵀ
+      ssyrk(false, m, C, 1.0f, X, C, 0.0f, A, m);  // A (m,m) = X·Xᵀ
     std::memcpy(B, A, sizeof(float) * m * m);
-    sgemm(false, false, m, m, m, kNewtonSchulzC, A, m, A, m, kNewtonSchulzB, B, m);  // B = b·A + c·A·A
+    ssyrk(false, m, m, kNewtonSchulzC, A, m, kNewtonSchulzB, B, m);  // B = b·A + c·A·Aᵀ (= c·A·A)
     std::memcpy(Y, X, sizeof(float) * R * C);
     if (tall)
       sgemm(false, false, R, C, m, 1.0f, X, C, B, m, kNewtonSchulzA, Y, C);  // Y (R,C) = a·X + X·B
