@@ -220,12 +220,12 @@ TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
 }
 
 // A time limit that cuts the run on level 2 (train.max_seconds without a budget: the schedule spans
-// 100000 steps, level 2 all but 20 of them) leaves the coarse model in the checkpoint, and the run
+// 100000 steps, level 2 all but 20 of them; 3 s leave a wide margin for level 1's first 10) leaves the coarse model in the checkpoint, and the run
 // says so: what the checkpoint holds and how to end on the configured model.
 TEST(MultiLevel, ARunCutShortOnACoarseLevelSaysSo) {
   TempDir dir;
   const std::string data = make_data(dir);
-  Trainer cut(config(data, dir.file("run"), {"train.max_seconds=1", "train.max_steps=100000",
+  Trainer cut(config(data, dir.file("run"), {"train.max_seconds=3", "train.max_steps=100000",
                                              "methods.multilevel.shares=0.0001,0.9998,0.0001",
                                              "train.eval_interval=1000000", "train.log_interval=1000000"}),
               {.quiet = true});

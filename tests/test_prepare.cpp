@@ -398,7 +398,9 @@ TEST(ForeignData, NanoGptAndLlmcFilesAreReadAndTrainedOn) {
                               " --set train.batch_size=4 --set train.max_steps=3 --set train.eval_interval=3"
                               " --set train.eval_batches=2 --set sample.count=0 --set train.out_dir=" + run);
     ASSERT_EQ(r.rc, 0) << r.output;
-    const nlohmann::json j = frugal::testing::logged_records(run).back();
+    const std::vector<nlohmann::json> records = frugal::testing::logged_records(run);
+    ASSERT_FALSE(records.empty()) << r.output;
+    const nlohmann::json& j = records.back();
     EXPECT_EQ(j["step"], 3);
     EXPECT_TRUE(j.contains("val_loss")) << j.dump();
   }
