@@ -35,6 +35,7 @@ using testing::expect_identical;
 using testing::logged_records;
 using testing::max_relative_difference;
 using testing::mpirun;
+using testing::run_frugal;
 using testing::run_shell;
 using testing::TempDir;
 using testing::TrainedRun;
@@ -145,7 +146,7 @@ TEST_F(DataParallel, ShardedCheckpointResumesBitExactlyAndWithAnotherWorldSize) 
   // One process with the same global batch (and four ranks with ZeRO-2 sharding differently
   // would need grad_accum 1/2): the moments of both shards are read from their files.
   fs::copy(straight.dir, tmp_.file("single"), fs::copy_options::recursive);
-  r = run_shell(std::string(test_paths::binary()) + " " + train_args("single", 8, "--set train.grad_accum=2 --set train.threads=1") +
+  r = run_frugal(train_args("single", 8, "--set train.grad_accum=2 --set train.threads=1") +
                 " --resume " + tmp_.file("single") + "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_LE(max_relative_difference(straight.steps, logged_records(tmp_.file("single"))), kTolerance);
@@ -158,7 +159,7 @@ TEST_F(DataParallel, ShardedCheckpointResumesBitExactlyAndWithAnotherWorldSize) 
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_LE(max_relative_difference(one.steps, logged_records(tmp_.file("one-copy"))), kTolerance);
   // A world size that changes the global batch is refused, naming the keys to change.
-  r = run_shell(std::string(test_paths::binary()) + " " + train_args("run", 8, "") + " --resume " + step4);
+  r = run_frugal(train_args("run", 8, "") + " --resume " + step4);
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.output, "micro-batches per step (ranks × train.grad_accum")) << r.output;
   EXPECT_TRUE(contains(r.output, "= 2 × 1 in the checkpoint, 1 × 1 now")) << r.output;

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -17,7 +16,7 @@
 #include "frugal/core/error.h"
 #include "frugal/io/dir_lock.h"
 #include "error_of.h"
-#include "paths.h"
+#include "run_cli.h"
 #include "run_metrics.h"
 #include "temp_dir.h"
 #include "train_data.h"
@@ -222,14 +221,9 @@ set = ["train.seed=7"]
 }
 
 TEST(Experiment, CommandReportsAMissingFile) {
-  std::FILE* p = ::popen((std::string(test_paths::binary()) + " experiment /nonexistent/exp.toml 2>&1").c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[256];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int status = ::pclose(p);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(out.find("experiment file /nonexistent/exp.toml not found"), std::string::npos) << out;
+  const frugal::testing::CliResult r = frugal::testing::run_frugal("experiment /nonexistent/exp.toml");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.output.find("experiment file /nonexistent/exp.toml not found"), std::string::npos) << r.output;
 }
 
 TEST(Experiment, RefusesDirectoriesInUseAndTouchesNothing) {

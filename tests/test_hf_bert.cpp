@@ -32,6 +32,7 @@
 #include "train_data.h"
 
 using namespace frugal;
+using frugal::testing::contains;
 using frugal::testing::error_of;
 using frugal::testing::expect_same_params;
 using frugal::testing::perturbed_model;
@@ -60,7 +61,6 @@ ModelConfig encoder_config() {
   return c;
 }
 
-bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 json read_json(const std::string& path) { return json::parse(data::read_text_file(path)); }
 void write_json(const std::string& path, const json& j) { std::ofstream(path) << j.dump(); }
 

@@ -7,7 +7,6 @@
 #include "frugal/app/hf_model.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -23,11 +22,14 @@
 #include "frugal/kernels/ref/bf16_ref.h"
 #include "frugal/train/checkpoint.h"
 #include "hf_testing.h"
-#include "paths.h"
+#include "run_cli.h"
 #include "temp_dir.h"
 
 using namespace frugal;
+using frugal::testing::CliResult;
+using frugal::testing::contains;
 using frugal::testing::expect_same_params;
+using frugal::testing::run_frugal;
 using frugal::testing::TempDir;
 using nlohmann::json;
 
@@ -65,7 +67,6 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.init_std, b.init_std);
 }
 
-bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
 json read_json(const std::string& path) { return json::parse(data::read_text_file(path)); }
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
@@ -75,16 +76,6 @@ std::string char_tokenizer_spec(const TempDir& dir) {
   data::CharTokenizer tok = data::CharTokenizer::from_text("To be, or not to be: that is the question.\n");
   tok.save(dir.file("chars.json"));
   return tok.spec();
-}
-
-int run_frugal(const std::string& args, std::string* output) {
-  const std::string cmd = std::string(test_paths::binary()) + " " + args + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
-  const int status = ::pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 class HfRoundTrip : public ::testing::TestWithParam<bool> {};
@@ -369,17 +360,19 @@ TEST(HfCli, ImportThenExportReproducesTheWeightsFile) {
   const auto chars = data::load_tokenizer(char_tokenizer_spec(dir));
   io::export_hf_tokenizer(*chars, 16, dir.file("hf"));  // frugal_tokenizer.json: import's default
 
-  std::string out;
-  ASSERT_EQ(run_frugal("import " + dir.file("hf") + " " + dir.file("run"), &out), 0) << out;
-  ASSERT_EQ(run_frugal("export --format hf " + dir.file("run") + " " + dir.file("hf2"), &out), 0) << out;
+  const CliResult imported = run_frugal("import " + dir.file("hf") + " " + dir.file("run"));
+  ASSERT_EQ(imported.rc, 0) << imported.output;
+  const CliResult exported = run_frugal("export --format hf " + dir.file("run") + " " + dir.file("hf2"));
+  ASSERT_EQ(exported.rc, 0) << exported.output;
+  const std::string out = imported.output + exported.output;  // either may say it
   EXPECT_TRUE(contains(out, "transformers has no tokenizer matching")) << out;
   EXPECT_EQ(data::read_text_file(dir.file("hf2/model.safetensors")),
             data::read_text_file(dir.file("hf/model.safetensors")));
 
-  out.clear();
-  EXPECT_NE(run_frugal("export --format onnx " + dir.file("run") + " " + dir.file("x"), &out), 0);
-  EXPECT_TRUE(contains(out, "onnx")) << out;
-  out.clear();
-  EXPECT_EQ(run_frugal("import " + dir.file("nowhere") + " " + dir.file("run2"), &out), 1);
-  EXPECT_TRUE(contains(out, "config.json' is missing")) << out;
+  const CliResult onnx = run_frugal("export --format onnx " + dir.file("run") + " " + dir.file("x"));
+  EXPECT_NE(onnx.rc, 0);
+  EXPECT_TRUE(contains(onnx.output, "onnx")) << onnx.output;
+  const CliResult missing = run_frugal("import " + dir.file("nowhere") + " " + dir.file("run2"));
+  EXPECT_EQ(missing.rc, 1);
+  EXPECT_TRUE(contains(missing.output, "config.json' is missing")) << missing.output;
 }

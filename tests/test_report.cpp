@@ -4,19 +4,18 @@
 #include "frugal/app/report.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 
 #include "frugal/core/error.h"
-#include "paths.h"
+#include "run_cli.h"
 #include "temp_dir.h"
 
 namespace fs = std::filesystem;
+using frugal::testing::contains;
 using frugal::testing::TempDir;
 using namespace frugal;
 
@@ -24,7 +23,6 @@ namespace {
 
 using frugal::testing::error_of;
 
-bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
 void write_file(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());
@@ -339,12 +337,8 @@ TEST(Report, Cli) {
   const std::string base = make_run(tmp.path() / "base", {3.0, 2.5, 2.0}, 1.0, 1e12);
   const std::string fast = make_run(tmp.path() / "fast", {2.8, 2.2, 1.9}, 0.5, 0.5e12);
   auto run = [](const std::string& args) {
-    std::FILE* p = ::popen((std::string(test_paths::binary()) + " report " + args + " 2>&1").c_str(), "r");
-    std::string out;
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-    const int status = ::pclose(p);
-    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, out);
+    const frugal::testing::CliResult r = frugal::testing::run_frugal("report " + args);
+    return std::make_pair(r.rc, r.output);
   };
   auto [rc, out] = run(base + " " + fast + " --names a,b --target-loss 2.5 --no-plots --out " + tmp.file("o"));
   EXPECT_EQ(rc, 0) << out;

@@ -35,6 +35,7 @@ using testing::expect_identical;
 using testing::logged_records;
 using testing::max_relative_difference;
 using testing::mpirun;
+using testing::run_frugal;
 using testing::run_shell;
 using testing::TrainedRun;
 
@@ -198,20 +199,19 @@ TEST_F(TensorParallel, AShardedCheckpointResumesBitExactlyInOneProcessAndEvaluat
   expect_identical(straight.steps, logged_records(tmp_.file("again")));
   // One process reads the shards back whole and continues (within the tolerance).
   fs::copy(straight.dir, tmp_.file("one"), fs::copy_options::recursive);
-  r = run_shell(std::string(test_paths::binary()) + " " + train_args("one", 8, "--set train.threads=1") + " --resume " +
+  r = run_frugal(train_args("one", 8, "--set train.threads=1") + " --resume " +
                 tmp_.file("one") + "/checkpoints/step_00000004");
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_LE(max_relative_difference(straight.steps, logged_records(tmp_.file("one"))), kTolerance);
   // Evaluated in one process, the last checkpoint gives the validation loss the run logged (the
   // run's eval_batches of its batch size).
-  r = run_shell(fmt::format("{} eval {} --batch-size 2 --max-batches 2 --threads 1 --json", test_paths::binary(),
-                            straight.dir), "2>/dev/null");
+  r = run_frugal(fmt::format("eval {} --batch-size 2 --max-batches 2 --threads 1 --json", straight.dir), "2>/dev/null");
   ASSERT_EQ(r.rc, 0) << r.output;
   const double logged = straight.steps.back()["val_loss"], evaluated = nlohmann::json::parse(r.output)["loss"];
   std::printf("sharded checkpoint evaluated in one process: %.9g, logged by the tensor-parallel run: %.9g\n",
               evaluated, logged);
   EXPECT_LE(std::abs(evaluated - logged), kTolerance * logged);
-  r = run_shell(fmt::format("{} export {} {} --format hf", test_paths::binary(), straight.dir, tmp_.file("hf")));
+  r = run_frugal(fmt::format("export {} {} --format hf", straight.dir, tmp_.file("hf")));
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_EQ(io::read_safetensors(tmp_.file("hf") + "/model.safetensors").tensors.count("transformer.wte.weight"), 1u);
 }
@@ -417,7 +417,7 @@ TEST_F(TensorParallel, AModelTooBigForOneProcessTrainsInPartsUnderTheLimit) {
   // the reference kernels
   const std::string layout = big + " " + kTensor2 + " --set parallel.pipeline_stages=2 --set parallel.elastic=false "
                                                     "--set parallel.autopipe_cost=parameters";
-  const CliResult one = run_shell(std::string(test_paths::binary()) + " " + train_args("one-big", 2, big));
+  const CliResult one = run_frugal(train_args("one-big", 2, big));
   EXPECT_NE(one.rc, 0);
   EXPECT_TRUE(contains(one.output, "needs more memory than train.max_memory_mb = 160 allows")) << one.output;
   const TrainedRun run = train("tp2pp2-big", 4, 2, layout);
