@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+
 #include "paths.h"
 
 namespace frugal::testing {

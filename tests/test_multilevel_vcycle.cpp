@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +18,7 @@
 #include "train_data.h"
 
 using namespace frugal;
+using frugal::testing::budget_records;
 using frugal::testing::error_of;
 using frugal::testing::logged_records;
 using frugal::testing::TempDir;
@@ -170,8 +170,7 @@ TEST(MultiLevel, UnderATimeBudgetEachLevelIsTimedAndTheCycleFollowsTheHorizon) {
   const FitResult timed = Trainer(config(data, dir.file("timed"), budget), {.quiet = true}).fit();
   EXPECT_EQ(timed.losses, steps.losses);
   std::vector<std::pair<int, std::string>> fixes;
-  for (const auto& line : logged_records(dir.file("timed"))) {
-    if (!line.contains("budget")) continue;
+  for (const auto& line : budget_records(dir.file("timed"))) {
     fixes.emplace_back(line.at("step").get<int>(), line.at("budget").at("timed").get<std::string>());
     EXPECT_EQ(line.at("budget").at("steps"), 10);
   }
@@ -194,12 +193,11 @@ TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
                                                              "train.threads=1"}),
                               {.quiet = true}).fit();
   std::vector<int64_t> horizons, fixed_at;  // each fix's horizon, and the (1-based) step it followed
-  const auto lines = logged_records(dir.file("run"));
-  for (const auto& line : lines) {
-    if (!line.contains("budget")) continue;
-    horizons.push_back(line.at("budget").at("steps").get<int64_t>());
-    fixed_at.push_back(line.at("step").get<int64_t>());
+  for (const auto& fix : budget_records(dir.file("run"))) {
+    horizons.push_back(fix.at("budget").at("steps").get<int64_t>());
+    fixed_at.push_back(fix.at("step").get<int64_t>());
   }
+  const auto lines = logged_records(dir.file("run"));
   ASSERT_EQ(horizons.size(), 2u) << "the first horizon: " << (horizons.empty() ? 0 : horizons[0]) << " steps";
   EXPECT_EQ(r.steps, horizons[1]);
   const std::vector<double> shares = {0.2, 0.5, 0.3};
@@ -220,8 +218,9 @@ TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
 }
 
 // A time limit that cuts the run on level 2 (train.max_seconds without a budget: the schedule spans
-// 100000 steps, level 2 all but 20 of them; 3 s leave a wide margin for level 1's first 10) leaves the coarse model in the checkpoint, and the run
-// says so: what the checkpoint holds and how to end on the configured model.
+// 100000 steps, level 2 all but 20 of them; 3 s leave a wide margin for level 1's first 10) leaves
+// the coarse model in the checkpoint, and the run says so: what the checkpoint holds and how to end
+// on the configured model.
 TEST(MultiLevel, ARunCutShortOnACoarseLevelSaysSo) {
   TempDir dir;
   const std::string data = make_data(dir);

@@ -33,6 +33,7 @@
 
 using namespace frugal;
 namespace fs = std::filesystem;
+using frugal::testing::budget_records;
 using frugal::testing::CliResult;
 using frugal::testing::logged_records;
 using frugal::testing::run_frugal;
@@ -149,14 +150,6 @@ std::vector<float> logged_lrs(const std::string& run) {
   std::vector<float> lrs;
   for (const nlohmann::json& record : logged_records(run)) lrs.push_back(record.at("lr").get<float>());
   return lrs;
-}
-
-// The records in which a time budget fixed (or re-fixed) the run's horizon.
-std::vector<nlohmann::json> budget_records(const std::string& run) {
-  std::vector<nlohmann::json> fixes;
-  for (const nlohmann::json& record : logged_records(run))
-    if (record.contains("budget")) fixes.push_back(record);
-  return fixes;
 }
 
 // train.budget = "seconds": the first step and the 2 probe steps run under an unbounded horizon

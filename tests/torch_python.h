@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+
 #include "paths.h"
 
 namespace frugal::testing {
