@@ -2,11 +2,12 @@
 // from scratch) writes one run directory per run, results.md and report.md; pretrained runs start
 // from the pretraining's weights; malformed experiment files are refused with the reason, also by
 // the `frugal experiment` command; an experiment or run directory in use is refused untouched;
-// --only trains some runs and reads the others' finished results.
+// --only trains some runs and reads the others' finished results; every file shipped in experiments/ loads.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -15,7 +16,9 @@
 #include "frugal/app/report.h"
 #include "frugal/core/error.h"
 #include "frugal/io/dir_lock.h"
+#include "frugal/train/run_config.h"
 #include "error_of.h"
+#include "paths.h"
 #include "run_cli.h"
 #include "run_metrics.h"
 #include "temp_dir.h"
@@ -148,6 +151,11 @@ TEST(Experiment, RefusesMalformedFiles) {
   expect_error("runs = 3\n[[run]]\nname = \"a\"\n", "unknown key 'runs'");
   expect_error("[[run]]\nname = \"a\"\npretrained = true\n", "[pretrain]");
   expect_error("[base]\nmodel.n_layer = \"four\"\n[[run]]\nname = \"a\"\n", "model.n_layer");
+  // values are checked as `frugal train` checks them, for every run, naming the run
+  expect_error("[[run]]\nname = \"a\"\n[[run]]\nname = \"b\"\nset = [\"model.n_head=3\"]\n",
+               "bad.toml run 'b': model.n_embd = 128 must be a positive multiple of model.n_head = 3");
+  expect_error("[pretrain]\nsteps = 2\nset = [\"train.seq_len=999\"]\n[[run]]\nname = \"a\"\npretrained = false\n",
+               "bad.toml [pretrain]: train.seq_len = 999 exceeds model.block_size");
   expect_error("[[run]]\nname = \"a\"\nbaselne = \"a\"\n", "unknown key 'baselne'");
   expect_error("[[run]]\nname = \"a\"\n[[run]]\nname = \"b\"\nbaseline = \"c\"\n", "baseline 'c' is not a run");
   expect_error("[[run]]\nname = \"a\"\n[[run]]\nname = \"b\"\nbaseline = 3\n", "baseline must be the name");
@@ -157,6 +165,30 @@ TEST(Experiment, RefusesMalformedFiles) {
   // a run's directory is deleted and rewritten: its name must not reach outside the output
   for (const char* name : {"..", ".", ".hidden", "a/b", "a b", ""})
     expect_error(fmt::format("[[run]]\nname = \"{}\"\n", name), "run name");
+}
+
+// Every TOML file shipped in experiments/ loads: an experiment file (one with [[run]] tables) as
+// `frugal experiment` loads it, a run config (driven by a script there) as `frugal train` checks
+// it before data, so that none fails only when a user runs it.
+TEST(Experiment, EveryShippedFileLoads) {
+  int experiments = 0, configs = 0;
+  for (const auto& f : std::filesystem::directory_iterator(std::string(test_paths::source_dir()) + "/experiments")) {
+    if (f.path().extension() != ".toml") continue;
+    const std::string path = f.path().string();
+    try {
+      if (read_file(path).find("\n[[run]]") != std::string::npos) {
+        load_experiment(path);
+        ++experiments;
+      } else {
+        run_settings(io::Config::load(run_schema(), path));
+        ++configs;
+      }
+    } catch (const Error& err) {
+      ADD_FAILURE() << err.what();
+    }
+  }
+  EXPECT_GE(experiments, 30);
+  EXPECT_GE(configs, 1);
 }
 
 // --only: an experiment in two sittings. The first trains the baseline alone (the other run is

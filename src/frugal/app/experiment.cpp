@@ -105,8 +105,17 @@ Experiment load_experiment(const std::string& path, const std::vector<std::strin
     e.runs.push_back(std::move(r));
   }
   baseline_indices(e);  // fail early
-  for (const ExperimentRun& r : e.runs) experiment_config(e, &r, "check");
-  if (e.pretrain_steps > 0) experiment_config(e, nullptr, "check");
+  // Every run's config passes the checks `frugal train` makes before it reads data, so that a bad
+  // value in the fifth run is refused before the first has trained for an hour.
+  auto check = [&](const ExperimentRun* r) {
+    try {
+      run_settings(experiment_config(e, r, "check"));
+    } catch (const Error& err) {
+      fail("{} {}: {}", path, r ? fmt::format("run '{}'", r->name) : std::string("[pretrain]"), err.what());
+    }
+  };
+  for (const ExperimentRun& r : e.runs) check(&r);
+  if (e.pretrain_steps > 0) check(nullptr);
   return e;
 }
 

@@ -41,9 +41,9 @@ struct Experiment {
   std::vector<std::string> overrides;
 };
 
-// Parses and checks an experiment file with the command line's overrides (every run's config is
-// resolved once, so a bad key fails before anything trains). Throws Error naming the file and the
-// problem.
+// Parses and checks an experiment file with the command line's overrides: every run's config is
+// resolved and given `frugal train`'s checks before data (run_settings), so a bad key or value
+// fails before anything trains. Throws Error naming the file, the run and the problem.
 Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Each run's baseline as an index into e.runs (compare_runs' `baselines`): the run its `baseline`
