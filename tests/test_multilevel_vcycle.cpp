@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -190,7 +191,7 @@ TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
   const FitResult r = Trainer(config(data, dir.file("run"), {"train.budget=seconds", "train.max_seconds=5",
                                                              "train.max_steps=1000000", "train.budget_probe_steps=2",
                                                              "train.eval_interval=1000000", "train.log_interval=1000000",
-                                                             "train.threads=1"}),
+                                                             "train.threads=1", "train.budget_retime=0"}),
                               {.quiet = true}).fit();
   std::vector<int64_t> horizons, fixed_at;  // each fix's horizon, and the (1-based) step it followed
   for (const auto& fix : budget_records(dir.file("run"))) {
@@ -213,8 +214,33 @@ TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
   // One thread: under ctest -j2 two tests' OpenMP teams spin against each other on 2 cores, and a
   // step of this small model was once timed so slow that the first horizon was 8-12 steps (CI, Zen 3).
   // No wall-clock bound here: under ctest -j2 the machine's load changes after the probes and the
-  // horizon cannot follow it (a 5 s budget once took 20.8 s). That the horizon fits the time left is
-  // test_time_budget's check against a naive scan; docs/optim.md measures the budget's accuracy alone.
+  // horizon cannot follow it (a 5 s budget once took 20.8 s) without the re-timings (the test below).
+  // That the horizon fits the time left is test_time_budget's check against a naive scan;
+  // docs/optim.md measures the budget's accuracy alone.
+}
+
+// Re-timed every 5% of the budget (the default), the same run follows the machine's load: each
+// re-timing names the level it timed again, the run ends at the horizon of its last fix, on
+// level 1 (the cycle completed), within the budget and a half however ctest -j2 loads the machine.
+TEST(MultiLevel, UnderATimeBudgetRetimingKeepsTheCycleWithinTheBudget) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const FitResult r = Trainer(config(data, dir.file("run"), {"train.budget=seconds", "train.max_seconds=5",
+                                                             "train.max_steps=1000000", "train.budget_probe_steps=2",
+                                                             "train.eval_interval=1000000", "train.log_interval=1000000",
+                                                             "train.threads=1"}),
+                              {.quiet = true}).fit();
+  const auto fixes = budget_records(dir.file("run"));
+  ASSERT_GE(fixes.size(), 3u);
+  std::set<std::string> retimed_levels;
+  for (const auto& fix : fixes)
+    if (fix.at("budget").contains("retimed")) retimed_levels.insert(fix.at("budget").at("timed").get<std::string>());
+  EXPECT_FALSE(retimed_levels.empty());
+  for (const std::string& level : retimed_levels) EXPECT_TRUE(level == "level 1" || level == "level 2") << level;
+  EXPECT_EQ(r.steps, fixes.back().at("budget").at("steps").get<int64_t>());
+  EXPECT_EQ(logged_records(dir.file("run")).back().at("level"), 1);
+  EXPECT_TRUE(r.unfinished.empty());
+  EXPECT_LT(r.run_seconds, 7.5);
 }
 
 // A time limit that cuts the run on level 2 (train.max_seconds without a budget: the schedule spans

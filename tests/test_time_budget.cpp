@@ -127,3 +127,30 @@ TEST(TimeBudget, ProbesTimeEachKindInsideItsSpan) {
   EXPECT_EQ(next_budget_probe(plan, 1, 10, std::vector<double>{0.0, 0.2})->first, 71);
   EXPECT_EQ(next_budget_probe(plan, 1, 2, std::vector<double>{0.0, 0.2})->first, 1);
 }
+
+// A re-timing's window is steady inside one span only, without the span's first and last steps;
+// past the plan, and without a plan, every window is.
+TEST(TimeBudget, SteadyStepsLieInsideOneSpanOfTheirKind) {
+  const std::optional<StepPlan> plan = vcycle_plan(100);  // level 1: steps 0-4, level 2: 5-69, level 1: 70-99
+  EXPECT_TRUE(steady_steps(plan, 1, 3));
+  EXPECT_FALSE(steady_steps(plan, 0, 3));    // the run's first step
+  EXPECT_FALSE(steady_steps(plan, 1, 4));    // level 1's last: the change to level 2
+  EXPECT_FALSE(steady_steps(plan, 3, 8));    // across the change
+  EXPECT_FALSE(steady_steps(plan, 5, 20));   // level 2's first: its kernels
+  EXPECT_TRUE(steady_steps(plan, 6, 68));
+  EXPECT_FALSE(steady_steps(plan, 6, 69));
+  EXPECT_TRUE(steady_steps(plan, 71, 98));
+  EXPECT_FALSE(steady_steps(plan, 71, 99));  // the horizon's last step ends the span too
+  EXPECT_TRUE(steady_steps(plan, 120, 130));  // beyond the plan (a horizon fixed again lower)
+  EXPECT_TRUE(steady_steps(std::nullopt, 0, 1000));
+}
+
+// A kind timed again scales every timed kind by its factor; a kind not timed stays 0 (estimated).
+TEST(TimeBudget, RetimingScalesEveryTimedKindAlike) {
+  const std::vector<double> seconds = retimed(std::vector<double>{0.5, 0.2, 0.0}, 1, 0.25);
+  ASSERT_EQ(seconds.size(), 3u);
+  EXPECT_DOUBLE_EQ(seconds[0], 0.625);
+  EXPECT_DOUBLE_EQ(seconds[1], 0.25);
+  EXPECT_EQ(seconds[2], 0.0);
+  EXPECT_THROW(retimed(std::vector<double>{0.5, 0.0}, 1, 0.25), Error);  // kind 1 never timed
+}

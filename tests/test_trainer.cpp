@@ -46,6 +46,29 @@ using frugal::testing::error_of;
 // 60 kB of Tiny Shakespeare as a prepared character-level data directory.
 std::string make_data(const TempDir& dir) { return frugal::testing::make_shakespeare_data(dir, 60000); }
 
+// "methods.slow_host": a machine that slows down during the run — sleeps 10 ms after each of the
+// first 30 steps and 40 ms after each later one. It follows a time budget's horizon (it has no
+// schedule of its own).
+class SlowHost final : public Method {
+ public:
+  std::string name() const override { return "slow_host"; }
+  Capabilities capabilities() const override { return {.follows_horizon = true}; }
+  bool match(Event event, const TrainContext&) const override { return event == Event::BatchEnd; }
+  void apply(Event, TrainContext& ctx) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ctx.step < 30 ? 10 : 40));
+  }
+};
+
+const bool kSlowHostRegistered = [] {
+  register_method({"slow_host", "test method: steps 4x slower after step 30",
+                   [](io::ConfigSchema&, const std::string&) {},
+                   [](const io::Config&, const std::string&) -> std::unique_ptr<Method> {
+                     return std::make_unique<SlowHost>();
+                   },
+                   {}});
+  return true;
+}();
+
 io::Config tiny_config(const std::string& data_dir, const std::string& out_dir,
                        std::vector<std::string> extra = {}) {
   std::vector<std::string> overrides = {
@@ -199,7 +222,8 @@ TEST(Trainer, TimeBudgetHoldsTheEvaluations) {
     const FitResult r = Trainer(tiny_config(data, dir.file(name), {"train.budget=seconds", "train.max_seconds=2",
                                                                    "train.max_steps=1000000", "train.budget_probe_steps=2",
                                                                    "train.eval_interval=20", "train.log_interval=1000000",
-                                                                   "train.budget_evals=" + counted, "train.threads=1"}),
+                                                                   "train.budget_evals=" + counted, "train.threads=1",
+                                                                   "train.budget_retime=0"}),
                                 {.quiet = true}).fit();
     const std::vector<nlohmann::json> entries = budget_records(dir.file(name));
     EXPECT_FALSE(entries.empty());
@@ -216,6 +240,40 @@ TEST(Trainer, TimeBudgetHoldsTheEvaluations) {
   EXPECT_EQ(counted[1].at("budget").at("timed"), "evaluation");
   EXPECT_GT(counted[1].at("budget").at("eval_ms").get<double>(), 0.0);
   EXPECT_EQ(fixes("uncounted", "false").size(), 1u);
+}
+
+// A machine that slows down 4× after the probe (a test method sleeps 10 ms after each of the first
+// 30 steps, 40 ms after each later one): a horizon fixed once from the probe overruns the 2 s budget
+// about 3×; re-timed every 5% of the budget, the run ends within a quarter of it and still ends its
+// cosine (its last rate near optim.min_lr). One thread, like the test above.
+TEST(Trainer, TimeBudgetRetimingHoldsTheBudgetOnAMachineThatSlowsDown) {
+  TempDir dir;
+  const std::string data = make_data(dir);
+  const auto run = [&](const std::string& name, const std::string& retime) {
+    const io::Config config = tiny_config(data, dir.file(name), {"train.budget=seconds", "train.max_seconds=2",
+                                                                 "train.max_steps=1000000", "train.budget_probe_steps=4",
+                                                                 "train.eval_interval=1000000", "train.threads=1",
+                                                                 "train.budget_retime=" + retime, "methods.slow_host={}"});
+    const FitResult r = Trainer(config, {.quiet = true}).fit();
+    const std::vector<nlohmann::json> fixes = budget_records(dir.file(name));
+    EXPECT_FALSE(fixes.empty()) << name;
+    if (!fixes.empty()) {
+      EXPECT_EQ(r.steps, fixes.back().at("budget").at("steps").get<int64_t>()) << name;
+    }
+    return std::make_pair(r, fixes);
+  };
+  const auto [once, once_fixes] = run("once", "0");
+  EXPECT_EQ(once_fixes.size(), 1u);  // the probe's
+  EXPECT_GT(once.run_seconds, 4.0);
+  const auto [retimed, retimed_fixes] = run("retimed", "0.05");
+  EXPECT_LT(retimed.run_seconds, 2.5);
+  EXPECT_LT(retimed.steps, once.steps);
+  ASSERT_GE(retimed_fixes.size(), 2u);
+  const auto ms_per_step = [](const nlohmann::json& fix) { return fix.at("budget").at("ms_per_step").get<double>(); };
+  EXPECT_TRUE(retimed_fixes.back().at("budget").contains("retimed"));
+  EXPECT_GT(ms_per_step(retimed_fixes.back()), 2.5 * ms_per_step(retimed_fixes.front())) << "the slowdown not seen";
+  const AdamWConfig optim = run_settings(tiny_config(data, dir.file("x"), {})).optim;
+  EXPECT_LT(logged_records(dir.file("retimed")).back().at("lr").get<float>(), optim.min_lr + 0.05f * optim.lr);
 }
 
 // A probe times its steps alone: the evaluations and checkpoints that fall inside its window are

@@ -111,8 +111,9 @@ io::ConfigSchema run_schema() {
       .add_string("train.budget", t.budget, "what the LR schedule spans: \"steps\" (train.max_steps) or \"seconds\" "
                   "(train.max_seconds of training: after train.budget_probe_steps steps the run fixes its number of "
                   "steps from their mean time and the evaluations' (train.budget_evals), at most train.max_steps, saves it "
-                  "with its checkpoints and trains exactly that many, decay included; a V-cycle's coarser levels and "
-                  "the first evaluation are timed as the run reaches them and the number fixed again; docs/optim.md)", {"steps", "seconds"})
+                  "with its checkpoints and trains that many, decay included; a V-cycle's coarser levels, the first "
+                  "evaluation and the steps since the last fix (train.budget_retime) are timed as the run reaches them "
+                  "and the number fixed again; docs/optim.md)", {"steps", "seconds"})
       .add_int("train.budget_probe_steps", t.budget_probe_steps, "train.budget = \"seconds\": steps timed (after "
                "the first, and inside each V-cycle level's segment) to estimate the budget's number of steps",
                Range::at_least(1))
@@ -120,6 +121,12 @@ io::ConfigSchema run_schema() {
                 "too (every train.eval_interval steps and the last; each estimated from the first probe as "
                 "train.eval_batches forward passes, then timed at the first evaluation and the number of steps fixed "
                 "again); false: the steps alone, the evaluations on top (as before 2026-11-28)")
+      .add_float("train.budget_retime", t.budget_retime, "train.budget = \"seconds\": every this fraction of "
+                 "train.max_seconds, the steps since the last fix (at least train.budget_probe_steps of one kind, the "
+                 "evaluations and checkpoints among them left out) are timed and the number of steps fixed again, so "
+                 "that the run ends on time on a machine whose speed drifts; 0: fixed once (per V-cycle level and "
+                 "for the first evaluation), and a resume repeats the uninterrupted run bit for bit (as before "
+                 "2026-11-28)", Range::closed(0, 1))
       .add_int("train.seed", static_cast<int64_t>(t.seed), "seed of initialisation, data order and dropout", Range::at_least(0))
       .add_int("train.threads", t.threads, "threads; 0 uses all cores", Range::at_least(0))
       .add_string("train.recompute", t.recompute,
@@ -359,6 +366,7 @@ RunSettings run_settings(const io::Config& c) {
   t.budget = c.get_string("train.budget");
   t.budget_probe_steps = c.get_int32("train.budget_probe_steps");
   t.budget_evals = c.get_bool("train.budget_evals");
+  t.budget_retime = c.get_float("train.budget_retime");
   t.seed = static_cast<uint64_t>(c.get_int("train.seed"));
   t.threads = c.get_int32("train.threads");
   t.recompute = c.get_string("train.recompute");

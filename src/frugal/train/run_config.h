@@ -30,10 +30,12 @@ struct TrainSettings {
   double max_seconds = 0;  // 0: no wall-clock limit
   double max_memory_mb = 0;  // the most a rank may plan for (MiB); 0: the memory the machine has available
   // "steps": the LR schedule spans max_steps; "seconds": it spans the steps max_seconds allows,
-  // estimated once from the mean time of budget_probe_steps steps (after the first) and fixed.
+  // estimated from the mean time of budget_probe_steps steps (after the first), then again from
+  // the steps since the last estimate every budget_retime · max_seconds (0: never again).
   std::string budget = "steps";
   int budget_probe_steps = 10;
   bool budget_evals = true;  // the budget counts the evaluations' time too
+  double budget_retime = 0.05;
   uint64_t seed = 1337;
   int threads = 0;
   std::string recompute = "none";  // "none" | "all" | block indices "0,1,2"

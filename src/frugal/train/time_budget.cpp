@@ -82,13 +82,29 @@ int64_t budget_horizon(const StepPlanFn& plan, int64_t done, double seconds, std
   return lo;
 }
 
+bool steady_steps(const std::optional<StepPlan>& plan, int64_t first, int64_t last) {
+  if (!plan) return true;
+  const size_t span = std::upper_bound(plan->ends.begin(), plan->ends.end(), first) - plan->ends.begin();
+  if (span == plan->ends.size()) return true;  // beyond the plan: kind 0 to the end
+  return first > span_start(*plan, span) && last < plan->ends[span] - 1;
+}
+
+std::vector<double> retimed(std::span<const double> timed, int kind, double per_step) {
+  FRUGAL_CHECK(is_timed(timed, kind) && per_step > 0, "internal: re-timing kind {} of {} at {} s", kind, timed.size(),
+               per_step);
+  const double factor = per_step / timed[kind];
+  std::vector<double> seconds(timed.begin(), timed.end());
+  for (double& s : seconds) s *= factor;  // 0 (not timed) stays 0
+  return seconds;
+}
+
 std::optional<BudgetProbe> next_budget_probe(const StepPlan& plan, int64_t from, int steps,
                                              std::span<const double> timed) {
   for (size_t i = 0; i < plan.ends.size(); ++i) {
     const int kind = plan.kinds[i];
     if (is_timed(timed, kind)) continue;
     const int64_t first = std::max(from, span_start(plan, i) + 1);
-    if (first + steps <= plan.ends[i] - 1) return BudgetProbe{first, kind};
+    if (first + steps <= plan.ends[i] - 1) return BudgetProbe{first, kind};  // steady_steps in span i
   }
   return std::nullopt;
 }

@@ -1,7 +1,9 @@
 // train.budget = "seconds": the run's horizon from timed steps. Steps may differ in cost over the
 // run (a method's StepPlan: the V-cycle's levels); the trainer times a few steps of each kind of
 // step as the run reaches it and fixes the horizon again from what it has timed, estimating the
-// kinds not timed yet from the plan's cost ratios. Pure functions, for the trainer and its tests.
+// kinds not timed yet from the plan's cost ratios; later it times the steps since the last fix
+// again (train.budget_retime), so that the horizon follows a machine whose speed drifts. Pure
+// functions, for the trainer and its tests.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -52,10 +54,28 @@ struct BudgetProbe {
   int64_t first = 0;
   int kind = 0;
 };
-// The first probe at or after step `from` of a kind not timed yet (is_timed) whose
-// `steps` steps lie inside one span of `plan` and include neither its first step (the first at a
-// new shape, which creates its kernels) nor its last (which runs the change of kind at its end);
-// empty when there is none.
+
+// What a fix of the budget timed (on one rank): `steps` steps of kind `kind` from step `first` — the
+// first time that kind is timed (a probe) or again (a re-timing) — or an evaluation.
+struct BudgetTiming {
+  enum class What { Probe, Retime, Evaluation };
+  What what = What::Probe;
+  int kind = 0;
+  int64_t first = 0, steps = 0;
+  double seconds = 0;
+};
+
+// Whether steps [first, last] (0-based) run at one kind's steady cost: inside one span of `plan`,
+// neither its first step (the first at a new shape, which creates its kernels) nor its last (which
+// runs the change of kind at its end). Every run of steps is steady without a plan.
+bool steady_steps(const std::optional<StepPlan>& plan, int64_t first, int64_t last);
+
+// train.budget_retime: the step seconds after kind `kind`'s steps were timed again at `per_step`
+// seconds. The other timed kinds are scaled by the same factor: a machine that slows down slows
+// every kind of step alike, and a kind not timed again keeps its share of the run.
+std::vector<double> retimed(std::span<const double> timed, int kind, double per_step);
+// The first probe at or after step `from` of a kind not timed yet (is_timed) whose `steps` steps
+// are steady (steady_steps); empty when there is none.
 std::optional<BudgetProbe> next_budget_probe(const StepPlan& plan, int64_t from, int steps,
                                              std::span<const double> timed);
 

@@ -415,23 +415,51 @@ FitResult Trainer::fit() {
   // A probe times its steps alone: the evaluations and checkpoints inside its window are taken out.
   Timer probe_timer;
   double probe_paused = 0;
+  // train.budget_retime: the steps since the last fix, from step `window_first` on (not the first
+  // of this fit, which builds its kernels), timed like a probe's, re-time the budget once
+  // train.budget_retime · train.max_seconds of the run have passed since that fix.
+  const double retime_every = time_budget ? t.budget_retime * t.max_seconds : 0;
+  double next_retime = wall_offset_ + retime_every;
+  int64_t window_first = start_step_ + 1;
+  Timer window_timer;
+  double window_paused = 0;
+  std::optional<StepPlan> plan = retime_every > 0 ? methods_.step_plan(end_step) : std::nullopt;
+  const auto after_fix = [&] {
+    end_step = run_horizon(*session_, t);
+    window_first = step + 1;
+    next_retime = wall_offset_ + wall.seconds() + retime_every;
+    if (retime_every > 0) plan = methods_.step_plan(end_step);
+  };
   const auto pause_probe = [&](const Timer& work) {
     if (probe && step >= probe->first) probe_paused += work.seconds();
+    if (step >= window_first) window_paused += work.seconds();
   };
   for (; step < end_step; ++step) {
     if (probe && step == probe->first) {
       probe_timer.reset();
       probe_paused = 0;
     }
+    if (step == window_first) {
+      window_timer.reset();
+      window_paused = 0;
+    }
     nlohmann::json record{{"step", step + 1}};
     Timer step_timer;
     const StepResult r = step_->run(step, next_batch, &record);
     if (probe && step + 1 == probe->first + t.budget_probe_steps) {
-      record["budget"] = fix_time_budget(probe, probe_timer.seconds() - probe_paused, step + 1,
-                                         wall_offset_ + wall.seconds());
-      end_step = run_horizon(*session_, t);
+      record["budget"] = fix_time_budget({BudgetTiming::What::Probe, probe->kind, probe->first, t.budget_probe_steps,
+                                          probe_timer.seconds() - probe_paused},
+                                         step + 1, wall_offset_ + wall.seconds());
+      after_fix();
       probe = next_budget_probe(step + 1);
     }
+    // A window that left its kind's steady steps (a V-cycle's level change) starts again after them.
+    if (retime_every > 0 && !steady_steps(plan, window_first, step)) window_first = step + 1;
+    const int kind = plan ? step_kind(*plan, step) : 0;
+    const std::optional<TimeBudget>& fixed = session_->time_budget();
+    // The same on every rank; only the time may differ, so the ranks agree on it below.
+    const bool retime_ready = retime_every > 0 && fixed && !record.contains("budget") &&
+                              is_timed(fixed->step_seconds, kind) && step + 1 - window_first >= t.budget_probe_steps;
     const float lr = r.lr;
     window_seconds += step_timer.seconds();
     window_tokens += step_->tokens_per_step(step);
@@ -447,7 +475,15 @@ FitResult Trainer::fit() {
     // different steps.
     const std::vector<double> agreed =
         group_.sum({stop_requested() || (t.max_seconds > 0 && !time_budget && wall.seconds() >= t.max_seconds) ? 1.0 : 0.0,
-                    output_failure.empty() ? 0.0 : 1.0});
+                    output_failure.empty() ? 0.0 : 1.0,
+                    retime_ready && wall_offset_ + wall.seconds() >= next_retime ? 1.0 : 0.0});
+    if (retime_ready && agreed[2] > 0) {
+      record["budget"] = fix_time_budget({BudgetTiming::What::Retime, kind, window_first, step + 1 - window_first,
+                                          window_timer.seconds() - window_paused},
+                                         step + 1, wall_offset_ + wall.seconds());
+      after_fix();
+      if (probe && probe->first > step) probe = next_budget_probe(step + 1);
+    }
     if (agreed[1] > 0)
       stop_after_failed_output(step + 1, Error(output_failure.empty() ? "rank 0 could not write the run's log or "
                                                                        "progress (see its error)" : output_failure),
@@ -469,8 +505,9 @@ FitResult Trainer::fit() {
       // replaces the estimate and fixes the horizon again.
       const std::optional<TimeBudget>& budget = session_->time_budget();
       if (time_budget && t.budget_evals && !last && budget && budget->eval_ratio == 0 && !record.contains("budget")) {
-        record["budget"] = fix_time_budget(std::nullopt, eval_timer.seconds(), step + 1, wall_offset_ + wall.seconds());
-        end_step = run_horizon(*session_, t);
+        record["budget"] = fix_time_budget({.what = BudgetTiming::What::Evaluation, .seconds = eval_timer.seconds()},
+                                           step + 1, wall_offset_ + wall.seconds());
+        after_fix();
         if (probe && probe->first > step) probe = next_budget_probe(step + 1);
       }
     }
@@ -575,54 +612,65 @@ std::optional<BudgetProbe> Trainer::next_budget_probe(int64_t from) const {
   return frugal::next_budget_probe(*plan, from, t.budget_probe_steps, budget->step_seconds);
 }
 
-nlohmann::json Trainer::fix_time_budget(const std::optional<BudgetProbe>& probe, double timed_seconds, int64_t done,
-                                        double run_seconds) {
+nlohmann::json Trainer::fix_time_budget(const BudgetTiming& timing, int64_t done, double run_seconds) {
+  using What = BudgetTiming::What;
   const TrainSettings& t = settings_.train;
   // The ranks' means, so that every rank fixes the same horizon.
-  const std::vector<double> sums = group_.sum({timed_seconds, run_seconds});
+  const std::vector<double> sums = group_.sum({timing.seconds, run_seconds});
   const double timed = sums[0] / group_.size();
   const double left = t.max_seconds - sums[1] / group_.size();
-  const double per_step = timed / t.budget_probe_steps;  // a probe's
+  const bool steps_timed = timing.what != What::Evaluation;
+  const double per_step = steps_timed ? timed / double(timing.steps) : 0;
   TimeBudget budget = session_->time_budget().value_or(TimeBudget{});
-  if (probe) {
-    if (budget.step_seconds.size() <= static_cast<size_t>(probe->kind)) budget.step_seconds.resize(probe->kind + 1, 0.0);
-    budget.step_seconds[probe->kind] = per_step;
+  double factor = 1;  // a re-timing's: its kind's step time against the last
+  if (timing.what == What::Probe) {
+    if (budget.step_seconds.size() <= static_cast<size_t>(timing.kind)) budget.step_seconds.resize(timing.kind + 1, 0.0);
+    budget.step_seconds[timing.kind] = per_step;
+  } else if (timing.what == What::Retime) {
+    factor = per_step / budget.step_seconds.at(timing.kind);
+    budget.step_seconds = retimed(budget.step_seconds, timing.kind, per_step);
   }
   const StepPlanFn plan = [&](int64_t horizon) { return methods_.step_plan(horizon); };
   const std::optional<StepPlan> now = plan(run_horizon(*session_, t));
   const std::vector<double> seconds = now ? kind_seconds(*now, budget.step_seconds) : budget.step_seconds;
-  if (!probe) budget.eval_ratio = timed / seconds[now ? step_kind(*now, done - 1) : 0];
+  if (!steps_timed) budget.eval_ratio = timed / seconds[now ? step_kind(*now, done - 1) : 0];
   // Until an evaluation is timed: train.eval_batches forward passes per validation set, a forward
   // pass a third of a micro-batch's forward and backward.
   const double ratio = budget.eval_ratio > 0 ? budget.eval_ratio
                                              : double(val_sets_.size() * t.eval_batches) / (3.0 * t.accum_at(done));
-  const EvalCost evals{t.eval_interval, probe ? done : done + 1, t.budget_evals ? ratio : 0.0};
+  // Steps are timed before the evaluation after step `done`, which is then still to come.
+  const EvalCost evals{t.eval_interval, steps_timed ? done : done + 1, t.budget_evals ? ratio : 0.0};
   // The schedule ends where the run does: train.max_steps caps the horizon (the time of a plan's
   // steps grows with its horizon, so the capped horizon is the smaller of the two).
   const int64_t uncapped = budget_horizon(plan, done, left, seconds, evals, std::numeric_limits<int64_t>::max() / 4);
   budget.steps = std::min(uncapped, t.max_steps);
   session_->set_time_budget(budget);
-  const std::string kind = probe && now ? now->names[probe->kind] : "";
+  const std::string kind = steps_timed && now ? now->names[timing.kind] : "";
   std::string estimated;
-  for (size_t k = 0; now && k < seconds.size(); ++k)
+  for (size_t k = 0; timing.what == What::Probe && now && k < seconds.size(); ++k)
     if (!is_timed(budget.step_seconds, k))
       estimated += fmt::format("; {} estimated at {:.1f} ms", now->names[k], seconds[k] * 1e3);
-  const std::string timing = probe ? fmt::format("{:.1f} ms/step over steps {}-{}{}", per_step * 1e3,
-                                                 probe->first + 1, done, kind.empty() ? "" : " (" + kind + estimated + ")")
-                                   : fmt::format("{:.1f} ms for the evaluation after step {}", timed * 1e3, done);
+  std::string detail = kind + estimated;
+  if (timing.what == What::Retime) detail += fmt::format("{}{:.3f}× the last time", detail.empty() ? "" : "; ", factor);
+  const std::string timed_what =
+      steps_timed ? fmt::format("{:.1f} ms/step over steps {}-{}{}", per_step * 1e3, timing.first + 1, done,
+                                detail.empty() ? "" : " (" + detail + ")")
+                  : fmt::format("{:.1f} ms for the evaluation after step {}", timed * 1e3, done);
   if (!options_.quiet)
     io::print("{}budget: {}: train.max_seconds = {} is {} steps{}{}\n",
-              isatty(STDOUT_FILENO) && group_.size() == 1 ? "\r\033[K" : "", timing, t.max_seconds, uncapped,
+              isatty(STDOUT_FILENO) && group_.size() == 1 ? "\r\033[K" : "", timed_what, t.max_seconds, uncapped,
               !t.budget_evals ? " (evaluations not counted)"
-              : probe && budget.eval_ratio == 0 ? fmt::format(" with {} evaluations of ~{:.0f} ms", evaluations_between(
-                                                      done, uncapped, t.eval_interval), ratio * seconds[0] * 1e3)
-                                                : "",
+              : timing.what == What::Probe && budget.eval_ratio == 0
+                  ? fmt::format(" with {} evaluations of ~{:.0f} ms", evaluations_between(done, uncapped, t.eval_interval),
+                                ratio * seconds[0] * 1e3)
+                  : "",
               uncapped > t.max_steps ? fmt::format("; the schedule and the run end at train.max_steps = {}", t.max_steps)
                                      : "");
   nlohmann::json record{{"steps", budget.steps}};
-  if (probe) record["ms_per_step"] = per_step * 1e3;
+  if (steps_timed) record["ms_per_step"] = per_step * 1e3;
   else record["eval_ms"] = timed * 1e3;
-  if (!probe || !kind.empty()) record["timed"] = probe ? kind : "evaluation";
+  if (!steps_timed || !kind.empty()) record["timed"] = steps_timed ? kind : "evaluation";
+  if (timing.what == What::Retime) record["retimed"] = factor;
   return record;
 }
 

@@ -99,14 +99,13 @@ class Trainer {
   // train.budget = "seconds": the next steps to time at or after step `from` — the first probe
   // (whatever kind its steps are), then one for each kind of step the methods' plan has not timed.
   std::optional<BudgetProbe> next_budget_probe(int64_t from) const;
-  // After `probe`'s train.budget_probe_steps steps, or without a probe after the evaluation that
-  // followed step `done` (timed_seconds on this rank): records their kind's step time or the
-  // evaluation's (the ranks' mean) and fixes the session's horizon again — the most steps whose time
-  // and evaluations' (train.budget_evals) the time left allows after the run's mean elapsed time
+  // After the steps or the evaluation `timing` timed, the last of them after step `done`: records
+  // their kind's step time (a re-timing scales the other kinds alike: retimed) or the evaluation's
+  // (the ranks' mean) and fixes the session's horizon again — the most steps whose time and
+  // evaluations' (train.budget_evals) the time left allows after the run's mean elapsed time
   // (run_seconds, resumed parts included), kinds not timed yet at their estimates, capped at
   // train.max_steps. Returns the log record's "budget" entry.
-  nlohmann::json fix_time_budget(const std::optional<BudgetProbe>& probe, double timed_seconds, int64_t done,
-                                 double run_seconds);
+  nlohmann::json fix_time_budget(const BudgetTiming& timing, int64_t done, double run_seconds);
 
   // First, so that from construction until fit() returns SIGINT and SIGTERM only ask the loop to
   // stop after the current step (after the first one when they come earlier) and never reach a
