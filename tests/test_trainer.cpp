@@ -265,13 +265,13 @@ TEST(Trainer, TimeBudgetRetimingHoldsTheBudgetOnAMachineThatSlowsDown) {
   const auto [once, once_fixes] = run("once", "0");
   EXPECT_EQ(once_fixes.size(), 1u);  // the probe's
   EXPECT_GT(once.run_seconds, 4.0);
-  const auto [retimed, retimed_fixes] = run("retimed", "0.05");
-  EXPECT_LT(retimed.run_seconds, 2.5);
-  EXPECT_LT(retimed.steps, once.steps);
-  ASSERT_GE(retimed_fixes.size(), 2u);
+  const auto [followed, followed_fixes] = run("retimed", "0.05");
+  EXPECT_LT(followed.run_seconds, 2.5);
+  EXPECT_LT(followed.steps, once.steps);
+  ASSERT_GE(followed_fixes.size(), 2u);
   const auto ms_per_step = [](const nlohmann::json& fix) { return fix.at("budget").at("ms_per_step").get<double>(); };
-  EXPECT_TRUE(retimed_fixes.back().at("budget").contains("retimed"));
-  EXPECT_GT(ms_per_step(retimed_fixes.back()), 2.5 * ms_per_step(retimed_fixes.front())) << "the slowdown not seen";
+  EXPECT_TRUE(followed_fixes.back().at("budget").contains("retimed"));
+  EXPECT_GT(ms_per_step(followed_fixes.back()), 2.5 * ms_per_step(followed_fixes.front())) << "the slowdown not seen";
   const AdamWConfig optim = run_settings(tiny_config(data, dir.file("x"), {})).optim;
   EXPECT_LT(logged_records(dir.file("retimed")).back().at("lr").get<float>(), optim.min_lr + 0.05f * optim.lr);
 }
