@@ -179,6 +179,19 @@ TEST(MultiLevel, UnderATimeBudgetEachLevelIsTimedAndTheCycleFollowsTheHorizon) {
   expect_resume_bit_exact_everywhere(budget);
 }
 
+namespace {
+
+// A 5 s budget that train.max_steps does not cap, probes of 2 steps, no evaluation before the last,
+// one thread, re-timed every `retime` of the budget (train.budget_retime).
+FitResult five_second_budget_run(const std::string& data, const std::string& out, const std::string& retime) {
+  return Trainer(config(data, out, {"train.budget=seconds", "train.max_seconds=5", "train.max_steps=1000000",
+                                    "train.budget_probe_steps=2", "train.eval_interval=1000000",
+                                    "train.log_interval=1000000", "train.threads=1", "train.budget_retime=" + retime}),
+                 {.quiet = true}).fit();
+}
+
+}  // namespace
+
 // A budget that train.max_steps does not cap: the run ends at the horizon of the last fix, and
 // its level-2 steps run from the end of the first segment of the horizon fixed from level 1 (its
 // level change came before level 2 was timed) to the end of the final horizon's second segment.
@@ -188,11 +201,7 @@ TEST(MultiLevel, UnderATimeBudgetEachLevelIsTimedAndTheCycleFollowsTheHorizon) {
 TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
   TempDir dir;
   const std::string data = make_data(dir);
-  const FitResult r = Trainer(config(data, dir.file("run"), {"train.budget=seconds", "train.max_seconds=5",
-                                                             "train.max_steps=1000000", "train.budget_probe_steps=2",
-                                                             "train.eval_interval=1000000", "train.log_interval=1000000",
-                                                             "train.threads=1", "train.budget_retime=0"}),
-                              {.quiet = true}).fit();
+  const FitResult r = five_second_budget_run(data, dir.file("run"), "0");
   std::vector<int64_t> horizons, fixed_at;  // each fix's horizon, and the (1-based) step it followed
   for (const auto& fix : budget_records(dir.file("run"))) {
     horizons.push_back(fix.at("budget").at("steps").get<int64_t>());
@@ -225,11 +234,7 @@ TEST(MultiLevel, UnderATimeBudgetTheRunEndsAtTheHorizonOfItsTimedLevels) {
 TEST(MultiLevel, UnderATimeBudgetRetimingKeepsTheCycleWithinTheBudget) {
   TempDir dir;
   const std::string data = make_data(dir);
-  const FitResult r = Trainer(config(data, dir.file("run"), {"train.budget=seconds", "train.max_seconds=5",
-                                                             "train.max_steps=1000000", "train.budget_probe_steps=2",
-                                                             "train.eval_interval=1000000", "train.log_interval=1000000",
-                                                             "train.threads=1"}),
-                              {.quiet = true}).fit();
+  const FitResult r = five_second_budget_run(data, dir.file("run"), "0.05");
   const auto fixes = budget_records(dir.file("run"));
   ASSERT_GE(fixes.size(), 3u);
   std::set<std::string> retimed_levels;
