@@ -38,6 +38,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A time budget's timing of consecutive steps (a probe's, a re-timing's): wall-clock from start(),
+// the evaluations and checkpoints among the steps taken out (pause).
+class StepClock {
+ public:
+  void start() {
+    timer_.reset();
+    paused_ = 0;
+  }
+  void pause(double seconds) { paused_ += seconds; }
+  double seconds() const { return timer_.seconds() - paused_; }
+
+ private:
+  Timer timer_;
+  double paused_ = 0;
+};
+
 // On resume, forget the log lines of the steps about to be redone (resuming from an older
 // checkpoint) and any line a crash cut off.
 void drop_metrics_after(const std::string& path, int64_t step) {
@@ -412,54 +428,46 @@ FitResult Trainer::fit() {
   const bool time_budget = t.budget == "seconds";
   int64_t end_step = run_horizon(*session_, t);
   std::optional<BudgetProbe> probe = time_budget ? next_budget_probe(start_step_ + 1) : std::nullopt;
-  // A probe times its steps alone: the evaluations and checkpoints inside its window are taken out.
-  Timer probe_timer;
-  double probe_paused = 0;
-  // train.budget_retime: the steps since the last fix, from step `window_first` on (not the first
+  StepClock probe_clock;
+  // train.budget_retime: the steps since the last fix, from step `retime_first` on (not the first
   // of this fit, which builds its kernels), timed like a probe's, re-time the budget once
   // train.budget_retime · train.max_seconds of the run have passed since that fix.
   const double retime_every = time_budget ? t.budget_retime * t.max_seconds : 0;
   double next_retime = wall_offset_ + retime_every;
-  int64_t window_first = start_step_ + 1;
-  Timer window_timer;
-  double window_paused = 0;
+  int64_t retime_first = start_step_ + 1;
+  StepClock retime_clock;
   std::optional<StepPlan> plan = retime_every > 0 ? methods_.step_plan(end_step) : std::nullopt;
   const auto after_fix = [&] {
     end_step = run_horizon(*session_, t);
-    window_first = step + 1;
+    retime_first = step + 1;
     next_retime = wall_offset_ + wall.seconds() + retime_every;
     if (retime_every > 0) plan = methods_.step_plan(end_step);
   };
-  const auto pause_probe = [&](const Timer& work) {
-    if (probe && step >= probe->first) probe_paused += work.seconds();
-    if (step >= window_first) window_paused += work.seconds();
+  // An evaluation or a checkpoint after step `step`: not step time for the clocks that run.
+  const auto pause_clocks = [&](const Timer& work) {
+    if (probe && step >= probe->first) probe_clock.pause(work.seconds());
+    if (step >= retime_first) retime_clock.pause(work.seconds());
   };
   for (; step < end_step; ++step) {
-    if (probe && step == probe->first) {
-      probe_timer.reset();
-      probe_paused = 0;
-    }
-    if (step == window_first) {
-      window_timer.reset();
-      window_paused = 0;
-    }
+    if (probe && step == probe->first) probe_clock.start();
+    if (step == retime_first) retime_clock.start();
     nlohmann::json record{{"step", step + 1}};
     Timer step_timer;
     const StepResult r = step_->run(step, next_batch, &record);
     if (probe && step + 1 == probe->first + t.budget_probe_steps) {
       record["budget"] = fix_time_budget({BudgetTiming::What::Probe, probe->kind, probe->first, t.budget_probe_steps,
-                                          probe_timer.seconds() - probe_paused},
+                                          probe_clock.seconds()},
                                          step + 1, wall_offset_ + wall.seconds());
       after_fix();
       probe = next_budget_probe(step + 1);
     }
     // A window that left its kind's steady steps (a V-cycle's level change) starts again after them.
-    if (retime_every > 0 && !steady_steps(plan, window_first, step)) window_first = step + 1;
+    if (retime_every > 0 && !steady_steps(plan, retime_first, step)) retime_first = step + 1;
     const int kind = plan ? step_kind(*plan, step) : 0;
     const std::optional<TimeBudget>& fixed = session_->time_budget();
     // The same on every rank; only the time may differ, so the ranks agree on it below.
     const bool retime_ready = retime_every > 0 && fixed && !record.contains("budget") &&
-                              is_timed(fixed->step_seconds, kind) && step + 1 - window_first >= t.budget_probe_steps;
+                              is_timed(fixed->step_seconds, kind) && step + 1 - retime_first >= t.budget_probe_steps;
     const float lr = r.lr;
     window_seconds += step_timer.seconds();
     window_tokens += step_->tokens_per_step(step);
@@ -478,8 +486,8 @@ FitResult Trainer::fit() {
                     output_failure.empty() ? 0.0 : 1.0,
                     retime_ready && wall_offset_ + wall.seconds() >= next_retime ? 1.0 : 0.0});
     if (retime_ready && agreed[2] > 0) {
-      record["budget"] = fix_time_budget({BudgetTiming::What::Retime, kind, window_first, step + 1 - window_first,
-                                          window_timer.seconds() - window_paused},
+      record["budget"] = fix_time_budget({BudgetTiming::What::Retime, kind, retime_first, step + 1 - retime_first,
+                                          retime_clock.seconds()},
                                          step + 1, wall_offset_ + wall.seconds());
       after_fix();
       if (probe && probe->first > step) probe = next_budget_probe(step + 1);
@@ -500,7 +508,7 @@ FitResult Trainer::fit() {
       methods_.fire(Event::Eval, ctx);
       scores = evaluation ? evaluate_all(*evaluation->group, &evaluation->share) : evaluate_all(group_);
       val_loss = static_cast<float>(scores.front().loss);
-      pause_probe(eval_timer);
+      pause_clocks(eval_timer);
       // The budget's first timed evaluation (after the first probe's fix, and not at another fix)
       // replaces the estimate and fixes the horizon again.
       const std::optional<TimeBudget>& budget = session_->time_budget();
@@ -514,7 +522,7 @@ FitResult Trainer::fit() {
     if (t.checkpoint_interval > 0 && (step + 1) % t.checkpoint_interval == 0 && !last) {
       Timer save_timer;
       save(step + 1);
-      pause_probe(save_timer);
+      pause_clocks(save_timer);
     }
     if ((step + 1) % t.log_interval == 0 || eval_now || record.contains("event") || record.contains("budget")) {
       const double dt = window_seconds / window_steps;
