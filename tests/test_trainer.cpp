@@ -46,21 +46,44 @@ using frugal::testing::error_of;
 // 60 kB of Tiny Shakespeare as a prepared character-level data directory.
 std::string make_data(const TempDir& dir) { return frugal::testing::make_shakespeare_data(dir, 60000); }
 
-// "methods.slow_host": a machine that slows down during the run — sleeps 10 ms after each of the
-// first 30 steps and 40 ms after each later one. It follows a time budget's horizon (it has no
-// schedule of its own).
+// "methods.slow_host": a machine that slows down during the run. For its first 0.25 s (and at
+// least 5 steps) each step does its work and then sleeps 10 ms; after that, each step is stretched,
+// by sleeping after its work, to 3x the mean of those fast steps (the first, a warm-up, left out).
+// The slowdown is relative to the fast steps it measured, so it holds whatever else loads the
+// machine (ctest -j2, the reference kernels). It follows a time budget's horizon (it has no schedule
+// of its own).
 class SlowHost final : public Method {
  public:
   std::string name() const override { return "slow_host"; }
   Capabilities capabilities() const override { return {.follows_horizon = true}; }
-  bool match(Event event, const TrainContext&) const override { return event == Event::BatchEnd; }
-  void apply(Event, TrainContext& ctx) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ctx.step < 30 ? 10 : 40));
+  bool match(Event event, const TrainContext&) const override {
+    return event == Event::BatchStart || event == Event::BatchEnd;
   }
+  void apply(Event event, TrainContext&) override {
+    const Clock::time_point now = Clock::now();
+    if (event == Event::BatchStart) {
+      if (steps_ == 0) first_start_ = now;
+      step_start_ = now;
+      return;
+    }
+    if (steps_++ < 5 || now - first_start_ < std::chrono::milliseconds(250)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (steps_ > 1) fast_total_ += Clock::now() - step_start_;
+      fast_steps_ = steps_ - 1;
+    } else {
+      std::this_thread::sleep_for(3 * fast_total_ / fast_steps_ - (now - step_start_));  // none if already slower
+    }
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point first_start_, step_start_;
+  Clock::duration fast_total_{};
+  int64_t steps_ = 0, fast_steps_ = 0;
 };
 
 const bool kSlowHostRegistered = [] {
-  register_method({"slow_host", "test method: steps 4x slower after step 30",
+  register_method({"slow_host", "test method: steps 3x slower after 0.25 s",
                    [](io::ConfigSchema&, const std::string&) {},
                    [](const io::Config&, const std::string&) -> std::unique_ptr<Method> {
                      return std::make_unique<SlowHost>();
@@ -242,15 +265,17 @@ TEST(Trainer, TimeBudgetHoldsTheEvaluations) {
   EXPECT_EQ(fixes("uncounted", "false").size(), 1u);
 }
 
-// A machine that slows down 4× after the probe (a test method sleeps 10 ms after each of the first
-// 30 steps, 40 ms after each later one): a horizon fixed once from the probe overruns the 2 s budget
-// about 3×; re-timed every 5% of the budget, the run ends within a quarter of it and still ends its
-// cosine (its last rate near optim.min_lr). One thread, like the test above.
+// A machine that slows down 3x a quarter of a second into a 1 s budget (methods.slow_host above):
+// a horizon fixed once from the probe overruns the budget about 2.5x; re-timed every 5% of the
+// budget, the run ends within a quarter of it and still ends its cosine (its last rate near
+// optim.min_lr). One thread, like the test above. The bounds leave room for a machine whose load
+// changes during the run: fixed once must overrun by more than 40%, the slowdown seen must be more
+// than 2x.
 TEST(Trainer, TimeBudgetRetimingHoldsTheBudgetOnAMachineThatSlowsDown) {
   TempDir dir;
   const std::string data = make_data(dir);
   const auto run = [&](const std::string& name, const std::string& retime) {
-    const io::Config config = tiny_config(data, dir.file(name), {"train.budget=seconds", "train.max_seconds=2",
+    const io::Config config = tiny_config(data, dir.file(name), {"train.budget=seconds", "train.max_seconds=1",
                                                                  "train.max_steps=1000000", "train.budget_probe_steps=4",
                                                                  "train.eval_interval=1000000", "train.threads=1",
                                                                  "train.budget_retime=" + retime, "methods.slow_host={}"});
@@ -264,14 +289,14 @@ TEST(Trainer, TimeBudgetRetimingHoldsTheBudgetOnAMachineThatSlowsDown) {
   };
   const auto [once, once_fixes] = run("once", "0");
   EXPECT_EQ(once_fixes.size(), 1u);  // the probe's
-  EXPECT_GT(once.run_seconds, 4.0);
+  EXPECT_GT(once.run_seconds, 1.4);
   const auto [followed, followed_fixes] = run("retimed", "0.05");
-  EXPECT_LT(followed.run_seconds, 2.5);
+  EXPECT_LT(followed.run_seconds, 1.25);
   EXPECT_LT(followed.steps, once.steps);
   ASSERT_GE(followed_fixes.size(), 2u);
   const auto ms_per_step = [](const nlohmann::json& fix) { return fix.at("budget").at("ms_per_step").get<double>(); };
   EXPECT_TRUE(followed_fixes.back().at("budget").contains("retimed"));
-  EXPECT_GT(ms_per_step(followed_fixes.back()), 2.5 * ms_per_step(followed_fixes.front())) << "the slowdown not seen";
+  EXPECT_GT(ms_per_step(followed_fixes.back()), 2 * ms_per_step(followed_fixes.front())) << "the slowdown not seen";
   const AdamWConfig optim = run_settings(tiny_config(data, dir.file("x"), {})).optim;
   EXPECT_LT(logged_records(dir.file("retimed")).back().at("lr").get<float>(), optim.min_lr + 0.05f * optim.lr);
 }
