@@ -310,6 +310,24 @@ TEST_F(DataParallel, BatchWarmupEqualsOneProcessWithTwiceTheRamp) {
   EXPECT_LE(diff, kTolerance);
 }
 
+// A seconds budget re-timed on 2 ranks: the ranks agree on the step of each re-timing (in the
+// per-step agreement) and fix the same horizon from their mean times, so they end together (a rank
+// that went on alone would hang the job) at the horizon of the last fix, within the budget's
+// bounds, and every fix after the probe is a re-timing.
+TEST_F(DataParallel, ATimeBudgetReTimedOnTwoRanksEndsTogetherAtTheLastFix) {
+  const TrainedRun run = train("budget", 2, 1000000,
+                               "--set train.budget=seconds --set train.max_seconds=4 --set train.budget_retime=0.1 "
+                               "--set train.budget_probe_steps=3 --set train.eval_interval=1000000");
+  std::vector<nlohmann::json> fixes;
+  for (const nlohmann::json& record : run.steps)
+    if (record.contains("budget")) fixes.push_back(record.at("budget"));
+  ASSERT_GE(fixes.size(), 3u) << run.output;
+  EXPECT_FALSE(fixes.front().contains("retimed"));
+  for (size_t i = 1; i < fixes.size(); ++i) EXPECT_TRUE(fixes[i].contains("retimed")) << fixes[i];
+  EXPECT_EQ(run.steps.back().at("step"), fixes.back().at("steps"));
+  EXPECT_LT(run.steps.back().at("wall_s").get<double>(), 1.5 * 4);
+}
+
 TEST_F(DataParallel, OtherCommandsRefuseToRunOnSeveralRanks) {
   const CliResult r = run_shell(mpirun(2) + " prepare --tokenizer char --input " + tmp_.file("text.txt") +
                                 " --out " + tmp_.file("prepared"));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -198,11 +199,25 @@ ReportTable run_experiment(const Experiment& e, const ExperimentOptions& o) {
   const auto selected = [&](const std::string& name) {
     return o.only.empty() || std::find(o.only.begin(), o.only.end(), name) != o.only.end();
   };
-  // Finished earlier with the config it would be trained with now.
+  // Finished earlier with the config it would be trained with now. A marker written before some of
+  // the config's keys existed does not say what those keys were in its run (loaded, they take their
+  // defaults, and a new default may change what a run computes): that run counts as unfinished, and
+  // `why_unfinished` says so.
+  std::map<std::string, std::string> why_unfinished;  // by run name ("pretrain")
   const auto finished = [&](const ExperimentRun* r) {
     const fs::path marker = fs::path(r ? dir_of(r->name) : pretrain_dir) / kFinishedRunFile;
-    return fs::exists(marker) &&
-           io::Config::load(run_schema(), marker.string()).to_toml() == config_of(r).to_toml();
+    if (!fs::exists(marker)) return false;
+    const io::Config was = io::Config::load(run_schema(), marker.string());
+    if (was.to_toml() != config_of(r).to_toml()) return false;
+    const std::vector<std::string> unknown = was.keys_not_set_by(marker.string());
+    if (unknown.empty()) return true;
+    const std::string name = r ? r->name : "pretrain";
+    why_unfinished[name] = fmt::format(
+        " (it finished before {}{} existed; train it again, or add {} to {} if {} reproduce that run)", unknown[0],
+        unknown.size() > 1 ? fmt::format(" and {} more keys", unknown.size() - 1) : "",
+        unknown.size() > 1 ? "them" : "it", marker.string(), unknown.size() > 1 ? "their defaults" : "its default");
+    if (!o.quiet && !selected(name)) io::print("note: run '{}' counts as unfinished{}\n", name, why_unfinished[name]);
+    return false;
   };
   for (const std::string& name : o.only)
     FRUGAL_CHECK(name == "pretrain" ? e.pretrain_steps > 0
@@ -217,10 +232,12 @@ ReportTable run_experiment(const Experiment& e, const ExperimentOptions& o) {
   for (size_t i = 0; i < e.runs.size(); ++i) {
     const ExperimentRun& r = e.runs[i];
     if (!selected(r.name)) continue;
+    const std::string& baseline = e.runs[baselines[i]].name;
     FRUGAL_CHECK(has[baselines[i]], "--only: run '{}' is compared with '{}', which has no finished results "
-                 "with this config in {}; add it to --only", r.name, e.runs[baselines[i]].name, o.out_dir);
+                 "with this config in {}{}; add it to --only", r.name, baseline, o.out_dir, why_unfinished[baseline]);
     FRUGAL_CHECK(!r.pretrained || pretrain_ready, "--only: run '{}' starts from the pretraining, which has no "
-                 "finished results with this config in {}; add pretrain to --only", r.name, o.out_dir);
+                 "finished results with this config in {}{}; add pretrain to --only", r.name, o.out_dir,
+                 why_unfinished["pretrain"]);
   }
 
   // Each run's Trainer locks its own directory before replacing the run in it (overwrite).

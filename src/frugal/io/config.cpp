@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -236,6 +237,32 @@ void collect(const ConfigSchema& schema, const toml::table& table, const std::st
       schema.fail_unknown(path, node.is_table(), where);
     }
   }
+}
+
+// The assignments of the TOML document `text` (from `source_name`, for the messages).
+std::vector<Assignment> parse_assignments(const ConfigSchema& schema, std::string_view text, const std::string& source_name) {
+  toml::table table;
+  try {
+    table = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    fail("{}:{}:{}: TOML syntax error: {}; fix the file", source_name, e.source().begin.line,
+         e.source().begin.column, e.description());
+  }
+  std::vector<Assignment> assignments;
+  collect(schema, table, "", source_name, assignments);
+  return assignments;
+}
+
+std::string read_config_file(const std::string& toml_path) {
+  std::error_code ec;
+  FRUGAL_CHECK(!std::filesystem::is_directory(toml_path, ec), "config file '{}' is a directory; "
+               "pass the path of a TOML file", toml_path);
+  std::ifstream in(toml_path, std::ios::binary);
+  FRUGAL_CHECK(in.good(), "cannot read config file '{}': {}; check the path", toml_path,
+               std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 bool valid_name(const std::string& name) {
@@ -482,28 +509,10 @@ Config Config::load(ConfigSchema schema, const std::string& toml_path,
   return config;
 }
 
-void Config::merge_file(const std::string& toml_path) {
-  std::error_code ec;
-  FRUGAL_CHECK(!std::filesystem::is_directory(toml_path, ec), "config file '{}' is a directory; "
-               "pass the path of a TOML file", toml_path);
-  std::ifstream in(toml_path, std::ios::binary);
-  FRUGAL_CHECK(in.good(), "cannot read config file '{}': {}; check the path", toml_path,
-               std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  merge_toml(text.str(), toml_path);
-}
+void Config::merge_file(const std::string& toml_path) { merge_toml(read_config_file(toml_path), toml_path); }
 
 void Config::merge_toml(std::string_view text, const std::string& source_name) {
-  toml::table table;
-  try {
-    table = toml::parse(text, source_name);
-  } catch (const toml::parse_error& e) {
-    fail("{}:{}:{}: TOML syntax error: {}; fix the file", source_name, e.source().begin.line,
-         e.source().begin.column, e.description());
-  }
-  std::vector<Assignment> assignments;
-  collect(*schema_, table, "", source_name, assignments);
+  std::vector<Assignment> assignments = parse_assignments(*schema_, text, source_name);
   Config next = *this;
   for (Assignment& a : assignments) {
     if (a.key) {
@@ -513,6 +522,20 @@ void Config::merge_toml(std::string_view text, const std::string& source_name) {
     }
   }
   *this = std::move(next);
+}
+
+std::vector<std::string> Config::keys_not_set_by(const std::string& toml_path) const {
+  std::set<std::string> set;
+  for (const Assignment& a : parse_assignments(*schema_, read_config_file(toml_path), toml_path))
+    if (a.key) set.insert(a.path);
+  const auto in_absent_section = [&](const ConfigKey& k) {
+    return std::any_of(schema_->sections().begin(), schema_->sections().end(),
+                       [&](const ConfigSection& s) { return under(k.name, s.prefix) && !present_.count(s.prefix); });
+  };
+  std::vector<std::string> missing;
+  for (const ConfigKey& k : schema_->keys())
+    if (!in_absent_section(k) && !set.count(k.name)) missing.push_back(k.name);
+  return missing;
 }
 
 void Config::apply_override(const std::string& key_equals_value) {

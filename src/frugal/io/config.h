@@ -132,6 +132,10 @@ class Config {
   // Every key, grouped by table and sorted; keys of absent optional sections are written as
   // comments. merge_toml(to_toml()) into a fresh Config gives an identical Config.
   std::string to_toml() const;
+  // The keys of this config's tables (its optional sections that are present, and every table that
+  // is not optional) that the TOML file `toml_path` does not set. For a file written by to_toml, the
+  // keys added to the schema since it was written: loaded, they took their defaults.
+  std::vector<std::string> keys_not_set_by(const std::string& toml_path) const;
   const ConfigSchema& schema() const { return *schema_; }
   bool operator==(const Config& other) const;  // same values and same present sections
 
