@@ -29,6 +29,7 @@
 namespace frugal {
 namespace {
 namespace fs = std::filesystem;
+using testing::budget_records;
 using testing::CliResult;
 using testing::contains;
 using testing::expect_identical;
@@ -320,13 +321,11 @@ TEST_F(DataParallel, ATimeBudgetReTimedOnTwoRanksEndsTogetherAtTheLastFix) {
                                "--set train.budget=seconds --set train.max_seconds=3 --set train.budget_retime=0.1 "
                                "--set train.budget_probe_steps=3 --set train.eval_interval=1000000 "
                                "--set model.n_layer=1 --set model.n_embd=32 --set train.seq_len=32 --set model.block_size=32");
-  std::vector<nlohmann::json> fixes;
-  for (const nlohmann::json& record : run.steps)
-    if (record.contains("budget")) fixes.push_back(record.at("budget"));
+  const std::vector<nlohmann::json> fixes = budget_records(run.dir);
   ASSERT_GE(fixes.size(), 3u) << run.output;
-  EXPECT_FALSE(fixes.front().contains("retimed"));
-  for (size_t i = 1; i < fixes.size(); ++i) EXPECT_TRUE(fixes[i].contains("retimed")) << fixes[i];
-  EXPECT_EQ(run.steps.back().at("step"), fixes.back().at("steps"));
+  EXPECT_FALSE(fixes.front().at("budget").contains("retimed"));
+  for (size_t i = 1; i < fixes.size(); ++i) EXPECT_TRUE(fixes[i].at("budget").contains("retimed")) << fixes[i];
+  EXPECT_EQ(run.steps.back().at("step"), fixes.back().at("budget").at("steps"));
   EXPECT_LT(run.steps.back().at("wall_s").get<double>(), 1.5 * 3);
 }
 

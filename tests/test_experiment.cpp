@@ -230,15 +230,16 @@ set = ["model.n_embd=32"]
   const std::string stale = error(load_experiment(path, {"optim.lr=1e-3"}), {"wider"});
   EXPECT_NE(stale.find("run 'wider' is compared with 'dense', which has no finished results"), std::string::npos) << stale;
   // A marker from before train.budget_retime existed: the run it marks counts as unfinished.
-  const std::string marker = out + "/dense/" + kFinishedRunFile, marked = read_file(marker);
+  const std::string marker_name = std::string("out/dense/") + kFinishedRunFile, marker = dir.file(marker_name);
+  const std::string marked = read_file(marker);
   const size_t line = marked.find("budget_retime = ");
   ASSERT_NE(line, std::string::npos) << marked;
-  write_file(dir, std::string("out/dense/") + kFinishedRunFile, marked.substr(0, line) + marked.substr(marked.find('\n', line) + 1));
+  write_file(dir, marker_name, marked.substr(0, line) + marked.substr(marked.find('\n', line) + 1));
   const std::string older = error(e, {"wider"});
   EXPECT_NE(older.find("which has no finished results with this config in " + out +
                        " (it finished before train.budget_retime existed; train it again, or add it to " + marker),
             std::string::npos) << older;
-  write_file(dir, std::string("out/dense/") + kFinishedRunFile, marked);
+  write_file(dir, marker_name, marked);
   EXPECT_EQ(run_experiment(e, {.out_dir = out, .plots = false, .quiet = true, .only = {"wider"}}).rows.size(), 2u);
   EXPECT_NE(error(e, {"densee"}).find("has no run 'densee'"), std::string::npos);
   EXPECT_NE(error(e, {"pretrain"}).find("(no [pretrain] table)"), std::string::npos);
