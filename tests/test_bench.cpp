@@ -54,27 +54,31 @@ TEST(Bench, AutoCacheServesTheFrozenPrefixAsInALaterEpoch) {
 
 // The FMA peak: every lane of the widest vector unit doing fused multiply-adds, the ceiling no GEMM
 // passes; a loop that counted the wrong lanes or chains would land far outside it. The benchmark
-// reports the MFU against both. Other load (a test beside this one under ctest -j2, other
-// processes) cannot lower the FMA peak, which counts each thread's own CPU time, but slows the
-// GEMM: it is measured at least three times, interleaved, and the best compared. The floor (the
-// GEMM at least a fifth of the peak) is checked unless the machine is so loaded (a 1-minute load
-// average above its cores: the GEMM, timed by the wall clock, gets a fraction of them) that it
-// stays below it over ten rounds; the ceiling is always checked.
+// reports the MFU against both. Other load (a test beside this one under ctest -j2, other guests on
+// the host, the host's clock drifting) can depress either measurement for a while: the FMA peak, in
+// each thread's CPU time, dropped to 60% of its idle value in one loaded CI-like run while the GEMM,
+// timed by the wall clock, did not. So the two are measured in pairs, a GEMM and then an FMA peak
+// per round, and the ratio is judged per round: the ceiling holds if some round has the GEMM within
+// 1.25 of its FMA peak, the floor if some round has it above a fifth. A counting error is in every
+// round; load comes and goes. At least three rounds, at most ten while either is not yet shown. The
+// floor is not checked when the machine is so loaded (a 1-minute load average above its cores) that
+// no round reaches it.
 TEST(Bench, FmaPeakIsTheCeilingOfTheGemmRate) {
-  double gemm = 0, fma = 0;
-  for (int round = 0; round < 10 && (round < 3 || gemm < 0.2 * fma); ++round) {
-    gemm = std::max(gemm, kernels::cpu::measure_gemm_peak_flops());
-    fma = std::max(fma, kernels::cpu::measure_fma_peak_flops());
+  double lowest = 1e30, highest = 0;  // the GEMM's rate over its round's FMA peak
+  for (int round = 0; round < 10 && (round < 3 || lowest > 1.25 || highest < 0.2); ++round) {
+    const double gemm = kernels::cpu::measure_gemm_peak_flops(), fma = kernels::cpu::measure_fma_peak_flops();
+    std::printf("round %d: %s FMA peak %.1f GFLOP/s, GEMM %.1f GFLOP/s (%.0f%%), %d threads\n", round,
+                kernels::cpu::fma_peak_isa(), fma / 1e9, gemm / 1e9, 100 * gemm / fma, num_threads());
+    lowest = std::min(lowest, gemm / fma);
+    highest = std::max(highest, gemm / fma);
   }
-  std::printf("%s FMA peak %.1f GFLOP/s, GEMM %.1f GFLOP/s (%.0f%%), %d threads\n",
-              kernels::cpu::fma_peak_isa(), fma / 1e9, gemm / 1e9, 100 * gemm / fma, num_threads());
-  EXPECT_LE(gemm, 1.25 * fma);
+  EXPECT_LE(lowest, 1.25);
   double load = 0;
   const bool loaded = getloadavg(&load, 1) == 1 && load > std::thread::hardware_concurrency();
-  if (loaded && gemm < 0.2 * fma)
+  if (loaded && highest < 0.2)
     std::printf("the floor is not checked: load average %.1f on %u cores\n", load, std::thread::hardware_concurrency());
   else
-    EXPECT_GE(gemm, 0.2 * fma);
+    EXPECT_GE(highest, 0.2);
   const std::vector<std::string> tiny = {"model.n_layer=1", "model.n_embd=32", "model.n_head=2",
                                          "model.block_size=16", "train.seq_len=16"};
   const BenchResult r = run_train_bench(bench_preset("S", tiny, 1, 2));
