@@ -107,7 +107,7 @@ TEST(Report, TimeAndFlopsToTargetInterpolate) {
   const std::string md = markdown(t);
   EXPECT_TRUE(contains(md, "**2.0000** (the baseline's final validation loss)")) << md;
   EXPECT_TRUE(contains(md, "| fast | 300 | 1.9000 | -0.1000 | 150.0 s | 150 TFLOP | 267 | 133.3 s | "
-                           "2.25× | 133 TFLOP | 55.6% |")) << md;
+                           "2.250× | 133 TFLOP | 55.6% |")) << md;
 }
 
 TEST(Report, EachRunAgainstItsOwnBaseline) {

@@ -281,7 +281,7 @@ std::string markdown(const ReportTable& table) {
       continue;
     }
     out += fmt::format(" {:.0f} | {} | {} | {} | {} |\n", r.to_target->step, seconds(r.to_target->wall_s),
-                       or_dash(r.speedup, [](double v) { return fmt::format("{:.2f}×", v); }),
+                       or_dash(r.speedup, [](double v) { return fmt::format("{:.3f}×", v); }),
                        format_flops(r.to_target->flops),
                        or_dash(r.flops_reduction, percent));
   }
