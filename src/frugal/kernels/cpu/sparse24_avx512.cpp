@@ -1,7 +1,13 @@
 // AVX-512F instantiation of the 2:4 micro-kernel: 4 rows × 6 vectors of 16 (24 accumulators),
 // and the 16x16-block transpose the product driver uses around it. Only this file is compiled for
 // AVX-512; it is called only after a run-time CPU check, and it defines nothing but these two
-// (no shared inline code that could leak AVX-512 elsewhere).
+// (no shared inline code that could leak AVX-512 elsewhere: the standard headers come before the
+// target pragma, and the micro-kernel header's code is templates over this file's internal traits
+// or in an unnamed namespace).
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
 #pragma GCC target("avx512f")
 // GCC 12's AVX-512 unpack and shuffle intrinsics pass an undefined vector to their builtins, which
 // -Wuninitialized reports at every inlined call (GCC bug 105593, fixed in GCC 13).

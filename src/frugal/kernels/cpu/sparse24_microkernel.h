@@ -143,11 +143,13 @@ inline void for_each_strip(const ChunkArgs& s, Body&& body) {
 
 // Materialises a row pointer so the FMAs address [pointer + displacement]: an indexed memory
 // operand would be un-laminated into two uops and halve the issue rate.
+namespace {  // internal: each instruction set's file compiles its own copy
 inline const float* row_at(const char* base, unsigned offset) {
   const float* x = reinterpret_cast<const float*>(base + offset);
   __asm__("" : "+r"(x));
   return x;
 }
+}  // namespace
 
 // General kernel: per kept value 1 broadcast, NV loads, NV FMAs (memory operands).
 template <class V, int NV>

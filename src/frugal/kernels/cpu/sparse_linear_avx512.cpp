@@ -1,6 +1,11 @@
 // AVX-512F instantiation of the unstructured sparse linear inner loops (16 lanes: a 64-token panel
 // row is 4 vectors, two accumulator sets). Only this file is compiled for AVX-512; it is called
-// only after a run-time CPU check, and it defines nothing but avx512_kernel().
+// only after a run-time CPU check, and it defines nothing but avx512_kernel() (the standard headers
+// come before the target pragma; the micro-kernel header's code is templates over this file's
+// internal traits or in an unnamed namespace, so no AVX-512 copy of shared code can leak).
+#include <cstddef>
+#include <cstdint>
+
 #pragma GCC target("avx512f")
 // GCC 12's AVX-512 shuffle intrinsics pass an undefined vector to their builtins, which
 // -Wuninitialized reports at every inlined call (GCC bug 105593, fixed in GCC 13).

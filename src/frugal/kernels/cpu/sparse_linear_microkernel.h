@@ -66,11 +66,13 @@ const IsaKernel& avx512_kernel();
 
 // Materialises a panel-row pointer so the loads address [pointer + displacement]: an indexed
 // memory operand would be un-laminated into two uops.
+namespace {  // internal: each instruction set's file compiles its own copy
 inline const float* panel_row(const float* P, uint32_t offset) {
   const float* x = reinterpret_cast<const float*>(reinterpret_cast<const char*>(P) + offset);
   __asm__("" : "+r"(x));
   return x;
 }
+}  // namespace
 
 // S accumulator sets of NV = kPanel / kLanes vectors: entry j of a row feeds set j % S, so S·NV
 // independent FMA chains hide the FMA latency.
