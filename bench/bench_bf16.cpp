@@ -1,7 +1,7 @@
 // Benchmark of the bf16 kernel family (ops.h section bf16): the conversions' bandwidth (the
 // stochastic rounding of train.bf16_rounding too), and on every
 // GEMM shape of a `frugal bench` preset's training step (bench/step_shapes.h: each linear's forward,
-// input gradient and weight gradient, and the LM head's three) the bf16 GEMM (oneDNN's bf16 matmul
+// input gradient and weight gradient, and the LM head's three) the family's bf16 GEMM, cpu::gemm_bf16 (oneDNN's bf16 matmul
 // where the CPU has a JIT kernel for it, else fp32 GEMMs on widened operands: the path
 // kernels::bf16_matmul_path() names) against frugal's fp32 GEMM of the same shape. The weight
 // gradient's shapes also run with A = doutᵀ laid out plainly (transposed while it is rounded),
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "frugal/kernels/cpu/bf16.h"
 #include "frugal/kernels/ops.h"
 #include "kernel_bench.h"
 
@@ -43,20 +44,6 @@ void bench_conversions(int reps) {
   frugal::bench::print_bandwidth(" bf16_to_f32", frugal::bench::best_seconds([&] { k::bf16_to_f32(y.data(), b.data(), n); }, reps),
                                  6.0 * n);
   std::printf("\n");
-}
-
-// C (M,N) (+)= op(A) · op(B) on bf16 operands, row-major with the leading dimensions of the layouts.
-void bf16_gemm(bool trans_a, bool trans_b, int M, int N, int K, const k::bf16* A, const k::bf16* B, bool accumulate,
-               float* C) {
-  const int lda = trans_a ? M : K, ldb = trans_b ? K : N;
-  if (!cpu::onednn_bf16_matmul_isa().empty()) {
-    cpu::onednn_matmul_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, nullptr, accumulate, C, N);
-    return;
-  }
-  std::vector<float> a(size_t(M) * K), b(size_t(K) * N);
-  k::bf16_to_f32(a.data(), A, a.size());
-  k::bf16_to_f32(b.data(), B, b.size());
-  cpu::sgemm(trans_a, trans_b, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, accumulate ? 1.0f : 0.0f, C, N);
 }
 
 // A bf16 linear's output gradient (N,OC) on every linear of a preset's step: rounded, then its
@@ -102,9 +89,9 @@ int main(int argc, char** argv) {
       const int lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
       std::vector<std::function<void()>> calls = {
           [&] { cpu::sgemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, s.beta, c.data(), s.N); },
-          [&] { bf16_gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, ab.data(), bb.data(), s.beta != 0, c.data()); },
+          [&] { cpu::gemm_bf16(s.trans_a, s.trans_b, s.M, s.N, s.K, ab.data(), lda, bb.data(), ldb, s.beta != 0, c.data(), s.N); },
       };
-      if (s.trans_a) calls.push_back([&] { bf16_gemm(false, s.trans_b, s.M, s.N, s.K, ab.data(), bb.data(), s.beta != 0, c.data()); });
+      if (s.trans_a) calls.push_back([&] { cpu::gemm_bf16(false, s.trans_b, s.M, s.N, s.K, ab.data(), s.K, bb.data(), ldb, s.beta != 0, c.data(), s.N); });
       frugal::bench::print_gemm_row(preset.name, s, frugal::bench::interleaved_median_seconds(calls, reps), step_ms);
     }
     std::printf("%s: GEMM ms per training step  %s %.1f  %s %.1f\n", preset.name, paths[0], step_ms[0], paths[1],
