@@ -70,7 +70,9 @@ TEST_F(Pipeline, GPipeAnd1F1BEqualOneProcessWithTheSameMicroBatches) {
       for (double floats : held) EXPECT_LT(floats, double(whole)) << run->dir;
     }
   }
-  // The measured bubble of GPipe with K = 2, M = 4 is at least its ideal, (K−1)/(M+K−1) = 0.2.
+  // GPipe with K = 2, M = 4 reports its ideal bubble, (K−1)/(M+K−1) = 0.2, and a measured one above 0
+  // (stages idle while the other works); the measured one is not held to the ideal, which assumes
+  // stages of equal cost (here the second holds the head).
   const TrainedRun gpipe = train("gpipe-bubble", 2, 4, "--set parallel.pipeline_stages=2 --set parallel.schedule=gpipe");
   EXPECT_DOUBLE_EQ(gpipe.steps.back()["pipeline"]["bubble_ideal"].get<double>(), 0.2);
   EXPECT_GT(gpipe.steps.back()["pipeline"]["bubble"].get<double>(), 0.0);

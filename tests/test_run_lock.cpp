@@ -3,6 +3,8 @@
 // touches nothing in it; a lock is free again when its holder exits, also after kill -9. Readers
 // pin checkpoints: pruning skips a checkpoint being read instead of deleting it underneath.
 #include <gtest/gtest.h>
+
+#include <atomic>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -142,8 +144,15 @@ TEST(DirLock, SharedLocksBlockDeletersWhoNeverWait) {
   std::optional<io::DirLock> deleter = io::DirLock::try_exclusive(dir);
   ASSERT_TRUE(deleter.has_value());
   bool reader_got_it = true;
-  std::thread reader([&] { reader_got_it = io::DirLock::shared(dir).has_value(); });
+  std::atomic<bool> asking{false}, answered{false};
+  std::thread reader([&] {
+    asking = true;
+    reader_got_it = io::DirLock::shared(dir).has_value();
+    answered = true;
+  });
+  while (!asking) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(answered) << "the reader did not wait for the deleter";
   fs::remove_all(dir);
   deleter.reset();
   reader.join();
