@@ -13,11 +13,15 @@
 //   backward = 5 products (Q·Kᵀ recomputed, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K)
 //                                                                     = 10·B·NH·HS·pairs(T)
 //   forward and backward bf16 (the same products on bf16 operands) = the fp32 ones' counts
-// Each rate is the best wall-clock time of `reps` calls (the machine is shared: the best call is
-// the one least disturbed by other processes).
+// Each rate is a median wall-clock time over `reps` rounds that run the calls it is compared with
+// in turn (fp32 and bf16; and a pattern and Causal at the same shape), so that a ratio compares calls
+// that saw the same machine load. Where attention_bf16_operands is false (T ≤ 64, Strided) the bf16
+// forward runs the fp32 kernel and rounds its output; the row says so.
 // Usage: bench_attention [threads=2] [reps=20]
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "frugal/bench/kernel_bench.h"
@@ -28,7 +32,7 @@
 
 namespace {
 
-using frugal::bench::best_seconds;
+using frugal::bench::interleaved_median_seconds;
 using frugal::bench::print;
 using frugal::bench::random_floats;
 
@@ -36,56 +40,58 @@ struct Seconds {
   double forward, forward_bf16, backward, backward_bf16;
 };
 
-// Times forward and backward under `pattern`; prints them, and their speed-up over `baseline`
-// (the same shape under Causal) when given.
+// Times forward and backward under `pattern` (fp32 and bf16, interleaved), and Causal at the same
+// shape in the same rounds when `against_causal`; prints the rates and the ratios.
 Seconds bench_attention(int B, int T, int C, int NH, int reps,
-                        const frugal::kernels::AttentionPattern& pattern = {},
-                        const Seconds* baseline = nullptr) {
-  const size_t n = static_cast<size_t>(B) * T * C;
+                        const frugal::kernels::AttentionPattern& pattern = {}, bool against_causal = false) {
+  namespace k = frugal::kernels;
+  const size_t n = static_cast<size_t>(B) * T * C, rows = static_cast<size_t>(B) * NH * T;
   const std::vector<float> qkv = random_floats(3 * n, 0), dout = random_floats(n, 1);
-  std::vector<float> out(n), lse(static_cast<size_t>(B) * NH * T), dqkv(3 * n);
+  std::vector<float> out(n), lse(rows), dqkv(3 * n), causal_out(n), causal_lse(rows);
+  std::vector<k::bf16> out16(n);
+  std::vector<float> qkv16 = qkv;  // rounded in place by the first bf16 call
+  const k::AttentionPattern causal;
   const double fwd_flops = 4.0 * B * NH * (C / NH) * double(pattern.pairs(T));
-  std::printf("attention %-6s %-18s B=%d T=%d C=%d NH=%d HS=%d:",
-              frugal::kernels::isa_name(frugal::kernels::attention_active_isa()),
+  std::printf("attention %-6s %-18s B=%d T=%d C=%d NH=%d HS=%d:", k::isa_name(k::attention_active_isa()),
               pattern.name().c_str(), B, T, C, NH, C / NH);
-  Seconds s;
-  s.forward = best_seconds([&] {
-    frugal::kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, pattern);
-  }, reps);
+  std::vector<std::function<void()>> forwards = {
+      [&] { k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, pattern); },
+      [&] { k::attention_forward_bf16(out.data(), out16.data(), lse.data(), qkv16.data(), B, T, C, NH, pattern); }};
+  if (against_causal)
+    forwards.push_back([&] { k::attention_forward(causal_out.data(), causal_lse.data(), qkv.data(), B, T, C, NH, causal); });
+  const std::vector<double> f = interleaved_median_seconds(forwards, reps);
+  std::vector<std::function<void()>> backwards = {
+      [&] { k::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, pattern); },
+      [&] {
+        k::attention_backward_bf16(dqkv.data(), dout.data(), qkv16.data(), out.data(), lse.data(), B, T, C, NH, pattern);
+      }};
+  if (against_causal)
+    backwards.push_back([&] {
+      k::attention_backward(dqkv.data(), dout.data(), qkv.data(), causal_out.data(), causal_lse.data(), B, T, C, NH,
+                            causal);
+    });
+  const std::vector<double> b = interleaved_median_seconds(backwards, reps);
+  const Seconds s{f[0], f[1], b[0], b[1]};
+  const char* operands = k::attention_bf16_operands(pattern, T) ? "" : " (fp32 operands)";
   print("forward:", s.forward, fwd_flops);
-  std::vector<frugal::kernels::bf16> out16(n);
-  std::vector<float> qkv16 = qkv;  // rounded in place by the first call
-  s.forward_bf16 = best_seconds([&] {
-    frugal::kernels::attention_forward_bf16(out.data(), out16.data(), lse.data(), qkv16.data(), B, T, C, NH, pattern);
-  }, reps);
-  print(" forward bf16:", s.forward_bf16, fwd_flops);
+  print((std::string(" forward bf16") + operands + ":").c_str(), s.forward_bf16, fwd_flops);
   std::printf(" (%.2fx)", s.forward / s.forward_bf16);
-  s.backward = best_seconds([&] {
-    frugal::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(),
-                                        lse.data(), B, T, C, NH, pattern);
-  }, reps);
   print(" backward:", s.backward, 2.5 * fwd_flops);
-  s.backward_bf16 = best_seconds([&] {
-    frugal::kernels::attention_backward_bf16(dqkv.data(), dout.data(), qkv16.data(), out.data(), lse.data(), B, T, C,
-                                             NH, pattern);
-  }, reps);
-  print(" backward bf16:", s.backward_bf16, 2.5 * fwd_flops);
+  print((std::string(" backward bf16") + operands + ":").c_str(), s.backward_bf16, 2.5 * fwd_flops);
   std::printf(" (%.2fx)", s.backward / s.backward_bf16);
-  if (baseline)
-    std::printf("  speed-up over causal: forward %.2fx backward %.2fx",
-                baseline->forward / s.forward, baseline->backward / s.backward);
+  if (against_causal) std::printf("  speed-up over causal: forward %.2fx backward %.2fx", f[2] / s.forward, b[2] / s.backward);
   std::printf("\n");
   return s;
 }
 
-// Causal, then Local (w=16), Strided (w=s=16) and Bidirectional at the same shape, with their
-// speed-ups.
+// Causal, then Local (w=16), Strided (w=s=16) and Bidirectional at the same shape, each with its
+// speed-up over Causal timed in the same rounds.
 void bench_patterns(int B, int T, int C, int NH, int reps) {
   using frugal::kernels::AttentionPattern;
-  const Seconds causal = bench_attention(B, T, C, NH, reps);
+  bench_attention(B, T, C, NH, reps);
   for (const AttentionPattern& p : {AttentionPattern::local(16), AttentionPattern::strided(16, 16),
                                  AttentionPattern::bidirectional()})
-    bench_attention(B, T, C, NH, reps, p, &causal);
+    bench_attention(B, T, C, NH, reps, p, true);
 }
 
 }  // namespace
