@@ -1,6 +1,6 @@
 // Generation speed: tokens/s of generate() (key/value-cached Decoder) against the full re-run it
 // replaced (one GPT::logits over the last block_size tokens per new token), same model, same
-// sampling. Usage: bench_generate [TOKENS=300] [N_LAYER=4] [N_EMBD=192] [VOCAB=65] [BLOCK=256]
+// sampling, medians of three interleaved rounds. Usage: bench_generate [TOKENS=300] [N_LAYER=4] [N_EMBD=192] [VOCAB=65] [BLOCK=256]
 // Threads: OMP_NUM_THREADS.
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 
 #include "frugal/core/rng.h"
 #include "frugal/core/threading.h"
-#include "frugal/core/timer.h"
+#include "frugal/bench/kernel_bench.h"
 #include "frugal/model/gpt.h"
 #include "frugal/train/sampler.h"
 
@@ -52,16 +52,12 @@ int main(int argc, char** argv) {
              "1-token prompt, {} threads\n",
              c.n_layer, c.n_embd, c.n_head, c.vocab_size, c.block_size, tokens, frugal::num_threads());
 
-  // One untimed run of each first, so neither timed run pays the cold start (page faults, thread
-  // pool, GEMM library set-up) alone.
-  generate_full_rerun(model, prompt, o);
-  frugal::generate(model, prompt, o);
-  frugal::Timer timer;
-  const auto full = generate_full_rerun(model, prompt, o);
-  const double full_s = timer.seconds();
-  timer.reset();
-  const auto cached = frugal::generate(model, prompt, o);
-  const double cached_s = timer.seconds();
+  // Three rounds that run both in turn (after one untimed run of each, so that neither pays the
+  // cold start alone: page faults, thread pool, GEMM library set-up); the medians are compared.
+  std::vector<int32_t> full, cached;
+  const std::vector<double> s = frugal::bench::interleaved_median_seconds(
+      {[&] { full = generate_full_rerun(model, prompt, o); }, [&] { cached = frugal::generate(model, prompt, o); }}, 3);
+  const double full_s = s[0], cached_s = s[1];
 
   // Tokens agree while the context fits the window (the two slide differently past it).
   const size_t fits = std::min<size_t>(full.size(), c.block_size);

@@ -8,10 +8,13 @@
 // Then a whole Muon step (optim/muon.h's muon_update) over every hidden matrix of the quickstart's
 // and preset M's blocks: one call per tensor (each tensor's products on all threads) against one
 // call for all of them (whole tensors spread over the threads).
-// Each rate is the best wall-clock time of `reps` calls (bench/kernel_bench.h).
+// The Newton–Schulz rates are the best wall-clock time of `reps` calls; the two pairs printed as a
+// ratio (sgemm/ssyrk, the Muon step's two ways) are medians of `reps` rounds that run both in turn
+// (bench/kernel_bench.h), so that both saw the same load.
 // Usage: bench_newton_schulz [threads=2] [reps=20]
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -23,6 +26,7 @@
 namespace {
 
 using frugal::bench::best_seconds;
+using frugal::bench::interleaved_median_seconds;
 using frugal::bench::random_floats;
 
 void bench_newton_schulz(const char* what, int R, int C, int reps) {
@@ -57,10 +61,13 @@ void bench_muon_step(const char* what, int layers, int C, int reps) {
   for (size_t i = 0; i < shapes.size(); ++i)
     tensors.push_back({params[i].data(), grads[i].data(), buffers[i].data(), {1, shapes[i].first, shapes[i].second}});
   const frugal::MuonConfig c{.enabled = true};
-  const double one_at_a_time = best_seconds([&] {
-    for (const frugal::MuonTensor& t : tensors) frugal::muon_update({t}, c, 0.02f);
-  }, reps);
-  const double together = best_seconds([&] { frugal::muon_update(tensors, c, 0.02f); }, reps);
+  const std::vector<double> s = interleaved_median_seconds(
+      {[&] {
+         for (const frugal::MuonTensor& t : tensors) frugal::muon_update({t}, c, 0.02f);
+       },
+       [&] { frugal::muon_update(tensors, c, 0.02f); }},
+      reps);
+  const double one_at_a_time = s[0], together = s[1];
   std::printf("muon step, %s (%d blocks, width %d, %zu tensors): %.2f ms one tensor at a time, %.2f ms "
               "together: %.2fx\n", what, layers, C, tensors.size(), one_at_a_time * 1e3, together * 1e3,
               one_at_a_time / together);
@@ -71,12 +78,11 @@ void bench_muon_step(const char* what, int layers, int C, int reps) {
 void bench_gram(int m, int n, int reps) {
   const std::vector<float> x = random_floats(size_t(m) * n, 4);
   std::vector<float> a(size_t(m) * m);
-  const double sgemm_s = best_seconds([&] {
-    frugal::kernels::cpu::sgemm(false, true, m, m, n, 1.0f, x.data(), n, x.data(), n, 0.0f, a.data(), m);
-  }, reps);
-  const double ssyrk_s = best_seconds([&] {
-    frugal::kernels::cpu::ssyrk(false, m, n, 1.0f, x.data(), n, 0.0f, a.data(), m);
-  }, reps);
+  const std::vector<double> s = interleaved_median_seconds(
+      {[&] { frugal::kernels::cpu::sgemm(false, true, m, m, n, 1.0f, x.data(), n, x.data(), n, 0.0f, a.data(), m); },
+       [&] { frugal::kernels::cpu::ssyrk(false, m, n, 1.0f, x.data(), n, 0.0f, a.data(), m); }},
+      reps);
+  const double sgemm_s = s[0], ssyrk_s = s[1];
   const double flops = 2.0 * m * m * n;
   std::printf("Gram matrix (%d,%d)·(%d,%d)ᵀ: sgemm %.3f ms (%.1f GFLOP/s), ssyrk %.3f ms (%.1f GFLOP/s as the "
               "general product's FLOPs): %.2fx\n", m, n, m, n, sgemm_s * 1e3, flops / sgemm_s / 1e9, ssyrk_s * 1e3,
