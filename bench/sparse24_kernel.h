@@ -1,6 +1,6 @@
-// Benchmark of the 2:4 sparse linear kernels against the dense OpenBLAS GEMM on the FFN shapes
-// (fc1: OC=4C, IC=C; fc2: OC=C, IC=4C), both products, measured side by side (interleaved
-// repetitions, medians). Used by bench/bench_sparse24.cpp and `frugal bench --kernel sparse24`.
+// Benchmark of the 2:4 sparse linear kernels against the dense GEMM (kernels/cpu/gemm.h: oneDNN by
+// default) on the FFN shapes (fc1: OC=4C, IC=C; fc2: OC=C, IC=4C), both products, measured side by
+// side (interleaved repetitions, medians). Used by bench/bench_sparse24.cpp and `frugal bench --kernel sparse24`.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
