@@ -1,9 +1,11 @@
 // The presets of `frugal bench --preset S|M|L` (bench/step.cpp builds their run configs from this
 // table) and the GEMMs one training step of a preset runs, for the kernel benchmarks. No frugal
-// headers: tools/compare_gemm_libraries.sh compiles bench/gemm_library_rate.cpp against other
-// libraries with this header alone.
+// headers but the dependency-free kernels/lm_head_chunks.h: tools/compare_gemm_libraries.sh compiles
+// bench/gemm_library_rate.cpp against other libraries with these headers alone.
 #pragma once
 #include <vector>
+
+#include "frugal/kernels/lm_head_chunks.h"
 
 namespace frugal::bench {
 
@@ -40,7 +42,7 @@ inline void add_linear(std::vector<GemmShape>& shapes, const char* layer, int N,
 }
 
 // Every GEMM of one training step of preset p: each block's four linear layers and, for a large
-// vocabulary, the tied LM head's three (kernels/cpu/lm_head.cpp, one chunk of rows here:
+// vocabulary, the tied LM head's three per chunk of rows (kernels/cpu/lm_head.cpp, the fp32 path:
 // logits = x · Wᵀ, dx = dlogits · W, dW += dlogitsᵀ · x; a 65-symbol head is not worth a row).
 inline std::vector<GemmShape> step_gemm_shapes(const PresetShape& p) {
   std::vector<GemmShape> shapes;
@@ -50,9 +52,10 @@ inline std::vector<GemmShape> step_gemm_shapes(const PresetShape& p) {
   add_linear(shapes, "fc", N, C, 4 * C, p.layers);
   add_linear(shapes, "fc_proj", N, 4 * C, C, p.layers);
   if (p.V > 1000) {
-    shapes.push_back({"lm_head", "fwd", false, true, N, p.V, C, 0, 1});
-    shapes.push_back({"lm_head", "dinp", false, false, N, C, p.V, 0, 1});
-    shapes.push_back({"lm_head", "dW", true, false, p.V, C, N, 1, 1});
+    const int rows = kernels::lm_head_chunk_rows(N, p.V), chunks = (N + rows - 1) / rows;
+    shapes.push_back({"lm_head", "fwd", false, true, rows, p.V, C, 0, chunks});
+    shapes.push_back({"lm_head", "dinp", false, false, rows, C, p.V, 0, chunks});
+    shapes.push_back({"lm_head", "dW", true, false, p.V, C, rows, 1, chunks});
   }
   return shapes;
 }

@@ -392,8 +392,9 @@ TEST(Trainer, AutoPrecisionTrainsAndRecordsWhatItChose) {
   const std::string data = make_data(dir);
   const std::string chosen = kernels::bf16_matmul_native() ? "bf16" : "fp32";
   // Independently of the kernels' own answer: bf16 only on the AVX-512 path of a CPU with AVX512_BF16.
-  if (kernels::selected_isa() != kernels::Isa::Avx512 || !__builtin_cpu_supports("avx512bf16"))
+  if (kernels::selected_isa() != kernels::Isa::Avx512 || !__builtin_cpu_supports("avx512bf16")) {
     EXPECT_EQ(chosen, "fp32");
+  }
   const FitResult automatic =
       Trainer(tiny_config(data, dir.file("auto"), {"train.precision=auto", "train.max_steps=3"}), {.quiet = true}).fit();
   const FitResult named =

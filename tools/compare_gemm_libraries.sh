@@ -35,7 +35,7 @@ mkl=$cache/unpacked/mkl-2026.2.0.data/data/lib
 mkl_inc=$cache/unpacked/mkl_include-2026.2.0.data/data/include
 # pip's wheels carry versioned names only (libdnnl.so.3, libmkl_core.so.3): link them by name.
 src=$repo/bench/gemm_library_rate.cpp
-cxx=(g++ -O2 -std=c++20 -fopenmp -I"$repo/bench" "$src")
+cxx=(g++ -O2 -std=c++20 -fopenmp -I"$repo/bench" -I"$repo/src" "$src")
 "${cxx[@]}" -o "$cache/bin/onednn-2.6-debian" -ldnnl
 "${cxx[@]}" -o "$cache/bin/openblas-0.3.21-debian" -DGEMM_CBLAS -I/usr/include/x86_64-linux-gnu/openblas-openmp \
   -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas

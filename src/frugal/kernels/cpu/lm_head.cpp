@@ -20,18 +20,11 @@
 #include "frugal/kernels/cpu/simd_math.h"
 #include "frugal/core/profile.h"
 #include "frugal/kernels/cpu/cpu_backend.h"
+#include "frugal/kernels/lm_head_chunks.h"
 #include "frugal/kernels/ops.h"
 
 namespace frugal::kernels::cpu {
 namespace {
-
-constexpr size_t kLogitsBudget = size_t(8) << 20;  // floats of logits scratch (32 MiB)
-
-int chunk_rows(int N, int V) {
-  const int most = static_cast<int>(std::clamp<size_t>(kLogitsBudget / static_cast<size_t>(V), 1, static_cast<size_t>(N)));
-  const int chunks = (N + most - 1) / most;
-  return (N + chunks - 1) / chunks;  // as many chunks as the budget needs, of equal rows
-}
 
 // The row's largest logit.
 float row_max(const float* z, int V) {
@@ -200,7 +193,7 @@ void cross_entropy_chunks(Gemms gemms, float* losses, float* dinp, float* dweigh
                           const LmHeadBias& bias) {
   FRUGAL_PROFILE("lm head + loss");
   const bool want_grad = dinp || dweight || bias.dbias;
-  const int R = chunk_rows(N, V);
+  const int R = lm_head_chunk_rows(N, V);
   std::vector<float> logits(static_cast<size_t>(R) * V);
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
@@ -232,7 +225,7 @@ void cross_entropy_split_chunks(Gemms gemms, float* losses, float* dinp, float* 
                                 float cap) {
   FRUGAL_PROFILE("lm head + loss");
   const bool want_grad = dinp || dweight;
-  const int R = chunk_rows(N, split.whole);  // the same on every rank: the reductions pair up
+  const int R = lm_head_chunk_rows(N, split.whole);  // the same on every rank: the reductions pair up
   std::vector<float> logits(static_cast<size_t>(R) * V), mx(R), stats(2 * static_cast<size_t>(R));
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
