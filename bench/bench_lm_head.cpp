@@ -7,6 +7,10 @@
 //   forward (loss only)    = the logits                        = 2·N·C·V
 //   forward + backward     = logits, dinp = g · W, dW += gᵀ · inp = 6·N·C·V
 //   bf16 forward + backward: the same on the bf16 working copy of the weight (ops.h)
+//   with a soft cap (model.logit_softcap = 30): the same FLOPs (the tanh not counted)
+//   one rank's half of a vocabulary split over two (lm_head_cross_entropy_split, reductions the
+//   identity)            = 6·N·C·V/2
+// and the soft cap alone over the (N,V) logits in GB/s (read and written: 8·N·V bytes).
 // Each rate is the best wall-clock time of `reps` calls (bench/kernel_bench.h).
 // Usage: bench_lm_head [threads=2] [reps=5]
 #include <cstdint>
@@ -52,6 +56,23 @@ void bench_lm_head(int N, int C, int V, int reps) {
     k::lm_head_cross_entropy_bf16(losses.data(), dinp.data(), dweight.data(), inp.data(), weight_bf16.data(),
                                   targets.data(), N, C, V, 1.0f / N);
   }, reps), 3 * flops);
+  print(" loss+backward softcap 30:", best_seconds([&] {
+    k::lm_head_cross_entropy(losses.data(), dinp.data(), dweight.data(), inp.data(), weight.data(), targets.data(),
+                             N, C, V, 1.0f / N, 30.0f);
+  }, reps), 3 * flops);
+  // One rank's half of a vocabulary split over two (tensor parallelism), the group's reductions
+  // the identity: what a rank computes, without the communication.
+  const int half = V / 2;
+  const k::VocabSplit split{.first = 0, .whole = V, .all_reduce_max = [](float*, size_t) {},
+                            .all_reduce_sum = [](float*, size_t) {}};
+  print(" half-vocabulary split loss+backward:", best_seconds([&] {
+    k::lm_head_cross_entropy_split(losses.data(), dinp.data(), dweight.data(), inp.data(), weight.data(),
+                                   targets.data(), N, C, half, 1.0f / N, split);
+  }, reps), 3 * flops * half / V);
+  std::printf("\n");
+  frugal::bench::print_bandwidth("lm_head_softcap 30 on the logits", best_seconds([&] {
+    k::lm_head_softcap(logits.data(), logits.size(), 30.0f);
+  }, reps), 8.0 * logits.size());
   std::printf("\n");
   frugal::bench::bench_sgemm(N, V, C, reps);
 }
