@@ -6,7 +6,8 @@
 // dense GEMM library (kernels/cpu/gemm.h: oneDNN by default, FRUGAL_GEMM=openblas) measured in the
 // same run; then the sparse patterns of Mixed Sparsity Training (Local w=16, Strided w=s=16) at T=128
 // and 1024, and an encoder's Bidirectional (twice the pairs), with their wall-time ratio to Causal
-// at the same shape.
+// at the same shape; then one decoding step (attention_decode) against caches of 256 and 1024
+// positions.
 // FLOPs counted (useful work only; partial tiles compute some masked scores besides):
 //   scores per head = pattern.pairs(T) (Causal: T(T+1)/2); each costs 2·HS per matrix product.
 //   forward  = 2 products (Q·Kᵀ, P·V)                                = 4·B·NH·HS·pairs(T)
@@ -94,6 +95,21 @@ void bench_patterns(int B, int T, int C, int NH, int reps) {
     bench_attention(B, T, C, NH, reps, p, true);
 }
 
+// One decoding step (attention_decode): a query at position t − 1 against t cached keys and values,
+// Causal. It reads both caches once: GB/s of 2·t·C·4 bytes (the rate that bounds it), and GFLOP/s
+// of 4·t·C (q·Kᵀ and P·V). Best of `reps` calls.
+void bench_decode(int t, int C, int NH, int reps) {
+  namespace k = frugal::kernels;
+  const std::vector<float> q = random_floats(C, 3), keys = random_floats(size_t(t) * C, 4),
+                           values = random_floats(size_t(t) * C, 5);
+  std::vector<float> out(C);
+  const double s = frugal::bench::best_seconds([&] {
+    k::attention_decode(out.data(), q.data(), keys.data(), values.data(), t, C, NH, k::AttentionPattern{});
+  }, reps);
+  std::printf("attention_decode %-6s t=%d C=%d NH=%d: %.1f us = %.1f GB/s of cache, %.1f GFLOP/s\n",
+              k::isa_name(k::attention_active_isa()), t, C, NH, s * 1e6, 8.0 * t * C / s / 1e9, 4.0 * t * C / s / 1e9);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,6 +128,10 @@ int main(int argc, char** argv) {
     bench_attention(4, 64, 768, 12, reps);
     bench_patterns(16, 128, 384, 6, reps);
     bench_patterns(2, 1024, 384, 6, reps);
+    for (const int t : {256, 1024}) {
+      bench_decode(t, 192, 4, reps);  // the quickstart's width
+      bench_decode(t, 768, 12, reps);
+    }
   }
   frugal::kernels::attention_set_isa(Isa::Auto);
   frugal::bench::bench_sgemm(2048, 384, 384, reps);    // the QKV-sized linear of the first shape
