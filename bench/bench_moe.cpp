@@ -2,11 +2,14 @@
 // rows N = B·T and width C, with E = 8 experts, top 2, H = 2C hidden units per expert (the dense
 // MLP's 4C split over the 2 active experts). The router reads and writes N·E values (ms); the
 // permutations move rows (GB/s: each of the R = 2N rows of C floats read and written once; the
-// combine reads the R rows and writes N); the grouped linear's fc product (R rows, C -> H) next to
-// one GEMM of the same R rows and shape, the rate the loop of per-expert GEMMs could reach.
-// Each is the best wall-clock time of `reps` calls (bench/kernel_bench.h).
+// combine reads the R rows and writes N; its backward reads dout's N rows and the R rows and
+// writes R); the grouped linear's fc product (R rows, C -> H), forward and backward, next to one
+// GEMM of the same R rows and shape (the rate the loop of per-expert GEMMs could reach) and on the
+// experts' bf16 working copy. The router and permutations are the best wall-clock time of `reps`
+// calls; the fc rows are medians of `reps` interleaved rounds (bench/kernel_bench.h).
 // Usage: bench_moe [threads=2] [reps=20]
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <vector>
 
@@ -50,12 +53,36 @@ void bench_moe(int N, int C, int reps) {
   print_bandwidth(" unpermute", best_seconds([&] {
     k::moe_unpermute(out.data(), xp.data(), pos.data(), weight.data(), N, K, C, false);
   }, reps), (R + N) * row_bytes);
-  std::printf("\n  fc (R=%d rows, %d -> %d):", R, C, H);
-  print("grouped", best_seconds([&] {
-    k::moe_grouped_forward(h.data(), xp.data(), w.data(), nullptr, offsets.data(), E, C, H);
-  }, reps), 2.0 * R * C * H);
-  print(" one GEMM", best_seconds([&] { k::matmul_forward(h.data(), xp.data(), w.data(), nullptr, R, C, H); }, reps),
-        2.0 * R * C * H);
+  std::vector<float> dxp(size_t(R) * C), dgate(R);
+  print_bandwidth(" unpermute bwd", best_seconds([&] {
+    k::moe_unpermute_backward(dxp.data(), dgate.data(), out.data(), xp.data(), pos.data(), weight.data(), N, K, C);
+  }, reps), (N + 2 * R) * row_bytes);
+  // The grouped linear's fc against one GEMM of the same rows and shape, fp32 and on the experts'
+  // bf16 copy, interleaved (medians): forward 2·R·C·H FLOPs, backward (dinp and dweight) 4·R·C·H.
+  std::vector<float> dh = random_floats(size_t(R) * H, 4), dw(w.size()), dx(size_t(R) * C);
+  std::vector<k::bf16> w16(w.size());
+  k::f32_to_bf16(w16.data(), w.data(), w.size());
+  const std::vector<double> f = frugal::bench::interleaved_median_seconds(
+      {[&] { k::moe_grouped_forward(h.data(), xp.data(), w.data(), nullptr, offsets.data(), E, C, H); },
+       [&] { k::matmul_forward(h.data(), xp.data(), w.data(), nullptr, R, C, H); },
+       [&] { k::moe_grouped_forward_bf16(h.data(), xp.data(), w16.data(), nullptr, offsets.data(), E, C, H); }},
+      reps);
+  const std::vector<double> b = frugal::bench::interleaved_median_seconds(
+      {[&] {
+         k::moe_grouped_backward(dx.data(), dw.data(), nullptr, dh.data(), xp.data(), w.data(), offsets.data(), E, C,
+                                 H, false);
+       },
+       [&] { k::matmul_backward(dx.data(), dw.data(), nullptr, dh.data(), xp.data(), w.data(), R, C, H, false); },
+       [&] {
+         k::moe_grouped_backward_bf16(dx.data(), dw.data(), nullptr, dh.data(), xp.data(), w16.data(), offsets.data(),
+                                      E, C, H, false);
+       }},
+      reps);
+  const char* names[] = {"grouped", " one GEMM", " grouped bf16"};
+  std::printf("\n  fc (R=%d rows, %d -> %d) forward:", R, C, H);
+  for (int i = 0; i < 3; ++i) print(names[i], f[i], 2.0 * R * C * H);
+  std::printf("\n  fc backward:");
+  for (int i = 0; i < 3; ++i) print(names[i], b[i], 4.0 * R * C * H);
   std::printf("\n");
 }
 
