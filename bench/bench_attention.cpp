@@ -59,12 +59,16 @@ Seconds bench_attention(int B, int T, int C, int NH, int reps,
       [&] { k::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, pattern); },
       [&] { k::attention_forward_bf16(out.data(), out16.data(), lse.data(), qkv16.data(), B, T, C, NH, pattern); }};
   if (against_causal)
-    forwards.push_back([&] { k::attention_forward(causal_out.data(), causal_lse.data(), qkv.data(), B, T, C, NH, causal); });
+    forwards.push_back(
+        [&] { k::attention_forward(causal_out.data(), causal_lse.data(), qkv.data(), B, T, C, NH, causal); });
   const std::vector<double> f = interleaved_median_seconds(forwards, reps);
   std::vector<std::function<void()>> backwards = {
-      [&] { k::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, pattern); },
       [&] {
-        k::attention_backward_bf16(dqkv.data(), dout.data(), qkv16.data(), out.data(), lse.data(), B, T, C, NH, pattern);
+        k::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, pattern);
+      },
+      [&] {
+        k::attention_backward_bf16(dqkv.data(), dout.data(), qkv16.data(), out.data(), lse.data(), B, T, C, NH,
+                                   pattern);
       }};
   if (against_causal)
     backwards.push_back([&] {
@@ -80,7 +84,8 @@ Seconds bench_attention(int B, int T, int C, int NH, int reps,
   print(" backward:", s.backward, 2.5 * fwd_flops);
   print((std::string(" backward bf16") + operands + ":").c_str(), s.backward_bf16, 2.5 * fwd_flops);
   std::printf(" (%.2fx)", s.backward / s.backward_bf16);
-  if (against_causal) std::printf("  speed-up over causal: forward %.2fx backward %.2fx", f[2] / s.forward, b[2] / s.backward);
+  if (against_causal)
+    std::printf("  speed-up over causal: forward %.2fx backward %.2fx", f[2] / s.forward, b[2] / s.backward);
   std::printf("\n");
   return s;
 }

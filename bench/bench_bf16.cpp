@@ -1,9 +1,9 @@
 // Benchmark of the bf16 kernel family (ops.h section bf16): the conversions' bandwidth (the
 // stochastic rounding of train.bf16_rounding too), and on every
 // GEMM shape of a `frugal bench` preset's training step (bench/step_shapes.h: each linear's forward,
-// input gradient and weight gradient, and the LM head's three) the family's bf16 GEMM, cpu::gemm_bf16 (oneDNN's bf16 matmul
-// where the CPU has a JIT kernel for it, else fp32 GEMMs on widened operands: the path
-// kernels::bf16_matmul_path() names) against frugal's fp32 GEMM of the same shape. The weight
+// input gradient and weight gradient, and the LM head's three) the family's bf16 GEMM,
+// cpu::gemm_bf16 (oneDNN's bf16 matmul where the CPU has a JIT kernel for it, else fp32 GEMMs on
+// widened operands: the path kernels::bf16_matmul_path() names) against frugal's fp32 GEMM of the same shape. The weight
 // gradient's shapes also run with A = doutᵀ laid out plainly (transposed while it is rounded),
 // to show what oneDNN's transposed-A bf16 path costs; and each linear's output gradient rounded with
 // its bias gradient in one pass (f32_to_bf16_bias_grad) against two. Calls are interleaved so all see the same
@@ -89,9 +89,15 @@ int main(int argc, char** argv) {
       const int lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
       std::vector<std::function<void()>> calls = {
           [&] { cpu::sgemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, s.beta, c.data(), s.N); },
-          [&] { cpu::gemm_bf16(s.trans_a, s.trans_b, s.M, s.N, s.K, ab.data(), lda, bb.data(), ldb, s.beta != 0, c.data(), s.N); },
+          [&] {
+            cpu::gemm_bf16(s.trans_a, s.trans_b, s.M, s.N, s.K, ab.data(), lda, bb.data(), ldb, s.beta != 0, c.data(),
+                           s.N);
+          },
       };
-      if (s.trans_a) calls.push_back([&] { cpu::gemm_bf16(false, s.trans_b, s.M, s.N, s.K, ab.data(), s.K, bb.data(), ldb, s.beta != 0, c.data(), s.N); });
+      if (s.trans_a)
+        calls.push_back([&] {
+          cpu::gemm_bf16(false, s.trans_b, s.M, s.N, s.K, ab.data(), s.K, bb.data(), ldb, s.beta != 0, c.data(), s.N);
+        });
       frugal::bench::print_gemm_row(preset.name, s, frugal::bench::interleaved_median_seconds(calls, reps), step_ms);
     }
     std::printf("%s: GEMM ms per training step  %s %.1f  %s %.1f\n", preset.name, paths[0], step_ms[0], paths[1],

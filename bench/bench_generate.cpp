@@ -1,6 +1,7 @@
 // Generation speed: tokens/s of generate() (key/value-cached Decoder) against the full re-run it
 // replaced (one GPT::logits over the last block_size tokens per new token), same model, same
-// sampling, medians of three interleaved rounds. Usage: bench_generate [TOKENS=300] [N_LAYER=4] [N_EMBD=192] [VOCAB=65] [BLOCK=256]
+// sampling, medians of three interleaved rounds.
+// Usage: bench_generate [TOKENS=300] [N_LAYER=4] [N_EMBD=192] [VOCAB=65] [BLOCK=256]
 // Threads: OMP_NUM_THREADS.
 #include <fmt/format.h>
 

@@ -1,7 +1,8 @@
 // Benchmark of the qk_transform kernel family (QK-norm + rotary position embeddings) on the presets'
 // attention shapes (B·T rows of qkv), forward and backward, in GB/s of the q and k parts (and in the
 // backward their gradients) read and written, next to the time of the qkv projection it follows (an
-// SGEMM of the same rows), so the transform's share of the attention branch is visible. Best of `reps` (bench/kernel_bench.h).
+// SGEMM of the same rows), so the transform's share of the attention branch is visible. Best of
+// `reps` (bench/kernel_bench.h).
 // Usage: bench_qk_transform [threads=2] [reps=20]
 #include <cstdio>
 #include <vector>
