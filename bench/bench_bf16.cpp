@@ -1,13 +1,14 @@
 // Benchmark of the bf16 kernel family (ops.h section bf16): the conversions' bandwidth (the
-// stochastic rounding of train.bf16_rounding too), and on every
-// GEMM shape of a `frugal bench` preset's training step (bench/step_shapes.h: each linear's forward,
-// input gradient and weight gradient, and the LM head's three) the family's bf16 GEMM,
-// cpu::gemm_bf16 (oneDNN's bf16 matmul where the CPU has a JIT kernel for it, else fp32 GEMMs on
-// widened operands: the path kernels::bf16_matmul_path() names) against frugal's fp32 GEMM of the same shape. The weight
-// gradient's shapes also run with A = doutᵀ laid out plainly (transposed while it is rounded),
-// to show what oneDNN's transposed-A bf16 path costs; and each linear's output gradient rounded with
-// its bias gradient in one pass (f32_to_bf16_bias_grad) against two. Calls are interleaved so all see the same
-// load; prints median GFLOP/s (2·M·N·K / time) and per preset the GEMM milliseconds of one step.
+// stochastic rounding of train.bf16_rounding too), and on every GEMM shape of a `frugal bench`
+// preset's training step (bench/step_shapes.h: each linear's forward, input gradient and weight
+// gradient, and the LM head's three) the family's bf16 GEMM, cpu::gemm_bf16 (oneDNN's bf16 matmul
+// where the CPU has a JIT kernel for it, else fp32 GEMMs on widened operands: the path
+// kernels::bf16_matmul_path() names), against frugal's fp32 GEMM of the same shape. The weight
+// gradient's shapes also run with A = doutᵀ laid out plainly (transposed while it is rounded), to
+// show what oneDNN's transposed-A bf16 path costs; and each linear's output gradient rounded with
+// its bias gradient in one pass (f32_to_bf16_bias_grad) against two. Calls are interleaved so all
+// see the same load; prints median GFLOP/s (2·M·N·K / time) and per preset the GEMM milliseconds
+// of one step.
 // Usage: bench_bf16 [threads=2] [repetitions=9]
 #include <cstdio>
 #include <functional>

@@ -27,7 +27,8 @@ TEST(SimdMath, Exp256WithinOneMillionthOfStdExp) {
   for (float v = -80.0f; v < 80.0f; v += 0.0371f) x.push_back(v);
   x.resize((x.size() + 7) / 8 * 8, 0.0f);
   std::vector<float> got(x.size());
-  for (size_t i = 0; i < x.size(); i += 8) _mm256_storeu_ps(got.data() + i, k::cpu::exp256(_mm256_loadu_ps(x.data() + i)));
+  for (size_t i = 0; i < x.size(); i += 8)
+    _mm256_storeu_ps(got.data() + i, k::cpu::exp256(_mm256_loadu_ps(x.data() + i)));
   for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(got[i] / std::exp(double(x[i])), 1.0, 1e-6) << "x = " << x[i];
 }
 
