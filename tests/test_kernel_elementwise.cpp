@@ -11,9 +11,10 @@
 #include "kernel_test.h"
 
 // Scaling, the residual add and dropout give the reference's bits; the sum of squares (chunks of
-// 4096 summed in 8 float lanes, ops.h) is within 1e-6 of the reference's in-order sum in double. Dropout's mask is a
-// pure function of (key, index): a slice starting at `first` (how a tensor-parallel rank drops its
-// columns) is the whole tensor's mask over that slice; it drops about p of the elements.
+// 4096 summed in 8 float lanes, ops.h) is within 1e-6 of the reference's in-order sum in double.
+// Dropout's mask is a pure function of (key, index): a slice starting at `first` (how a
+// tensor-parallel rank drops its columns) is the whole tensor's mask over that slice; it drops about
+// p of the elements.
 TEST(Kernels, SumSquaresScaleResidualDropoutMatchTheirReferences) {
   const size_t n = 100003;
   const std::vector<float> x = to_f(random_vector(n, 21)), y = to_f(random_vector(n, 22));

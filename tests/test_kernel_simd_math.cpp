@@ -43,7 +43,6 @@ TEST(SimdMath, Exp512SameBitsAsExp256) {
   for (size_t i = 0; i < x.size(); i += 8)
     _mm256_storeu_ps(want.data() + i, k::cpu::exp256(_mm256_loadu_ps(x.data() + i)));
   for (size_t i = 0; i < x.size(); i += 16) exp512_of(x.data() + i, got.data() + i);
-  for (size_t i = 0; i < x.size(); ++i) {
+  for (size_t i = 0; i < x.size(); ++i)
     ASSERT_EQ(std::memcmp(&want[i], &got[i], sizeof(float)), 0) << "x = " << x[i];
-  }
 }

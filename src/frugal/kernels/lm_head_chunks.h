@@ -11,7 +11,8 @@ namespace frugal::kernels {
 // Rows per chunk: the M of the head's GEMMs (the last chunk may have fewer).
 inline int lm_head_chunk_rows(int N, int V) {
   constexpr size_t kLogitsBudget = size_t(8) << 20;  // floats of logits scratch (32 MiB)
-  const int most = static_cast<int>(std::clamp<size_t>(kLogitsBudget / static_cast<size_t>(V), 1, static_cast<size_t>(N)));
+  const int most =
+      static_cast<int>(std::clamp<size_t>(kLogitsBudget / static_cast<size_t>(V), 1, static_cast<size_t>(N)));
   const int chunks = (N + most - 1) / most;
   return (N + chunks - 1) / chunks;
 }
