@@ -3,12 +3,11 @@
 // touches nothing in it; a lock is free again when its holder exits, also after kill -9. Readers
 // pin checkpoints: pruning skips a checkpoint being read instead of deleting it underneath.
 #include <gtest/gtest.h>
-
-#include <atomic>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
